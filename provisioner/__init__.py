@@ -1,0 +1,1 @@
+"""local-path-storage: a local-path storage provisioner for Kubernetes."""
