@@ -51,7 +51,9 @@ build_kubernetes() {
   run kubernetes go mod init lps.local/kubernetes-build
   # k/k requires its staging modules at v0.0.0 with ./staging replaces; point each at its
   # published release instead (see docs in shared/guide/test-infra.md).
-  local mods; mods=$(curl -fsSL "${GOPROXY%%,*}/k8s.io/kubernetes/@v/$v.mod" | awk '/=> .\/staging/{print $1}')
+  local proxy; proxy=$(go env GOPROXY); proxy="${proxy%%,*}"
+  [ "$proxy" = direct ] || [ "$proxy" = off ] && proxy=https://proxy.golang.org
+  local mods; mods=$(curl -fsSL "$proxy/k8s.io/kubernetes/@v/$v.mod" | awk '/=> .\/staging/{print $1}')
   [ -n "$mods" ] || { echo "build-go-tools: could not read the staging module list of k8s.io/kubernetes $v" >&2; exit 1; }
   local m; for m in $mods; do run kubernetes go mod edit -replace "$m=$m@$staging_version"; done
   run kubernetes go mod edit -require "k8s.io/kubernetes@$v"

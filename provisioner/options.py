@@ -1,0 +1,197 @@
+"""Command-line flags, each with an environment-variable fallback named as rancher's.
+
+Users switching from rancher/local-path-provisioner keep their Deployment env
+(PROVISIONER_NAME, POD_NAMESPACE, CONFIG_PATH, HELPER_POD_FILE, SERVICE_ACCOUNT_NAME, ...).
+Precedence: flag > environment > default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_PROVISIONER_NAME = "local-path-storage.io/local-path"
+
+
+@dataclass(frozen=True)
+class Options:
+    provisioner_name: str
+    namespace: str
+    config_path: Path
+    """config.json; the scripts and helperPod.yaml are read from the same directory."""
+    helper_pod_file: Path | None
+    configmap_name: str
+    """The ConfigMap helper pods mount their setup/teardown scripts from."""
+    helper_service_account: str
+    kubeconfig: str | None
+    workers: int
+    provisioning_retry_count: int
+    deletion_retry_count: int
+    kube_api_qps: float
+    kube_api_burst: int
+    metrics_address: str
+    metrics_port: int
+    leader_election: bool
+    leader_election_namespace: str | None
+    allow_unsafe_helper_template: bool
+    debug: bool
+    json_logs: bool
+
+
+def _env_bool(value: str) -> bool:
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> Options:
+    """Parses argv (without the program name); rancher's leading `start` command is accepted."""
+    if argv and argv[0] == "start":
+        argv = argv[1:]
+
+    def env(name: str, default: str) -> str:
+        return environ.get(name, default)
+
+    parser = argparse.ArgumentParser(
+        prog="local-path-storage-provisioner",
+        description="Local-path storage provisioner for Kubernetes (rancher-compatible config).",
+    )
+    add = parser.add_argument
+    add(
+        "--provisioner-name",
+        default=env("PROVISIONER_NAME", DEFAULT_PROVISIONER_NAME),
+        help="provisioner name the StorageClasses use [PROVISIONER_NAME]",
+    )
+    add(
+        "--namespace",
+        default=env("POD_NAMESPACE", env("NAMESPACE", "local-path-storage")),
+        help="namespace helper pods and the leader Lease live in [POD_NAMESPACE]",
+    )
+    add(
+        "--config",
+        dest="config_path",
+        default=env("CONFIG_PATH", "/etc/config/config.json"),
+        help="config.json path; setup, teardown, helperPod.yaml beside it [CONFIG_PATH]",
+    )
+    add(
+        "--helper-pod-file",
+        default=env("HELPER_POD_FILE", ""),
+        help="helper pod template, if not helperPod.yaml beside config.json [HELPER_POD_FILE]",
+    )
+    add(
+        "--configmap-name",
+        default=env("CONFIGMAP_NAME", "local-path-config"),
+        help="ConfigMap holding the setup/teardown scripts [CONFIGMAP_NAME]",
+    )
+    add(
+        "--service-account-name",
+        dest="helper_service_account",
+        default=env("SERVICE_ACCOUNT_NAME", "local-path-storage-helper"),
+        help="service account of helper pods; it needs no rights [SERVICE_ACCOUNT_NAME]",
+    )
+    add(
+        "--kubeconfig",
+        default=env("KUBECONFIG", "") or None,
+        help="kubeconfig path; default $KUBECONFIG, in-cluster, ~/.kube/config [KUBECONFIG]",
+    )
+    add(
+        "--worker-threads",
+        dest="workers",
+        type=int,
+        default=int(env("WORKER_THREADS", "8")),
+        help="concurrent reconcilers [WORKER_THREADS]",
+    )
+    add(
+        "--provisioning-retry-count",
+        type=int,
+        default=int(env("PROVISIONING_RETRY_COUNT", "15")),
+        help="give up provisioning a claim after this many failures until its next change or "
+        "resync; 0 retries forever [PROVISIONING_RETRY_COUNT]",
+    )
+    add(
+        "--deletion-retry-count",
+        type=int,
+        default=int(env("DELETION_RETRY_COUNT", "15")),
+        help="the same for deleting a volume; 0 retries forever [DELETION_RETRY_COUNT]",
+    )
+    add(
+        "--kube-api-qps",
+        type=float,
+        default=float(env("KUBE_API_QPS", "50")),
+        help="client-side API request rate [KUBE_API_QPS]",
+    )
+    add(
+        "--kube-api-burst",
+        type=int,
+        default=int(env("KUBE_API_BURST", "100")),
+        help="client-side API burst [KUBE_API_BURST]",
+    )
+    add(
+        "--metrics-address",
+        default=env("METRICS_ADDRESS", "0.0.0.0"),  # noqa: S104
+        help="address of /healthz, /readyz, /metrics [METRICS_ADDRESS]",
+    )
+    add(
+        "--metrics-port",
+        type=int,
+        default=int(env("METRICS_PORT", "8080")),
+        help="port of /healthz, /readyz, /metrics; 0 picks a free one [METRICS_PORT]",
+    )
+    add(
+        "--leader-election",
+        default=_env_bool(env("LEADER_ELECTION", "true")),
+        action=argparse.BooleanOptionalAction,
+        help="elect one active replica on a Lease [LEADER_ELECTION]",
+    )
+    add(
+        "--leader-election-namespace",
+        default=env("LEADER_ELECTION_NAMESPACE", "") or None,
+        help="namespace of the Lease; default --namespace [LEADER_ELECTION_NAMESPACE]",
+    )
+    add(
+        "--allow-unsafe-helper-template",
+        action="store_true",
+        default=_env_bool(env("ALLOW_UNSAFE_HELPER_TEMPLATE", "false")),
+        help="trust helperPod.yaml without the safety checks [ALLOW_UNSAFE_HELPER_TEMPLATE]",
+    )
+    add(
+        "--debug",
+        "-d",
+        action="store_true",
+        default=_env_bool(env("RANCHER_DEBUG", "false")),
+        help="debug logging [RANCHER_DEBUG]",
+    )
+    add(
+        "--json-logs",
+        action="store_true",
+        default=_env_bool(env("JSON_LOGS", "false")),
+        help="one JSON object per log line [JSON_LOGS]",
+    )
+    ns = parser.parse_args(list(argv))
+    if ns.workers < 1:
+        parser.error(f"--worker-threads must be at least 1, got {ns.workers}")
+    for flag in ("provisioning_retry_count", "deletion_retry_count"):
+        if getattr(ns, flag) < 0:
+            parser.error(f"--{flag.replace('_', '-')} must be 0 (forever) or more")
+    return Options(
+        provisioner_name=ns.provisioner_name,
+        namespace=ns.namespace,
+        config_path=Path(ns.config_path),
+        helper_pod_file=Path(ns.helper_pod_file) if ns.helper_pod_file else None,
+        configmap_name=ns.configmap_name,
+        helper_service_account=ns.helper_service_account,
+        kubeconfig=ns.kubeconfig,
+        workers=ns.workers,
+        provisioning_retry_count=ns.provisioning_retry_count,
+        deletion_retry_count=ns.deletion_retry_count,
+        kube_api_qps=ns.kube_api_qps,
+        kube_api_burst=ns.kube_api_burst,
+        metrics_address=ns.metrics_address,
+        metrics_port=ns.metrics_port,
+        leader_election=ns.leader_election,
+        leader_election_namespace=ns.leader_election_namespace,
+        allow_unsafe_helper_template=ns.allow_unsafe_helper_template,
+        debug=ns.debug,
+        json_logs=ns.json_logs,
+    )
