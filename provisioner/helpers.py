@@ -1,0 +1,322 @@
+"""helperPod.yaml validation, the helper pod for one action, and reading its outcome.
+
+Whoever can edit the ConfigMap decides what runs on every node with the node's disks mounted,
+so (like rancher >= v0.0.36, after its advisory) the template may shape the pod — image,
+resources, tolerations, hardening — but not widen what it can reach: no extra containers,
+volumes, host namespaces, credentials or privileges. The opt-out is for trusted admins only.
+
+Unlike rancher, the helper runs under a service account with no rights and no token mounted,
+carries a deadline (cmdTimeoutSeconds) the kubelet enforces, and writes its log tail into the
+termination message, so a failed script is reported at once instead of at the timeout.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import posixpath
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import yaml
+
+from provisioner.config import ConfigBundle, ConfigError
+from provisioner.records import NodeRecord
+
+HELPER_POD_LABEL = "local-path-storage.io/helper-pod"
+HELPER_POD_LABEL_VALUE = "true"
+HELPER_ACTION_LABEL = "local-path-storage.io/helper-action"
+HELPER_VOLUME_LABEL = "local-path-storage.io/volume"
+SCRIPT_DIR = "/script"
+DATA_VOLUME, SCRIPT_VOLUME = "data", "script"
+LOG_TAIL_CHARS = 4096
+# Waiting reasons that will not clear by themselves: fail now rather than at the deadline.
+STUCK_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "ErrImageNeverPull",
+        "RunContainerError",
+    }
+)
+_UNSAFE_HINT = "remove it, or start the provisioner with --allow-unsafe-helper-template"
+
+HelperAction = Literal["create", "delete"]
+
+
+class HelperTarget(Protocol):
+    """What a helper pod works on: a ProvisionPlan or a TeardownPlan."""
+
+    @property
+    def volume_name(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def node_name(self) -> str | None: ...
+    @property
+    def volume_mode(self) -> str: ...
+    @property
+    def size_bytes(self) -> int: ...
+    @property
+    def vol_user(self) -> str: ...
+    @property
+    def vol_group(self) -> str: ...
+    @property
+    def vol_perm(self) -> str: ...
+
+
+def _error(key: str, message: str) -> ConfigError:
+    return ConfigError(key, message, source="helperPod.yaml")
+
+
+def parse_helper_template(text: str, *, allow_unsafe: bool = False) -> dict[str, Any]:
+    try:
+        template = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise _error("", f"is not valid YAML{where}: {getattr(error, 'problem', error)}") from None
+    if not isinstance(template, dict):
+        raise _error("", "must be a Pod manifest (a YAML mapping with spec.containers)")
+    validate_helper_template(template, allow_unsafe=allow_unsafe)
+    return template
+
+
+def validate_helper_template(template: Mapping[str, Any], *, allow_unsafe: bool = False) -> None:
+    """Raises ConfigError (prefixed helperPod.yaml) for a template we will not run."""
+    if template.get("kind", "Pod") != "Pod" or template.get("apiVersion", "v1") != "v1":
+        raise _error("kind", "must be a v1 Pod")
+    spec = template.get("spec")
+    if not isinstance(spec, dict):
+        raise _error("spec", "is required: a Pod spec with one container")
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers or not isinstance(containers[0], dict):
+        raise _error("spec.containers", "must list the helper container")
+    if not isinstance(containers[0].get("image"), str) or not containers[0]["image"]:
+        raise _error("spec.containers[0].image", "is required: an image with /bin/sh")
+    if allow_unsafe:
+        return
+    if len(containers) != 1:
+        raise _error("spec.containers", f"must hold exactly one container, not {len(containers)}")
+    container = containers[0]
+    for key in ("initContainers", "ephemeralContainers", "volumes"):
+        _forbid(spec.get(key), f"spec.{key}", "must not be set: the provisioner adds what it needs")
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        _forbid(spec.get(key), f"spec.{key}", "must not be true: it opens the host's namespaces")
+    for key in ("nodeName", "serviceAccountName", "serviceAccount"):
+        _forbid(spec.get(key), f"spec.{key}", "must not be set: the provisioner chooses it")
+    where = "spec.containers[0]"
+    for key in ("volumeMounts", "volumeDevices", "envFrom"):
+        _forbid(container.get(key), f"{where}.{key}", "must not be set")
+    for i, env in enumerate(container.get("env") or ()):
+        if isinstance(env, dict):
+            _forbid(env.get("valueFrom"), f"{where}.env[{i}].valueFrom", "must not read secrets")
+    for key in ("lifecycle", "livenessProbe", "readinessProbe", "startupProbe"):
+        _forbid(container.get(key), f"{where}.{key}", "must not be set: the helper is one command")
+    _check_security_context(spec.get("securityContext"), "spec.securityContext", pod=True)
+    _check_security_context(container.get("securityContext"), f"{where}.securityContext", pod=False)
+
+
+def _forbid(value: Any, key: str, why: str) -> None:
+    if value not in (None, False, "", [], {}):
+        raise _error(key, f"{why}; {_UNSAFE_HINT}")
+
+
+def _check_security_context(context: Any, where: str, *, pod: bool) -> None:
+    if not isinstance(context, dict):
+        return
+    for key in ("runAsUser", "runAsGroup"):
+        value = context.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value == 0:
+            raise _error(f"{where}.{key}", f"must not be 0 (root) explicitly; {_UNSAFE_HINT}")
+    if pod:
+        _forbid(context.get("sysctls"), f"{where}.sysctls", "must not be set")
+        return
+    _forbid(context.get("privileged"), f"{where}.privileged", "must not be true: root on the node")
+    capabilities = context.get("capabilities")
+    if isinstance(capabilities, dict):
+        _forbid(capabilities.get("add"), f"{where}.capabilities.add", "must not add capabilities")
+    _forbid(
+        context.get("allowPrivilegeEscalation"),
+        f"{where}.allowPrivilegeEscalation",
+        "must not be true",
+    )
+
+
+def helper_pod_name(action: HelperAction, volume_name: str) -> str:
+    """Deterministic per volume and action (a retry finds its pod), at most 63 characters."""
+    name = f"helper-{action}-{volume_name}"
+    if len(name) <= 63:
+        return name
+    digest = hashlib.sha256(volume_name.encode()).hexdigest()[:10]
+    return f"{name[:52].rstrip('-.')}-{digest}"
+
+
+def _label_value(value: str) -> str:
+    if len(value) <= 63:
+        return value
+    return f"{value[:52].rstrip('-._')}-{hashlib.sha256(value.encode()).hexdigest()[:10]}"
+
+
+def build_helper_pod(
+    action: HelperAction,
+    target: HelperTarget,
+    bundle: ConfigBundle,
+    namespace: str,
+    service_account: str,
+    *,
+    config_map_name: str,
+    node_name: str | None = None,
+) -> dict[str, Any]:
+    """The helper pod manifest; node_name places a shared-filesystem helper (any Ready node)."""
+    parent, folder = posixpath.split(target.path)
+    if not target.path.startswith("/") or parent == "/" or not folder:
+        raise ValueError(f"volume path {target.path!r} has no parent directory below /")
+    config = bundle.config
+    custom = config.setup_command if action == "create" else config.teardown_command
+    script = "setup" if action == "create" else "teardown"
+    pod = copy.deepcopy(bundle.helper_pod_template)
+    meta = pod.get("metadata") or {}
+    labels = {
+        **(meta.get("labels") or {}),
+        HELPER_POD_LABEL: HELPER_POD_LABEL_VALUE,
+        HELPER_ACTION_LABEL: action,
+        HELPER_VOLUME_LABEL: _label_value(target.volume_name),
+    }
+    pod["metadata"] = {
+        "name": helper_pod_name(action, target.volume_name),
+        "namespace": namespace,
+        "labels": labels,
+    }
+    if meta.get("annotations"):
+        pod["metadata"]["annotations"] = meta["annotations"]
+    spec = pod["spec"]
+    spec.pop("serviceAccount", None)
+    node = target.node_name or node_name
+    if node:
+        spec["nodeName"] = node
+    spec["serviceAccountName"] = service_account
+    spec["automountServiceAccountToken"] = False
+    spec["restartPolicy"] = "Never"
+    spec["activeDeadlineSeconds"] = config.cmd_timeout_seconds
+    if spec.get("tolerations") is None:
+        spec["tolerations"] = [
+            {
+                "key": "node.kubernetes.io/disk-pressure",
+                "operator": "Exists",
+                "effect": "NoSchedule",
+            }
+        ]
+    items = [
+        {"key": key, "path": key}
+        for key, command in (("setup", config.setup_command), ("teardown", config.teardown_command))
+        if command is None
+    ]
+    volumes = [{"name": DATA_VOLUME, "hostPath": {"path": parent, "type": "DirectoryOrCreate"}}]
+    mounts = [{"name": DATA_VOLUME, "mountPath": parent}]
+    if items:
+        volumes.append(
+            {"name": SCRIPT_VOLUME, "configMap": {"name": config_map_name, "items": items}}
+        )
+        mounts.append({"name": SCRIPT_VOLUME, "mountPath": SCRIPT_DIR})
+    ours = {DATA_VOLUME, SCRIPT_VOLUME}
+    spec["volumes"] = [v for v in spec.get("volumes") or () if v.get("name") not in ours] + volumes
+    container = spec["containers"][0]
+    container["volumeMounts"] = [
+        m for m in container.get("volumeMounts") or () if m.get("name") not in ours
+    ] + mounts
+    env = {
+        "VOL_DIR": target.path,
+        "VOL_MODE": target.volume_mode,
+        "VOL_SIZE_BYTES": str(target.size_bytes),
+        "VOL_USER": target.vol_user,
+        "VOL_GROUP": target.vol_group,
+        "VOL_PERM": target.vol_perm,
+    }
+    kept = [e for e in container.get("env") or () if e.get("name") not in env]
+    container["env"] = kept + [{"name": k, "value": v} for k, v in env.items()]
+    container["command"] = [custom] if custom else ["/bin/sh", f"{SCRIPT_DIR}/{script}"]
+    container["args"] = [
+        "-p",
+        target.path,
+        "-s",
+        str(target.size_bytes),
+        "-m",
+        target.volume_mode,
+        "-a",
+        action,
+    ]
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    return pod
+
+
+def pick_helper_node(nodes: Iterable[NodeRecord]) -> str | None:
+    """For a shared filesystem any Ready, schedulable node will do; the first by name."""
+    names = sorted(node.name for node in nodes if node.ready and not node.unschedulable)
+    return names[0] if names else None
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Succeeded:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    exit_code: int | None
+    reason: str
+    log_tail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    reason: str
+    message: str = ""
+
+    @property
+    def stuck(self) -> bool:
+        """Will this never start by itself (bad image, bad config)? Then fail now."""
+        return self.reason in STUCK_REASONS
+
+
+HelperPodState = Running | Succeeded | Failed | Pending
+
+
+def interpret_helper_pod_status(status: Mapping[str, Any]) -> HelperPodState:
+    """Reads a pod's `status` (API JSON form) as the outcome of the helper's one command."""
+    phase = status.get("phase") or "Pending"
+    statuses = status.get("containerStatuses") or ()
+    state = (statuses[0].get("state") or {}) if statuses else {}
+    terminated = state.get("terminated")
+    if phase == "Succeeded" or (terminated and terminated.get("exitCode") == 0):
+        return Succeeded()
+    if terminated:
+        return Failed(
+            exit_code=terminated.get("exitCode"),
+            reason=terminated.get("reason") or "Error",
+            log_tail=(terminated.get("message") or "")[-LOG_TAIL_CHARS:],
+        )
+    if phase == "Failed":
+        # No container ran to an end: the deadline passed, or the kubelet rejected the pod.
+        reason = status.get("reason") or "Failed"
+        return Failed(exit_code=None, reason=reason, log_tail=status.get("message") or "")
+    if phase == "Running":
+        return Running()
+    waiting = state.get("waiting")
+    if waiting and waiting.get("reason"):
+        return Pending(waiting["reason"], waiting.get("message") or "")
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return Pending(
+                condition.get("reason") or "Unschedulable", condition.get("message") or ""
+            )
+    return Pending(phase if phase != "Pending" else "ContainerCreating")

@@ -1,0 +1,222 @@
+"""pathPattern rendering, the path safety check, and the choice of base path.
+
+rancher renders `pathPattern` with Go's text/template over the PV name and the claim's
+metadata. We accept the same syntax for the fields it documents (and the trim markers and
+comments Go allows) and nothing else: a pattern that would do more in Go is refused with a
+message instead of being half-understood.
+
+Safety (the advisories against rancher): rancher checks the rendered text's prefix before
+cleaning it, so `ns/name/../../other/victim` passes. We join the rendering to the base path,
+normalise, and check the result component by component: it must lie strictly inside the base
+path and, unless the class allows unsafe patterns, inside `<namespace>/<name>` there. The same
+"strictly inside a configured base path" rule guards deletion, so a forged PV cannot point the
+teardown at an arbitrary host directory.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+SUPPORTED_SYNTAX = (
+    "{{.PVName}}, {{.PVC.Namespace}}, {{.PVC.Name}}, {{.PVC.Labels.<key>}}, "
+    '{{.PVC.Annotations.<key>}}, {{index .PVC.Labels "<key>"}}, {{index .PVC.Annotations "<key>"}}'
+)
+_STRINGS = {".PVName": "pv_name", ".PVC.Namespace": "namespace", ".PVC.Name": "name"}
+_MAPS = {".PVC.Labels": "labels", ".PVC.Annotations": "annotations"}
+_TOKEN = re.compile(
+    r'\s*(?:(\.[A-Za-z0-9_.]*)|("(?:[^"\\\n]|\\.)*")|(`[^`]*`)|([A-Za-z_]\w*)|(\S))'
+)
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+_GO_SPACE = " \t\r\n"
+
+
+class PathPatternError(ValueError):
+    """A pattern that does not parse or render, or a rendered path that is not safe."""
+
+
+@dataclass(frozen=True, slots=True)
+class PatternFields:
+    """What a pattern can see: rancher's `.PVName` and `.PVC` (the claim's metadata)."""
+
+    pv_name: str
+    namespace: str
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+# A compiled pattern: literal text, or (kind, field, key) for a lookup in PatternFields.
+_Part = str | tuple[str, str, str]
+
+
+def default_folder_name(pv_name: str, namespace: str, claim_name: str) -> str:
+    return f"{pv_name}_{namespace}_{claim_name}"
+
+
+def render_pattern(pattern: str, fields: PatternFields) -> str:
+    """Renders a Go-template pattern; missing labels or annotations render as ""."""
+    out: list[str] = []
+    for part in _compile(pattern):
+        if isinstance(part, str):
+            out.append(part)
+        elif part[0] == "string":
+            out.append(getattr(fields, part[1]))
+        else:
+            out.append(getattr(fields, part[1]).get(part[2], ""))
+    return "".join(out)
+
+
+def check_pattern(pattern: str) -> None:
+    """Raises PathPatternError if the pattern does not parse."""
+    _compile(pattern)
+
+
+@lru_cache(maxsize=256)
+def _compile(pattern: str) -> tuple[_Part, ...]:
+    parts: list[_Part] = []
+    rest = pattern
+    while (start := rest.find("{{")) >= 0:
+        text, rest = rest[:start], rest[start + 2 :]
+        if rest[:1] == "-" and rest[1:2] and rest[1:2] in _GO_SPACE:
+            text, rest = text.rstrip(_GO_SPACE), rest[1:]
+        end = rest.find("}}")
+        if end < 0:
+            raise PathPatternError(f"unclosed action {{{{{rest}: add the closing }}}}")
+        action, rest = rest[:end], rest[end + 2 :]
+        if action[-1:] == "-" and action[-2:-1] and action[-2:-1] in _GO_SPACE:
+            action, rest = action[:-1], rest.lstrip(_GO_SPACE)
+        if text:
+            parts.append(text)
+        part = _compile_action(action.strip(_GO_SPACE), "{{" + action + "}}")
+        if part is not None:
+            parts.append(part)
+    if rest:
+        parts.append(rest)
+    return tuple(parts)
+
+
+def _compile_action(action: str, shown: str) -> _Part | None:
+    if action.startswith("/*") and action.endswith("*/"):
+        return None
+    tokens = _tokens(action, shown)
+    if len(tokens) == 1 and tokens[0][0] == "field" and tokens[0][1] in _STRINGS:
+        return ("string", _STRINGS[tokens[0][1]], "")
+    if len(tokens) == 1 and tokens[0][0] == "field":
+        owner, _, key = tokens[0][1].rpartition(".")
+        if owner in _MAPS and _IDENTIFIER.fullmatch(key):
+            return ("map", _MAPS[owner], key)
+    if len(tokens) == 1 and tokens[0][0] == "string":
+        return tokens[0][1]
+    kinds = [kind for kind, _ in tokens]
+    if kinds == ["word", "field", "string"] and tokens[0][1] == "index" and tokens[1][1] in _MAPS:
+        return ("map", _MAPS[tokens[1][1]], tokens[2][1])
+    raise PathPatternError(f"unsupported action {shown}: only {SUPPORTED_SYNTAX} are available")
+
+
+def _tokens(action: str, shown: str) -> list[tuple[str, str]]:
+    tokens: list[tuple[str, str]] = []
+    for match in _TOKEN.finditer(action):
+        dotted, quoted, raw, word, other = match.groups()
+        if other is not None:
+            raise PathPatternError(
+                f"unsupported action {shown}: only {SUPPORTED_SYNTAX} are available"
+            )
+        if quoted is not None:
+            try:
+                tokens.append(("string", str(json.loads(quoted))))
+            except ValueError:
+                raise PathPatternError(f"bad string literal {quoted} in {shown}") from None
+        elif raw is not None:
+            tokens.append(("string", raw[1:-1]))
+        elif dotted is not None:
+            tokens.append(("field", dotted))
+        elif word is not None:
+            tokens.append(("word", word))
+    return tokens
+
+
+def resolve_volume_path(
+    base_path: str, pattern: str | None, fields: PatternFields, *, allow_unsafe: bool = False
+) -> str:
+    """The volume's directory: the rendered pattern (or the default folder) under base_path."""
+    if pattern is None:
+        folder = default_folder_name(fields.pv_name, fields.namespace, fields.name)
+        return check_volume_path(base_path, folder, None)
+    scope = None if allow_unsafe else (fields.namespace, fields.name)
+    return check_volume_path(base_path, render_pattern(pattern, fields), scope)
+
+
+def check_volume_path(base_path: str, relative: str, scope: tuple[str, str] | None) -> str:
+    """Joins and cleans `relative` under base_path, or raises PathPatternError saying why not.
+
+    `scope` (namespace, name) additionally confines the result to base/namespace/name.
+    """
+    if "\x00" in relative or "\n" in relative or "\r" in relative:
+        raise PathPatternError(f"rendered path {relative!r} contains a NUL or line break")
+    if relative.startswith("/"):
+        raise PathPatternError(f"rendered path {relative!r} is absolute; it must be relative")
+    components = relative.split("/")
+    if components and components[-1] == "":
+        components.pop()  # one trailing slash, as in rancher's "{{.PVC.Namespace}}/{{.PVC.Name}}/"
+    if not components:
+        raise PathPatternError("the pattern renders an empty path")
+    for component in components:
+        if component in (".", ".."):
+            raise PathPatternError(f"rendered path {relative!r} has a {component!r} component")
+        if not component:
+            raise PathPatternError(
+                f"rendered path {relative!r} has an empty component: is a label or annotation"
+                " the pattern uses missing?"
+            )
+    path = posixpath.normpath(posixpath.join(base_path, *components))
+    if not is_strictly_inside(path, base_path):
+        raise PathPatternError(f"rendered path {relative!r} is not inside {base_path}")
+    if scope is not None:
+        if any("/" in part or part in ("", ".", "..") for part in scope):
+            raise PathPatternError(f"claim namespace/name {scope!r} is not two plain names")
+        confined = posixpath.join(base_path, *scope)
+        if path != confined and not is_strictly_inside(path, confined):
+            raise PathPatternError(
+                f"rendered path {relative!r} is not inside {scope[0]}/{scope[1]}/: start the"
+                ' pattern with "{{.PVC.Namespace}}/{{.PVC.Name}}/" or set allowUnsafePathPattern'
+            )
+    return path
+
+
+def is_strictly_inside(path: str, base: str) -> bool:
+    """True when the normalised absolute path lies below base (never equal to it)."""
+    if not path.startswith("/") or "\x00" in path:
+        return False
+    parts = _components(posixpath.normpath(path))
+    base_parts = _components(posixpath.normpath(base))
+    return len(parts) > len(base_parts) and parts[: len(base_parts)] == base_parts
+
+
+def _components(path: str) -> list[str]:
+    return [c for c in path.split("/") if c]
+
+
+def is_deletable_path(path: str, base_paths: Iterable[str]) -> bool:
+    """May a teardown remove `path`? Only if it is written clean and strictly inside a base path.
+
+    A path written with "..", "." or doubled slashes is refused outright: we wrote every path
+    of ours already clean, so anything else was not written by us.
+    """
+    if path.startswith("//") or posixpath.normpath(path) != path or "\n" in path:
+        return False
+    return any(is_strictly_inside(path, base) for base in base_paths)
+
+
+def choose_base_path(candidates: Sequence[str], live_volume_counts: Mapping[str, int]) -> str:
+    """The candidate holding the fewest of our live volumes; ties go to the lexicographic first.
+
+    rancher picks at random; counting spreads volumes evenly and is reproducible.
+    """
+    if not candidates:
+        raise ValueError("no candidate base paths")
+    return min(candidates, key=lambda path: (live_volume_counts.get(path, 0), path))

@@ -1,0 +1,196 @@
+"""Compact records of the API objects the decisions look at, and their builders.
+
+Caches of typed client models for 10,000 volumes and claims cost seconds and hundreds of MiB;
+the decisions need a dozen fields each. The builders take the API's JSON form (camelCase
+dicts, as a raw list or watch returns them) and keep only those fields, so the shell can cache
+records and the pure decisions in `claims` never see a client object.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal
+from typing import Any
+
+BETA_STORAGE_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
+
+_QUANTITY = re.compile(
+    r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+|[numkMGTPE])?"
+)
+_BINARY_POWERS = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+_DECIMAL_EXPONENTS = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRecord:
+    uid: str
+    namespace: str
+    name: str
+    resource_version: str = ""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    storage_class_name: str | None = None
+    """spec.storageClassName, or the legacy beta annotation when the spec leaves it unset."""
+    selected_node: str | None = None
+    """The scheduler's `volume.kubernetes.io/selected-node` annotation."""
+    access_modes: tuple[str, ...] = ()
+    requested_storage: str | None = None
+    """spec.resources.requests.storage, as the API wrote the quantity."""
+    volume_mode: str = "Filesystem"
+    has_selector: bool = False
+    has_data_source: bool = False
+    volume_name: str = ""
+    being_deleted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimReference:
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeRecord:
+    name: str
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    phase: str = ""
+    reclaim_policy: str = "Delete"
+    storage_class_name: str = ""
+    path: str | None = None
+    """hostPath.path or local.path; None when the volume has neither (not one of our shapes)."""
+    volume_type: str | None = None
+    """"hostPath" or "local", matching `path`."""
+    affinity: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Every required `In` expression of the node affinity, as (key, values)."""
+    finalizers: tuple[str, ...] = ()
+    being_deleted: bool = False
+    claim_ref: ClaimReference | None = None
+    capacity: str | None = None
+    volume_mode: str = "Filesystem"
+
+
+@dataclass(frozen=True, slots=True)
+class StorageClassRecord:
+    name: str
+    provisioner: str
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    reclaim_policy: str = "Delete"
+    binding_mode: str = "Immediate"
+    mount_options: tuple[str, ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    ready: bool = True
+    unschedulable: bool = False
+
+
+def quantity_to_bytes(quantity: str) -> int:
+    """A Kubernetes quantity ("1Gi", "500M", "1.5e3") in bytes, rounded up as Quantity.Value()."""
+    match = _QUANTITY.fullmatch(quantity.strip())
+    if match is None:
+        raise ValueError(f"{quantity!r} is not a Kubernetes quantity")
+    number, suffix = Decimal(match.group(1)), match.group(2) or ""
+    if suffix in _BINARY_POWERS:
+        value = number * 1024 ** _BINARY_POWERS[suffix]
+    elif suffix[:1] in ("e", "E") and len(suffix) > 1:
+        value = number.scaleb(int(suffix[1:]))
+    else:
+        value = number.scaleb(_DECIMAL_EXPONENTS.get(suffix, 0))
+    return int(value.to_integral_value(rounding=ROUND_CEILING))
+
+
+def _strings(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (value or {}).items()}
+
+
+def claim_record(obj: Mapping[str, Any]) -> ClaimRecord:
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    annotations = _strings(meta.get("annotations"))
+    class_name = spec.get("storageClassName")
+    if class_name is None:
+        class_name = annotations.get(BETA_STORAGE_CLASS_ANNOTATION)
+    requests = (spec.get("resources") or {}).get("requests") or {}
+    storage = requests.get("storage")
+    return ClaimRecord(
+        uid=str(meta.get("uid", "")),
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        annotations=annotations,
+        labels=_strings(meta.get("labels")),
+        storage_class_name=class_name,
+        selected_node=annotations.get("volume.kubernetes.io/selected-node") or None,
+        access_modes=tuple(spec.get("accessModes") or ()),
+        requested_storage=None if storage is None else str(storage),
+        volume_mode=spec.get("volumeMode") or "Filesystem",
+        has_selector=spec.get("selector") is not None,
+        has_data_source=bool(spec.get("dataSource") or spec.get("dataSourceRef")),
+        volume_name=spec.get("volumeName") or "",
+        being_deleted=meta.get("deletionTimestamp") is not None,
+    )
+
+
+def volume_record(obj: Mapping[str, Any]) -> VolumeRecord:
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    path, volume_type = None, None
+    if spec.get("hostPath") and not spec.get("local"):
+        path, volume_type = spec["hostPath"].get("path"), "hostPath"
+    elif spec.get("local") and not spec.get("hostPath"):
+        path, volume_type = spec["local"].get("path"), "local"
+    required = ((spec.get("nodeAffinity") or {}).get("required") or {}).get("nodeSelectorTerms")
+    affinity = tuple(
+        (str(expression.get("key", "")), tuple(expression.get("values") or ()))
+        for term in required or ()
+        for expression in term.get("matchExpressions") or ()
+        if expression.get("operator") == "In"
+    )
+    ref = spec.get("claimRef")
+    return VolumeRecord(
+        name=str(meta.get("name", "")),
+        annotations=_strings(meta.get("annotations")),
+        phase=str((obj.get("status") or {}).get("phase", "")),
+        reclaim_policy=spec.get("persistentVolumeReclaimPolicy") or "Delete",
+        storage_class_name=spec.get("storageClassName") or "",
+        path=path,
+        volume_type=volume_type,
+        affinity=affinity,
+        finalizers=tuple(meta.get("finalizers") or ()),
+        being_deleted=meta.get("deletionTimestamp") is not None,
+        claim_ref=None
+        if not ref
+        else ClaimReference(ref.get("namespace", ""), ref.get("name", ""), ref.get("uid", "")),
+        capacity=(spec.get("capacity") or {}).get("storage"),
+        volume_mode=spec.get("volumeMode") or "Filesystem",
+    )
+
+
+def storage_class_record(obj: Mapping[str, Any]) -> StorageClassRecord:
+    meta = obj.get("metadata") or {}
+    return StorageClassRecord(
+        name=str(meta.get("name", "")),
+        provisioner=str(obj.get("provisioner", "")),
+        parameters=_strings(obj.get("parameters")),
+        reclaim_policy=obj.get("reclaimPolicy") or "Delete",
+        binding_mode=obj.get("volumeBindingMode") or "Immediate",
+        mount_options=tuple(obj.get("mountOptions") or ()),
+        annotations=_strings(meta.get("annotations")),
+    )
+
+
+def node_record(obj: Mapping[str, Any]) -> NodeRecord:
+    meta = obj.get("metadata") or {}
+    conditions = (obj.get("status") or {}).get("conditions") or ()
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return NodeRecord(
+        name=str(meta.get("name", "")),
+        labels=_strings(meta.get("labels")),
+        ready=ready,
+        unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
+    )
