@@ -83,6 +83,10 @@ class ProvisionPlan:
 
 @dataclass(frozen=True, slots=True)
 class TeardownPlan:
+    """Run the teardown helper; once it succeeded, remove our finalizer (if remove_finalizer)
+    and then delete the PV object (if delete_volume), in the library's order, so that a
+    deleted PV never comes back to be torn down twice."""
+
     volume_name: str
     path: str
     node_name: str | None

@@ -231,9 +231,8 @@ def _check_storage(entries: list[NodePathMapEntry], shared: str | None) -> None:
         if entry.node in seen_nodes:
             raise ConfigError(
                 f"nodePathMap[{i}].node",
-                f"duplicate node {json.dumps(entry.node)}"
-                f" (already at nodePathMap[{seen_nodes[entry.node]}]): merge the"
-                " two entries",
+                f"duplicate node {json.dumps(entry.node)} (already at"
+                f" nodePathMap[{seen_nodes[entry.node]}]): merge the two entries",
             )
         seen_nodes[entry.node] = i
         seen_paths: dict[str, int] = {}
@@ -242,9 +241,8 @@ def _check_storage(entries: list[NodePathMapEntry], shared: str | None) -> None:
             if path in seen_paths:
                 raise ConfigError(
                     f"nodePathMap[{i}].paths[{k}]",
-                    f"duplicate path"
-                    f" {json.dumps(path)} for node {json.dumps(entry.node)} (already"
-                    f" at paths[{seen_paths[path]}])",
+                    f"duplicate path {json.dumps(path)} for node {json.dumps(entry.node)}"
+                    f" (already at paths[{seen_paths[path]}])",
                 )
             seen_paths[path] = k
     if shared is not None:
@@ -320,7 +318,10 @@ def _canonical_keys(value: Any, known: tuple[str, ...], where: str) -> Any:
             _canonical_keys(e, _ENTRY_KEYS, f"{prefix}[{i}]")
             for i, e in enumerate(result["nodePathMap"])
         ]
-    if isinstance(result.get("storageClassConfigs"), dict):
+    if isinstance(classes := result.get("storageClassConfigs"), dict):
+        if duplicates := getattr(classes, "duplicates", None):
+            key = _join(where, "storageClassConfigs", duplicates[0])
+            raise ConfigError(key, "is given more than once: keep one")
         result["storageClassConfigs"] = {
             name: _canonical_keys(c, _CLASS_KEYS, _join(where, "storageClassConfigs", name))
             for name, c in result["storageClassConfigs"].items()

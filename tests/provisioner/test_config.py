@@ -242,6 +242,10 @@ def test_config_error_carries_key_path_and_message() -> None:
             " case-insensitively): keep one",
         ),
         (
+            '{"storageClassConfigs": {"a": {"sharedFileSystemPath": "/x"}, "a": {}}}',
+            'storageClassConfigs["a"]: is given more than once: keep one',
+        ),
+        (
             '{"nodePathMap": [{"node": "a", "node": "b", "paths": ["/x"]}]}',
             "nodePathMap[0].node: is given more than once: keep one",
         ),
