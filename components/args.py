@@ -1,0 +1,150 @@
+"""Typed arguments of the components: plain frozen data, no Pulumi imports.
+
+The stack-config parser (settings.py) builds these and the components (deployment.py,
+storage_classes.py) consume them, so both sides are tested without the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from components import naming
+
+
+@dataclass(frozen=True)
+class ContainerResources:
+    """Requests and limits of the provisioner container, as Kubernetes quantities."""
+
+    cpu_request: str = "50m"
+    """CPU request, e.g. "50m"."""
+    memory_request: str = "64Mi"
+    """Memory request, e.g. "64Mi"."""
+    cpu_limit: str | None = None
+    """CPU limit; None (the default) for no limit, so a busy provisioner is never throttled."""
+    memory_limit: str | None = "192Mi"
+    """Memory limit; None for no limit."""
+
+    def requests(self) -> dict[str, str]:
+        """The container's `resources.requests`."""
+        return {"cpu": self.cpu_request, "memory": self.memory_request}
+
+    def limits(self) -> dict[str, str]:
+        """The container's `resources.limits`, without the unset ones."""
+        limits = {"cpu": self.cpu_limit, "memory": self.memory_limit}
+        return {name: value for name, value in limits.items() if value is not None}
+
+
+@dataclass(frozen=True)
+class ConfigMapFiles:
+    """The provisioner's ConfigMap: rancher's four files, already validated together."""
+
+    config_json: str
+    """config.json: nodePathMap / sharedFileSystemPath / storageClassConfigs and commands."""
+    setup: str
+    """The setup script helper pods run to create a volume directory."""
+    teardown: str
+    """The teardown script helper pods run to remove a volume directory."""
+    helper_pod_yaml: str
+    """helperPod.yaml: the helper pod template."""
+
+    def to_data(self) -> dict[str, str]:
+        """The ConfigMap's `data`, keyed by the file names the runtime reads."""
+        return {
+            "config.json": self.config_json,
+            "setup": self.setup,
+            "teardown": self.teardown,
+            "helperPod.yaml": self.helper_pod_yaml,
+        }
+
+
+@dataclass(frozen=True)
+class ProvisionerDeploymentArgs:
+    """Everything the provisioner's namespace, RBAC, ConfigMap and Deployment are built from."""
+
+    config_files: ConfigMapFiles
+    """The ConfigMap content (validated with provisioner.config)."""
+    namespace: str = naming.DEFAULT_NAMESPACE
+    """Namespace of the provisioner, its ConfigMap, helper pods and leader Lease (created)."""
+    image: str = naming.DEFAULT_IMAGE
+    """Provisioner container image."""
+    image_pull_policy: str = "IfNotPresent"
+    """Always, IfNotPresent or Never."""
+    replicas: int = 1
+    """Provisioner replicas; one leader works, the others stand by. Above 1, a
+    PodDisruptionBudget keeps one running through node drains."""
+    provisioner_name: str = naming.DEFAULT_PROVISIONER_NAME
+    """The `provisioner` the StorageClasses name; the runtime serves only those classes."""
+    debug: bool = False
+    """Debug logging (stack config logLevel: debug)."""
+    json_logs: bool = False
+    """One JSON object per log line."""
+    workers: int = 8
+    """Concurrent reconcilers."""
+    metrics_port: int = 8080
+    """Port of /healthz, /readyz and /metrics; the probes use it."""
+    leader_election: bool = True
+    """Elect one active replica on a Lease; turn off only for a single replica."""
+    allow_unsafe_helper_template: bool = False
+    """Trust helperPod.yaml without the safety checks (trusted administrators only)."""
+    resources: ContainerResources = field(default_factory=ContainerResources)
+    """Container requests and limits."""
+
+
+@dataclass(frozen=True)
+class LabelExpression:
+    """A node label and the values it may have (a TopologySelectorLabelRequirement)."""
+
+    key: str
+    """The node label, e.g. topology.kubernetes.io/zone."""
+    values: tuple[str, ...]
+    """The values accepted."""
+
+
+TopologyTerm = tuple[LabelExpression, ...]
+"""A TopologySelectorTerm: label expressions that must all match."""
+
+
+@dataclass(frozen=True)
+class StorageClassArgs:
+    """One StorageClass served by the provisioner."""
+
+    name: str
+    """StorageClass name (cluster-wide)."""
+    is_default: bool = False
+    """Mark as the cluster's default class."""
+    reclaim_policy: str = "Delete"
+    """Delete (teardown removes the directory) or Retain (data is never touched)."""
+    volume_binding_mode: str = "WaitForFirstConsumer"
+    """WaitForFirstConsumer (node-local paths) or Immediate (shared filesystem only)."""
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    """rancher's class parameters: nodePath, pathPattern, nodeAffinityKey, userPattern,
+    groupPattern, permPattern, allowUnsafePathPattern."""
+    default_volume_type: str | None = None
+    """hostPath or local: the `defaultVolumeType` annotation; None leaves the runtime default."""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """Further annotations, copied as they are."""
+    allowed_topologies: tuple[TopologyTerm, ...] = ()
+    """Where volumes can be provisioned: a node must match every expression of one term."""
+    mount_options: tuple[str, ...] = ()
+    """Mount options copied into each PersistentVolume."""
+
+    def all_annotations(self) -> dict[str, str]:
+        """The class's annotations including the ones derived from is_default and
+        default_volume_type."""
+        annotations = dict(self.annotations)
+        if self.is_default:
+            annotations[naming.DEFAULT_CLASS_ANNOTATION] = "true"
+        if self.default_volume_type is not None:
+            annotations[naming.DEFAULT_VOLUME_TYPE_ANNOTATION] = self.default_volume_type
+        return annotations
+
+
+@dataclass(frozen=True)
+class StorageClassesArgs:
+    """The StorageClasses of one provisioner."""
+
+    classes: tuple[StorageClassArgs, ...]
+    """The classes, in stack-config order."""
+    provisioner_name: str = naming.DEFAULT_PROVISIONER_NAME
+    """The provisioner every class names."""

@@ -1,0 +1,271 @@
+"""The provisioner itself: namespace, service accounts, RBAC, ConfigMap, Deployment, PDB.
+
+A config change updates the ConfigMap and nothing else: the ConfigMap is mounted as a
+directory (no subPath), kubelet swaps its symlink, and the runtime's hot reload picks it up
+within seconds. So the pod template carries no config hash and the Deployment never rolls for
+a config edit; the kubernetes provider is expected to update ConfigMaps in place
+(`enableConfigMapMutable`, see program.py) rather than replace them.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components import naming, rbac
+from components.args import ProvisionerDeploymentArgs
+
+core = kubernetes.core.v1
+access = kubernetes.rbac.v1
+
+CONTAINER_NAME = "provisioner"
+RUN_AS_USER = 65532
+"""A fixed non-root uid/gid (distroless' `nonroot`)."""
+
+
+def provisioner_arguments(args: ProvisionerDeploymentArgs) -> list[str]:
+    """The runtime's command-line flags (provisioner/options.py). The namespace comes from the
+    POD_NAMESPACE environment variable (downward API) instead."""
+    arguments = [
+        f"--provisioner-name={args.provisioner_name}",
+        f"--config={naming.CONFIG_DIRECTORY}/config.json",
+        f"--configmap-name={naming.CONFIG_MAP_NAME}",
+        f"--service-account-name={naming.HELPER_SERVICE_ACCOUNT}",
+        f"--worker-threads={args.workers}",
+        f"--metrics-port={args.metrics_port}",
+        "--leader-election" if args.leader_election else "--no-leader-election",
+    ]
+    if args.debug:
+        arguments.append("--debug")
+    if args.json_logs:
+        arguments.append("--json-logs")
+    if args.allow_unsafe_helper_template:
+        arguments.append("--allow-unsafe-helper-template")
+    return arguments
+
+
+def pod_template(args: ProvisionerDeploymentArgs, instance: str) -> core.PodTemplateSpecArgsDict:
+    """The Deployment's pod template."""
+    probe_port = "metrics"
+    container: core.ContainerArgsDict = {
+        "name": CONTAINER_NAME,
+        "image": args.image,
+        "image_pull_policy": args.image_pull_policy,
+        "command": ["local-path-storage-provisioner"],
+        "args": provisioner_arguments(args),
+        "env": [
+            {
+                "name": "POD_NAMESPACE",
+                "value_from": {"field_ref": {"field_path": "metadata.namespace"}},
+            }
+        ],
+        "ports": [{"name": probe_port, "container_port": args.metrics_port, "protocol": "TCP"}],
+        "liveness_probe": {
+            "http_get": {"path": "/healthz", "port": probe_port},
+            "initial_delay_seconds": 5,
+            "period_seconds": 10,
+            "failure_threshold": 3,
+        },
+        "readiness_probe": {
+            "http_get": {"path": "/readyz", "port": probe_port},
+            "period_seconds": 5,
+            "failure_threshold": 2,
+        },
+        "resources": {
+            "requests": args.resources.requests(),
+            "limits": args.resources.limits(),
+        },
+        "security_context": {
+            "allow_privilege_escalation": False,
+            "read_only_root_filesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volume_mounts": [
+            {"name": "config", "mount_path": naming.CONFIG_DIRECTORY, "read_only": True},
+            {"name": "tmp", "mount_path": "/tmp"},
+        ],
+    }
+    spec: core.PodSpecArgsDict = {
+        "service_account_name": naming.PROVISIONER_SERVICE_ACCOUNT,
+        "security_context": {
+            "run_as_non_root": True,
+            "run_as_user": RUN_AS_USER,
+            "run_as_group": RUN_AS_USER,
+            "seccomp_profile": {"type": "RuntimeDefault"},
+        },
+        "containers": [container],
+        "volumes": [
+            {"name": "config", "config_map": {"name": naming.CONFIG_MAP_NAME}},
+            # Python and its libraries may want a scratch directory; the root is read-only.
+            {"name": "tmp", "empty_dir": {"size_limit": "16Mi"}},
+        ],
+    }
+    if args.replicas > 1:
+        # Stand-by replicas on other nodes, so losing one node does not lose the provisioner.
+        spec["affinity"] = {
+            "pod_anti_affinity": {
+                "preferred_during_scheduling_ignored_during_execution": [
+                    {
+                        "weight": 100,
+                        "pod_affinity_term": {
+                            "topology_key": "kubernetes.io/hostname",
+                            "label_selector": {"match_labels": naming.selector_labels(instance)},
+                        },
+                    }
+                ]
+            }
+        }
+    return {"metadata": {"labels": naming.labels(instance, "provisioner")}, "spec": spec}
+
+
+def _policy_rule(rule: rbac.PolicyRule) -> access.PolicyRuleArgsDict:
+    converted: access.PolicyRuleArgsDict = {
+        "api_groups": [rule.api_group],
+        "resources": list(rule.resources),
+        "verbs": list(rule.verbs),
+    }
+    if rule.resource_names:
+        converted["resource_names"] = list(rule.resource_names)
+    return converted
+
+
+class ProvisionerDeployment(pulumi.ComponentResource):
+    """One installation of the provisioner (everything but the StorageClasses)."""
+
+    namespace: pulumi.Output[str]
+    """The namespace the provisioner runs in."""
+    config_map_name: pulumi.Output[str]
+    """The ConfigMap holding config.json, setup, teardown and helperPod.yaml."""
+    provisioner_name: pulumi.Output[str]
+    """The provisioner name StorageClasses must use."""
+    deployment_name: pulumi.Output[str]
+    """The provisioner Deployment."""
+
+    def __init__(
+        self,
+        name: str,
+        args: ProvisionerDeploymentArgs,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("local-path-storage:index:ProvisionerDeployment", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        namespace_resource = core.Namespace(
+            f"{name}-namespace",
+            metadata={
+                "name": args.namespace,
+                # Helper pods mount hostPath volumes, which the baseline and restricted Pod
+                # Security levels forbid; the provisioner pod itself is restricted-compliant.
+                "labels": {
+                    **naming.labels(name, "namespace"),
+                    "pod-security.kubernetes.io/enforce": "privileged",
+                },
+            },
+            opts=child,
+        )
+        # Using the namespace's output (not the plain string) orders every namespaced child
+        # after the namespace's creation.
+        namespace = namespace_resource.metadata.name
+
+        def metadata(object_name: str, component: str) -> kubernetes.meta.v1.ObjectMetaArgsDict:
+            return {
+                "name": object_name,
+                "namespace": namespace,
+                "labels": naming.labels(name, component),
+            }
+
+        provisioner_account = core.ServiceAccount(
+            f"{name}-provisioner-sa",
+            metadata=metadata(naming.PROVISIONER_SERVICE_ACCOUNT, "provisioner"),
+            opts=child,
+        )
+        core.ServiceAccount(
+            f"{name}-helper-sa",
+            metadata=metadata(naming.HELPER_SERVICE_ACCOUNT, "helper"),
+            automount_service_account_token=False,
+            opts=child,
+        )
+        subject: access.SubjectArgsDict = {
+            "kind": "ServiceAccount",
+            "name": provisioner_account.metadata.name,
+            "namespace": namespace,
+        }
+        cluster_name = naming.cluster_scoped_name(args.namespace)
+        cluster_role = access.ClusterRole(
+            f"{name}-clusterrole",
+            metadata={"name": cluster_name, "labels": naming.labels(name, "rbac")},
+            rules=[_policy_rule(rule) for rule in rbac.CLUSTER_RULES],
+            opts=child,
+        )
+        cluster_role_binding = access.ClusterRoleBinding(
+            f"{name}-clusterrolebinding",
+            metadata={"name": cluster_name, "labels": naming.labels(name, "rbac")},
+            role_ref={
+                "api_group": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": cluster_role.metadata.name,
+            },
+            subjects=[subject],
+            opts=child,
+        )
+        role = access.Role(
+            f"{name}-role",
+            metadata=metadata(naming.PROVISIONER_SERVICE_ACCOUNT, "rbac"),
+            rules=[_policy_rule(rule) for rule in rbac.namespace_rules(naming.CONFIG_MAP_NAME)],
+            opts=child,
+        )
+        role_binding = access.RoleBinding(
+            f"{name}-rolebinding",
+            metadata=metadata(naming.PROVISIONER_SERVICE_ACCOUNT, "rbac"),
+            role_ref={
+                "api_group": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": role.metadata.name,
+            },
+            subjects=[subject],
+            opts=child,
+        )
+        config_map = core.ConfigMap(
+            f"{name}-config",
+            metadata=metadata(naming.CONFIG_MAP_NAME, "config"),
+            data=args.config_files.to_data(),
+            opts=child,
+        )
+        deployment = kubernetes.apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata=metadata("local-path-storage-provisioner", "provisioner"),
+            spec={
+                "replicas": args.replicas,
+                "selector": {"match_labels": naming.selector_labels(name)},
+                "template": pod_template(args, name),
+            },
+            # The pod template names its ConfigMap and service account by their fixed names;
+            # the rights must be in place before the first pod starts.
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[config_map, provisioner_account, cluster_role_binding, role_binding],
+            ),
+        )
+        if args.replicas > 1:
+            kubernetes.policy.v1.PodDisruptionBudget(
+                f"{name}-pdb",
+                metadata=metadata("local-path-storage-provisioner", "provisioner"),
+                spec={
+                    "min_available": 1,
+                    "selector": {"match_labels": naming.selector_labels(name)},
+                },
+                opts=child,
+            )
+
+        self.namespace = namespace
+        self.config_map_name = config_map.metadata.name
+        self.provisioner_name = pulumi.Output.from_input(args.provisioner_name)
+        self.deployment_name = deployment.metadata.name
+        self.register_outputs(
+            {
+                "namespace": self.namespace,
+                "config_map_name": self.config_map_name,
+                "provisioner_name": self.provisioner_name,
+                "deployment_name": self.deployment_name,
+            }
+        )

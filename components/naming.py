@@ -1,0 +1,50 @@
+"""Names and labels shared by the components, the runtime's flags and the tests.
+
+Kubernetes names here are fixed rather than auto-named: the runtime finds its ConfigMap and
+helper service account by name, and users find the namespace and classes by name.
+"""
+
+from __future__ import annotations
+
+CONFIG_NAMESPACE = "local-path-storage"
+"""The Pulumi config namespace: the project name, so `pulumi config set --path nodePathMap...`
+needs no prefix and Pulumi.yaml can declare typed defaults for the keys."""
+
+DEFAULT_NAMESPACE = "local-path-storage"
+DEFAULT_IMAGE = "local-path-storage/provisioner:0.1.0"
+DEFAULT_PROVISIONER_NAME = "local-path-storage.io/local-path"
+
+CONFIG_MAP_NAME = "local-path-config"
+"""rancher's ConfigMap name, so its users find config.json where they expect it."""
+CONFIG_DIRECTORY = "/etc/config"
+"""Where the ConfigMap is mounted (as a directory: kubelet's symlink swap makes updates
+visible to the runtime's hot reload)."""
+PROVISIONER_SERVICE_ACCOUNT = "local-path-storage-provisioner"
+HELPER_SERVICE_ACCOUNT = "local-path-storage-helper"
+"""Helper pods run under this account: no rights, no token mounted."""
+
+DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
+DEFAULT_VOLUME_TYPE_ANNOTATION = "defaultVolumeType"
+
+APP_NAME = "local-path-storage"
+
+
+def cluster_scoped_name(namespace: str) -> str:
+    """Name of the ClusterRole and ClusterRoleBinding: one pair per installation namespace, so
+    two installations (say, a canary) in one cluster do not overwrite each other's."""
+    return f"{namespace}:provisioner"
+
+
+def selector_labels(instance: str) -> dict[str, str]:
+    """Labels that select the provisioner's pods (immutable once the Deployment exists)."""
+    return {"app.kubernetes.io/name": APP_NAME, "app.kubernetes.io/instance": instance}
+
+
+def labels(instance: str, component: str) -> dict[str, str]:
+    """Labels on every object of one installation: the recommended app.kubernetes.io set."""
+    return {
+        **selector_labels(instance),
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": APP_NAME,
+        "app.kubernetes.io/managed-by": "pulumi",
+    }

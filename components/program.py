@@ -1,0 +1,64 @@
+"""The Pulumi program: stack config in, components and stack outputs out.
+
+Validation happens first and completely, so a bad stack config fails with one line naming the
+key before a single resource is registered (nothing to roll back, nothing half-planned).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+from pulumi.runtime.config import CONFIG, get_config_env
+
+from components.deployment import ProvisionerDeployment
+from components.settings import SettingsError, StackSettings, parse_settings
+from components.storage_classes import StorageClasses
+
+INSTANCE_NAME = "local-path-storage"
+
+
+def read_stack_config() -> dict[str, str]:
+    """The whole config bag the engine passed (all namespaces): needed to refuse unknown keys,
+    which `pulumi.Config` cannot enumerate."""
+    return {**get_config_env(), **CONFIG.get()}
+
+
+def load_settings(raw_config: Mapping[str, str]) -> StackSettings:
+    """Parses stack config; a bad value becomes a RunError, which the engine prints as one
+    `error:` line without a traceback."""
+    try:
+        return parse_settings(raw_config)
+    except SettingsError as error:
+        raise pulumi.RunError(str(error)) from None
+
+
+def kubernetes_provider(settings: StackSettings) -> kubernetes.Provider:
+    """The one explicit provider: ConfigMaps updated in place (so the runtime hot-reloads
+    instead of losing its mounted config to a replacement), and optionally rendering manifests
+    to a directory instead of applying them. Cluster access settings in the `kubernetes:`
+    namespace (kubeconfig, context) are honoured as they would be by the default provider."""
+    cluster = pulumi.Config("kubernetes")
+    return kubernetes.Provider(
+        "kubernetes",
+        enable_config_map_mutable=True,
+        render_yaml_to_directory=settings.render_yaml_to_directory,
+        kubeconfig=cluster.get("kubeconfig"),
+        context=cluster.get("context"),
+    )
+
+
+def run() -> None:
+    """Builds the whole stack from the current stack config."""
+    settings = load_settings(read_stack_config())
+    provider = kubernetes_provider(settings)
+    with_provider = pulumi.ResourceOptions(providers=[provider])
+    deployment = ProvisionerDeployment(INSTANCE_NAME, settings.deployment, with_provider)
+    classes = StorageClasses(INSTANCE_NAME, settings.storage_classes, with_provider)
+    pulumi.export("namespace", deployment.namespace)
+    pulumi.export("provisionerName", deployment.provisioner_name)
+    pulumi.export("configMapName", deployment.config_map_name)
+    pulumi.export("storageClassNames", classes.class_names)
+    if settings.render_yaml_to_directory is not None:
+        pulumi.export("renderedTo", settings.render_yaml_to_directory)

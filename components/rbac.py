@@ -1,0 +1,59 @@
+"""The provisioner's Kubernetes rights, as plain data.
+
+Least privilege, written where a reviewer can read it in one screen and a test can pin it:
+cluster-wide, only what provisioning needs (claims, volumes, classes, nodes, events); in its
+own namespace, only helper pods, its own ConfigMap and the leader-election Lease. No secrets,
+and no `pods/log`: a failed helper's log tail arrives in its termination message
+(`terminationMessagePolicy: FallbackToLogsOnError`, see docs/CONTRACTS.md). Helper pods run
+under a separate service account that is bound to nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PolicyRule:
+    """One RBAC rule: the verbs allowed on some resources of one API group."""
+
+    api_group: str
+    """API group; "" is the core group."""
+    resources: tuple[str, ...]
+    """Resource names (plural, lower case), e.g. ("persistentvolumeclaims",)."""
+    verbs: tuple[str, ...]
+    """Allowed verbs, e.g. ("get", "list", "watch")."""
+    resource_names: tuple[str, ...] = ()
+    """When not empty, the rule applies only to objects with these names."""
+
+
+CLUSTER_RULES: tuple[PolicyRule, ...] = (
+    # Claims: watch ours, and clear the selected-node annotation to make the scheduler retry
+    # when the chosen node has gone.
+    PolicyRule("", ("persistentvolumeclaims",), ("get", "list", "watch", "update", "patch")),
+    # Volumes: create for claims, delete after teardown, update/patch for the finalizer.
+    PolicyRule(
+        "",
+        ("persistentvolumes",),
+        ("get", "list", "watch", "create", "delete", "update", "patch"),
+    ),
+    PolicyRule("storage.k8s.io", ("storageclasses",), ("get", "list", "watch")),
+    # Nodes: to know whether a selected node still exists, and its affinity label values.
+    PolicyRule("", ("nodes",), ("get", "list", "watch")),
+    PolicyRule("", ("events",), ("create", "patch")),
+)
+"""Cluster-wide rights of the provisioner's service account (a ClusterRole)."""
+
+
+def namespace_rules(config_map_name: str) -> tuple[PolicyRule, ...]:
+    """Rights of the provisioner in its own namespace (a Role).
+
+    The ConfigMap rule names the provisioner's own ConfigMap only: the runtime reads its config
+    from the mounted volume, and nothing in the namespace is any other component's business.
+    Leases cannot be limited by name, since `create` is never checked against resourceNames.
+    """
+    return (
+        PolicyRule("", ("pods",), ("create", "get", "list", "watch", "delete")),
+        PolicyRule("", ("configmaps",), ("get", "list", "watch"), (config_map_name,)),
+        PolicyRule("coordination.k8s.io", ("leases",), ("get", "create", "update")),
+    )

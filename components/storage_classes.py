@@ -1,0 +1,69 @@
+"""The StorageClasses a provisioner serves.
+
+Kubernetes refuses updates to a class's parameters, provisioner, reclaimPolicy and
+volumeBindingMode. Declaring them replace-on-change makes `pulumi preview` show a
+replacement instead of an update that fails at apply time; since the name is fixed, the old
+class must go before the new one is created. Existing volumes keep working across the swap:
+a PersistentVolume holds everything it needs, and claims refer to the class only by name.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as kubernetes
+
+from components import naming
+from components.args import StorageClassesArgs, TopologyTerm
+
+IMMUTABLE_FIELDS = ("parameters", "provisioner", "reclaimPolicy", "volumeBindingMode")
+"""StorageClass fields Kubernetes refuses to update in place."""
+
+
+def _topology_term(term: TopologyTerm) -> kubernetes.core.v1.TopologySelectorTermArgsDict:
+    return {
+        "match_label_expressions": [
+            {"key": expression.key, "values": list(expression.values)} for expression in term
+        ]
+    }
+
+
+class StorageClasses(pulumi.ComponentResource):
+    """One StorageClass per entry of the stack config's storageClasses."""
+
+    class_names: pulumi.Output[list[str]]
+    """The names of the classes, in stack-config order."""
+
+    def __init__(
+        self,
+        name: str,
+        args: StorageClassesArgs,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("local-path-storage:index:StorageClasses", name, None, opts)
+        names = []
+        for storage_class in args.classes:
+            resource = kubernetes.storage.v1.StorageClass(
+                f"{name}-{storage_class.name}",
+                metadata={
+                    "name": storage_class.name,
+                    "labels": naming.labels(name, "storageclass"),
+                    "annotations": storage_class.all_annotations(),
+                },
+                provisioner=args.provisioner_name,
+                reclaim_policy=storage_class.reclaim_policy,
+                volume_binding_mode=storage_class.volume_binding_mode,
+                parameters=dict(storage_class.parameters),
+                # Volumes are directories without a size of their own: nothing to expand.
+                allow_volume_expansion=False,
+                allowed_topologies=[_topology_term(t) for t in storage_class.allowed_topologies]
+                or None,
+                mount_options=list(storage_class.mount_options) or None,
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    replace_on_changes=list(IMMUTABLE_FIELDS),
+                    delete_before_replace=True,
+                ),
+            )
+            names.append(resource.metadata.name)
+        self.class_names = pulumi.Output.all(*names).apply(lambda values: [str(v) for v in values])
+        self.register_outputs({"class_names": self.class_names})
