@@ -1,0 +1,376 @@
+"""Running a helper pod to completion: create, watch, report, always delete.
+
+rancher polls the pod every second and only recognises Succeeded, so a failing script is noticed
+at the timeout. Here the pod is watched (a watch on its name, re-opened when the server ends it)
+and every outcome is reported as soon as the pod shows it:
+
+- Succeeded: return the duration;
+- Failed: `HelperPodFailed` with the exit code, reason and the log tail the kubelet copied into
+  the termination message (the helper uses terminationMessagePolicy FallbackToLogsOnError);
+- stuck before starting (image pull, bad config) for longer than a short grace:
+  `HelperPodNotStarted`;
+- nothing of that within the timeout: `HelperPodTimeout`.
+
+A pod of the same name left by an earlier run (say, the provisioner restarted mid-action) is
+adopted when it was made from the same manifest (compared by a hash annotation), else replaced.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import math
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from provisioner.kube import watch_stream
+from provisioner.kube.client import KubeClients
+from provisioner.kube.clock import SYSTEM_CLOCK, Clock
+
+log = logging.getLogger(__name__)
+
+SPEC_HASH_ANNOTATION = "local-path-storage.io/helper-pod-spec-hash"
+START_FAILURE_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+DEFAULT_START_FAILURE_GRACE = 20.0
+HTTP_NOT_FOUND = 404
+HTTP_CONFLICT = 409
+CONNECT_TIMEOUT = 10.0
+
+
+class HelperPodError(Exception):
+    """A helper pod did not succeed. `duration` is set when the run ends (for metrics)."""
+
+    def __init__(self, pod: str, message: str) -> None:
+        super().__init__(f"helper pod {pod}: {message}")
+        self.pod = pod
+        self.duration: float | None = None
+
+
+class HelperPodFailed(HelperPodError):  # noqa: N818 (the contract's name)
+    def __init__(self, pod: str, exit_code: int | None, reason: str, log_tail: str) -> None:
+        code = "no exit code" if exit_code is None else f"exit code {exit_code}"
+        detail = f": {log_tail.strip()}" if log_tail.strip() else ""
+        super().__init__(pod, f"failed ({reason}, {code}){detail}")
+        self.exit_code = exit_code
+        self.reason = reason
+        self.log_tail = log_tail
+
+
+class HelperPodTimeout(HelperPodError):  # noqa: N818 (the contract's name)
+    def __init__(self, pod: str, timeout: float, last_state: str) -> None:
+        super().__init__(pod, f"did not finish within {timeout:g}s (last seen: {last_state})")
+        self.timeout = timeout
+        self.last_state = last_state
+
+
+class HelperPodNotStarted(HelperPodError):  # noqa: N818 (the contract's name)
+    def __init__(self, pod: str, reason: str) -> None:
+        super().__init__(pod, f"could not start: {reason}")
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class PodState:
+    """What matters of a pod's status, read from the raw object."""
+
+    phase: str
+    exit_code: int | None = None
+    reason: str = ""
+    message: str = ""
+    waiting_reason: str = ""
+    waiting_message: str = ""
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> PodState:
+        status = pod.get("status") or {}
+        phase = str(status.get("phase") or "Pending")
+        statuses = status.get("containerStatuses") or []
+        state = (statuses[0].get("state") or {}) if statuses else {}
+        terminated = state.get("terminated")
+        waiting = state.get("waiting") or {}
+        if terminated:
+            return cls(
+                phase=phase,
+                exit_code=terminated.get("exitCode"),
+                reason=str(terminated.get("reason") or ""),
+                message=str(terminated.get("message") or ""),
+            )
+        return cls(
+            phase=phase,
+            reason=str(status.get("reason") or ""),
+            message=str(status.get("message") or ""),
+            waiting_reason=str(waiting.get("reason") or ""),
+            waiting_message=str(waiting.get("message") or ""),
+        )
+
+    def describe(self) -> str:
+        if self.waiting_reason:
+            return f"{self.phase}, waiting: {self.waiting_reason}"
+        return self.phase
+
+
+def spec_hash(manifest: Mapping[str, Any]) -> str:
+    """A digest of the manifest as we were asked to create it."""
+    canonical = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+class _PodGoneError(Exception):
+    pass
+
+
+class _Progress:
+    """Judges each observed state of a running helper pod: done, failed, or when to look again
+    (the overall deadline, or sooner when a start failure's grace runs out)."""
+
+    def __init__(
+        self, label: str, deadline: float, timeout: float, grace: float, clock: Clock
+    ) -> None:
+        self._label = label
+        self._deadline = deadline
+        self._timeout = timeout
+        self._grace = grace
+        self._clock = clock
+        self._bad_since: float | None = None
+
+    def next_look(self, pod: Mapping[str, Any]) -> float | None:
+        """None once the pod succeeded; raises a HelperPodError for any other outcome."""
+        state = PodState.of(pod)
+        if state.phase == "Succeeded":
+            return None
+        if state.phase == "Failed":
+            raise HelperPodFailed(
+                self._label, state.exit_code, state.reason or "Failed", state.message
+            )
+        now = self._clock.monotonic()
+        if state.waiting_reason in START_FAILURE_REASONS:
+            if self._bad_since is None:
+                self._bad_since = now
+            if now - self._bad_since >= self._grace:
+                detail = f": {state.waiting_message}" if state.waiting_message else ""
+                raise HelperPodNotStarted(self._label, f"{state.waiting_reason}{detail}")
+        else:
+            self._bad_since = None
+        if now >= self._deadline:
+            raise HelperPodTimeout(self._label, self._timeout, state.describe())
+        if self._bad_since is None:
+            return self._deadline
+        return min(self._deadline, self._bad_since + self._grace)
+
+
+class HelperPodRunner:
+    def __init__(
+        self,
+        clients: KubeClients,
+        *,
+        start_failure_grace: float = DEFAULT_START_FAILURE_GRACE,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self._clients = clients
+        self._grace = start_failure_grace
+        self._clock = clock
+
+    def run(self, manifest: Mapping[str, Any], timeout: float) -> float:
+        """Create the pod (namespace and name from its metadata), wait for it to succeed, delete
+        it. Returns the seconds it took; raises a `HelperPodError` otherwise (the pod is deleted
+        in every case)."""
+        started = self._clock.monotonic()
+        deadline = started + timeout
+        pod = copy.deepcopy(dict(manifest))
+        metadata = pod.setdefault("metadata", {})
+        namespace, name = metadata.get("namespace"), metadata.get("name")
+        if not namespace or not name:
+            raise ValueError("a helper pod manifest needs metadata.namespace and metadata.name")
+        metadata.setdefault("annotations", {})[SPEC_HASH_ANNOTATION] = spec_hash(manifest)
+        label = f"{namespace}/{name}"
+        try:
+            current = self._create_or_adopt(pod, label, deadline, timeout)
+            self._wait_for_completion(current, label, deadline, timeout)
+            return self._clock.monotonic() - started
+        except HelperPodError as e:
+            e.duration = self._clock.monotonic() - started
+            raise
+        finally:
+            self._delete(namespace, name)
+
+    def _create_or_adopt(
+        self, pod: dict[str, Any], label: str, deadline: float, timeout: float
+    ) -> dict[str, Any]:
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        wanted = pod["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+        for _ in range(3):
+            try:
+                return self._clients.request_json("POST", _pods(namespace), body=pod)
+            except ApiException as e:
+                if e.status != HTTP_CONFLICT:
+                    raise HelperPodNotStarted(label, f"creating it failed: {_api_error(e)}") from e
+            try:
+                existing = self._clients.request_json("GET", _pods(namespace, name))
+            except ApiException as e:
+                if e.status == HTTP_NOT_FOUND:
+                    continue
+                raise HelperPodNotStarted(label, f"reading it failed: {_api_error(e)}") from e
+            existing_metadata = existing.get("metadata") or {}
+            deleting = bool(existing_metadata.get("deletionTimestamp"))
+            if (existing_metadata.get("annotations") or {}).get(SPEC_HASH_ANNOTATION) == wanted:
+                if not deleting:
+                    log.info("adopting helper pod %s left by an earlier run", label)
+                    return existing
+            elif not deleting:
+                log.info("replacing helper pod %s: it was made from a different manifest", label)
+                self._delete(namespace, name, uid=existing_metadata.get("uid"))
+            self._wait_until_deleted(existing, label, deadline, timeout)
+        raise HelperPodNotStarted(label, "a pod of that name keeps reappearing")
+
+    def _wait_for_completion(
+        self, pod: dict[str, Any], label: str, deadline: float, timeout: float
+    ) -> None:
+        progress = _Progress(label, deadline, timeout, self._grace, self._clock)
+        wake_at = progress.next_look(pod)
+        while wake_at is not None:
+            # Follow the watch while the pod's changes do not move the next look earlier (a
+            # start failure's grace ending before the overall deadline).
+            def keep_following(new: dict[str, Any], current: float = wake_at) -> bool:
+                following = progress.next_look(new)
+                return following is not None and following >= current
+
+            try:
+                pod = self._follow(pod, wake_at, keep_following)
+            except _PodGoneError as e:
+                raise HelperPodFailed(
+                    label, None, "Deleted", "the pod was deleted before it finished"
+                ) from e
+            wake_at = progress.next_look(pod)
+
+    def _wait_until_deleted(
+        self, pod: dict[str, Any], label: str, deadline: float, timeout: float
+    ) -> None:
+        uid = pod["metadata"].get("uid")
+        while self._clock.monotonic() < deadline:
+            try:
+                pod = self._follow(pod, deadline, lambda new: new["metadata"].get("uid") == uid)
+            except _PodGoneError:
+                return
+            if pod["metadata"].get("uid") != uid:
+                return
+        raise HelperPodTimeout(label, timeout, "an earlier pod of that name was still deleting")
+
+    def _follow(
+        self,
+        pod: dict[str, Any],
+        until: float,
+        keep_following: Callable[[dict[str, Any]], bool],
+    ) -> dict[str, Any]:
+        """Watch the pod until `until` or until a new state of it makes `keep_following` say
+        False; return the last state seen. Raises _PodGoneError if it is deleted."""
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        events = self._watch(namespace, name, watch_stream.resource_version_of(pod), until)
+        try:
+            for event in events:
+                if event["type"] == "DELETED":
+                    raise _PodGoneError
+                if event["type"] == "BOOKMARK":
+                    version = watch_stream.resource_version_of(event["object"])
+                    pod["metadata"]["resourceVersion"] = version or pod["metadata"].get(
+                        "resourceVersion"
+                    )
+                elif event["type"] in ("ADDED", "MODIFIED"):
+                    pod = dict(event["object"])
+                    if not keep_following(pod):
+                        return pod
+        except _ExpiredError:
+            return self._read(namespace, name)
+        except (HTTPError, OSError, ApiException) as e:
+            log.warning("watching helper pod %s/%s: %s; re-reading it", namespace, name, e)
+            self._clock.sleep(1.0)
+            return self._read(namespace, name)
+        finally:
+            events.close()
+        return pod
+
+    def _watch(
+        self, namespace: str, name: str, resource_version: str, until: float
+    ) -> Generator[dict[str, Any]]:
+        seconds = max(1, math.ceil(until - self._clock.monotonic()))
+        try:
+            response = cast(
+                watch_stream.RawResponse,
+                self._clients.core.list_namespaced_pod(
+                    namespace,
+                    field_selector=f"metadata.name={name}",
+                    watch=True,
+                    resource_version=resource_version,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=seconds,
+                    _preload_content=False,
+                    _request_timeout=(CONNECT_TIMEOUT, seconds + 15),
+                ),
+            )
+        except ApiException as e:
+            if e.status == watch_stream.HTTP_GONE:
+                raise _ExpiredError from e
+            raise
+        try:
+            for event in watch_stream.iter_watch_events(response):
+                if event.get("type") == "ERROR":
+                    if watch_stream.watch_error_code(event) == watch_stream.HTTP_GONE:
+                        raise _ExpiredError
+                    raise HTTPError(f"watch error: {event.get('object')}")
+                yield event
+        finally:
+            watch_stream.discard(response)
+
+    def _read(self, namespace: str, name: str) -> dict[str, Any]:
+        try:
+            return self._clients.request_json("GET", _pods(namespace, name))
+        except ApiException as e:
+            if e.status == HTTP_NOT_FOUND:
+                raise _PodGoneError from e
+            raise
+
+    def _delete(self, namespace: str, name: str, uid: str | None = None) -> None:
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            self._clients.request_json("DELETE", _pods(namespace, name), body=body)
+        except ApiException as e:
+            if e.status not in (HTTP_NOT_FOUND, HTTP_CONFLICT):
+                log.warning("deleting helper pod %s/%s failed: %s", namespace, name, _api_error(e))
+        except (HTTPError, OSError) as e:
+            log.warning("deleting helper pod %s/%s failed: %s", namespace, name, e)
+
+
+class _ExpiredError(Exception):
+    pass
+
+
+def _pods(namespace: str, name: str = "") -> str:
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    return f"{path}/{name}" if name else path
+
+
+def _api_error(error: ApiException) -> str:
+    message = ""
+    if error.body:
+        try:
+            message = json.loads(error.body).get("message", "")
+        except (ValueError, AttributeError):
+            message = str(error.body)[:200]
+    return f"HTTP {error.status} {error.reason}" + (f": {message}" if message else "")

@@ -1,0 +1,272 @@
+"""Leader election on a coordination.k8s.io/v1 Lease, the algorithm of client-go's leaderelection:
+
+- a candidate takes the lease when it is free (no holder) or when the holder's record has not
+  changed for leaseDurationSeconds, measured on *our* clock from when we observed the change, so
+  clock skew between nodes does not matter;
+- the leader renews every `retry_period`; if it cannot renew for `renew_deadline` it stops
+  leading, and it stops at once if it sees another holder;
+- on a graceful stop the leader releases the lease (empty holder, duration 1 s) so a standby
+  takes over immediately instead of after the lease expires.
+
+Writes use resourceVersion preconditions: two candidates racing for the lease cannot both win.
+Callbacks run on the elector's thread and must return promptly (start threads, do not block):
+a blocked callback stops renewal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from provisioner.kube.client import JsonRequester
+from provisioner.kube.clock import SYSTEM_CLOCK, Clock
+
+log = logging.getLogger(__name__)
+
+HTTP_NOT_FOUND = 404
+HTTP_CONFLICT = 409
+
+
+@dataclass(frozen=True)
+class LeaderElectionConfig:
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    release_on_stop: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 < self.retry_period < self.renew_deadline < self.lease_duration:
+            raise ValueError(
+                "need 0 < retry_period < renew_deadline < lease_duration, got "
+                f"{self.retry_period}, {self.renew_deadline}, {self.lease_duration}"
+            )
+
+
+def lease_name_for(provisioner_name: str) -> str:
+    """A valid Lease name (DNS subdomain) from a provisioner name such as
+    `local-path-storage.io/local-path` -> `local-path-storage.io-local-path`."""
+    name = re.sub(r"[^a-z0-9.-]+", "-", provisioner_name.lower())
+    name = name[:253].strip("-.")
+    if not name:
+        raise ValueError(f"cannot derive a lease name from {provisioner_name!r}")
+    return name
+
+
+def default_identity() -> str:
+    """Unique per process, readable in `kubectl get lease`: hostname (the pod name), pid, and a
+    random suffix so a restarted container never mistakes its predecessor's lease for its own."""
+    return f"{socket.gethostname()}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+
+
+def _micro_time(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        clients: JsonRequester,
+        namespace: str,
+        lease_name: str,
+        *,
+        identity: str | None = None,
+        config: LeaderElectionConfig | None = None,
+        on_started_leading: Callable[[], None] | None = None,
+        on_stopped_leading: Callable[[], None] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.identity = identity or default_identity()
+        self.namespace = namespace
+        self.lease_name = lease_name
+        self._clients = clients
+        self._config = config or LeaderElectionConfig()
+        self._on_started = on_started_leading
+        self._on_stopped = on_stopped_leading
+        self._clock = clock
+        self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{lease_name}"
+        self._stop = threading.Event()
+        self._leading = False
+        self._observed_spec: dict[str, Any] = {}
+        self._observed_at = 0.0
+        self._thread: threading.Thread | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leading
+
+    @property
+    def observed_holder(self) -> str:
+        """The holder in the lease as we last read it ("" when free or not read yet)."""
+        return str(self._observed_spec.get("holderIdentity") or "")
+
+    def start(self) -> None:
+        """Run the election on a daemon thread (see `run`)."""
+        self._thread = threading.Thread(target=self.run, name="leader-election", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = 10.0) -> None:
+        """Stop campaigning; if leading, release the lease and call on_stopped_leading."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def run(self) -> None:
+        """Campaign until leading, lead until the lease is lost or `stop()` is called."""
+        if not self._acquire():
+            return
+        self._leading = True
+        log.info(
+            "became leader for lease %s/%s as %s", self.namespace, self.lease_name, self.identity
+        )
+        self._call(self._on_started, "on_started_leading")
+        lost = self._renew_until_lost_or_stopped()
+        if not lost and self._config.release_on_stop:
+            self._release()
+        self._leading = False
+        log.info(
+            "stopped leading lease %s/%s (%s)",
+            self.namespace,
+            self.lease_name,
+            "lost" if lost else "released",
+        )
+        self._call(self._on_stopped, "on_stopped_leading")
+
+    def _acquire(self) -> bool:
+        config = self._config
+        while not self._stop.is_set():
+            if self._try_acquire_or_renew(timeout=config.renew_deadline):
+                return True
+            # Jitter (client-go's factor 1.2) keeps standbys from hitting the lease in lockstep.
+            self._stop.wait(config.retry_period * (1 + random.random() * 0.2))  # noqa: S311
+        return False
+
+    def _renew_until_lost_or_stopped(self) -> bool:
+        config = self._config
+        while not self._stop.wait(config.retry_period):
+            deadline = self._clock.monotonic() + config.renew_deadline
+            while True:
+                remaining = deadline - self._clock.monotonic()
+                if self._try_acquire_or_renew(timeout=max(0.5, remaining)):
+                    break
+                if self.observed_holder not in ("", self.identity):
+                    log.warning("lease %s taken over by %s", self.lease_name, self.observed_holder)
+                    return True
+                if self._clock.monotonic() >= deadline:
+                    log.warning(
+                        "could not renew lease %s within %.1fs",
+                        self.lease_name,
+                        config.renew_deadline,
+                    )
+                    return True
+                if self._stop.wait(config.retry_period):
+                    return False
+        return False
+
+    def _try_acquire_or_renew(self, timeout: float) -> bool:
+        now = self._clock.now()
+        try:
+            lease = self._clients.request_json("GET", self._path, timeout=timeout)
+        except ApiException as e:
+            if e.status != HTTP_NOT_FOUND:
+                log.warning("reading lease %s: HTTP %s %s", self.lease_name, e.status, e.reason)
+                return False
+            return self._create(now, timeout)
+        except (HTTPError, OSError) as e:
+            log.warning("reading lease %s: %s", self.lease_name, e)
+            return False
+        spec = lease.get("spec") or {}
+        self._observe(spec)
+        holder = spec.get("holderIdentity") or ""
+        duration = spec.get("leaseDurationSeconds") or self._config.lease_duration
+        if (
+            holder
+            and holder != self.identity
+            and self._observed_at + duration > self._clock.monotonic()
+        ):
+            return False
+        new_spec = self._spec(now, acquire_time=now, transitions=spec.get("leaseTransitions", 0))
+        if holder == self.identity:
+            new_spec["acquireTime"] = spec.get("acquireTime") or new_spec["acquireTime"]
+        else:
+            new_spec["leaseTransitions"] = int(new_spec["leaseTransitions"] or 0) + 1
+        lease["spec"] = new_spec
+        return self._write("PUT", self._path, lease, timeout)
+
+    def _create(self, now: datetime, timeout: float) -> bool:
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.lease_name, "namespace": self.namespace},
+            "spec": self._spec(now, acquire_time=now, transitions=0),
+        }
+        collection = self._path.rsplit("/", 1)[0]
+        return self._write("POST", collection, body, timeout)
+
+    def _write(self, method: str, path: str, lease: dict[str, Any], timeout: float) -> bool:
+        try:
+            written = self._clients.request_json(method, path, body=lease, timeout=timeout)
+        except ApiException as e:
+            if e.status != HTTP_CONFLICT:
+                log.warning("writing lease %s: HTTP %s %s", self.lease_name, e.status, e.reason)
+            return False
+        except (HTTPError, OSError) as e:
+            log.warning("writing lease %s: %s", self.lease_name, e)
+            return False
+        self._observe(written.get("spec") or {})
+        return True
+
+    def _release(self) -> None:
+        try:
+            lease = self._clients.request_json("GET", self._path, timeout=self._config.retry_period)
+            spec = lease.get("spec") or {}
+            if spec.get("holderIdentity") != self.identity:
+                return
+            now = self._clock.now()
+            lease["spec"] = {
+                "holderIdentity": "",
+                "leaseDurationSeconds": 1,
+                "acquireTime": _micro_time(now),
+                "renewTime": _micro_time(now),
+                "leaseTransitions": spec.get("leaseTransitions", 0),
+            }
+            self._clients.request_json(
+                "PUT", self._path, body=lease, timeout=self._config.retry_period
+            )
+        except (ApiException, HTTPError, OSError) as e:
+            log.warning(
+                "releasing lease %s failed (it will expire instead): %s", self.lease_name, e
+            )
+
+    def _spec(self, now: datetime, *, acquire_time: datetime, transitions: int) -> dict[str, Any]:
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": max(1, round(self._config.lease_duration)),
+            "acquireTime": _micro_time(acquire_time),
+            "renewTime": _micro_time(now),
+            "leaseTransitions": transitions,
+        }
+
+    def _observe(self, spec: dict[str, Any]) -> None:
+        if spec != self._observed_spec:
+            self._observed_spec = dict(spec)
+            self._observed_at = self._clock.monotonic()
+
+    def _call(self, callback: Callable[[], None] | None, name: str) -> None:
+        if callback is None:
+            return
+        try:
+            callback()
+        except Exception:
+            log.exception("leader election callback %s failed", name)

@@ -1,0 +1,82 @@
+"""Rate limiting shared by the API client (QPS/burst) and the work queue (overall bucket plus
+per-item exponential backoff), with the semantics of client-go's flowcontrol and workqueue
+limiters."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable
+
+from provisioner.kube.clock import SYSTEM_CLOCK, Clock
+
+
+class TokenBucket:
+    """`qps` tokens per second, at most `burst` saved up. `reserve()` takes a token now and says
+    how long the caller must wait before using it, so waiters queue up fairly in call order (the
+    balance may go negative), like golang.org/x/time/rate's Reserve. qps <= 0 disables limiting."""
+
+    def __init__(self, qps: float, burst: int, clock: Clock = SYSTEM_CLOCK) -> None:
+        if qps > 0 and burst < 1:
+            raise ValueError(f"burst must be at least 1 when qps > 0, got {burst}")
+        self._qps = qps
+        self._burst = float(burst)
+        self._clock = clock
+        self._tokens = float(burst)
+        self._last = clock.monotonic()
+        self._lock = threading.Lock()
+
+    @property
+    def unlimited(self) -> bool:
+        return self._qps <= 0
+
+    def reserve(self) -> float:
+        """Take one token; return the seconds to wait before acting on it (0 if available now)."""
+        if self.unlimited:
+            return 0.0
+        with self._lock:
+            now = self._clock.monotonic()
+            elapsed = max(0.0, now - self._last)
+            self._last = now
+            self._tokens = min(self._burst, self._tokens + elapsed * self._qps)
+            self._tokens -= 1.0
+            if self._tokens >= 0:
+                return 0.0
+            return -self._tokens / self._qps
+
+    def acquire(self) -> None:
+        """Block until a token is available, then take it."""
+        self._clock.sleep(self.reserve())
+
+
+class ItemExponentialBackoff:
+    """Per-item delay `base * 2**failures`, capped (client-go's
+    ItemExponentialFailureRateLimiter)."""
+
+    def __init__(self, base_delay: float = 1.0, max_delay: float = 300.0) -> None:
+        if base_delay <= 0 or max_delay < base_delay:
+            raise ValueError(
+                f"need 0 < base_delay <= max_delay, got base_delay={base_delay} "
+                f"max_delay={max_delay}"
+            )
+        self._base = base_delay
+        self._max = max_delay
+        self._failures: dict[Hashable, int] = {}
+        self._lock = threading.Lock()
+
+    def when(self, item: Hashable) -> float:
+        """Record one more failure of `item` and return how long it should wait."""
+        with self._lock:
+            failures = self._failures.get(item, 0)
+            self._failures[item] = failures + 1
+        # Past 2**64 the float would be absurd anyway; avoid computing it.
+        if failures >= 64:
+            return self._max
+        return min(self._base * (2.0**failures), self._max)
+
+    def forget(self, item: Hashable) -> None:
+        with self._lock:
+            self._failures.pop(item, None)
+
+    def num_requeues(self, item: Hashable) -> int:
+        with self._lock:
+            return self._failures.get(item, 0)

@@ -1,0 +1,162 @@
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from provisioner.kube.client import (
+    DEFAULT_USER_AGENT,
+    KubeClients,
+    KubeConfigError,
+    KubeconfigSource,
+    RateLimitedApiClient,
+    create_clients,
+    locate_kubeconfig,
+)
+from provisioner.kube.rate_limit import TokenBucket
+from tests.provisioner.kube.fakes import FakeClock
+
+
+def test_lookup_order_flag_then_environment_then_in_cluster_then_home(tmp_path: Path) -> None:
+    home = tmp_path
+    (home / ".kube").mkdir()
+    (home / ".kube" / "config").write_text("{}")
+    env = {"KUBECONFIG": "/env/config"}
+    assert locate_kubeconfig("/flag", env, home, True) == KubeconfigSource("file", "/flag")
+    assert locate_kubeconfig(None, env, home, True) == KubeconfigSource("file", "/env/config")
+    assert locate_kubeconfig(None, {}, home, True) == KubeconfigSource("in-cluster")
+    assert locate_kubeconfig(None, {"KUBECONFIG": ""}, home, False) == KubeconfigSource(
+        "file", str(home / ".kube" / "config")
+    )
+
+
+def test_no_credentials_anywhere_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(KubeConfigError, match="pass --kubeconfig"):
+        locate_kubeconfig(None, {}, tmp_path, False)
+
+
+def write_kubeconfig(path: Path, server: str = "https://127.0.0.1:6443") -> Path:
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "test",
+                "clusters": [
+                    {"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True}}
+                ],
+                "users": [{"name": "u", "user": {"token": "secret-token"}}],
+                "contexts": [{"name": "test", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
+    )
+    return path
+
+
+def test_create_clients_from_a_kubeconfig_file(tmp_path: Path) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "config")
+    clients = create_clients(str(kubeconfig), environ={})
+    try:
+        assert clients.api_client.configuration.host == "https://127.0.0.1:6443"
+        assert clients.api_client.user_agent == DEFAULT_USER_AGENT
+        assert isinstance(clients.api_client, RateLimitedApiClient)
+        assert isinstance(clients.core, k8s.CoreV1Api)
+        assert isinstance(clients.storage, k8s.StorageV1Api)
+        assert isinstance(clients.coordination, k8s.CoordinationV1Api)
+        assert isinstance(clients.events, k8s.EventsV1Api)
+        # A private configuration: the client's global default stays untouched.
+        assert k8s.Configuration.get_default_copy().host != "https://127.0.0.1:6443"
+    finally:
+        clients.close()
+
+
+def test_kubeconfig_from_the_environment(tmp_path: Path) -> None:
+    kubeconfig = write_kubeconfig(tmp_path / "env-config", server="https://10.0.0.1:443")
+    clients = create_clients(environ={"KUBECONFIG": str(kubeconfig)})
+    assert clients.api_client.configuration.host == "https://10.0.0.1:443"
+    clients.close()
+
+
+def test_an_unreadable_kubeconfig_names_the_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    with pytest.raises(KubeConfigError, match=str(missing)):
+        create_clients(str(missing), environ={})
+
+
+class FakeRestResponse:
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        self.status = status
+        self.reason = "OK" if status == 200 else "Not Found"
+        self.data = json.dumps(body).encode()
+        self.headers: dict[str, str] = {}
+        # What the typed API methods return when called with _preload_content=False.
+        self.response = self
+
+    def read(self) -> bytes:
+        return self.data
+
+
+Sent = list[tuple[str, str, dict[str, str], Any, Any]]
+Limited = tuple[KubeClients, FakeClock, Sent]
+
+
+@pytest.fixture
+def limited(monkeypatch: pytest.MonkeyPatch) -> Limited:
+    clock = FakeClock()
+    configuration = k8s.Configuration(host="http://127.0.0.1:1")
+    api_client = RateLimitedApiClient(configuration, TokenBucket(qps=2, burst=1, clock=clock))
+    sent: Sent = []
+
+    def request(
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+    ) -> FakeRestResponse:
+        sent.append((method, url, headers, body, _request_timeout))
+        if url.endswith("/missing"):
+            return FakeRestResponse(404, {"kind": "Status", "code": 404})
+        return FakeRestResponse(200, {"kind": "Pod", "metadata": {"name": "x"}})
+
+    monkeypatch.setattr(api_client.rest_client, "request", request)
+    return KubeClients.from_api_client(api_client), clock, sent
+
+
+def test_every_request_waits_for_a_token(limited: Limited) -> None:
+    clients, clock, _ = limited
+    for _ in range(3):
+        clients.request_json("GET", "/api/v1/namespaces/a/pods/x")
+    # 2 qps, burst 1: the first goes at once, each next one half a second after the last.
+    assert clock.sleeps == [0, pytest.approx(0.5), pytest.approx(0.5)]
+    # Typed calls go through the same limiter.
+    clients.core.read_namespaced_pod("x", "a", _preload_content=False)
+    assert len(clock.sleeps) == 4
+
+
+def test_request_json_sends_and_returns_plain_dicts(limited: Limited) -> None:
+    clients, _, sent = limited
+    body = {"spec": {"renewTime": "2025-01-01T00:00:00.000000Z"}}
+    result = clients.request_json(
+        "PATCH",
+        "/x",
+        body=body,
+        query={"dryRun": "All"},
+        content_type="application/merge-patch+json",
+        timeout=3,
+    )
+    assert result == {"kind": "Pod", "metadata": {"name": "x"}}
+    method, url, headers, sent_body, timeout = sent[-1]
+    assert (method, url, timeout) == ("PATCH", "http://127.0.0.1:1/x?dryRun=All", 3)
+    assert sent_body == body
+    assert headers["Content-Type"] == "application/merge-patch+json"
+
+
+def test_request_json_raises_api_exceptions_with_the_status(limited: Limited) -> None:
+    clients, _, _ = limited
+    with pytest.raises(ApiException) as error:
+        clients.request_json("GET", "/missing")
+    assert error.value.status == 404

@@ -1,0 +1,313 @@
+"""The helper-pod runner against an in-memory pod API with scripted watch sessions and a fake
+clock (timeouts cost nothing); test_helper_pods_cluster.py runs real pods."""
+
+import copy
+from collections.abc import Mapping
+from typing import Any, cast
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from provisioner.kube.client import DEFAULT_REQUEST_TIMEOUT, KubeClients, Timeout
+from provisioner.kube.helper_pods import (
+    SPEC_HASH_ANNOTATION,
+    HelperPodFailed,
+    HelperPodNotStarted,
+    HelperPodRunner,
+    HelperPodTimeout,
+    PodState,
+    spec_hash,
+)
+from tests.provisioner.kube.fakes import FakeClock, FakeResponse, watch_chunks
+
+Pod = dict[str, Any]
+
+MANIFEST: Pod = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {
+        "name": "helper-create-pvc-1",
+        "namespace": "lps",
+        "labels": {"local-path-storage.io/helper-pod": "true"},
+    },
+    "spec": {
+        "restartPolicy": "Never",
+        "nodeName": "node-1",
+        "containers": [{"name": "helper", "image": "busybox"}],
+    },
+}
+
+RUNNING: Pod = {"phase": "Running", "containerStatuses": [{"state": {"running": {}}}]}
+SUCCEEDED: Pod = {
+    "phase": "Succeeded",
+    "containerStatuses": [{"state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}],
+}
+FAILED: Pod = {
+    "phase": "Failed",
+    "containerStatuses": [
+        {
+            "state": {
+                "terminated": {
+                    "exitCode": 3,
+                    "reason": "Error",
+                    "message": "mkdir: /data/x: Permission denied\n",
+                }
+            }
+        }
+    ],
+}
+PULL_BACKOFF: Pod = {
+    "phase": "Pending",
+    "containerStatuses": [
+        {"state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling"}}}
+    ],
+}
+Step = Pod | str | Exception
+
+
+class FakePodApi:
+    """request_json over a dict of pods, and `core.list_namespaced_pod` watches that play the
+    next scripted session (statuses, "DELETED", or an exception to raise) and otherwise stay
+    quiet until their timeout, advancing the fake clock. Deletes with a uid precondition are
+    only recorded (the pod goes away when a session says "DELETED"), like a graceful delete."""
+
+    def __init__(self, clock: FakeClock, sessions: list[list[Step]] | None = None) -> None:
+        self.clock = clock
+        self.pods: dict[str, Pod] = {}
+        self.sessions = list(sessions or [])
+        self.requests: list[tuple[str, str, Any]] = []
+        self.watches: list[dict[str, Any]] = []
+        self.version = 0
+        self.core = self
+        self.forbid_create = False
+
+    def _stamp(self, pod: Pod) -> Pod:
+        self.version += 1
+        pod["metadata"]["resourceVersion"] = str(self.version)
+        return copy.deepcopy(pod)
+
+    def request_json(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | int | bool] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: Timeout = DEFAULT_REQUEST_TIMEOUT,
+    ) -> dict[str, Any]:
+        self.requests.append((method, path, body))
+        if method == "POST":
+            if self.forbid_create:
+                raise ApiException(status=403, reason="Forbidden")
+            name = body["metadata"]["name"]
+            if name in self.pods:
+                raise ApiException(status=409, reason="AlreadyExists")
+            pod = copy.deepcopy(body)
+            pod["metadata"]["uid"] = f"uid-{self.version}"
+            pod["status"] = {"phase": "Pending"}
+            self.pods[name] = pod
+            return self._stamp(pod)
+        name = path.rsplit("/", 1)[1]
+        if name not in self.pods:
+            raise ApiException(status=404, reason="Not Found")
+        if method == "GET":
+            return copy.deepcopy(self.pods[name])
+        if method == "DELETE":
+            if not body.get("preconditions"):
+                del self.pods[name]
+            return {}
+        raise AssertionError(method)
+
+    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> FakeResponse:
+        assert kwargs["watch"] is True
+        assert kwargs["_preload_content"] is False
+        self.watches.append(kwargs)
+        name = kwargs["field_selector"].removeprefix("metadata.name=")
+        if not self.sessions:
+            self.clock.advance(kwargs["timeout_seconds"])
+            return FakeResponse(chunks=[])
+        events = []
+        for step in self.sessions.pop(0):
+            if step == "DELETED":
+                events.append({"type": "DELETED", "object": self.pods.pop(name)})
+            elif isinstance(step, Exception):
+                raise step
+            else:
+                self.clock.advance(1)
+                self.pods[name]["status"] = step
+                events.append({"type": "MODIFIED", "object": self._stamp(self.pods[name])})
+        return FakeResponse(chunks=watch_chunks(*events))
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def run(
+    api: FakePodApi,
+    clock: FakeClock,
+    timeout: float = 120.0,
+    grace: float = 20.0,
+    manifest: Pod = MANIFEST,
+) -> float:
+    runner = HelperPodRunner(cast(KubeClients, api), start_failure_grace=grace, clock=clock)
+    return runner.run(manifest, timeout)
+
+
+def methods(api: FakePodApi) -> list[str]:
+    return [request[0] for request in api.requests]
+
+
+def test_success_returns_the_duration_and_deletes_the_pod(clock: FakeClock) -> None:
+    api = FakePodApi(clock, [[RUNNING], [SUCCEEDED]])
+    assert run(api, clock) == pytest.approx(2)
+    assert methods(api) == ["POST", "DELETE"]
+    _, _, created = api.requests[0]
+    assert created["metadata"]["annotations"][SPEC_HASH_ANNOTATION] == spec_hash(MANIFEST)
+    assert "annotations" not in MANIFEST["metadata"]
+    _, path, options = api.requests[1]
+    assert path == "/api/v1/namespaces/lps/pods/helper-create-pvc-1"
+    assert options["propagationPolicy"] == "Background"
+    assert api.pods == {}
+    assert api.watches[0]["field_selector"] == "metadata.name=helper-create-pvc-1"
+    assert api.watches[0]["resource_version"] == "1"
+
+
+def test_several_changes_arrive_on_one_watch(clock: FakeClock) -> None:
+    api = FakePodApi(clock, [[RUNNING, RUNNING, SUCCEEDED]])
+    run(api, clock)
+    assert len(api.watches) == 1
+
+
+def test_failure_reports_exit_code_reason_and_log_tail_at_once(clock: FakeClock) -> None:
+    api = FakePodApi(clock, [[RUNNING, FAILED]])
+    with pytest.raises(HelperPodFailed) as failure:
+        run(api, clock)
+    assert failure.value.exit_code == 3
+    assert failure.value.reason == "Error"
+    assert "Permission denied" in failure.value.log_tail
+    assert "exit code 3" in str(failure.value)
+    assert failure.value.duration == pytest.approx(2)
+    assert methods(api) == ["POST", "DELETE"]
+
+
+def test_a_failed_pod_without_container_status_reports_the_pod_reason(clock: FakeClock) -> None:
+    rejected = {"phase": "Failed", "reason": "OutOfcpu", "message": "Node didn't have enough"}
+    api = FakePodApi(clock, [[rejected]])
+    with pytest.raises(HelperPodFailed) as failure:
+        run(api, clock)
+    assert (failure.value.exit_code, failure.value.reason) == (None, "OutOfcpu")
+
+
+def test_timeout_when_nothing_happens(clock: FakeClock) -> None:
+    api = FakePodApi(clock, [[RUNNING]])
+    with pytest.raises(HelperPodTimeout) as timeout:
+        run(api, clock, timeout=30)
+    assert "Running" in str(timeout.value)
+    assert timeout.value.duration == pytest.approx(30)
+    assert methods(api) == ["POST", "DELETE"]
+    # The watch itself was bounded by the remaining time, not a fixed poll interval.
+    assert api.watches[-1]["timeout_seconds"] == 29
+
+
+def test_an_image_pull_failure_is_reported_after_the_grace(clock: FakeClock) -> None:
+    api = FakePodApi(clock, [[PULL_BACKOFF]])
+    with pytest.raises(HelperPodNotStarted) as not_started:
+        run(api, clock, timeout=120, grace=20)
+    assert "ImagePullBackOff" in not_started.value.reason
+    assert not_started.value.duration == pytest.approx(21)
+    assert methods(api) == ["POST", "DELETE"]
+
+
+def test_a_pull_failure_that_recovers_is_not_reported(clock: FakeClock) -> None:
+    api = FakePodApi(clock, [[PULL_BACKOFF], [RUNNING], [SUCCEEDED]])
+    assert run(api, clock, grace=20) == pytest.approx(3)
+
+
+def test_a_pod_deleted_under_us_is_a_failure(clock: FakeClock) -> None:
+    api = FakePodApi(clock, [[RUNNING, "DELETED"]])
+    with pytest.raises(HelperPodFailed, match="deleted"):
+        run(api, clock)
+
+
+def test_an_expired_watch_rereads_the_pod(clock: FakeClock) -> None:
+    api = FakePodApi(clock, [[ApiException(status=410, reason="Gone")], [SUCCEEDED]])
+    run(api, clock)
+    assert methods(api) == ["POST", "GET", "DELETE"]
+
+
+def test_a_broken_watch_rereads_the_pod_after_a_pause(clock: FakeClock) -> None:
+    api = FakePodApi(clock, [[OSError("connection reset")], [SUCCEEDED]])
+    run(api, clock)
+    assert methods(api) == ["POST", "GET", "DELETE"]
+    assert clock.sleeps == [1.0]
+
+
+def test_create_errors_are_not_started(clock: FakeClock) -> None:
+    api = FakePodApi(clock)
+    api.forbid_create = True
+    with pytest.raises(HelperPodNotStarted, match="HTTP 403"):
+        run(api, clock)
+    assert methods(api) == ["POST", "DELETE"]
+
+
+def leave_pod(api: FakePodApi, annotation: str, status: Pod) -> None:
+    pod = copy.deepcopy(MANIFEST)
+    pod["metadata"]["annotations"] = {SPEC_HASH_ANNOTATION: annotation}
+    pod["metadata"]["uid"] = "old-uid"
+    pod["metadata"]["resourceVersion"] = "100"
+    pod["status"] = status
+    api.pods[pod["metadata"]["name"]] = pod
+
+
+def test_a_leftover_pod_from_the_same_manifest_is_adopted(clock: FakeClock) -> None:
+    api = FakePodApi(clock)
+    leave_pod(api, spec_hash(MANIFEST), SUCCEEDED)
+    assert run(api, clock) == 0
+    assert methods(api) == ["POST", "GET", "DELETE"]
+
+
+def test_an_adopted_running_pod_is_followed_to_its_end(clock: FakeClock) -> None:
+    api = FakePodApi(clock, [[FAILED]])
+    leave_pod(api, spec_hash(MANIFEST), RUNNING)
+    with pytest.raises(HelperPodFailed):
+        run(api, clock)
+    assert api.watches[0]["resource_version"] == "100"
+
+
+def test_a_leftover_pod_from_another_manifest_is_replaced(clock: FakeClock) -> None:
+    api = FakePodApi(clock, [["DELETED"], [SUCCEEDED]])
+    leave_pod(api, "another-manifest", RUNNING)
+    run(api, clock)
+    assert methods(api) == ["POST", "GET", "DELETE", "POST", "DELETE"]
+    assert api.requests[2][2]["preconditions"] == {"uid": "old-uid"}
+
+
+def test_a_manifest_needs_a_name_and_namespace(clock: FakeClock) -> None:
+    with pytest.raises(ValueError, match=r"metadata\.namespace"):
+        run(FakePodApi(clock), clock, manifest={"metadata": {"name": "x"}})
+
+
+def test_pod_state_reading() -> None:
+    assert PodState.of({}).phase == "Pending"
+    assert PodState.of({"status": FAILED}) == PodState(
+        "Failed", 3, "Error", "mkdir: /data/x: Permission denied\n"
+    )
+    waiting = PodState.of({"status": PULL_BACKOFF})
+    assert waiting.waiting_reason == "ImagePullBackOff"
+    assert waiting.describe() == "Pending, waiting: ImagePullBackOff"
+
+
+def test_spec_hash_ignores_key_order() -> None:
+    reordered = {
+        "spec": MANIFEST["spec"],
+        "metadata": MANIFEST["metadata"],
+        "kind": "Pod",
+        "apiVersion": "v1",
+    }
+    assert spec_hash(reordered) == spec_hash(MANIFEST)
+    changed = copy.deepcopy(MANIFEST)
+    changed["spec"]["nodeName"] = "node-2"
+    assert spec_hash(changed) != spec_hash(MANIFEST)

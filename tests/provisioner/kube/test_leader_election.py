@@ -1,0 +1,211 @@
+"""Leader election against an in-memory Lease API with the server's optimistic concurrency;
+test_leader_election_cluster.py runs the main scenarios against the real apiserver."""
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from provisioner.kube.client import DEFAULT_REQUEST_TIMEOUT, JsonRequester, Timeout
+from provisioner.kube.leader_election import (
+    LeaderElectionConfig,
+    LeaderElector,
+    default_identity,
+    lease_name_for,
+)
+from tests.provisioner.kube.fakes import wait_until
+
+FAST = LeaderElectionConfig(lease_duration=1.0, renew_deadline=0.6, retry_period=0.1)
+
+
+class FakeLeaseApi:
+    def __init__(self) -> None:
+        self.lease: dict[str, Any] | None = None
+        self.version = 0
+        self.lock = threading.Lock()
+        self.unreachable_for: set[str] = set()
+        self.writes: list[tuple[str, str]] = []
+
+    def request_json(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | int | bool] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: Timeout = DEFAULT_REQUEST_TIMEOUT,
+    ) -> dict[str, Any]:
+        with self.lock:
+            if method == "GET":
+                if self.lease is None:
+                    raise ApiException(status=404, reason="Not Found")
+                return _copy(self.lease)
+            holder = body["spec"].get("holderIdentity")
+            if holder in self.unreachable_for:
+                raise OSError("network down")
+            if method == "POST" and self.lease is not None:
+                raise ApiException(status=409, reason="AlreadyExists")
+            if method == "PUT" and body["metadata"].get("resourceVersion") != str(self.version):
+                raise ApiException(status=409, reason="Conflict")
+            self.version += 1
+            self.lease = _copy(body)
+            self.lease["metadata"]["resourceVersion"] = str(self.version)
+            self.writes.append((method, holder))
+            return _copy(self.lease)
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        assert self.lease is not None
+        spec: dict[str, Any] = self.lease["spec"]
+        return spec
+
+    @property
+    def holder(self) -> str | None:
+        return None if self.lease is None else self.spec.get("holderIdentity")
+
+
+def _copy(lease: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": dict(lease["metadata"]), "spec": dict(lease["spec"])}
+
+
+class Candidate:
+    def __init__(
+        self, api: JsonRequester, identity: str, config: LeaderElectionConfig = FAST
+    ) -> None:
+        self.log: list[str] = []
+        self.elector = LeaderElector(
+            api,
+            "kube-system",
+            "lease",
+            identity=identity,
+            config=config,
+            on_started_leading=lambda: self.log.append("started"),
+            on_stopped_leading=lambda: self.log.append("stopped"),
+        )
+        self.elector.start()
+
+
+MakeCandidate = Callable[..., Candidate]
+
+
+@pytest.fixture
+def api() -> FakeLeaseApi:
+    return FakeLeaseApi()
+
+
+@pytest.fixture
+def candidates(api: FakeLeaseApi) -> Iterator[MakeCandidate]:
+    started: list[Candidate] = []
+
+    def make(identity: str, config: LeaderElectionConfig = FAST) -> Candidate:
+        candidate = Candidate(api, identity, config)
+        started.append(candidate)
+        return candidate
+
+    yield make
+    for candidate in started:
+        candidate.elector.stop()
+
+
+def test_the_first_candidate_creates_the_lease_and_leads(
+    api: FakeLeaseApi, candidates: MakeCandidate
+) -> None:
+    a = candidates("a")
+    assert wait_until(lambda: a.elector.is_leader)
+    assert a.log == ["started"]
+    assert api.spec["holderIdentity"] == "a"
+    assert api.spec["leaseDurationSeconds"] == 1
+    assert api.spec["renewTime"].endswith("Z")
+    assert "." in api.spec["renewTime"]
+
+
+def test_only_one_of_several_candidates_leads_and_it_keeps_renewing(
+    api: FakeLeaseApi, candidates: MakeCandidate
+) -> None:
+    group = [candidates(name) for name in "abc"]
+    assert wait_until(lambda: any(c.elector.is_leader for c in group))
+    time.sleep(1.5)
+    leaders = [c for c in group if c.elector.is_leader]
+    assert len(leaders) == 1
+    assert api.holder == leaders[0].elector.identity
+    renewals = [w for w in api.writes if w[1] == api.holder]
+    assert len(renewals) >= 5
+
+
+def test_a_released_lease_is_taken_over_at_once(
+    api: FakeLeaseApi, candidates: MakeCandidate
+) -> None:
+    a = candidates("a")
+    assert wait_until(lambda: a.elector.is_leader)
+    b = candidates("b")
+    time.sleep(0.3)
+    assert not b.elector.is_leader
+    a.elector.stop()
+    assert a.log == ["started", "stopped"]
+    assert not a.elector.is_leader
+    started = time.monotonic()
+    assert wait_until(lambda: b.elector.is_leader)
+    # Well inside the 1 s lease duration: the release, not the expiry, let b in.
+    assert time.monotonic() - started < 0.8
+    assert api.spec["leaseTransitions"] >= 1
+
+
+def test_a_leader_that_cannot_renew_steps_down_and_another_takes_over(
+    api: FakeLeaseApi, candidates: MakeCandidate
+) -> None:
+    a = candidates("a")
+    assert wait_until(lambda: a.elector.is_leader)
+    b = candidates("b")
+    api.unreachable_for.add("a")
+    assert wait_until(lambda: a.log == ["started", "stopped"], timeout=3)
+    assert not a.elector.is_leader
+    assert wait_until(lambda: b.elector.is_leader, timeout=5)
+    assert api.holder == "b"
+
+
+def test_a_leader_seeing_another_holder_steps_down_immediately(
+    api: FakeLeaseApi, candidates: MakeCandidate
+) -> None:
+    patient = LeaderElectionConfig(lease_duration=30, renew_deadline=20, retry_period=0.1)
+    a = candidates("a", patient)
+    assert wait_until(lambda: a.elector.is_leader)
+    with api.lock:
+        api.version += 1
+        api.spec["holderIdentity"] = "intruder"
+        assert api.lease is not None
+        api.lease["metadata"]["resourceVersion"] = str(api.version)
+    assert wait_until(lambda: not a.elector.is_leader, timeout=2)
+    assert a.log == ["started", "stopped"]
+
+
+def test_stop_before_leading_calls_no_callbacks(
+    api: FakeLeaseApi, candidates: MakeCandidate
+) -> None:
+    slow = LeaderElectionConfig(lease_duration=30, renew_deadline=20, retry_period=10)
+    a = candidates("a", slow)
+    assert wait_until(lambda: a.elector.is_leader)
+    b = candidates("b")
+    b.elector.stop()
+    assert b.log == []
+    assert api.holder == "a"
+
+
+def test_config_must_be_ordered() -> None:
+    with pytest.raises(ValueError, match="retry_period < renew_deadline < lease_duration"):
+        LeaderElectionConfig(lease_duration=10, renew_deadline=10, retry_period=2)
+
+
+def test_lease_names_are_valid_dns_subdomains() -> None:
+    assert lease_name_for("local-path-storage.io/local-path") == "local-path-storage.io-local-path"
+    assert lease_name_for("Rancher.IO/Local_Path") == "rancher.io-local-path"
+    assert len(lease_name_for("a" * 400)) == 253
+    with pytest.raises(ValueError, match="cannot derive"):
+        lease_name_for("///")
+
+
+def test_identities_are_unique_per_elector() -> None:
+    assert default_identity() != default_identity()
