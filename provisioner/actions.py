@@ -1,0 +1,267 @@
+"""Carrying out the decisions of `claims`: the API writes and helper-pod runs, with their events
+and metrics.
+
+Every action is idempotent, so a worker that crashed half-way, a second leader, or a requeue
+after a lost response can repeat it safely: the PV name is deterministic and AlreadyExists is
+success, finalizers are patched as sets, deletes treat NotFound as done, and a helper pod left
+over from an earlier attempt is adopted by the runner.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from provisioner.claims import SELECTED_NODE, VOLUME_FINALIZER, ProvisionPlan, TeardownPlan
+from provisioner.config import ConfigBundle
+from provisioner.helpers import HelperAction, HelperTarget, build_helper_pod
+from provisioner.kube.client import KubeClients
+from provisioner.kube.events import EventRecorder, ObjectReference
+from provisioner.kube.helper_pods import HelperPodError, HelperPodRunner
+from provisioner.kube.metrics import Metrics
+from provisioner.records import ClaimRecord
+from provisioner.volumes import build_persistent_volume
+
+log = logging.getLogger(__name__)
+
+HTTP_NOT_FOUND = 404
+HTTP_CONFLICT = 409
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+MERGE = "application/merge-patch+json"
+PV_SAVE_ATTEMPTS = 5
+"""The library retries saving a PV 5 times before giving the storage back."""
+
+
+class ActionFailed(Exception):  # noqa: N818 (reads as a sentence at the raise site)
+    """An action did not complete; the worker retries the key with backoff."""
+
+
+def claim_reference(claim: ClaimRecord) -> ObjectReference:
+    return ObjectReference(
+        kind="PersistentVolumeClaim",
+        name=claim.name,
+        namespace=claim.namespace,
+        uid=claim.uid,
+        resource_version=claim.resource_version,
+    )
+
+
+def volume_reference(name: str) -> ObjectReference:
+    return ObjectReference(kind="PersistentVolume", name=name)
+
+
+@dataclass
+class HelperSettings:
+    namespace: str
+    service_account: str
+    config_map_name: str
+
+
+class Actions:
+    """The imperative half of reconciling one claim or volume."""
+
+    def __init__(
+        self,
+        clients: KubeClients,
+        runner: HelperPodRunner,
+        recorder: EventRecorder,
+        metrics: Metrics,
+        helper: HelperSettings,
+        *,
+        pv_save_retry_delay: float = 2.0,
+    ) -> None:
+        self._clients = clients
+        self._runner = runner
+        self._recorder = recorder
+        self._metrics = metrics
+        self._helper = helper
+        self._pv_save_retry_delay = pv_save_retry_delay
+
+    def run_helper(
+        self,
+        action: HelperAction,
+        target: HelperTarget,
+        bundle: ConfigBundle,
+        fallback_node: str | None,
+    ) -> float:
+        manifest = build_helper_pod(
+            action,
+            target,
+            bundle,
+            self._helper.namespace,
+            self._helper.service_account,
+            config_map_name=self._helper.config_map_name,
+            node_name=fallback_node,
+        )
+        try:
+            seconds = self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
+        except HelperPodError as error:
+            self._metrics.observe_helper_pod(action, "failed", error.duration or 0.0)
+            raise
+        self._metrics.observe_helper_pod(action, "succeeded", seconds)
+        return seconds
+
+    def provision(
+        self, plan: ProvisionPlan, bundle: ConfigBundle, fallback_node: str | None
+    ) -> None:
+        claim, class_name = plan.claim, plan.storage_class.name
+        where = plan.node_name or "the shared filesystem"
+        reference = claim_reference(claim)
+        started = time.monotonic()
+        self._recorder.normal(
+            reference,
+            "Provisioning",
+            f"External provisioner is provisioning volume for claim {claim.namespace}/{claim.name}",
+        )
+        try:
+            self.run_helper("create", plan, bundle, fallback_node)
+        except HelperPodError as error:
+            self._metrics.provision_failed_total.labels(class_name, "").inc()
+            self._recorder.warning(
+                reference,
+                "ProvisioningFailed",
+                f"failed to create {plan.path} on {where}: {error}; will retry with backoff",
+            )
+            raise ActionFailed(str(error)) from error
+        self._save_volume(plan, bundle, fallback_node, reference)
+        self._metrics.provision_total.labels(class_name, "").inc()
+        self._metrics.provision_duration_seconds.labels(class_name, "").observe(
+            time.monotonic() - started
+        )
+        self._recorder.normal(
+            reference,
+            "ProvisioningSucceeded",
+            f"Successfully provisioned volume {plan.volume_name} at {plan.path} on {where}",
+        )
+
+    def _save_volume(
+        self,
+        plan: ProvisionPlan,
+        bundle: ConfigBundle,
+        fallback_node: str | None,
+        reference: ObjectReference,
+    ) -> None:
+        volume = build_persistent_volume(plan)
+        last_error = ""
+        for attempt in range(1, PV_SAVE_ATTEMPTS + 1):
+            try:
+                self._clients.request_json("POST", "/api/v1/persistentvolumes", body=volume)
+                return
+            except ApiException as error:
+                if error.status == HTTP_CONFLICT:
+                    # Saved by an earlier attempt whose response we lost, or by a peer.
+                    return
+                last_error = f"{error.status} {error.reason}"
+            log.warning(
+                "saving PV %s failed (attempt %d/%d): %s",
+                plan.volume_name,
+                attempt,
+                PV_SAVE_ATTEMPTS,
+                last_error,
+            )
+            if attempt < PV_SAVE_ATTEMPTS:
+                time.sleep(self._pv_save_retry_delay * attempt)
+        # The directory exists but no PV will point at it: give the storage back.
+        self._metrics.provision_failed_total.labels(plan.storage_class.name, "").inc()
+        try:
+            self.run_helper("delete", _cleanup_target(plan), bundle, fallback_node)
+        except HelperPodError as error:
+            self._recorder.warning(
+                reference,
+                "ProvisioningCleanupFailed",
+                f"saving PV {plan.volume_name} failed ({last_error}) and removing {plan.path} "
+                f"failed too: {error}; remove it by hand",
+            )
+        raise ActionFailed(f"saving PV {plan.volume_name} failed: {last_error}")
+
+    def reject(self, claim: ClaimRecord, reason: str) -> None:
+        self._recorder.warning(claim_reference(claim), "ProvisioningFailed", reason)
+
+    def reschedule(self, claim: ClaimRecord, reason: str) -> None:
+        self._patch(
+            f"/api/v1/namespaces/{claim.namespace}/persistentvolumeclaims/{claim.name}",
+            {"metadata": {"annotations": {SELECTED_NODE: None}}},
+            MERGE,
+        )
+        self._recorder.warning(
+            claim_reference(claim),
+            "ProvisioningFailed",
+            f"{reason}: removed {SELECTED_NODE} so that the scheduler picks a node again",
+        )
+
+    def teardown(
+        self, plan: TeardownPlan, class_name: str, bundle: ConfigBundle, fallback_node: str | None
+    ) -> None:
+        started = time.monotonic()
+        try:
+            self.run_helper("delete", plan, bundle, fallback_node)
+        except HelperPodError as error:
+            self._metrics.delete_failed_total.labels(class_name).inc()
+            self._recorder.warning(
+                volume_reference(plan.volume_name),
+                "VolumeFailedDelete",
+                f"failed to remove {plan.path}: {error}; will retry with backoff",
+            )
+            raise ActionFailed(str(error)) from error
+        if plan.remove_finalizer:
+            self.remove_finalizer(plan.volume_name)
+        if plan.delete_volume:
+            self._delete_volume(plan.volume_name)
+        self._metrics.delete_total.labels(class_name).inc()
+        self._metrics.delete_duration_seconds.labels(class_name).observe(time.monotonic() - started)
+        log.info("deleted volume %s and its directory %s", plan.volume_name, plan.path)
+
+    def refuse(self, volume_name: str, reason: str) -> None:
+        self._recorder.warning(volume_reference(volume_name), "VolumeFailedDelete", reason)
+
+    def add_finalizer(self, volume_name: str) -> None:
+        self._patch(
+            f"/api/v1/persistentvolumes/{volume_name}",
+            {"metadata": {"finalizers": [VOLUME_FINALIZER]}},
+            STRATEGIC_MERGE,
+        )
+
+    def remove_finalizer(self, volume_name: str) -> None:
+        self._patch(
+            f"/api/v1/persistentvolumes/{volume_name}",
+            {"metadata": {"$deleteFromPrimitiveList/finalizers": [VOLUME_FINALIZER]}},
+            STRATEGIC_MERGE,
+        )
+
+    def delete_helper_pod(self, namespace: str, name: str) -> None:
+        try:
+            self._clients.request_json("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}")
+        except ApiException as error:
+            if error.status != HTTP_NOT_FOUND:
+                log.warning("deleting helper pod %s: %s %s", name, error.status, error.reason)
+
+    def _delete_volume(self, name: str) -> None:
+        try:
+            self._clients.request_json("DELETE", f"/api/v1/persistentvolumes/{name}")
+        except ApiException as error:
+            if error.status != HTTP_NOT_FOUND:
+                raise ActionFailed(f"deleting PV {name}: {error.status} {error.reason}") from error
+
+    def _patch(self, path: str, body: dict[str, Any], content_type: str) -> None:
+        try:
+            self._clients.request_json("PATCH", path, body=body, content_type=content_type)
+        except ApiException as error:
+            if error.status == HTTP_NOT_FOUND:
+                return
+            raise ActionFailed(f"patching {path}: {error.status} {error.reason}") from error
+
+
+def _cleanup_target(plan: ProvisionPlan) -> TeardownPlan:
+    return TeardownPlan(
+        volume_name=plan.volume_name,
+        path=plan.path,
+        node_name=plan.node_name,
+        volume_mode=plan.volume_mode,
+        size_bytes=plan.size_bytes,
+        delete_volume=False,
+        remove_finalizer=False,
+    )

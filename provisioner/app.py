@@ -1,0 +1,221 @@
+"""The process: config, API client, probes, leader election, controller, graceful shutdown.
+
+Only the leader watches and works; other replicas stay alive, report ready (so a rolling update
+never stalls on a standby) and campaign for the lease. Losing the lease ends the process with
+exit code 1, as client-go's leader election does, so the kubelet restarts it as a fresh standby
+rather than letting two replicas work at once. SIGTERM stops taking work, lets running
+reconciles finish, releases the lease so a standby takes over at once, and exits 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+import time
+from types import FrameType
+
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from provisioner.actions import Actions, HelperSettings
+from provisioner.config import ConfigBundle, ConfigError
+from provisioner.config_watch import ConfigWatcher
+from provisioner.controller import Controller, ControllerSettings
+from provisioner.kube.client import KubeClients, KubeConfigError, create_clients
+from provisioner.kube.events import EventRecorder, ObjectReference
+from provisioner.kube.helper_pods import HelperPodRunner
+from provisioner.kube.leader_election import LeaderElector, lease_name_for
+from provisioner.kube.metrics import Metrics
+from provisioner.logs import configure_logging
+from provisioner.options import Options
+from provisioner.server import ProbeServer
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_LOST_LEADERSHIP = 1
+EXIT_BAD_SETUP = 2
+API_CHECK_INTERVAL = 5.0
+
+
+class _ApiReachability:
+    """Answers "can we talk to the API server" from a cached /version call."""
+
+    def __init__(self, clients: KubeClients) -> None:
+        self._clients = clients
+        self._checked_at = float("-inf")
+        self._reachable = False
+        self._lock = threading.Lock()
+
+    def reachable(self) -> bool:
+        with self._lock:
+            if time.monotonic() - self._checked_at > API_CHECK_INTERVAL:
+                try:
+                    self._clients.request_json("GET", "/version", timeout=2.0)
+                    self._reachable = True
+                except (ApiException, HTTPError, OSError):
+                    self._reachable = False
+                self._checked_at = time.monotonic()
+            return self._reachable
+
+
+class Provisioner:
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.metrics = Metrics()
+        self._stopping = threading.Event()
+        self._lost_leadership = False
+        self._leading = threading.Event()
+        self.watcher = ConfigWatcher(
+            options.config_path,
+            options.helper_pod_file,
+            allow_unsafe_helper_template=options.allow_unsafe_helper_template,
+            on_reloaded=self._config_reloaded,
+            on_invalid=self._config_refused,
+        )
+        self.clients = create_clients(
+            options.kubeconfig, qps=options.kube_api_qps, burst=options.kube_api_burst
+        )
+        self.recorder = EventRecorder(
+            self.clients, options.provisioner_name, host=socket.gethostname()
+        )
+        actions = Actions(
+            self.clients,
+            HelperPodRunner(self.clients),
+            self.recorder,
+            self.metrics,
+            HelperSettings(
+                namespace=options.namespace,
+                service_account=options.helper_service_account,
+                config_map_name=options.configmap_name,
+            ),
+        )
+        self.controller = Controller(
+            self.clients,
+            ControllerSettings(
+                provisioner_name=options.provisioner_name,
+                helper_namespace=options.namespace,
+                workers=options.workers,
+                provisioning_retry_count=options.provisioning_retry_count,
+                deletion_retry_count=options.deletion_retry_count,
+            ),
+            lambda: self.watcher.current,
+            actions,
+            self.metrics,
+        )
+        self._api = _ApiReachability(self.clients)
+        self.elector: LeaderElector | None = None
+        if options.leader_election:
+            self.elector = LeaderElector(
+                self.clients,
+                options.leader_election_namespace or options.namespace,
+                lease_name_for(options.provisioner_name),
+                on_started_leading=self._start_leading,
+                on_stopped_leading=self._stopped_leading,
+            )
+        self.server = ProbeServer(
+            options.metrics_address, options.metrics_port, self.metrics.registry, self.readiness
+        )
+
+    # -- probes ----------------------------------------------------------------------------------
+
+    def readiness(self) -> tuple[bool, str]:
+        if not self._api.reachable():
+            return False, "the Kubernetes API is not reachable"
+        if self.elector is not None and not self.elector.is_leader:
+            return True, f"standby: {self.elector.observed_holder or 'nobody'} leads"
+        if not self.controller.has_synced():
+            return False, "informers are syncing"
+        return True, "leading: informers synced"
+
+    # -- config reload -------------------------------------------------------------------------
+
+    def _config_reloaded(self, bundle: ConfigBundle) -> None:
+        self.metrics.config_reload_total.labels("success").inc()
+        if self._leading.is_set():
+            self.controller.enqueue_everything()
+
+    def _config_refused(self, error: ConfigError) -> None:
+        self.metrics.config_reload_total.labels("invalid").inc()
+        self.recorder.warning(
+            ObjectReference(
+                kind="ConfigMap", name=self.options.configmap_name, namespace=self.options.namespace
+            ),
+            "InvalidConfig",
+            f"refused the new configuration, the last valid one stays in force: {error}",
+        )
+
+    # -- leadership ------------------------------------------------------------------------------
+
+    def _start_leading(self) -> None:
+        self.metrics.leader.labels(self.options.provisioner_name).set(1)
+        # Syncing can take seconds; the elector's thread must stay free to renew the lease.
+        threading.Thread(target=self._run_controller, name="controller-start", daemon=True).start()
+
+    def _run_controller(self) -> None:
+        try:
+            self.controller.start()
+        except Exception:
+            log.exception("the controller failed to start")
+            self.stop()
+            return
+        self._leading.set()
+
+    def _stopped_leading(self) -> None:
+        self.metrics.leader.labels(self.options.provisioner_name).set(0)
+        if not self._stopping.is_set():
+            log.error("lost the leader lease; exiting so that only one replica works")
+            self._lost_leadership = True
+            self.stop()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> int:
+        self.server.start()
+        self.watcher.start()
+        if self.elector is not None:
+            self.elector.start()
+        else:
+            self._start_leading()
+        self._stopping.wait()
+        log.info("shutting down: no new work, finishing running reconciles")
+        self.controller.stop()
+        if self.elector is not None:
+            self.elector.stop()
+        self.recorder.stop()
+        self.watcher.stop()
+        self.server.stop()
+        self.clients.close()
+        return EXIT_LOST_LEADERSHIP if self._lost_leadership else EXIT_OK
+
+
+def run(options: Options) -> int:
+    configure_logging(debug=options.debug, json_lines=options.json_logs)
+    try:
+        provisioner = Provisioner(options)
+    except ConfigError as error:
+        log.error("invalid configuration in %s: %s", options.config_path.parent, error)
+        return EXIT_BAD_SETUP
+    except KubeConfigError as error:
+        log.error("cannot reach Kubernetes: %s", error)
+        return EXIT_BAD_SETUP
+
+    def on_signal(number: int, frame: FrameType | None) -> None:
+        log.info("received %s", signal.Signals(number).name)
+        provisioner.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info(
+        "provisioner %s starting (namespace %s, %d workers, leader election %s)",
+        options.provisioner_name,
+        options.namespace,
+        options.workers,
+        "on" if options.leader_election else "off",
+    )
+    return provisioner.run()

@@ -1,0 +1,403 @@
+"""Wiring: informers -> work queue -> workers -> reconcile(claim | volume).
+
+Informers keep compact records (see `records`), event handlers only enqueue keys, and each
+worker takes one key at a time, reads the current records, asks the pure core what to do and
+hands that to `actions`. The queue guarantees one worker per key, so a claim is never
+provisioned twice by this process; the deterministic PV name and AlreadyExists-as-success make
+that hold across restarts and replicas too.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from provisioner.actions import ActionFailed, Actions
+from provisioner.claims import (
+    PROVISIONED_BY,
+    AddFinalizer,
+    Ignore,
+    NodeGone,
+    Provision,
+    RefuseUnsafePath,
+    Reject,
+    RemoveFinalizer,
+    Reschedule,
+    Teardown,
+    VolumePathIndex,
+    decide_claim_action,
+    decide_volume_action,
+    is_our_claim,
+)
+from provisioner.config import ConfigBundle
+from provisioner.helpers import (
+    HELPER_POD_LABEL,
+    HELPER_POD_LABEL_VALUE,
+    HelperAction,
+    helper_pod_name,
+    pick_helper_node,
+)
+from provisioner.kube.client import KubeClients
+from provisioner.kube.helper_pods import HelperPodError
+from provisioner.kube.informer import Informer, name_key, uid_key
+from provisioner.kube.metrics import Metrics
+from provisioner.kube.workqueue import WorkQueue
+from provisioner.records import (
+    ClaimRecord,
+    NodeRecord,
+    StorageClassRecord,
+    VolumeRecord,
+    claim_record,
+    node_record,
+    storage_class_record,
+    volume_record,
+)
+
+log = logging.getLogger(__name__)
+
+CLAIM = "claim"
+VOLUME = "volume"
+Key = tuple[str, str]
+"""(CLAIM, claim uid) or (VOLUME, volume name)."""
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    provisioner_name: str
+    helper_namespace: str
+    workers: int = 8
+    provisioning_retry_count: int = 15
+    deletion_retry_count: int = 15
+    resync_period: float = 900.0
+    backoff_base: float = 1.0
+    backoff_max: float = 300.0
+
+
+class _KnownVolumeNames:
+    """The PV names the informer holds plus the ones this process created and the informer has
+    not delivered yet, so a requeued claim is not provisioned again in that window."""
+
+    def __init__(self, informer: Informer[VolumeRecord]) -> None:
+        self._informer = informer
+        self._created: set[str] = set()
+        self._lock = threading.Lock()
+
+    def remember(self, name: str) -> None:
+        with self._lock:
+            self._created.add(name)
+
+    def forget(self, name: str) -> None:
+        with self._lock:
+            self._created.discard(name)
+
+    def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):
+            return False
+        with self._lock:
+            if name in self._created:
+                return True
+        return self._informer.get(name) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        with self._lock:
+            created = set(self._created)
+        return iter(created | set(self._informer.keys()))
+
+    def __len__(self) -> int:
+        return len(set(self))
+
+
+class Controller:
+    def __init__(
+        self,
+        clients: KubeClients,
+        settings: ControllerSettings,
+        config: Callable[[], ConfigBundle],
+        actions: Actions,
+        metrics: Metrics,
+    ) -> None:
+        self._settings = settings
+        self._config = config
+        self._actions = actions
+        self._queue: WorkQueue[Key] = WorkQueue(
+            "provisioner",
+            base_delay=settings.backoff_base,
+            max_delay=settings.backoff_max,
+            metrics=metrics.queue_metrics("provisioner"),
+        )
+        informer = functools.partial(Informer, resync_period=settings.resync_period)
+        core, storage = clients.core, clients.storage
+        self.claims: Informer[ClaimRecord] = informer(
+            "claims",
+            core.list_persistent_volume_claim_for_all_namespaces,
+            to_record=claim_record,
+            key=uid_key,
+        )
+        self.volumes: Informer[VolumeRecord] = informer(
+            "volumes", core.list_persistent_volume, to_record=volume_record, key=name_key
+        )
+        self.classes: Informer[StorageClassRecord] = informer(
+            "classes", storage.list_storage_class, to_record=storage_class_record, key=name_key
+        )
+        self.nodes: Informer[NodeRecord] = informer(
+            "nodes", core.list_node, to_record=node_record, key=name_key
+        )
+        self.helper_pods: Informer[dict[str, Any]] = informer(
+            "helper-pods",
+            functools.partial(core.list_namespaced_pod, settings.helper_namespace),
+            to_record=_helper_pod_summary,
+            label_selector=f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}",
+        )
+        self._known_volumes = _KnownVolumeNames(self.volumes)
+        self._index = VolumePathIndex()
+        self._index_lock = threading.Lock()
+        self._in_flight_pods: set[str] = set()
+        self._workers: list[threading.Thread] = []
+        self._started = False
+        self._register_handlers()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def informers(self) -> list[Informer[Any]]:
+        return [self.claims, self.volumes, self.classes, self.nodes, self.helper_pods]
+
+    def has_synced(self) -> bool:
+        return self._started and all(informer.has_synced for informer in self.informers)
+
+    def start(self, sync_timeout: float = 120.0) -> None:
+        for informer in self.informers:
+            informer.start()
+        for informer in self.informers:
+            if not informer.wait_for_sync(sync_timeout):
+                raise RuntimeError(f"informer {informer.name} did not sync in {sync_timeout:g}s")
+        log.info(
+            "caches synced: %d claims, %d volumes, %d classes, %d nodes",
+            len(self.claims),
+            len(self.volumes),
+            len(self.classes),
+            len(self.nodes),
+        )
+        for number in range(self._settings.workers):
+            worker = threading.Thread(target=self._work, name=f"worker-{number}", daemon=True)
+            worker.start()
+            self._workers.append(worker)
+        self._started = True
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop taking work; let running reconciles finish (bounded) so no helper is orphaned."""
+        self._queue.shutdown()
+        for worker in self._workers:
+            worker.join(timeout / max(1, len(self._workers)))
+        for informer in self.informers:
+            informer.stop()
+
+    def enqueue_everything(self) -> None:
+        """After a config change every pending claim and our volumes get another look."""
+        for uid, claim in self.claims.items():
+            if not claim.volume_name and is_our_claim(claim, self._settings.provisioner_name):
+                self._queue.add((CLAIM, uid))
+        for name, volume in self.volumes.items():
+            if volume.annotations.get(PROVISIONED_BY) == self._settings.provisioner_name:
+                self._queue.add((VOLUME, name))
+
+    def queue_depth(self) -> int:
+        return len(self._queue)
+
+    # -- event handlers: cheap filters, then enqueue -------------------------------------------
+
+    def _register_handlers(self) -> None:
+        name = self._settings.provisioner_name
+
+        def on_claim(key: str, old: ClaimRecord | None, new: ClaimRecord | None) -> None:
+            if new is not None and not new.volume_name and is_our_claim(new, name):
+                self._queue.add((CLAIM, key))
+
+        def on_volume(key: str, old: VolumeRecord | None, new: VolumeRecord | None) -> None:
+            with self._index_lock:
+                if new is None:
+                    self._index.discard(key)
+                elif new.annotations.get(PROVISIONED_BY) == name:
+                    self._index.add(new)
+            if new is not None:
+                self._known_volumes.forget(key)
+            if new is not None and new.annotations.get(PROVISIONED_BY) == name:
+                self._queue.add((VOLUME, key))
+
+        def on_class(
+            key: str, old: StorageClassRecord | None, new: StorageClassRecord | None
+        ) -> None:
+            if new is None or new.provisioner != name:
+                return
+            for uid, claim in self.claims.items():
+                if claim.storage_class_name == key and not claim.volume_name:
+                    self._queue.add((CLAIM, uid))
+
+        def on_node(key: str, old: NodeRecord | None, new: NodeRecord | None) -> None:
+            if new is not None and old is not None:
+                return
+            # A node came or went: claims waiting for it are affected, and so may be any of our
+            # volumes (with a custom nodeAffinityKey the label value is not the node name).
+            for uid, claim in self.claims.items():
+                if claim.selected_node == key and not claim.volume_name:
+                    self._queue.add((CLAIM, uid))
+            for volume_name, volume in self.volumes.items():
+                if volume.annotations.get(PROVISIONED_BY) == name:
+                    self._queue.add((VOLUME, volume_name))
+
+        def on_helper_pod(key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+            if new is not None and new.get("phase") in ("Succeeded", "Failed"):
+                self._collect_helper_pod(new)
+
+        self.claims.add_event_handler(on_claim, on_claim, None)
+        self.volumes.add_event_handler(on_volume, on_volume, on_volume)
+        self.classes.add_event_handler(on_class, on_class, None)
+        self.nodes.add_event_handler(on_node, on_node, on_node)
+        self.helper_pods.add_event_handler(on_helper_pod, on_helper_pod, None)
+
+    def _collect_helper_pod(self, summary: dict[str, Any]) -> None:
+        """A finished helper pod no worker waits on is a leftover of a crashed run: delete it."""
+        name = str(summary["name"])
+        if name in self._in_flight_pods or not self._started:
+            return
+        log.info("deleting leftover helper pod %s (%s)", name, summary.get("phase"))
+        self._actions.delete_helper_pod(self._settings.helper_namespace, name)
+
+    # -- workers ---------------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            key = self._queue.get()
+            if key is None:
+                return
+            try:
+                self._reconcile(key)
+            except (ActionFailed, HelperPodError) as error:
+                self._retry(key, str(error))
+            except Exception as error:
+                log.exception("reconciling %s %s failed", *key)
+                self._retry(key, repr(error))
+            else:
+                self._queue.forget(key)
+            finally:
+                self._queue.done(key)
+
+    def _retry(self, key: Key, error: str) -> None:
+        limit = (
+            self._settings.provisioning_retry_count
+            if key[0] == CLAIM
+            else self._settings.deletion_retry_count
+        )
+        failures = self._queue.num_requeues(key)
+        if limit and failures >= limit:
+            log.error(
+                "giving up on %s %s after %d failures (until its next change or resync): %s",
+                *key,
+                failures + 1,
+                error,
+            )
+            self._queue.forget(key)
+            return
+        log.warning(
+            "%s %s failed (attempt %d), retrying with backoff: %s", *key, failures + 1, error
+        )
+        self._queue.add_rate_limited(key)
+
+    def _reconcile(self, key: Key) -> None:
+        kind, name = key
+        if kind == CLAIM:
+            self._reconcile_claim(name)
+        else:
+            self._reconcile_volume(name)
+
+    def _reconcile_claim(self, uid: str) -> None:
+        claim = self.claims.get(uid)
+        if claim is None:
+            return
+        bundle = self._config()
+        nodes = dict(self.nodes.items())
+        storage_class = self.classes.get(claim.storage_class_name or "")
+        with self._index_lock:
+            decision = decide_claim_action(
+                claim,
+                storage_class,
+                bundle.config,
+                self._known_volumes,
+                nodes,
+                provisioner_name=self._settings.provisioner_name,
+                volume_index=self._index,
+            )
+        match decision:
+            case Provision(plan):
+                fallback = None if plan.node_name else pick_helper_node(nodes.values())
+                self._with_pod(
+                    "create",
+                    plan.volume_name,
+                    lambda: self._actions.provision(plan, bundle, fallback),
+                )
+                if self.volumes.get(plan.volume_name) is None:
+                    self._known_volumes.remember(plan.volume_name)
+            case Reject(reason):
+                log.info("claim %s/%s refused: %s", claim.namespace, claim.name, reason)
+                self._actions.reject(claim, reason)
+            case Reschedule(reason):
+                self._actions.reschedule(claim, reason)
+            case Ignore(reason):
+                log.debug("claim %s/%s: %s", claim.namespace, claim.name, reason)
+
+    def _reconcile_volume(self, name: str) -> None:
+        volume = self.volumes.get(name)
+        if volume is None:
+            return
+        bundle = self._config()
+        nodes = dict(self.nodes.items())
+        with self._index_lock:
+            decision = decide_volume_action(
+                volume,
+                bundle.config,
+                nodes,
+                provisioner_name=self._settings.provisioner_name,
+                volume_index=self._index,
+            )
+        match decision:
+            case Teardown(plan):
+                fallback = None if plan.node_name else pick_helper_node(nodes.values())
+                self._with_pod(
+                    "delete",
+                    plan.volume_name,
+                    lambda: self._actions.teardown(
+                        plan, volume.storage_class_name, bundle, fallback
+                    ),
+                )
+            case AddFinalizer():
+                self._actions.add_finalizer(name)
+            case RemoveFinalizer(reason):
+                log.info("volume %s: removing our finalizer: %s", name, reason)
+                self._actions.remove_finalizer(name)
+            case RefuseUnsafePath(reason):
+                log.warning("volume %s: refusing to delete: %s", name, reason)
+                self._actions.refuse(name, reason)
+            case NodeGone(reason, remove_finalizer):
+                log.warning("volume %s: %s", name, reason)
+                self._actions.refuse(name, reason)
+                if remove_finalizer:
+                    self._actions.remove_finalizer(name)
+            case Ignore(reason):
+                log.debug("volume %s: %s", name, reason)
+
+    def _with_pod(self, action: HelperAction, volume_name: str, run: Callable[[], None]) -> None:
+        pod = helper_pod_name(action, volume_name)
+        self._in_flight_pods.add(pod)
+        try:
+            run()
+        finally:
+            self._in_flight_pods.discard(pod)
+
+
+def _helper_pod_summary(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata") or {}
+    return {"name": meta.get("name", ""), "phase": (obj.get("status") or {}).get("phase", "")}
