@@ -13,7 +13,8 @@ import pulumi_kubernetes as kubernetes
 from pulumi.runtime.config import CONFIG, get_config_env
 
 from components.deployment import ProvisionerDeployment
-from components.settings import SettingsError, StackSettings, parse_settings
+from components.settings import StackSettings, parse_settings
+from components.stack_values import SettingsError
 from components.storage_classes import StorageClasses
 
 INSTANCE_NAME = "local-path-storage"

@@ -6,7 +6,7 @@ The storage rules themselves (absolute paths, duplicate nodes, shared path vs no
 pathPattern, volume types, the helper template...) live in provisioner.config and are only
 called from here: a rule is written once, for the runtime and the deployment alike. This module
 adds what only a deployment has: types of stack values, Deployment settings, and the
-StorageClass list.
+StorageClass list (class_settings.py).
 
 Every failure is a SettingsError whose text is one line naming the stack config key, e.g.
 `stack config local-path-storage:nodePathMap[1].paths[0]: "data" must be an absolute path`.
@@ -14,12 +14,11 @@ Every failure is a SettingsError whose text is one line naming the stack config 
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
@@ -27,11 +26,16 @@ from components import naming
 from components.args import (
     ConfigMapFiles,
     ContainerResources,
-    LabelExpression,
     ProvisionerDeploymentArgs,
-    StorageClassArgs,
     StorageClassesArgs,
-    TopologyTerm,
+)
+from components.class_settings import parse_storage_classes
+from components.stack_values import (
+    DNS_SUBDOMAIN,
+    SettingsError,
+    decode_structured,
+    show,
+    unknown_key,
 )
 from provisioner.config import (
     DEFAULT_HELPER_POD_YAML,
@@ -41,10 +45,7 @@ from provisioner.config import (
     ConfigError,
     ProvisionerConfig,
     load_config_bundle,
-    validate_storage_class_parameters,
 )
-
-T = TypeVar("T")
 
 # Keys of config.json, carried over from stack config under the same names.
 CONFIG_JSON_KEYS = (
@@ -95,35 +96,9 @@ STRUCTURED_KEYS = (
 
 KNOWN_KEYS = frozenset(SCALAR_DEFAULTS) | frozenset(STRUCTURED_KEYS)
 
-STORAGE_CLASS_KEYS = (
-    "name",
-    "isDefault",
-    "reclaimPolicy",
-    "volumeBindingMode",
-    "parameters",
-    "defaultVolumeType",
-    "annotations",
-    "allowedTopologies",
-    "mountOptions",
-)
-RESERVED_ANNOTATIONS = {
-    naming.DEFAULT_CLASS_ANNOTATION: "isDefault",
-    naming.DEFAULT_VOLUME_TYPE_ANNOTATION: "defaultVolumeType",
-}
-
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _QUALIFIED_NAME_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _QUANTITY = re.compile(r"\+?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+|[mkMGTPE]|[KMGTPE]i)?")
-
-
-class SettingsError(ValueError):
-    """A stack config value that cannot be deployed; `str()` is the one line users see."""
-
-    def __init__(self, key_path: str, message: str) -> None:
-        self.key_path = key_path
-        self.message = message
-        super().__init__(f"stack config {naming.CONFIG_NAMESPACE}:{key_path}: {message}")
 
 
 @dataclass(frozen=True)
@@ -169,7 +144,7 @@ def parse_settings(raw_config: Mapping[str, str]) -> StackSettings:
             memory_limit=scalars.optional_text("memoryLimit", _check_quantity),
         ),
     )
-    classes = _storage_classes(values.get("storageClasses"), config)
+    classes = parse_storage_classes(values.get("storageClasses"), config)
     return StackSettings(
         deployment=deployment,
         storage_classes=StorageClassesArgs(classes=classes, provisioner_name=provisioner_name),
@@ -185,20 +160,9 @@ def _own_values(raw_config: Mapping[str, str]) -> dict[str, str]:
             continue
         key = full_key[len(prefix) :]
         if key not in KNOWN_KEYS:
-            close = difflib.get_close_matches(key, sorted(KNOWN_KEYS), n=1)
-            hint = (
-                f"did you mean {close[0]}?"
-                if close
-                else f"known keys: {', '.join(sorted(KNOWN_KEYS))}"
-            )
-            raise SettingsError(key, f"unknown key; {hint}")
+            raise SettingsError(key, unknown_key(key, tuple(sorted(KNOWN_KEYS))))
         values[key] = value
     return values
-
-
-def _show(value: object) -> str:
-    """A value as it appears in messages: JSON, so strings are quoted and nothing is ambiguous."""
-    return json.dumps(value)
 
 
 class _Scalars:
@@ -230,7 +194,7 @@ class _Scalars:
         try:
             number = int(value)
         except ValueError:
-            raise SettingsError(key, f"must be an integer, got {_show(value)}") from None
+            raise SettingsError(key, f"must be an integer, got {show(value)}") from None
         if minimum is None:
             return number
         if number < minimum or (maximum is not None and number > maximum):
@@ -243,13 +207,13 @@ class _Scalars:
     def boolean(self, key: str) -> bool:
         value = self._raw(key)
         if value not in ("true", "false"):
-            raise SettingsError(key, f"must be true or false, got {_show(value)}")
+            raise SettingsError(key, f"must be true or false, got {show(value)}")
         return value == "true"
 
     def choice(self, key: str, choices: tuple[str, ...]) -> str:
         value = self._raw(key)
         if value not in choices:
-            raise SettingsError(key, f"must be one of {', '.join(choices)}; got {_show(value)}")
+            raise SettingsError(key, f"must be one of {', '.join(choices)}; got {show(value)}")
         return value
 
 
@@ -262,50 +226,27 @@ def _check_dns_label(what: str, limit: int) -> Callable[[str], str | None]:
         if len(value) <= limit and _DNS_LABEL.fullmatch(value):
             return None
         return (
-            f"{_show(value)} is not a valid {what} "
+            f"{show(value)} is not a valid {what} "
             f'(lower-case letters, digits and "-", at most {limit} characters)'
         )
 
     return check
 
 
-def _check_storage_class_name(value: str) -> str | None:
-    if len(value) <= 253 and _DNS_SUBDOMAIN.fullmatch(value):
-        return None
-    return (
-        f"{_show(value)} is not a valid StorageClass name "
-        '(lower-case letters, digits, "-" and ".", at most 253 characters)'
-    )
-
-
 def _check_provisioner_name(value: str) -> str | None:
     # Kubernetes' rule for a StorageClass's provisioner: a qualified name such as
     # example.com/local-path, checked in lower case.
     prefix, _, name = value.lower().rpartition("/")
-    valid_prefix = prefix == "" or (len(prefix) <= 253 and _DNS_SUBDOMAIN.fullmatch(prefix))
+    valid_prefix = prefix == "" or (len(prefix) <= 253 and DNS_SUBDOMAIN.fullmatch(prefix))
     if valid_prefix and len(name) <= 63 and _QUALIFIED_NAME_PART.fullmatch(name):
         return None
-    return f"{_show(value)} is not a valid provisioner name (e.g. example.com/local-path)"
+    return f"{show(value)} is not a valid provisioner name (e.g. example.com/local-path)"
 
 
 def _check_quantity(value: str) -> str | None:
     if _QUANTITY.fullmatch(value):
         return None
-    return f"{_show(value)} is not a Kubernetes quantity (e.g. 100m, 64Mi, 1Gi)"
-
-
-def _decode_structured(key: str, text: str, expected: type[T], what: str) -> T:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        value = text
-    if not isinstance(value, expected):
-        raise SettingsError(
-            key,
-            f"must be {what} (edit it in the stack file or with `pulumi config set --path`), "
-            f"got {_show(value)}",
-        )
-    return value
+    return f"{show(value)} is not a Kubernetes quantity (e.g. 100m, 64Mi, 1Gi)"
 
 
 def _config_files(
@@ -317,7 +258,7 @@ def _config_files(
         if key in values:
             expected: type[Any] = list if key == "nodePathMap" else dict
             what = "a list of {node, paths}" if key == "nodePathMap" else "a map of class names"
-            document[key] = _decode_structured(key, values[key], expected, what)
+            document[key] = decode_structured(key, values[key], expected, what)
     for key in ("sharedFileSystemPath", "setupCommand", "teardownCommand"):
         text = scalars.optional_text(key, None)
         if text is not None:
@@ -404,203 +345,3 @@ def _stack_key_of(error: ConfigError) -> tuple[str, str]:
         message = error.message.replace(_RUNTIME_UNSAFE_HINT, _STACK_UNSAFE_HINT)
         return _FILE_KEYS[file_name], f"{inner}: {message}" if inner else message
     return error.key_path, error.message
-
-
-def _storage_classes(text: str | None, config: ProvisionerConfig) -> tuple[StorageClassArgs, ...]:
-    if text is None:
-        raise SettingsError(
-            "storageClasses",
-            "at least one StorageClass is required, e.g. [{name: local-path, isDefault: true}]",
-        )
-    items = _decode_structured("storageClasses", text, list, "a list of StorageClass objects")
-    if not items:
-        raise SettingsError("storageClasses", "at least one StorageClass is required")
-    classes: list[StorageClassArgs] = []
-    for index, item in enumerate(items):
-        key = f"storageClasses[{index}]"
-        storage_class = _storage_class(key, item)
-        for earlier_index, earlier in enumerate(classes):
-            if earlier.name == storage_class.name:
-                raise SettingsError(
-                    f"{key}.name",
-                    f"{_show(storage_class.name)} is already used by "
-                    f"storageClasses[{earlier_index}]",
-                )
-            if earlier.is_default and storage_class.is_default:
-                raise SettingsError(
-                    f"{key}.isDefault",
-                    f"only one class can be the default; storageClasses[{earlier_index}] "
-                    f"({_show(earlier.name)}) already is",
-                )
-        _check_against_config(key, storage_class, config)
-        classes.append(storage_class)
-    return tuple(classes)
-
-
-def _storage_class(key: str, item: object) -> StorageClassArgs:
-    if not isinstance(item, dict):
-        raise SettingsError(key, f"must be an object with at least a name, got {_show(item)}")
-    for field_name in item:
-        if field_name not in STORAGE_CLASS_KEYS:
-            raise SettingsError(f"{key}.{field_name}", _unknown(field_name, STORAGE_CLASS_KEYS))
-    if "name" not in item:
-        raise SettingsError(f"{key}.name", "is required")
-    name = _string(f"{key}.name", item["name"])
-    problem = _check_storage_class_name(name)
-    if problem is not None:
-        raise SettingsError(f"{key}.name", problem)
-    reclaim_policy = _one_of(
-        f"{key}.reclaimPolicy", item.get("reclaimPolicy", "Delete"), ("Delete", "Retain")
-    )
-    binding_mode = _one_of(
-        f"{key}.volumeBindingMode",
-        item.get("volumeBindingMode", "WaitForFirstConsumer"),
-        ("WaitForFirstConsumer", "Immediate"),
-    )
-    volume_type = item.get("defaultVolumeType")
-    return StorageClassArgs(
-        name=name,
-        is_default=_bool(f"{key}.isDefault", item.get("isDefault", False)),
-        reclaim_policy=reclaim_policy,
-        volume_binding_mode=binding_mode,
-        parameters=_parameters(f"{key}.parameters", item.get("parameters", {})),
-        default_volume_type=None
-        if volume_type is None
-        else _string(f"{key}.defaultVolumeType", volume_type),
-        annotations=_annotations(f"{key}.annotations", item.get("annotations", {})),
-        allowed_topologies=_topologies(
-            f"{key}.allowedTopologies", item.get("allowedTopologies", [])
-        ),
-        mount_options=tuple(_strings(f"{key}.mountOptions", item.get("mountOptions", []))),
-    )
-
-
-def _unknown(name: str, known: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(name, known, n=1)
-    return (
-        f"unknown key; did you mean {close[0]}?"
-        if close
-        else f"unknown key; known keys: {', '.join(known)}"
-    )
-
-
-def _string(key: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise SettingsError(key, f"must be a string, got {_show(value)}")
-    return value
-
-
-def _strings(key: str, value: object) -> list[str]:
-    if not isinstance(value, list):
-        raise SettingsError(key, f"must be a list of strings, got {_show(value)}")
-    return [_string(f"{key}[{index}]", item) for index, item in enumerate(value)]
-
-
-def _bool(key: str, value: object) -> bool:
-    # `pulumi config set --path` without --type stores "true"/"false" as strings.
-    if isinstance(value, bool):
-        return value
-    if value in ("true", "false"):
-        return value == "true"
-    raise SettingsError(key, f"must be true or false, got {_show(value)}")
-
-
-def _one_of(key: str, value: object, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise SettingsError(key, f"must be one of {', '.join(choices)}; got {_show(value)}")
-    return str(value)
-
-
-def _parameters(key: str, value: object) -> dict[str, str]:
-    """Parameter values must be strings; which names are allowed is provisioner.config's rule."""
-    if not isinstance(value, dict):
-        raise SettingsError(key, f"must be a map of parameter names to strings, got {_show(value)}")
-    parameters = {}
-    for name, given in value.items():
-        parameter = ("true" if given else "false") if isinstance(given, bool) else given
-        if not isinstance(parameter, str):
-            # YAML reads 0770 as a number; StorageClass parameters are strings.
-            raise SettingsError(
-                f"{key}.{name}", f'must be a string (quote it, e.g. "0770"), got {_show(parameter)}'
-            )
-        parameters[name] = parameter
-    return parameters
-
-
-def _annotations(key: str, value: object) -> dict[str, str]:
-    if not isinstance(value, dict):
-        raise SettingsError(key, f"must be a map of strings, got {_show(value)}")
-    annotations = {}
-    for name, annotation in value.items():
-        item_key = f"{key}[{_show(name)}]"
-        if name in RESERVED_ANNOTATIONS:
-            raise SettingsError(item_key, f"set {RESERVED_ANNOTATIONS[name]} instead")
-        annotations[name] = _string(item_key, annotation)
-    return annotations
-
-
-def _topologies(key: str, value: object) -> tuple[TopologyTerm, ...]:
-    """allowedTopologies in Kubernetes' shape: [{matchLabelExpressions: [{key, values}]}]."""
-    if not isinstance(value, list):
-        raise SettingsError(key, f"must be a list of {{matchLabelExpressions}}, got {_show(value)}")
-    terms = []
-    for index, term in enumerate(value):
-        term_key = f"{key}[{index}]"
-        if not isinstance(term, dict) or set(term) != {"matchLabelExpressions"}:
-            raise SettingsError(
-                term_key, f"must be {{matchLabelExpressions: [...]}}, got {_show(term)}"
-            )
-        expressions = term["matchLabelExpressions"]
-        if not isinstance(expressions, list) or not expressions:
-            raise SettingsError(
-                f"{term_key}.matchLabelExpressions", "must be a non-empty list of {key, values}"
-            )
-        terms.append(
-            tuple(
-                _label_expression(f"{term_key}.matchLabelExpressions[{number}]", expression)
-                for number, expression in enumerate(expressions)
-            )
-        )
-    return tuple(terms)
-
-
-def _label_expression(key: str, value: object) -> LabelExpression:
-    if not isinstance(value, dict) or set(value) != {"key", "values"}:
-        raise SettingsError(key, f"must be {{key, values}}, got {_show(value)}")
-    values = _strings(f"{key}.values", value["values"])
-    if not values:
-        raise SettingsError(f"{key}.values", "must not be empty")
-    return LabelExpression(key=_string(f"{key}.key", value["key"]), values=tuple(values))
-
-
-def _check_against_config(
-    key: str, storage_class: StorageClassArgs, config: ProvisionerConfig
-) -> None:
-    """The class's parameters and binding mode against the paths config.json gives it."""
-    try:
-        validate_storage_class_parameters(
-            storage_class.name, storage_class.parameters, storage_class.all_annotations(), config
-        )
-    except ConfigError as error:
-        raise SettingsError(_class_key_of(key, error.key_path), error.message) from error
-    if (
-        storage_class.volume_binding_mode == "Immediate"
-        and config.shared_path_for(storage_class.name) is None
-    ):
-        raise SettingsError(
-            f"{key}.volumeBindingMode",
-            "Immediate needs a sharedFileSystemPath for this class: a node-local volume has no "
-            "node until a pod is scheduled; use WaitForFirstConsumer",
-        )
-
-
-def _class_key_of(key: str, key_path: str) -> str:
-    """Maps a key path of validate_storage_class_parameters (relative to the StorageClass, or a
-    top-level config.json key) to stack config."""
-    if key_path.split(".", 1)[0].split("[", 1)[0] in CONFIG_JSON_KEYS:
-        return key_path
-    if key_path == f"annotations.{naming.DEFAULT_VOLUME_TYPE_ANNOTATION}":
-        return f"{key}.defaultVolumeType"
-    if key_path.startswith("annotations."):
-        return f"{key}.annotations[{_show(key_path.removeprefix('annotations.'))}]"
-    return f"{key}.{key_path}"

@@ -10,11 +10,8 @@ import yaml
 
 from components.args import LabelExpression
 from components.naming import CONFIG_NAMESPACE
-from components.settings import (
-    SCALAR_DEFAULTS,
-    SettingsError,
-    parse_settings,
-)
+from components.settings import SCALAR_DEFAULTS, parse_settings
+from components.stack_values import SettingsError
 from provisioner.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
