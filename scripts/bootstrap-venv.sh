@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Creates (once) the virtualenv for this project's pinned Python dependencies, in the cache
-# outside the repository, keyed by a hash of pyproject.toml; prints its path on stdout.
+# outside the repository, keyed by a hash of its pinned dependencies; prints its path on stdout.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${LPS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/local-path-storage}"
 python="${PYTHON:-python3.11}"
 command -v "$python" >/dev/null || python=python3
-key=$( (cat "$here/pyproject.toml"; "$python" --version) | sha256sum | cut -c1-16)
+# Keyed by the pinned dependencies only, so editing tool settings in pyproject.toml keeps the venv.
+key=$("$python" - "$here/pyproject.toml" <<'PY'
+import hashlib, json, sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+pins = [project["dependencies"], project.get("optional-dependencies", {}), sys.version]
+print(hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()[:16])
+PY
+)
 venv="$CACHE/venv-$key"
 if [ ! -f "$venv/.complete" ]; then
   echo "bootstrap: creating Python virtualenv $venv (pinned dependencies from pyproject.toml)" >&2
