@@ -1,0 +1,276 @@
+"""One local Kubernetes cluster: start it, use it, stop it, leaving nothing behind.
+
+Why: the provisioner must be tested against the real control plane, with fake nodes (kwok) and
+helper pods that really run. This ties the parts together: certificates and kubeconfigs, the
+component processes, the nodes and their directories, the helper-pod runner; it reports the
+start-up time, and stops everything by PID (also at interpreter exit and on SIGTERM/SIGHUP).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from localcluster import kubeconfig, shutdown
+from localcluster.binaries import locate_binaries
+from localcluster.certificates import ClusterPki, generate_pki
+from localcluster.cluster_access import ClusterAccess, wait_for
+from localcluster.component_args import ClusterLayout, ClusterPorts
+from localcluster.control_plane import ControlPlane
+from localcluster.errors import ClusterError, ComponentFailedError
+from localcluster.event_log import EventLog
+from localcluster.helper_runner import HelperPodRunner
+from localcluster.kwok_stages import write_stages
+from localcluster.nodes import (
+    NodeSpec,
+    create_node,
+    default_node_specs,
+    delete_node,
+    wait_until_usable,
+)
+from localcluster.ports import ensure_port_free, pick_free_ports
+from localcluster.raw_api import call_json
+
+DEFAULT_STARTUP_TIMEOUT_SECONDS = 120.0
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """How to start a cluster; the defaults suit tests."""
+
+    nodes: Sequence[NodeSpec] = field(default_factory=default_node_specs)
+    apiserver_port: int | None = None
+    """A fixed port for kube-apiserver; None picks a free one."""
+    parent_dir: Path | None = None
+    """Where the cluster's temporary directory is made (default: the system temp dir)."""
+    startup_timeout_seconds: float = DEFAULT_STARTUP_TIMEOUT_SECONDS
+    announce: bool = True
+    """Print "cluster ready in X.Xs" to stderr once ready."""
+
+
+class LocalCluster(ClusterAccess):
+    """A running local cluster. Use `LocalCluster.start()` or `with LocalCluster.start() as c`."""
+
+    def __init__(
+        self, options: ClusterOptions, layout: ClusterLayout, ports: ClusterPorts, pki: ClusterPki
+    ) -> None:
+        super().__init__(
+            f"https://127.0.0.1:{ports.apiserver}", pki.ca.cert, pki.admin, layout.root
+        )
+        self.options = options
+        self.layout = layout
+        self.ports = ports
+        self.pki = pki
+        self.kubeconfig = layout.admin_kubeconfig
+        self.nodes: list[str] = []
+        self.startup_seconds = 0.0
+        self.harness_log = EventLog(layout.logs / "harness.log")
+        self.control_plane = ControlPlane(locate_binaries(), layout, ports, pki)
+        self.runner = HelperPodRunner(
+            self.admin_client, layout.root, self.node_dir, self.harness_log
+        )
+        self._stopped = False
+        self._restarting = threading.Lock()
+
+    @classmethod
+    def start(cls, options: ClusterOptions | None = None) -> LocalCluster:
+        """Starts a cluster and waits until it is usable; raises ClusterError (one line) and
+        leaves nothing running when it cannot."""
+        options = options or ClusterOptions()
+        started = time.monotonic()
+        locate_binaries()  # fail before making anything when binaries are missing
+        if options.apiserver_port is not None:
+            ensure_port_free(options.apiserver_port, "kube-apiserver")
+        etcd_client, etcd_peer, apiserver = pick_free_ports(3)
+        ports = ClusterPorts(etcd_client, etcd_peer, options.apiserver_port or apiserver)
+        root = Path(tempfile.mkdtemp(prefix="lps-cluster-", dir=options.parent_dir))
+        layout = ClusterLayout(root)
+        try:
+            pki = generate_pki(layout.pki)
+            cluster = cls(options, layout, ports, pki)
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        shutdown.register(cluster)
+        try:
+            cluster._boot(started)
+        except BaseException as error:
+            cluster.stop(keep_logs=isinstance(error, ClusterError))
+            raise
+        return cluster
+
+    def _boot(self, started: float) -> None:
+        deadline = started + self.options.startup_timeout_seconds
+        self._write_configuration()
+        self.control_plane.start_storage_and_apiserver(deadline)
+        self.control_plane.start_controllers()
+        for spec in self.options.nodes:
+            self._create_node(spec)
+        self.runner.start()
+        core = self.core_v1()
+        pending = wait_until_usable(core, self.nodes, deadline, self.control_plane.check_alive)
+        if pending:
+            raise ComponentFailedError(
+                "kwok",
+                f"did not make node {pending[0]} Ready in time",
+                self.control_plane.kwok.log_path,
+            )
+        self._wait_for_token_controller(deadline)
+        self.startup_seconds = time.monotonic() - started
+        self.harness_log.write(f"cluster ready in {self.startup_seconds:.1f}s")
+        threading.Thread(
+            target=self._watch_components, name="localcluster-watchdog", daemon=True
+        ).start()
+        if self.options.announce:
+            print(
+                f"localcluster: cluster ready in {self.startup_seconds:.1f}s ({self.dir})",
+                file=sys.stderr,
+            )
+
+    def _write_configuration(self) -> None:
+        ca_pem = self.pki.ca.cert_pem()
+        identities = {
+            "kube-controller-manager": self.pki.controller_manager,
+            "kube-scheduler": self.pki.scheduler,
+            "kwok": self.pki.kwok,
+        }
+        for component, pair in identities.items():
+            document = kubeconfig.build_kubeconfig(
+                self.server,
+                ca_pem,
+                component,
+                client_cert_pem=pair.cert_pem(),
+                client_key_pem=pair.key_pem(),
+            )
+            kubeconfig.write_kubeconfig(self.layout.component_kubeconfig(component), document)
+        admin = kubeconfig.build_kubeconfig(
+            self.server,
+            ca_pem,
+            "admin",
+            client_cert_pem=self.admin.cert_pem(),
+            client_key_pem=self.admin.key_pem(),
+        )
+        kubeconfig.write_kubeconfig(self.kubeconfig, admin)
+        write_stages(self.layout.kwok_stages)
+        self.layout.nodes.mkdir(parents=True, exist_ok=True)
+
+    def _wait_for_token_controller(self, deadline: float) -> None:
+        """The controller-manager is working once it has made `default/default`."""
+        core = self.core_v1()
+
+        def default_account() -> bool | None:
+            self.control_plane.check_alive()
+            accounts = call_json(core.list_namespaced_service_account, "default")["items"]
+            names = {account["metadata"]["name"] for account in accounts}
+            return True if "default" in names else None
+
+        try:
+            wait_for(
+                default_account, max(0.0, deadline - time.monotonic()), "default service account"
+            )
+        except TimeoutError as error:
+            raise ComponentFailedError(
+                "kube-controller-manager",
+                "did not create the default service account in time",
+                self.control_plane.controller_manager.log_path,
+            ) from error
+
+    def _watch_components(self) -> None:
+        """Says once, on stderr, when a component dies while the cluster is in use."""
+        reported: set[int] = set()
+        while not self._stopped:
+            time.sleep(1.0)
+            with self._restarting:
+                for process in self.control_plane.processes:
+                    if self._stopped or process.pid in reported or process.is_running():
+                        continue
+                    reported.add(process.pid or 0)
+                    problem = f"exited (exit code {process.exit_code()})"
+                    line = str(self.control_plane.failure(process, problem))
+                    self.harness_log.write(line)
+                    print(line, file=sys.stderr)
+
+    # Nodes.
+    def node_dir(self, node: str) -> Path:
+        """The directory standing for `node`'s disk: hostPath /x is `node_dir(node) / "x"`."""
+        return self.layout.nodes / node
+
+    def _create_node(self, spec: NodeSpec) -> None:
+        self.node_dir(spec.name).mkdir(parents=True, exist_ok=True)
+        create_node(self.core_v1(), spec)
+        self.nodes.append(spec.name)
+
+    def add_node(
+        self, name: str, labels: Mapping[str, str] | None = None, timeout: float = 60.0
+    ) -> None:
+        """Creates another fake node and waits until it is Ready and schedulable."""
+        self._create_node(NodeSpec(name, dict(labels or {})))
+        pending = wait_until_usable(
+            self.core_v1(), [name], time.monotonic() + timeout, self.control_plane.check_alive
+        )
+        if pending:
+            raise ComponentFailedError(
+                "kwok", f"did not make node {name} Ready in time", self.control_plane.kwok.log_path
+            )
+
+    def delete_node(self, name: str) -> None:
+        """Deletes the Node object (its directory stays, as a dead node's disk would)."""
+        delete_node(self.core_v1(), name)
+        if name in self.nodes:
+            self.nodes.remove(name)
+
+    # Control plane.
+    def restart_apiserver(self) -> None:
+        """Stops kube-apiserver and starts it again on the same port with the same etcd data."""
+        with self._restarting:
+            self.control_plane.restart_apiserver(
+                time.monotonic() + self.options.startup_timeout_seconds
+            )
+
+    def pids(self) -> list[int]:
+        """Every process this cluster started: components and helper-pod sandboxes."""
+        return self.control_plane.pids() + list(self.runner.started_pids)
+
+    # Stopping.
+    def stop(self, keep_logs: bool = False) -> None:
+        """Stops the runner and every component by PID and removes the cluster directory
+        (except `logs/` when `keep_logs`). Safe to call more than once."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            self.runner.stop()
+        finally:
+            self.control_plane.stop()
+            self.close()
+            shutdown.unregister(self)
+            self._remove_directory(keep_logs)
+
+    def _remove_directory(self, keep_logs: bool) -> None:
+        if not keep_logs:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            return
+        for child in self.dir.iterdir():
+            if child != self.layout.logs:
+                if child.is_dir():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,189 @@
+"""What running a helper pod means, decided on plain data: the sandbox plan and the statuses.
+
+Why: the helper runner (the I/O shell) stands in for a kubelet for helper pods only. Which
+command runs with which environment, where each volume lands, and what the pod status says
+afterwards are decisions worth testing without a cluster, so they live here, free of API calls.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+HELPER_POD_LABEL = "local-path-storage.io/helper-pod"
+HELPER_POD_LABEL_VALUE = "true"
+NEVER_STARTS_IMAGE = "lps.invalid/never-starts:0"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# kubelet's FallbackToLogsOnError keeps the last 80 lines, at most 2048 bytes of them.
+TERMINATION_MESSAGE_MAX_LINES = 80
+TERMINATION_MESSAGE_MAX_BYTES = 2048
+# A container that could not start (bad mount, no such command) is reported as containerd
+# does: exit code 128, reason StartError.
+START_ERROR_EXIT_CODE = 128
+MATERIALIZED_VOLUME_KINDS = ("configMap", "secret", "projected", "emptyDir", "downwardAPI")
+
+_VARIABLE_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+class UnsupportedPodError(ValueError):
+    """The pod asks for something the helper runner cannot emulate; `reason` is CamelCase."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def is_helper_pod(pod: Mapping[str, Any]) -> bool:
+    labels = pod.get("metadata", {}).get("labels") or {}
+    return bool(labels.get(HELPER_POD_LABEL) == HELPER_POD_LABEL_VALUE)
+
+
+def expand_variables(text: str, env: Mapping[str, str]) -> str:
+    """Kubernetes `$(VAR)` expansion: defined names are replaced, `$$` escapes a `$`, and
+    references to undefined names stay as written."""
+
+    def replace(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name = match.group(1)
+        return env.get(name, match.group(0))
+
+    return _VARIABLE_REFERENCE.sub(replace, text)
+
+
+def container_environment(container: Mapping[str, Any], pod_name: str) -> dict[str, str]:
+    """The process environment: PATH and HOSTNAME defaults, then the container's plain `value`
+    variables in order, each expanded against those before it. `valueFrom` is not emulated."""
+    env: dict[str, str] = {"PATH": DEFAULT_PATH, "HOSTNAME": pod_name, "HOME": "/root"}
+    for variable in container.get("env") or []:
+        if "value" in variable or "valueFrom" not in variable:
+            env[variable["name"]] = expand_variables(str(variable.get("value", "")), env)
+    return env
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A bind mount of `source` (host path) at `target` (path inside the pod's root)."""
+
+    source: str
+    target: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class SandboxPlan:
+    """Everything the in-namespace sandbox needs to run one container."""
+
+    root: str
+    argv: list[str]
+    env: dict[str, str]
+    working_dir: str = "/"
+    mounts: list[Mount] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> SandboxPlan:
+        data = json.loads(text)
+        return cls(
+            root=data["root"],
+            argv=list(data["argv"]),
+            env=dict(data["env"]),
+            working_dir=data["working_dir"],
+            mounts=[Mount(**mount) for mount in data["mounts"]],
+        )
+
+
+def node_host_path(node_dir: Path, host_path: str) -> Path:
+    """Where a node's absolute `host_path` lives in the harness: under the node's directory.
+    Normalising first keeps `..` from climbing out of it."""
+    if not host_path.startswith("/"):
+        raise UnsupportedPodError("InvalidHostPath", f"hostPath {host_path!r} is not absolute")
+    relative = posixpath.normpath(host_path).lstrip("/")
+    return node_dir / relative if relative else node_dir
+
+
+def only_container(pod: Mapping[str, Any]) -> dict[str, Any]:
+    spec = pod.get("spec", {})
+    containers = spec.get("containers") or []
+    if len(containers) != 1 or spec.get("initContainers"):
+        raise UnsupportedPodError(
+            "UnsupportedPod", "the local cluster runs helper pods with exactly one container"
+        )
+    container: dict[str, Any] = containers[0]
+    return container
+
+
+def plan_sandbox(
+    pod: Mapping[str, Any],
+    *,
+    root: Path,
+    node_dir: Path,
+    materialized: Mapping[str, Path],
+) -> SandboxPlan:
+    """The sandbox for the pod's container: command, environment, working directory, and one
+    bind mount per volume mount (hostPath from the node's directory, other kinds from the
+    directories in `materialized`, keyed by volume name)."""
+    container = only_container(pod)
+    name = pod["metadata"]["name"]
+    env = container_environment(container, name)
+    command = [expand_variables(str(part), env) for part in container.get("command") or []]
+    args = [expand_variables(str(part), env) for part in container.get("args") or []]
+    if not command:
+        raise UnsupportedPodError(
+            "UnsupportedPod",
+            "the helper container needs `command`: images are not pulled, so their "
+            "entrypoints are unknown",
+        )
+    volumes = {volume["name"]: volume for volume in pod["spec"].get("volumes") or []}
+    mounts: list[Mount] = []
+    for volume_mount in container.get("volumeMounts") or []:
+        volume = volumes.get(volume_mount["name"])
+        if volume is None:
+            raise UnsupportedPodError(
+                "InvalidVolumeMount", f"volumeMount {volume_mount['name']!r} names no volume"
+            )
+        if "hostPath" in volume:
+            source = node_host_path(node_dir, volume["hostPath"]["path"])
+        elif volume["name"] in materialized:
+            source = materialized[volume["name"]]
+        else:
+            kinds = sorted(key for key in volume if key != "name")
+            raise UnsupportedPodError(
+                "UnsupportedVolume",
+                f"volume {volume['name']!r} of kind {', '.join(kinds)} is not emulated by "
+                "the local cluster's helper runner",
+            )
+        sub_path = volume_mount.get("subPath")
+        if sub_path:
+            source = source / posixpath.normpath(sub_path).lstrip("/")
+        mounts.append(
+            Mount(
+                source=str(source),
+                target=posixpath.normpath(volume_mount["mountPath"]),
+                read_only=bool(volume_mount.get("readOnly", False)),
+            )
+        )
+    # Parents before children, so a mount nested in another volume is not hidden by it.
+    mounts.sort(key=lambda mount: mount.target.count("/"))
+    return SandboxPlan(
+        root=str(root),
+        argv=command + args,
+        env=env,
+        working_dir=container.get("workingDir") or "/",
+        mounts=mounts,
+    )
+
+
+def termination_message(log: bytes) -> str:
+    """The tail of a failed container's output, as kubelet's FallbackToLogsOnError keeps it."""
+    lines = log.splitlines(keepends=True)[-TERMINATION_MESSAGE_MAX_LINES:]
+    tail = b"".join(lines)[-TERMINATION_MESSAGE_MAX_BYTES:]
+    return tail.decode("utf-8", "replace")

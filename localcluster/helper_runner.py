@@ -1,0 +1,332 @@
+"""Runs helper-labelled pods for real, standing in for the kubelet that kwok does not provide.
+
+Why: the provisioner's helper pods create and remove directories on nodes; with fake nodes that
+work would never happen and the provisioner could not be tested end to end. kwok's stages skip
+these pods; this runner watches them and, once a pod is bound to an existing node, runs its
+command in a sandbox whose absolute paths land in that node's directory, then reports status the
+way a kubelet does (Running, then Succeeded/Failed with exit code and termination message).
+
+Each pod's full output is kept in `<cluster dir>/pod-logs/<namespace>_<name>_<uid>.log`:
+kwok cannot serve `pods/log` for pods it does not manage, so the log file, and the termination
+message for failed containers with `terminationMessagePolicy: FallbackToLogsOnError`, are the
+documented ways to read it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from localcluster import helper_pod_status as status
+from localcluster.event_log import EventLog, utc_now
+from localcluster.helper_pods import (
+    HELPER_POD_LABEL,
+    HELPER_POD_LABEL_VALUE,
+    NEVER_STARTS_IMAGE,
+    START_ERROR_EXIT_CODE,
+    UnsupportedPodError,
+    plan_sandbox,
+)
+from localcluster.pod_volumes import VolumeMaterializer, VolumeNotReadyError, prepare_host_paths
+from localcluster.raw_api import call_json
+from localcluster.sandbox_process import SandboxOutcome, run_sandbox
+
+RESYNC_SECONDS = 2
+API_RETRY_SECONDS = 30.0
+HTTP_NOT_FOUND = 404
+HTTP_CONFLICT = 409
+_API_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
+
+
+def pod_log_path(cluster_dir: Path, namespace: str, name: str, uid: str) -> Path:
+    """Where the full output of one helper pod is kept."""
+    return cluster_dir / "pod-logs" / f"{namespace}_{name}_{uid}.log"
+
+
+class _PodRun:
+    """Book-keeping for one pod the runner has taken on."""
+
+    def __init__(self, pod: Mapping[str, Any]) -> None:
+        self.namespace: str = pod["metadata"]["namespace"]
+        self.name: str = pod["metadata"]["name"]
+        self.uid: str = pod["metadata"]["uid"]
+        self.cancelled = threading.Event()
+        self.finished = threading.Event()
+
+
+class HelperPodRunner:
+    """Watches helper pods in all namespaces and runs those bound to existing nodes."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        cluster_dir: Path,
+        node_dir: Callable[[str], Path],
+        log: EventLog,
+    ) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.cluster_dir = cluster_dir
+        self.node_dir = node_dir
+        self.log = log
+        self._runs: dict[str, _PodRun] = {}
+        self._waiting_reported: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="helper-pod-runner", daemon=True)
+        self.started_pids: list[int] = []
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops watching, kills every running helper command, and waits for them."""
+        self._stopping.set()
+        with self._lock:
+            runs = list(self._runs.values())
+        for run in runs:
+            run.cancelled.set()
+        for run in runs:
+            run.finished.wait(timeout=15)
+        if self._thread.is_alive():
+            self._thread.join(timeout=RESYNC_SECONDS + 5)
+
+    # The watch loop: list (a resync that retries pods waiting for a node), then watch a while.
+    def _loop(self) -> None:
+        selector = f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}"
+        while not self._stopping.is_set():
+            try:
+                listing = call_json(self.core.list_pod_for_all_namespaces, label_selector=selector)
+                seen = set()
+                for pod in listing.get("items") or []:
+                    seen.add(pod["metadata"]["uid"])
+                    self._consider(pod)
+                self._forget_finished(seen)
+                stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+                    self.core.list_pod_for_all_namespaces,
+                    label_selector=selector,
+                    resource_version=listing["metadata"]["resourceVersion"],
+                    timeout_seconds=RESYNC_SECONDS,
+                )
+                for event in stream:
+                    if self._stopping.is_set():
+                        break
+                    pod = event["raw_object"]
+                    if event["type"] == "DELETED":
+                        self._cancel(pod["metadata"]["uid"])
+                    elif event["type"] in ("ADDED", "MODIFIED"):
+                        self._consider(pod)
+            except _API_ERRORS as error:
+                if not self._stopping.is_set():
+                    self.log.write(f"watch interrupted ({type(error).__name__}); retrying")
+                    self._stopping.wait(0.5)
+
+    def _consider(self, pod: dict[str, Any]) -> None:
+        metadata, spec = pod["metadata"], pod.get("spec", {})
+        uid = metadata["uid"]
+        if metadata.get("deletionTimestamp"):
+            self._cancel(uid)
+            self._force_delete(metadata["namespace"], metadata["name"], uid)
+            return
+        with self._lock:
+            if uid in self._runs or self._stopping.is_set():
+                return
+        phase = (pod.get("status") or {}).get("phase")
+        node = spec.get("nodeName")
+        if phase in ("Succeeded", "Failed") or not node or not self._node_exists(node):
+            return
+        run = _PodRun(pod)
+        with self._lock:
+            self._runs[uid] = run
+        containers = spec.get("containers") or [{}]
+        if containers[0].get("image") == NEVER_STARTS_IMAGE:
+            self._report_waiting(
+                pod, "ImagePullBackOff", f'Back-off pulling image "{NEVER_STARTS_IMAGE}"'
+            )
+            run.finished.set()
+            return
+        threading.Thread(
+            target=self._run_pod, args=(pod, run), name=f"helper-pod-{run.name}", daemon=True
+        ).start()
+
+    def _forget_finished(self, present: set[str]) -> None:
+        with self._lock:
+            for uid in [uid for uid, run in self._runs.items() if uid not in present]:
+                if self._runs[uid].finished.is_set():
+                    del self._runs[uid]
+            for uid in [uid for uid in self._waiting_reported if uid not in present]:
+                del self._waiting_reported[uid]
+
+    def _cancel(self, uid: str) -> None:
+        with self._lock:
+            run = self._runs.get(uid)
+        if run is not None:
+            run.cancelled.set()
+
+    def _node_exists(self, node: str) -> bool:
+        try:
+            self.core.read_node(node)
+        except ApiException as error:
+            if error.status == HTTP_NOT_FOUND:
+                return False
+            raise
+        return True
+
+    # One pod, in its own thread: set up volumes, run the sandbox, report the outcome.
+    def _run_pod(self, pod: dict[str, Any], run: _PodRun) -> None:
+        pods_dir = self.cluster_dir / "pods"
+        pods_dir.mkdir(parents=True, exist_ok=True)
+        # One directory per attempt: a retried pod never shares it with the attempt before.
+        pod_dir = Path(tempfile.mkdtemp(prefix=f"{run.namespace}_{run.name}_", dir=pods_dir))
+        try:
+            self._execute(pod, run, pod_dir)
+        except Exception as error:  # noqa: BLE001 - one pod's failure must not stop the runner
+            self.log.write(f"{run.namespace}/{run.name}: runner error: {traceback.format_exc()}")
+            now = utc_now()
+            self._report_start_error(pod, now, now, f"local cluster helper runner: {error!r}", None)
+        finally:
+            shutil.rmtree(pod_dir, ignore_errors=True)
+            run.finished.set()
+
+    def _execute(self, pod: dict[str, Any], run: _PodRun, pod_dir: Path) -> None:
+        node_dir = self.node_dir(pod["spec"]["nodeName"])
+        try:
+            prepare_host_paths(pod, node_dir)
+            volumes = VolumeMaterializer(self.core, pod, pod_dir / "volumes").materialize()
+            plan = plan_sandbox(pod, root=pod_dir / "root", node_dir=node_dir, materialized=volumes)
+        except VolumeNotReadyError as error:
+            self._report_waiting(pod, "ContainerCreating", f"volume not ready: {error}")
+            with self._lock:  # forgotten, so the next resync tries again
+                self._runs.pop(run.uid, None)
+            return
+        except UnsupportedPodError as error:
+            now = utc_now()
+            self._report_start_error(pod, now, now, error.message, error.reason)
+            return
+        for mount in plan.mounts:  # subPath directories are created on demand, as kubelet does
+            source = Path(mount.source)
+            if not source.exists():
+                source.mkdir(parents=True)
+        plan_path = pod_dir / "plan.json"
+        plan_path.write_text(plan.to_json(), encoding="utf-8")
+        started_at = utc_now()
+        self._patch_status(pod, status.running_status(pod, started_at))
+        outcome = run_sandbox(
+            plan_path,
+            pod_log_path(self.cluster_dir, run.namespace, run.name, run.uid),
+            deadline_seconds=pod["spec"].get("activeDeadlineSeconds"),
+            cancelled=run.cancelled,
+            on_started=lambda pid: self._started(run, pid),
+        )
+        if outcome is None:
+            self.log.write(f"{run.namespace}/{run.name}: killed (pod deleted or cluster stopping)")
+        elif outcome.start_failure:
+            self._report_start_error(pod, started_at, utc_now(), outcome.start_failure, None)
+        else:
+            self._report_terminated(pod, run, outcome, started_at)
+
+    def _started(self, run: _PodRun, pid: int) -> None:
+        self.started_pids.append(pid)
+        self.log.write(f"{run.namespace}/{run.name}: started pid {pid}")
+
+    # Reporting to the API.
+    def _report_terminated(
+        self, pod: dict[str, Any], run: _PodRun, outcome: SandboxOutcome, started_at: str
+    ) -> None:
+        log_path = pod_log_path(self.cluster_dir, run.namespace, run.name, run.uid)
+        log = log_path.read_bytes() if log_path.exists() else b""
+        container = pod["spec"]["containers"][0]
+        code, deadline = outcome.exit_code, outcome.deadline_exceeded
+        self.log.write(f"{run.namespace}/{run.name}: exited with {code}")
+        self._patch_status(
+            pod,
+            status.terminated_status(
+                pod,
+                exit_code=code,
+                reason=status.exit_reason(code),
+                message=status.failure_message(container, code, log),
+                started_at=started_at,
+                finished_at=utc_now(),
+                pod_reason="DeadlineExceeded" if deadline else None,
+                pod_message=status.DEADLINE_EXCEEDED_MESSAGE if deadline else None,
+            ),
+        )
+
+    def _report_start_error(
+        self,
+        pod: dict[str, Any],
+        started_at: str,
+        finished_at: str,
+        message: str,
+        pod_reason: str | None,
+    ) -> None:
+        self.log.write(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}: {message}")
+        self._patch_status(
+            pod,
+            status.terminated_status(
+                pod,
+                exit_code=START_ERROR_EXIT_CODE,
+                reason="StartError",
+                message=message,
+                started_at=started_at,
+                finished_at=finished_at,
+                pod_reason=pod_reason,
+                pod_message=message if pod_reason else None,
+            ),
+        )
+
+    def _report_waiting(self, pod: dict[str, Any], reason: str, message: str) -> None:
+        uid = pod["metadata"]["uid"]
+        with self._lock:
+            if self._waiting_reported.get(uid) == message:
+                return
+            self._waiting_reported[uid] = message
+        self._patch_status(pod, status.waiting_status(pod, utc_now(), reason, message))
+
+    def _patch_status(self, pod: dict[str, Any], pod_status: dict[str, Any]) -> None:
+        """Patches pods/status, retrying through an apiserver restart; a deleted pod is fine."""
+        metadata = pod["metadata"]
+        body = {"metadata": {"uid": metadata["uid"]}, "status": pod_status}
+        self._with_retries(
+            lambda: self.core.patch_namespaced_pod_status(
+                metadata["name"], metadata["namespace"], body
+            )
+        )
+
+    def _force_delete(self, namespace: str, name: str, uid: str) -> None:
+        """Deletes with grace 0: no kubelet exists to confirm a graceful deletion."""
+        options = client.V1DeleteOptions(
+            grace_period_seconds=0, preconditions=client.V1Preconditions(uid=uid)
+        )
+        self._with_retries(
+            lambda: self.core.delete_namespaced_pod(
+                name, namespace, body=options, grace_period_seconds=0
+            )
+        )
+
+    def _with_retries(self, call: Callable[[], object]) -> None:
+        deadline = time.monotonic() + API_RETRY_SECONDS
+        while True:
+            try:
+                call()
+                return
+            except ApiException as error:
+                if error.status in (HTTP_NOT_FOUND, HTTP_CONFLICT):
+                    return
+                if time.monotonic() >= deadline or self._stopping.is_set():
+                    self.log.write(f"API call failed: {error.status} {error.reason}")
+                    return
+            except (urllib3.exceptions.HTTPError, OSError) as error:
+                if time.monotonic() >= deadline or self._stopping.is_set():
+                    self.log.write(f"API call failed: {error!r}")
+                    return
+            time.sleep(0.5)

@@ -1,0 +1,138 @@
+"""Runs one helper container inside a private mount namespace, as the pod would see its node.
+
+Why: a helper pod's command uses absolute node paths (`mkdir -p /opt/lps/pvc-...`); on a real
+node those are the node's disk. Here each node is a directory of the harness, so the command
+must see `<node dir>/opt/lps` at `/opt/lps`. The runner starts this file under
+`unshare --mount --propagation private`; it builds a per-pod root (the host's /usr, /etc and
+friends read-only, a fresh /tmp, /dev, /proc, then each volume bind-mounted at its mountPath),
+chroots into it and execs the command. The mounts die with the namespace when the command ends,
+so nothing leaks into the host's mount table.
+
+It is run as a file with `python -I -S`, so it imports only the standard library (starting it
+must stay cheap: it is on the path of every helper pod).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+START_FAILURE_EXIT = 125  # helper_pods.SANDBOX_START_FAILURE_EXIT
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+SYSTEM_DIRECTORIES = ("usr", "bin", "lib", "lib64", "sbin", "etc")
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+class SandboxError(Exception):
+    """The container could not be started; the message goes to the pod's log."""
+
+
+def _mount(
+    source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None
+) -> None:
+    encoded = [
+        value.encode() if value is not None else None for value in (source, target, fstype, data)
+    ]
+    if _libc.mount(encoded[0], encoded[1], encoded[2], ctypes.c_ulong(flags), encoded[3]) != 0:
+        error = ctypes.get_errno()
+        raise SandboxError(f"cannot mount {source or fstype} at {target}: {os.strerror(error)}")
+
+
+def _bind(source: str, target: str, *, read_only: bool) -> None:
+    _mount(source, target, None, MS_BIND | MS_REC)
+    if read_only:
+        _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+
+
+def _inside(root: Path, path: str) -> Path:
+    return root / path.lstrip("/")
+
+
+def _make_mount_point(target: Path, *, is_directory: bool) -> None:
+    try:
+        if is_directory:
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.touch(exist_ok=True)
+    except OSError as error:
+        raise SandboxError(f"cannot create mount point {target}: {error.strerror}") from error
+
+
+def build_root(plan: dict[str, Any]) -> None:
+    root = Path(plan["root"])
+    root.mkdir(parents=True, exist_ok=True)
+    for name in SYSTEM_DIRECTORIES:
+        host = Path("/") / name
+        inside = root / name
+        if host.is_symlink():
+            # /bin -> usr/bin and friends: a relative link resolves inside the new root too.
+            if not inside.is_symlink():
+                inside.symlink_to(host.readlink())
+        elif host.is_dir():
+            inside.mkdir(exist_ok=True)
+            _bind(str(host), str(inside), read_only=True)
+    for name in ("tmp", "dev", "proc"):
+        (root / name).mkdir(exist_ok=True)
+    _mount("tmpfs", str(root / "tmp"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    _bind("/dev", str(root / "dev"), read_only=False)
+    _mount("proc", str(root / "proc"), "proc", MS_NOSUID | MS_NODEV)
+    for mount in plan["mounts"]:
+        source = Path(mount["source"])
+        if not source.exists():
+            raise SandboxError(f"volume source {source} does not exist")
+        target = _inside(root, mount["target"])
+        _make_mount_point(target, is_directory=source.is_dir())
+        _bind(str(source), str(target), read_only=bool(mount["read_only"]))
+
+
+def enter_and_exec(plan: dict[str, Any]) -> None:
+    """Chroots and execs. Past the chroot the runner's files are out of sight, so failures are
+    reported through the start-failure file opened before it (close-on-exec: a successful exec
+    leaves it empty)."""
+    os.chroot(plan["root"])
+    working_dir = Path(plan["working_dir"] or "/")
+    try:
+        working_dir.mkdir(parents=True, exist_ok=True)
+        os.chdir(working_dir)
+    except OSError as error:
+        message = f"cannot use working directory {working_dir}: {error.strerror}"
+        raise SandboxError(message) from error
+    argv = plan["argv"]
+    sys.stdout.flush()
+    try:
+        os.execvpe(argv[0], argv, plan["env"])  # noqa: S606 - the pod's command, as a kubelet runs it
+    except OSError as error:
+        raise SandboxError(f'exec "{argv[0]}": {error.strerror}') from error
+
+
+def main(arguments: list[str]) -> int:
+    """`pod_sandbox.py PLAN START_FAILURE_FILE`: runs the plan; if the command cannot be
+    started, writes why to START_FAILURE_FILE (and the log) and exits 125."""
+    plan = json.loads(Path(arguments[0]).read_text(encoding="utf-8"))
+    start_failure = os.open(
+        arguments[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
+    )
+    try:
+        build_root(plan)
+        enter_and_exec(plan)
+    except (SandboxError, OSError) as error:
+        message = f"localcluster: container could not start: {error}"
+        os.write(start_failure, message.encode("utf-8", "replace"))
+        print(message, file=sys.stderr, flush=True)
+    return START_FAILURE_EXIT
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,46 @@
+"""Fixtures shared by every test folder: the real local cluster, started once per session.
+
+The `cluster` fixture never skips: when the control plane cannot be had (binaries missing, a
+component dies) the tests that need it fail with the harness's one-line reason.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from localcluster import ClusterError, LocalCluster
+
+_started: list[LocalCluster] = []
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalCluster]:
+    """A running local cluster (3 kwok nodes node-1..node-3), stopped at the end of the session."""
+    try:
+        running = LocalCluster.start()
+    except ClusterError as error:
+        pytest.fail(str(error), pytrace=False)
+    _started.append(running)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def cluster_namespace(cluster: LocalCluster) -> Iterator[str]:
+    """A fresh namespace (its default service account exists), deleted after the test."""
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    cluster.create_namespace(name)
+    yield name
+    cluster.core_v1().delete_namespace(name)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for running in _started:
+        terminalreporter.write_line(
+            f"localcluster: session cluster ready in {running.startup_seconds:.1f}s"
+        )

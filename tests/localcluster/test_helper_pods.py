@@ -1,0 +1,129 @@
+"""The helper runner's decisions on plain data: sandbox plans, environment, statuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localcluster import helper_pod_status as status
+from localcluster.helper_pods import (
+    UnsupportedPodError,
+    container_environment,
+    expand_variables,
+    is_helper_pod,
+    node_host_path,
+    plan_sandbox,
+    termination_message,
+)
+from tests.localcluster.pods import helper_pod
+
+
+def _with_uid(pod: dict[str, Any]) -> dict[str, Any]:
+    pod["metadata"]["namespace"] = "ns"
+    pod["metadata"]["uid"] = "uid-1"
+    return pod
+
+
+def test_hostpath_lands_in_the_node_directory(tmp_path: Path) -> None:
+    pod = _with_uid(helper_pod("p", "node-2", 'mkdir -p "$VOL_DIR"', env={"VOL_DIR": "/opt/lps/x"}))
+    plan = plan_sandbox(pod, root=tmp_path / "root", node_dir=tmp_path / "node-2", materialized={})
+    assert plan.argv == ["sh", "-c", 'mkdir -p "$VOL_DIR"']
+    assert plan.env["VOL_DIR"] == "/opt/lps/x"
+    assert [(m.source, m.target) for m in plan.mounts] == [
+        (str(tmp_path / "node-2" / "opt" / "lps"), "/opt/lps")
+    ]
+
+
+def test_host_path_cannot_climb_out_of_the_node_directory(tmp_path: Path) -> None:
+    assert node_host_path(tmp_path, "/../../etc") == tmp_path / "etc"
+    assert node_host_path(tmp_path, "/") == tmp_path
+    with pytest.raises(UnsupportedPodError):
+        node_host_path(tmp_path, "relative/path")
+
+
+def test_nested_mounts_are_ordered_parent_first(tmp_path: Path) -> None:
+    pod = _with_uid(
+        helper_pod(
+            "p",
+            "node-1",
+            "true",
+            extra_volumes=[{"name": "script", "configMap": {"name": "c"}}],
+            extra_mounts=[{"name": "script", "mountPath": "/opt/lps/script", "readOnly": True}],
+        )
+    )
+    pod["spec"]["containers"][0]["volumeMounts"].reverse()
+    plan = plan_sandbox(
+        pod, root=tmp_path, node_dir=tmp_path / "n", materialized={"script": tmp_path / "cm"}
+    )
+    assert [m.target for m in plan.mounts] == ["/opt/lps", "/opt/lps/script"]
+    assert plan.mounts[1].read_only
+
+
+def test_unsupported_volumes_and_missing_command_are_refused(tmp_path: Path) -> None:
+    pod = _with_uid(helper_pod("p", "node-1", "true"))
+    pod["spec"]["volumes"][0] = {"name": "data", "persistentVolumeClaim": {"claimName": "c"}}
+    with pytest.raises(UnsupportedPodError, match="not emulated"):
+        plan_sandbox(pod, root=tmp_path, node_dir=tmp_path, materialized={})
+    pod = _with_uid(helper_pod("p", "node-1", "true"))
+    del pod["spec"]["containers"][0]["command"]
+    with pytest.raises(UnsupportedPodError, match="command"):
+        plan_sandbox(pod, root=tmp_path, node_dir=tmp_path, materialized={})
+
+
+def test_kubernetes_variable_expansion() -> None:
+    env = {"A": "1", "B": "two"}
+    assert expand_variables("$(A)-$(B)", env) == "1-two"
+    assert expand_variables("$$(A) $(MISSING)", env) == "$(A) $(MISSING)"
+    container = {"env": [{"name": "X", "value": "a"}, {"name": "Y", "value": "$(X)b"}]}
+    environment = container_environment(container, "pod")
+    assert environment["Y"] == "ab"
+    assert environment["HOSTNAME"] == "pod"
+    assert "/usr/bin" in environment["PATH"]
+
+
+def test_termination_message_keeps_the_last_80_lines_and_2048_bytes() -> None:
+    many_lines = b"".join(f"line {i}\n".encode() for i in range(200))
+    message = termination_message(many_lines)
+    assert message.splitlines()[0] == "line 120"
+    assert message.splitlines()[-1] == "line 199"
+    long_lines = b"".join(b"x" * 100 + b"\n" for _ in range(50))
+    assert len(termination_message(long_lines).encode()) == 2048
+
+
+def test_failure_message_follows_the_termination_message_policy() -> None:
+    fallback = {"terminationMessagePolicy": "FallbackToLogsOnError"}
+    assert status.failure_message(fallback, 3, b"oops\n") == "oops\n"
+    assert status.failure_message(fallback, 0, b"fine\n") == ""
+    assert status.failure_message({"terminationMessagePolicy": "File"}, 3, b"oops\n") == ""
+
+
+def test_terminated_status_reports_phase_exit_code_and_deadline() -> None:
+    pod = _with_uid(helper_pod("p", "node-1", "true"))
+    failed = status.terminated_status(
+        pod, exit_code=3, reason="Error", message="m", started_at="t0", finished_at="t1"
+    )
+    assert failed["phase"] == "Failed"
+    assert failed["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
+    succeeded = status.terminated_status(
+        pod, exit_code=0, reason="Completed", message="", started_at="t0", finished_at="t1"
+    )
+    assert succeeded["phase"] == "Succeeded"
+    assert "message" not in succeeded["containerStatuses"][0]["state"]["terminated"]
+    deadline = status.terminated_status(
+        pod,
+        exit_code=137,
+        reason="Error",
+        message="",
+        started_at="t0",
+        finished_at="t1",
+        pod_reason="DeadlineExceeded",
+        pod_message=status.DEADLINE_EXCEEDED_MESSAGE,
+    )
+    assert (deadline["phase"], deadline["reason"]) == ("Failed", "DeadlineExceeded")
+
+
+def test_helper_pods_are_recognised_by_their_label() -> None:
+    assert is_helper_pod(helper_pod("p", "n", "true"))
+    assert not is_helper_pod({"metadata": {"labels": {"app": "x"}}})
