@@ -189,7 +189,7 @@ class HelperPodRunner:
     def run(self, manifest: Mapping[str, Any], timeout: float) -> float:
         """Create the pod (namespace and name from its metadata), wait for it to succeed, delete
         it. Returns the seconds it took; raises a `HelperPodError` otherwise (the pod is deleted
-        in every case)."""
+        in every case). API errors while following the pod are ridden out until the timeout."""
         started = self._clock.monotonic()
         deadline = started + timeout
         pod = copy.deepcopy(dict(manifest))
@@ -220,12 +220,16 @@ class HelperPodRunner:
             except ApiException as e:
                 if e.status != HTTP_CONFLICT:
                     raise HelperPodNotStarted(label, f"creating it failed: {_api_error(e)}") from e
+            except (HTTPError, OSError) as e:
+                raise HelperPodNotStarted(label, f"creating it failed: {e}") from e
             try:
                 existing = self._clients.request_json("GET", _pods(namespace, name))
             except ApiException as e:
                 if e.status == HTTP_NOT_FOUND:
                     continue
                 raise HelperPodNotStarted(label, f"reading it failed: {_api_error(e)}") from e
+            except (HTTPError, OSError) as e:
+                raise HelperPodNotStarted(label, f"reading it failed: {e}") from e
             existing_metadata = existing.get("metadata") or {}
             deleting = bool(existing_metadata.get("deletionTimestamp"))
             if (existing_metadata.get("annotations") or {}).get(SPEC_HASH_ANNOTATION) == wanted:
@@ -295,11 +299,11 @@ class HelperPodRunner:
                     if not keep_following(pod):
                         return pod
         except _ExpiredError:
-            return self._read(namespace, name)
+            return self._reread(pod)
         except (HTTPError, OSError, ApiException) as e:
             log.warning("watching helper pod %s/%s: %s; re-reading it", namespace, name, e)
             self._clock.sleep(1.0)
-            return self._read(namespace, name)
+            return self._reread(pod)
         finally:
             events.close()
         return pod
@@ -336,13 +340,19 @@ class HelperPodRunner:
         finally:
             watch_stream.discard(response)
 
-    def _read(self, namespace: str, name: str) -> dict[str, Any]:
+    def _reread(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """The pod as it is now; if the API cannot say (say, it is restarting), the state we
+        last saw, so the caller's deadline decides how long to keep trying."""
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         try:
             return self._clients.request_json("GET", _pods(namespace, name))
         except ApiException as e:
             if e.status == HTTP_NOT_FOUND:
                 raise _PodGoneError from e
-            raise
+            log.warning("reading helper pod %s/%s: %s", namespace, name, _api_error(e))
+        except (HTTPError, OSError) as e:
+            log.warning("reading helper pod %s/%s: %s", namespace, name, e)
+        return pod
 
     def _delete(self, namespace: str, name: str, uid: str | None = None) -> None:
         body: dict[str, Any] = {"propagationPolicy": "Background"}

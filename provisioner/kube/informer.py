@@ -176,7 +176,12 @@ class Informer(Generic[R]):
                 if self._resync_period > 0 and self._clock.monotonic() >= next_resync:
                     self._resync()
                     next_resync = self._clock.monotonic() + self._resync_period
-                self._watch(until=next_resync)
+                started = self._clock.monotonic()
+                events = self._watch(until=next_resync)
+                if events == 0 and self._clock.monotonic() - started < 1.0:
+                    # Ended at once without a word (client-go's "very short watch"): back off
+                    # rather than hammer a server or proxy that keeps closing the stream.
+                    raise WatchFailedError("the watch ended immediately")
                 failures = 0
             except _GoneError:
                 log.info("informer %s: resourceVersion expired, listing again", self.name)
@@ -203,12 +208,12 @@ class Informer(Generic[R]):
         return float(min(initial * 2 ** min(failures - 1, 32), cap))
 
     def _list_and_replace(self) -> None:
-        while True:
+        for attempt in range(3):
             try:
                 records, resource_version = self._list_all()
                 break
             except ApiException as e:
-                if e.status != watch_stream.HTTP_GONE:
+                if e.status != watch_stream.HTTP_GONE or attempt == 2:
                     raise
                 # A continue token expired mid-list: only a fresh list is consistent.
                 log.info("informer %s: list continuation expired, restarting list", self.name)
@@ -250,9 +255,9 @@ class Informer(Generic[R]):
             if continue_token is None:
                 return records, str(metadata.get("resourceVersion") or "")
 
-    def _watch(self, until: float) -> None:
+    def _watch(self, until: float) -> int:
         """One watch request, read until the server ends it (its timeout, at most until the
-        next resync is due) or we stop."""
+        next resync is due) or we stop. Returns the number of events received."""
         timeout = random.randint(*self._watch_timeout_range)  # noqa: S311 (spreading load)
         if self._resync_period > 0:
             timeout = max(1, min(timeout, int(until - self._clock.monotonic()) + 1))
@@ -274,19 +279,22 @@ class Informer(Generic[R]):
             self._response = response
             if self._stop.is_set():
                 watch_stream.interrupt(response)
+        received = 0
         try:
             for event in watch_stream.iter_watch_events(response):
                 if self._stop.is_set():
-                    return
+                    return received
+                received += 1
                 self._apply_watch_event(event)
         except (HTTPError, OSError):
             if self._stop.is_set():
-                return
+                return received
             raise
         finally:
             with self._response_lock:
                 self._response = None
             watch_stream.discard(response)
+        return received
 
     def _apply_watch_event(self, event: dict[str, Any]) -> None:
         event_type = event.get("type")

@@ -80,6 +80,7 @@ class FakePodApi:
         self.version = 0
         self.core = self
         self.forbid_create = False
+        self.fail_reads = 0
 
     def _stamp(self, pod: Pod) -> Pod:
         self.version += 1
@@ -112,6 +113,9 @@ class FakePodApi:
         if name not in self.pods:
             raise ApiException(status=404, reason="Not Found")
         if method == "GET":
+            if self.fail_reads:
+                self.fail_reads -= 1
+                raise OSError("connection refused")
             return copy.deepcopy(self.pods[name])
         if method == "DELETE":
             if not body.get("preconditions"):
@@ -243,6 +247,13 @@ def test_a_broken_watch_rereads_the_pod_after_a_pause(clock: FakeClock) -> None:
     run(api, clock)
     assert methods(api) == ["POST", "GET", "DELETE"]
     assert clock.sleeps == [1.0]
+
+
+def test_an_unreachable_api_is_ridden_out_until_it_answers(clock: FakeClock) -> None:
+    api = FakePodApi(clock, [[OSError("connection refused")], [SUCCEEDED]])
+    api.fail_reads = 1
+    run(api, clock)
+    assert methods(api) == ["POST", "GET", "DELETE"]
 
 
 def test_create_errors_are_not_started(clock: FakeClock) -> None:

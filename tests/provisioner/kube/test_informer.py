@@ -279,3 +279,10 @@ def test_key_functions() -> None:
     assert namespaced_name_key(cluster) == "n"
     assert name_key(namespaced) == "n"
     assert uid_key(namespaced) == "u"
+
+
+def test_watches_that_end_at_once_are_backed_off(running: StartInformer) -> None:
+    api = ScriptedApi([[page([])]], [FakeResponse(chunks=[]) for _ in range(20)])
+    running(api, backoff=(0.2, 0.2))
+    time.sleep(0.5)
+    assert 2 <= api.watch_count <= 4
