@@ -7,13 +7,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from provisioner.kube.client import DEFAULT_REQUEST_TIMEOUT, Timeout
-from provisioner.kube.events import (
-    MAX_MESSAGE_LENGTH,
-    EventCorrelator,
-    EventKey,
-    EventRecorder,
-    ObjectReference,
-)
+from provisioner.kube.event_correlator import EventCorrelator, EventKey
+from provisioner.kube.events import MAX_MESSAGE_LENGTH, EventRecorder, ObjectReference
 from tests.provisioner.kube.fakes import FakeClock
 
 WALL = datetime(2025, 1, 1, tzinfo=UTC)

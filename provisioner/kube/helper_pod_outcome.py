@@ -1,0 +1,134 @@
+"""What a helper pod's status means: the outcomes a run reports and how each observed state of
+the pod is judged. Pure: the runner in helper_pods.py feeds it the pod objects it watches."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from provisioner.kube.clock import Clock
+
+# Waiting reasons that mean the container will not start without someone fixing something.
+START_FAILURE_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+
+
+class HelperPodError(Exception):
+    """A helper pod did not succeed. `duration` is set when the run ends (for metrics)."""
+
+    def __init__(self, pod: str, message: str) -> None:
+        super().__init__(f"helper pod {pod}: {message}")
+        self.pod = pod
+        self.duration: float | None = None
+
+
+class HelperPodFailed(HelperPodError):  # noqa: N818 (the contract's name)
+    def __init__(self, pod: str, exit_code: int | None, reason: str, log_tail: str) -> None:
+        code = "no exit code" if exit_code is None else f"exit code {exit_code}"
+        detail = f": {log_tail.strip()}" if log_tail.strip() else ""
+        super().__init__(pod, f"failed ({reason}, {code}){detail}")
+        self.exit_code = exit_code
+        self.reason = reason
+        self.log_tail = log_tail
+
+
+class HelperPodTimeout(HelperPodError):  # noqa: N818 (the contract's name)
+    def __init__(self, pod: str, timeout: float, last_state: str) -> None:
+        super().__init__(pod, f"did not finish within {timeout:g}s (last seen: {last_state})")
+        self.timeout = timeout
+        self.last_state = last_state
+
+
+class HelperPodNotStarted(HelperPodError):  # noqa: N818 (the contract's name)
+    def __init__(self, pod: str, reason: str) -> None:
+        super().__init__(pod, f"could not start: {reason}")
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class PodState:
+    """What matters of a pod's status, read from the raw object."""
+
+    phase: str
+    exit_code: int | None = None
+    reason: str = ""
+    message: str = ""
+    waiting_reason: str = ""
+    waiting_message: str = ""
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> PodState:
+        status = pod.get("status") or {}
+        phase = str(status.get("phase") or "Pending")
+        statuses = status.get("containerStatuses") or []
+        state = (statuses[0].get("state") or {}) if statuses else {}
+        terminated = state.get("terminated")
+        waiting = state.get("waiting") or {}
+        if terminated:
+            return cls(
+                phase=phase,
+                exit_code=terminated.get("exitCode"),
+                reason=str(terminated.get("reason") or ""),
+                message=str(terminated.get("message") or ""),
+            )
+        return cls(
+            phase=phase,
+            reason=str(status.get("reason") or ""),
+            message=str(status.get("message") or ""),
+            waiting_reason=str(waiting.get("reason") or ""),
+            waiting_message=str(waiting.get("message") or ""),
+        )
+
+    def describe(self) -> str:
+        if self.waiting_reason:
+            return f"{self.phase}, waiting: {self.waiting_reason}"
+        return self.phase
+
+
+class PodProgress:
+    """Judges each observed state of a running helper pod: done, failed, or when to look again
+    (the overall deadline, or sooner when a start failure's grace runs out)."""
+
+    def __init__(
+        self, label: str, deadline: float, timeout: float, grace: float, clock: Clock
+    ) -> None:
+        self._label = label
+        self._deadline = deadline
+        self._timeout = timeout
+        self._grace = grace
+        self._clock = clock
+        self._bad_since: float | None = None
+
+    def next_look(self, pod: Mapping[str, Any]) -> float | None:
+        """None once the pod succeeded; raises a HelperPodError for any other outcome."""
+        state = PodState.of(pod)
+        if state.phase == "Succeeded":
+            return None
+        if state.phase == "Failed":
+            raise HelperPodFailed(
+                self._label, state.exit_code, state.reason or "Failed", state.message
+            )
+        now = self._clock.monotonic()
+        if state.waiting_reason in START_FAILURE_REASONS:
+            if self._bad_since is None:
+                self._bad_since = now
+            if now - self._bad_since >= self._grace:
+                detail = f": {state.waiting_message}" if state.waiting_message else ""
+                raise HelperPodNotStarted(self._label, f"{state.waiting_reason}{detail}")
+        else:
+            self._bad_since = None
+        if now >= self._deadline:
+            raise HelperPodTimeout(self._label, self._timeout, state.describe())
+        if self._bad_since is None:
+            return self._deadline
+        return min(self._deadline, self._bad_since + self._grace)
