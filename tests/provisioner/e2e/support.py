@@ -7,6 +7,7 @@ cluster without seeing each other's claims.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from localcluster import LocalCluster, wait_for
+from localcluster.raw_api import call_json
 from provisioner.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
@@ -36,6 +37,11 @@ REPO = Path(__file__).resolve().parents[3]
 HELPER_SERVICE_ACCOUNT = "local-path-helper"
 CONFIGMAP = "local-path-config"
 T = TypeVar("T")
+
+
+def manifest(body: dict[str, Any]) -> Any:
+    """The client sends plain dict manifests as they are; its signatures only name its models."""
+    return body
 
 
 def free_port() -> int:
@@ -134,13 +140,15 @@ class ProvisionerSetup:
         cluster.create_namespace(self.namespace)
         self.core.create_namespaced_service_account(
             self.namespace,
-            {
-                "metadata": {"name": HELPER_SERVICE_ACCOUNT},
-                "automountServiceAccountToken": False,
-            },
+            manifest(
+                {
+                    "metadata": {"name": HELPER_SERVICE_ACCOUNT},
+                    "automountServiceAccountToken": False,
+                }
+            ),
         )
         self.core.create_namespaced_config_map(
-            self.namespace, {"metadata": {"name": CONFIGMAP}, "data": files.as_keys()}
+            self.namespace, manifest({"metadata": {"name": CONFIGMAP}, "data": files.as_keys()})
         )
         self.write_files(files)
         self.classes: list[str] = []
@@ -157,7 +165,9 @@ class ProvisionerSetup:
     def update_config(self, files: ConfigFiles) -> None:
         """What `kubectl apply` of the ConfigMap does: the object and (via kubelet) the files."""
         self.core.replace_namespaced_config_map(
-            CONFIGMAP, self.namespace, {"metadata": {"name": CONFIGMAP}, "data": files.as_keys()}
+            CONFIGMAP,
+            self.namespace,
+            manifest({"metadata": {"name": CONFIGMAP}, "data": files.as_keys()}),
         )
         self.write_files(files)
 
@@ -194,9 +204,7 @@ class ProvisionerSetup:
         ]
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         env["PYTHONUNBUFFERED"] = "1"
-        replica = ProvisionerProcess(
-            command, env, self.work_dir / f"provisioner-{index}.log", port
-        )
+        replica = ProvisionerProcess(command, env, self.work_dir / f"provisioner-{index}.log", port)
         self.replicas.append(replica)
         if wait_ready:
             self.wait_ready(replica)
@@ -229,13 +237,15 @@ class ProvisionerSetup:
     ) -> str:
         name = f"{short_name}-{self.suffix}"
         self.storage.create_storage_class(
-            {
-                "metadata": {"name": name, "annotations": dict(annotations or {})},
-                "provisioner": self.name,
-                "reclaimPolicy": reclaim_policy,
-                "volumeBindingMode": binding_mode,
-                "parameters": dict(parameters or {}),
-            }
+            manifest(
+                {
+                    "metadata": {"name": name, "annotations": dict(annotations or {})},
+                    "provisioner": self.name,
+                    "reclaimPolicy": reclaim_policy,
+                    "volumeBindingMode": binding_mode,
+                    "parameters": dict(parameters or {}),
+                }
+            )
         )
         self.classes.append(name)
         return name
@@ -262,7 +272,7 @@ class ProvisionerSetup:
                 "resources": {"requests": {"storage": size}},
             },
         }
-        self.core.create_namespaced_persistent_volume_claim(self.namespace, body)
+        self.core.create_namespaced_persistent_volume_claim(self.namespace, manifest(body))
 
     def create_consumer(
         self, name: str, claim: str, node_selector: Mapping[str, str] | None = None
@@ -279,24 +289,34 @@ class ProvisionerSetup:
         }
         if node_selector:
             spec["nodeSelector"] = dict(node_selector)
-        self.core.create_namespaced_pod(self.namespace, {"metadata": {"name": name}, "spec": spec})
+        self.core.create_namespaced_pod(
+            self.namespace, manifest({"metadata": {"name": name}, "spec": spec})
+        )
 
-    def claim(self, name: str) -> client.V1PersistentVolumeClaim:
-        return self.core.read_namespaced_persistent_volume_claim(name, self.namespace)
+    # Objects come back as the API's JSON (plain dicts), as in manifests.
 
-    def volume(self, name: str) -> client.V1PersistentVolume | None:
+    def claim(self, name: str) -> dict[str, Any]:
+        return call_json(self.core.read_namespaced_persistent_volume_claim, name, self.namespace)
+
+    def annotations(self, claim: str) -> dict[str, str]:
+        return dict(self.claim(claim)["metadata"].get("annotations") or {})
+
+    def phase(self, claim: str) -> str:
+        return str(self.claim(claim).get("status", {}).get("phase", ""))
+
+    def volume(self, name: str) -> dict[str, Any] | None:
         try:
-            return self.core.read_persistent_volume(name)
+            return call_json(self.core.read_persistent_volume, name)
         except ApiException as error:
             if error.status == 404:
                 return None
             raise
 
-    def wait_bound(self, claim: str, timeout: float = 60) -> client.V1PersistentVolume:
+    def wait_bound(self, claim: str, timeout: float = 60) -> dict[str, Any]:
         def bound() -> str | None:
             current = self.claim(claim)
-            if current.status.phase == "Bound":
-                return str(current.spec.volume_name)
+            if current.get("status", {}).get("phase") == "Bound":
+                return str(current["spec"]["volumeName"])
             return None
 
         volume_name = wait_for(bound, timeout, f"claim {claim} to be Bound")
@@ -304,16 +324,17 @@ class ProvisionerSetup:
         assert volume is not None
         return volume
 
-    def events(self, object_name: str) -> list[client.CoreV1Event]:
-        listed = self.core.list_event_for_all_namespaces(
-            field_selector=f"involvedObject.name={object_name}"
+    def events(self, object_name: str) -> list[dict[str, Any]]:
+        listed = call_json(
+            self.core.list_event_for_all_namespaces,
+            field_selector=f"involvedObject.name={object_name}",
         )
-        return list(listed.items)
+        return list(listed["items"])
 
-    def wait_event(self, object_name: str, reason: str, timeout: float = 60) -> client.CoreV1Event:
-        def find() -> client.CoreV1Event | None:
+    def wait_event(self, object_name: str, reason: str, timeout: float = 60) -> dict[str, Any]:
+        def find() -> dict[str, Any] | None:
             for event in self.events(object_name):
-                if event.reason == reason:
+                if event.get("reason") == reason:
                     return event
             return None
 
@@ -325,28 +346,24 @@ class ProvisionerSetup:
     def cleanup(self) -> None:
         self.stop_all()
         for name in self.classes:
-            try:
+            with contextlib.suppress(ApiException):
                 self.storage.delete_storage_class(name)
-            except ApiException:
-                pass
-        try:
+        with contextlib.suppress(ApiException):
             self.core.delete_namespace(self.namespace)
-        except ApiException:
-            pass
 
 
 def eventually(probe: Callable[[], T | None], timeout: float, description: str) -> T:
     return wait_for(probe, timeout, description, interval=0.2)
 
 
-def volume_node(volume: client.V1PersistentVolume) -> str:
-    terms = volume.spec.node_affinity.required.node_selector_terms
-    return str(terms[0].match_expressions[0].values[0])
+def volume_node(volume: dict[str, Any]) -> str:
+    terms = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    return str(terms[0]["matchExpressions"][0]["values"][0])
 
 
-def volume_path(volume: client.V1PersistentVolume) -> str:
-    source = volume.spec.host_path or volume.spec.local
-    return str(source.path)
+def volume_path(volume: dict[str, Any]) -> str:
+    source = volume["spec"].get("hostPath") or volume["spec"]["local"]
+    return str(source["path"])
 
 
 def wait_gone(probe: Callable[[], object], timeout: float, description: str) -> None:

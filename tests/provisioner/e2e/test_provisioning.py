@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
+from localcluster.raw_api import call_json
 from tests.provisioner.e2e.support import (
     ConfigFiles,
     ProvisionerSetup,
@@ -24,27 +25,30 @@ def test_hostpath_volume_on_the_selected_node(provisioner: ProvisionerSetup) -> 
 
     volume = provisioner.wait_bound("data")
     claim = provisioner.claim("data")
-    selected = claim.metadata.annotations["volume.kubernetes.io/selected-node"]
-    assert volume.metadata.name == f"pvc-{claim.metadata.uid}"
-    assert volume.metadata.annotations["pv.kubernetes.io/provisioned-by"] == provisioner.name
-    assert volume.spec.host_path.type == "DirectoryOrCreate"
-    assert volume.spec.capacity["storage"] == "1Gi"
-    assert volume.spec.persistent_volume_reclaim_policy == "Delete"
-    assert volume.spec.claim_ref.uid == claim.metadata.uid
+    selected = claim["metadata"]["annotations"]["volume.kubernetes.io/selected-node"]
+    meta, spec = volume["metadata"], volume["spec"]
+    assert meta["name"] == f"pvc-{claim['metadata']['uid']}"
+    assert meta["annotations"]["pv.kubernetes.io/provisioned-by"] == provisioner.name
+    assert spec["hostPath"]["type"] == "DirectoryOrCreate"
+    assert spec["capacity"]["storage"] == "1Gi"
+    assert spec["persistentVolumeReclaimPolicy"] == "Delete"
+    assert spec["claimRef"]["uid"] == claim["metadata"]["uid"]
     assert volume_node(volume) == selected
-    expected = (
-        f"/opt/local-path-provisioner/{volume.metadata.name}_{provisioner.namespace}_data"
-    )
+    expected = f"/opt/local-path-provisioner/{meta['name']}_{provisioner.namespace}_data"
     assert volume_path(volume) == expected
     assert provisioner.node_path(selected, expected).is_dir()
     others = [node for node in provisioner.cluster.nodes if node != selected]
     assert not any(provisioner.node_path(node, expected).exists() for node in others)
-    assert "external-provisioner.volume.kubernetes.io/finalizer" in volume.metadata.finalizers
+    current = provisioner.volume(meta["name"])
+    assert current is not None
+    assert (
+        "external-provisioner.volume.kubernetes.io/finalizer" in current["metadata"]["finalizers"]
+    )
 
     # The consumer lands on the volume's node and runs there.
     def running_on() -> str | None:
-        pod = provisioner.core.read_namespaced_pod("app", provisioner.namespace)
-        return pod.spec.node_name if pod.status.phase == "Running" else None
+        pod = call_json(provisioner.core.read_namespaced_pod, "app", provisioner.namespace)
+        return pod["spec"].get("nodeName") if pod["status"].get("phase") == "Running" else None
 
     assert eventually(running_on, 60, "the consumer to run") == selected
     provisioner.wait_event("data", "ProvisioningSucceeded")
@@ -57,17 +61,15 @@ def test_local_volume_by_claim_annotation_and_by_class_default(
     provisioner: ProvisionerSetup,
 ) -> None:
     plain = provisioner.create_class("plain")
-    local_default = provisioner.create_class(
-        "local", annotations={"defaultVolumeType": "local"}
-    )
+    local_default = provisioner.create_class("local", annotations={"defaultVolumeType": "local"})
     provisioner.create_claim("by-annotation", plain, annotations={"volumeType": "local"})
     provisioner.create_claim("by-class", local_default)
     provisioner.create_consumer("a", "by-annotation")
     provisioner.create_consumer("b", "by-class")
     for claim in ("by-annotation", "by-class"):
         volume = provisioner.wait_bound(claim)
-        assert volume.spec.local is not None and volume.spec.host_path is None
-        assert provisioner.node_path(volume_node(volume), volume.spec.local.path).is_dir()
+        assert "local" in volume["spec"] and "hostPath" not in volume["spec"]
+        assert provisioner.node_path(volume_node(volume), volume_path(volume)).is_dir()
 
 
 def test_read_write_once_pod(provisioner: ProvisionerSetup) -> None:
@@ -75,7 +77,7 @@ def test_read_write_once_pod(provisioner: ProvisionerSetup) -> None:
     provisioner.create_claim("solo", storage_class, access_modes=["ReadWriteOncePod"])
     provisioner.create_consumer("only", "solo")
     volume = provisioner.wait_bound("solo")
-    assert volume.spec.access_modes == ["ReadWriteOncePod"]
+    assert volume["spec"]["accessModes"] == ["ReadWriteOncePod"]
 
 
 def test_pod_pinned_by_node_selector_gets_its_volume_there(provisioner: ProvisionerSetup) -> None:
@@ -96,12 +98,12 @@ def test_unsupported_claims_are_refused_with_an_event_and_no_helper(
     provisioner.create_consumer("many", "many")
     provisioner.create_claim("now", immediate)
     many = provisioner.wait_event("many", "ProvisioningFailed")
-    assert "access modes ['ReadWriteMany'] not supported" in many.message
+    assert "access modes ['ReadWriteMany'] not supported" in many["message"]
     now = provisioner.wait_event("now", "ProvisioningFailed")
-    assert "Immediate needs a sharedFileSystemPath" in now.message
-    assert provisioner.claim("many").status.phase == "Pending"
-    pods = provisioner.core.list_namespaced_pod(provisioner.namespace)
-    assert [pod.metadata.name for pod in pods.items] == ["many"]
+    assert "Immediate needs a sharedFileSystemPath" in now["message"]
+    assert provisioner.phase("many") == "Pending"
+    pods = call_json(provisioner.core.list_namespaced_pod, provisioner.namespace)
+    assert [pod["metadata"]["name"] for pod in pods["items"]] == ["many"]
 
 
 def test_custom_node_affinity_key_and_storage_class_configs(
@@ -134,16 +136,17 @@ def test_custom_node_affinity_key_and_storage_class_configs(
         "fast",
         parameters={
             "nodePath": "/mnt/fast-b",
-            "pathPattern": "{{ .PVC.Namespace }}/{{ .PVC.Name }}/{{ index .PVC.Labels \"tier\" }}",
+            "pathPattern": '{{ .PVC.Namespace }}/{{ .PVC.Name }}/{{ index .PVC.Labels "tier" }}',
             "nodeAffinityKey": "lps.io/host",
         },
     )
     setup.create_claim("patterned", storage_class, labels={"tier": "gold"})
     setup.create_consumer("patterned", "patterned")
     volume = setup.wait_bound("patterned")
-    expression = volume.spec.node_affinity.required.node_selector_terms[0].match_expressions[0]
-    assert expression.key == "lps.io/host"
-    node = expression.values[0].removeprefix("host-")
+    terms = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    expression = terms[0]["matchExpressions"][0]
+    assert expression["key"] == "lps.io/host"
+    node = expression["values"][0].removeprefix("host-")
     assert volume_path(volume) == f"/mnt/fast-b/{setup.namespace}/patterned/gold"
     assert setup.node_path(node, volume_path(volume)).is_dir()
 
@@ -161,7 +164,7 @@ def test_user_group_and_permission_patterns_reach_the_setup_script(
     make_setup: Callable[..., ProvisionerSetup],
 ) -> None:
     setup_script = (
-        "#!/bin/sh\nset -eu\nmkdir -p \"$VOL_DIR\"\n"
+        '#!/bin/sh\nset -eu\nmkdir -p "$VOL_DIR"\n'
         'printf "%s %s %s %s %s" "$VOL_USER" "$VOL_GROUP" "$VOL_PERM" "$VOL_MODE" '
         '"$VOL_SIZE_BYTES" > "$VOL_DIR/.env"\n'
     )
@@ -170,7 +173,7 @@ def test_user_group_and_permission_patterns_reach_the_setup_script(
     storage_class = setup.create_class(
         "owned",
         parameters={
-            "userPattern": "{{ index .PVC.Annotations \"uid\" }}",
+            "userPattern": '{{ index .PVC.Annotations "uid" }}',
             "groupPattern": "2000",
             "permPattern": "0750",
         },
@@ -190,8 +193,8 @@ def test_shared_path_serves_read_write_many_with_immediate_binding(
     storage_class = setup.create_class("shared", binding_mode="Immediate")
     setup.create_claim("files", storage_class, access_modes=["ReadWriteMany"])
     volume = setup.wait_bound("files")
-    assert volume.spec.node_affinity is None
-    assert volume.spec.access_modes == ["ReadWriteMany"]
+    assert "nodeAffinity" not in volume["spec"]
+    assert volume["spec"]["accessModes"] == ["ReadWriteMany"]
     path = volume_path(volume)
     assert path.startswith("/shared/volumes/")
     assert any(setup.node_path(node, path).is_dir() for node in setup.cluster.nodes)
