@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -18,10 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
 from localcluster import kubeconfig, shutdown
 from localcluster.binaries import locate_binaries
 from localcluster.certificates import ClusterPki, generate_pki
 from localcluster.cluster_access import ClusterAccess, wait_for
+from localcluster.cluster_dirs import make_cluster_dir, remove_abandoned_cluster_dirs
 from localcluster.component_args import ClusterLayout, ClusterPorts
 from localcluster.control_plane import ControlPlane
 from localcluster.errors import ClusterError, ComponentFailedError
@@ -77,7 +80,7 @@ class LocalCluster(ClusterAccess):
             self.admin_client, layout.root, self.node_dir, self.harness_log
         )
         self._stopped = False
-        self._restarting = threading.Lock()
+        self._components_lock = threading.Lock()
 
     @classmethod
     def start(cls, options: ClusterOptions | None = None) -> LocalCluster:
@@ -90,7 +93,8 @@ class LocalCluster(ClusterAccess):
             ensure_port_free(options.apiserver_port, "kube-apiserver")
         etcd_client, etcd_peer, apiserver = pick_free_ports(3)
         ports = ClusterPorts(etcd_client, etcd_peer, options.apiserver_port or apiserver)
-        root = Path(tempfile.mkdtemp(prefix="lps-cluster-", dir=options.parent_dir))
+        remove_abandoned_cluster_dirs(options.parent_dir)
+        root = make_cluster_dir(options.parent_dir)
         layout = ClusterLayout(root)
         try:
             pki = generate_pki(layout.pki)
@@ -107,6 +111,17 @@ class LocalCluster(ClusterAccess):
         return cluster
 
     def _boot(self, started: float) -> None:
+        try:
+            self._boot_steps(started)
+        except (ApiException, urllib3.exceptions.HTTPError) as error:
+            # An API call failed: most likely because a component died; say which one.
+            self.control_plane.check_alive()
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise ClusterError(
+                f"localcluster: start-up failed: {first_line}; see {self.layout.logs}"
+            ) from error
+
+    def _boot_steps(self, started: float) -> None:
         deadline = started + self.options.startup_timeout_seconds
         self._write_configuration()
         self.control_plane.start_storage_and_apiserver(deadline)
@@ -187,7 +202,7 @@ class LocalCluster(ClusterAccess):
         reported: set[int] = set()
         while not self._stopped:
             time.sleep(1.0)
-            with self._restarting:
+            with self._components_lock:
                 for process in self.control_plane.processes:
                     if self._stopped or process.pid in reported or process.is_running():
                         continue
@@ -229,7 +244,7 @@ class LocalCluster(ClusterAccess):
     # Control plane.
     def restart_apiserver(self) -> None:
         """Stops kube-apiserver and starts it again on the same port with the same etcd data."""
-        with self._restarting:
+        with self._components_lock:
             self.control_plane.restart_apiserver(
                 time.monotonic() + self.options.startup_timeout_seconds
             )
@@ -248,7 +263,8 @@ class LocalCluster(ClusterAccess):
         try:
             self.runner.stop()
         finally:
-            self.control_plane.stop()
+            with self._components_lock:  # the watchdog must not mistake this for a crash
+                self.control_plane.stop()
             self.close()
             shutdown.unregister(self)
             self._remove_directory(keep_logs)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import uuid
@@ -66,14 +65,11 @@ def test_a_component_that_is_not_ready_fails_in_one_line_and_cleans_up(tmp_path:
 
 def test_command_line_start_status_stop(tmp_path: Path) -> None:
     name = f"test-{uuid.uuid4().hex[:8]}"
-    environment = {**os.environ, "LPS_CACHE_DIR": os.environ.get("LPS_CACHE_DIR", "")}
-    environment = {k: v for k, v in environment.items() if v}
 
     def cli(*arguments: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "localcluster", *arguments, "--name", name],
             cwd=REPOSITORY,
-            env=environment,
             capture_output=True,
             text=True,
             timeout=300,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 from pathlib import Path
 
@@ -11,8 +13,16 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from localcluster import ClusterOptions, LocalCluster, MissingBinariesError, PortInUseError
-from localcluster.binaries import locate_binaries
+from localcluster.binaries import ClusterBinaries, locate_binaries
 from localcluster.certificates import generate_pki
+from localcluster.cluster_dirs import make_cluster_dir, remove_abandoned_cluster_dirs
+from localcluster.component_args import (
+    ClusterLayout,
+    ClusterPorts,
+    apiserver_args,
+    controller_manager_args,
+    etcd_args,
+)
 from localcluster.helper_pods import HELPER_POD_LABEL
 from localcluster.kwok_stages import stages, write_stages
 from localcluster.ports import pick_free_ports
@@ -74,3 +84,29 @@ def test_a_port_in_use_fails_with_one_clear_line(tmp_path: Path) -> None:
 def test_free_ports_are_distinct() -> None:
     ports = pick_free_ports(5)
     assert len(set(ports)) == 5
+
+
+def test_only_directories_of_dead_owners_are_removed(tmp_path: Path) -> None:
+    dead = make_cluster_dir(tmp_path)
+    owner = json.loads((dead / "owner.json").read_text())
+    owner["pid"], owner["start_time"] = os.getpid(), 1  # this PID, but not this process
+    (dead / "owner.json").write_text(json.dumps(owner))
+    mine = make_cluster_dir(tmp_path)
+    kept_logs = tmp_path / "lps-cluster-kept"
+    (kept_logs / "logs").mkdir(parents=True)
+    assert remove_abandoned_cluster_dirs(tmp_path) == [dead]
+    assert sorted(tmp_path.iterdir()) == sorted([mine, kept_logs])
+
+
+def test_component_flags_enforce_rbac_and_issue_service_account_tokens(tmp_path: Path) -> None:
+    binaries = ClusterBinaries(*(tmp_path / name for name in ("e", "a", "c", "s", "k")))
+    layout = ClusterLayout(tmp_path)
+    pki = generate_pki(layout.pki)
+    apiserver = apiserver_args(binaries, layout, ClusterPorts(1, 2, 3), pki)
+    assert "--authorization-mode=Node,RBAC" in apiserver
+    assert f"--service-account-signing-key-file={pki.service_account_private_key}" in apiserver
+    assert "--secure-port=3" in apiserver and "--bind-address=127.0.0.1" in apiserver
+    controllers = controller_manager_args(binaries, layout, pki)
+    assert "--use-service-account-credentials=true" in controllers
+    assert f"--root-ca-file={pki.ca.cert}" in controllers
+    assert "--unsafe-no-fsync" in etcd_args(binaries, layout, ClusterPorts(1, 2, 3))

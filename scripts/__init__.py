@@ -1,0 +1,1 @@
+"""Runnable project scripts (`python -m scripts.demo`)."""
