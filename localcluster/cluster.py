@@ -27,7 +27,7 @@ from localcluster.cluster_access import ClusterAccess, wait_for
 from localcluster.cluster_dirs import make_cluster_dir, remove_abandoned_cluster_dirs
 from localcluster.component_args import ClusterLayout, ClusterPorts
 from localcluster.control_plane import ControlPlane
-from localcluster.errors import ClusterError, ComponentFailedError
+from localcluster.errors import ClusterError, ComponentFailedError, PortInUseError
 from localcluster.event_log import EventLog
 from localcluster.helper_runner import HelperPodRunner
 from localcluster.kwok_stages import write_stages
@@ -106,7 +106,9 @@ class LocalCluster(ClusterAccess):
         try:
             cluster._boot(started)
         except BaseException as error:
-            cluster.stop(keep_logs=isinstance(error, ClusterError))
+            # Keep the logs when the one-line error points into them.
+            names_a_log = isinstance(error, ClusterError) and not isinstance(error, PortInUseError)
+            cluster.stop(keep_logs=names_a_log)
             raise
         return cluster
 

@@ -129,6 +129,9 @@ class HelperPodRunner:
                 if not self._stopping.is_set():
                     self.log.write(f"watch interrupted ({type(error).__name__}); retrying")
                     self._stopping.wait(0.5)
+            except Exception:  # noqa: BLE001 - the runner must outlive any one bad event
+                self.log.write(f"runner loop error, retrying: {traceback.format_exc()}")
+                self._stopping.wait(0.5)
 
     def _consider(self, pod: dict[str, Any]) -> None:
         metadata, spec = pod["metadata"], pod.get("spec", {})

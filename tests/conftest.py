@@ -19,10 +19,13 @@ _started: list[LocalCluster] = []
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[LocalCluster]:
     """A running local cluster (3 kwok nodes node-1..node-3), stopped at the end of the session."""
+    problem = ""
     try:
         running = LocalCluster.start()
     except ClusterError as error:
-        pytest.fail(str(error), pytrace=False)
+        problem = str(error)
+    if problem:  # failed outside the except block, so pytest shows the one line alone
+        pytest.fail(problem, pytrace=False)
     _started.append(running)
     try:
         yield running

@@ -245,3 +245,18 @@ def test_rbac_is_enforced_for_service_accounts(
     finally:
         from_token.close()  # type: ignore[no-untyped-call]
         from_kubeconfig.close()
+
+
+def test_helper_honours_working_dir_args_and_variable_expansion(
+    cluster: LocalCluster, cluster_namespace: str
+) -> None:
+    pod = helper_pod("wd", cluster.nodes[2], "", env={"OUT": f"/opt/lps/{cluster_namespace}.pwd"})
+    container = pod["spec"]["containers"][0]
+    container["command"] = ["sh", "-c"]
+    container["args"] = ['pwd > "$(OUT)"']
+    container["workingDir"] = "/opt/lps/work"
+    cluster.create_pod(cluster_namespace, pod)
+    done = cluster.wait_for_pod_phase(cluster_namespace, "wd", TERMINAL)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    written = cluster.node_dir(cluster.nodes[2]) / "opt" / "lps" / f"{cluster_namespace}.pwd"
+    assert written.read_text() == "/opt/lps/work\n"
