@@ -1,30 +1,49 @@
-"""The demo: a real local cluster, a helper pod that makes a directory on a node, clean stop.
+"""The demo: a real local cluster, the provisioner, a claim bound for a pod, its directory on
+the pod's node, and the release that removes it again; then a clean stop.
 
-Why: it shows, in under a minute and with nothing but this repository, what the tests rely on:
-a real control plane with fake nodes, and helper pods whose node paths land in that node's own
-directory. It is a sequence of small steps so later work can slot the provisioner in between.
+Why: it shows, in under a minute and with nothing but this repository, the whole product path:
+a real control plane with fake nodes, the provisioner as a process watching it, helper pods
+whose node paths land in that node's own directory. Each step is a small function.
 
 Run from the repository root: `python -m scripts.demo` (or `make demo`).
 """
 
 from __future__ import annotations
 
+import json
+import signal
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
-from localcluster import (
-    HELPER_POD_LABEL,
-    HELPER_POD_LABEL_VALUE,
-    ClusterError,
-    ClusterOptions,
-    LocalCluster,
-)
+from localcluster import ClusterError, ClusterOptions, LocalCluster, wait_for
 from localcluster.raw_api import call_json
 
-NAMESPACE = "demo"
-HELPER_NODE_INDEX = 1
-VOLUME_BASE = "/opt/local-path-provisioner"
-VOLUME_DIR = f"{VOLUME_BASE}/pvc-demo_demo_data"
+NAMESPACE = "local-path-storage"
+PROVISIONER = "local-path-storage.io/local-path"
+CONFIGMAP = "local-path-config"
+HELPER_ACCOUNT = "local-path-storage-helper"
+STORAGE_CLASS = "local-path"
+BASE_PATH = "/opt/local-path-provisioner"
+CONFIG = {"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": [BASE_PATH]}]}
+SETUP = '#!/bin/sh\nset -eu\nmkdir -m 0777 -p "$VOL_DIR"\n'
+TEARDOWN = '#!/bin/sh\nset -eu\nrm -rf "$VOL_DIR"\n'
+HELPER_POD = """apiVersion: v1
+kind: Pod
+metadata:
+  name: helper-pod
+spec:
+  containers:
+  - name: helper-pod
+    image: busybox
+    imagePullPolicy: IfNotPresent
+"""
+T = TypeVar("T")
 
 
 def step(title: str) -> None:
@@ -47,53 +66,170 @@ def show_nodes(cluster: LocalCluster) -> None:
         print(f"  {name:<10} Ready={ready:<6} disk: {cluster.node_dir(name)}")
 
 
-def run_helper_pod(cluster: LocalCluster, node: str) -> None:
-    step(f"Running a helper pod on {node}: mkdir -p {VOLUME_DIR}")
+def deploy_provisioner(cluster: LocalCluster, work_dir: Path) -> subprocess.Popen[bytes]:
+    step("Deploying the provisioner: namespace, helper account, ConfigMap, class, process")
+    core = cluster.core_v1()
     cluster.create_namespace(NAMESPACE)
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "create-dir", "labels": {HELPER_POD_LABEL: HELPER_POD_LABEL_VALUE}},
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Never",
-            "automountServiceAccountToken": False,
-            "containers": [
-                {
-                    "name": "helper",
-                    "image": "busybox",
-                    "command": [
-                        "sh",
-                        "-c",
-                        'mkdir -m 0777 -p "$VOL_DIR" && echo "created $VOL_DIR"',
-                    ],
-                    "env": [{"name": "VOL_DIR", "value": VOLUME_DIR}],
-                    "terminationMessagePolicy": "FallbackToLogsOnError",
-                    "volumeMounts": [{"name": "data", "mountPath": VOLUME_BASE}],
-                }
-            ],
-            "volumes": [
-                {"name": "data", "hostPath": {"path": VOLUME_BASE, "type": "DirectoryOrCreate"}}
-            ],
-        },
+    core.create_namespaced_service_account(
+        NAMESPACE,
+        _body({"metadata": {"name": HELPER_ACCOUNT}, "automountServiceAccountToken": False}),
+    )
+    files = {
+        "config.json": json.dumps(CONFIG),
+        "setup": SETUP,
+        "teardown": TEARDOWN,
+        "helperPod.yaml": HELPER_POD,
     }
-    cluster.create_pod(NAMESPACE, pod)
-    done = cluster.wait_for_pod_phase(NAMESPACE, "create-dir", ("Succeeded", "Failed"))
-    terminated = done["status"]["containerStatuses"][0]["state"]["terminated"]
-    print(f"  pod phase {done['status']['phase']}, exit code {terminated['exitCode']}")
-    log = cluster.pod_log_path(NAMESPACE, "create-dir", done["metadata"]["uid"])
-    print(f"  its output ({log}): {log.read_text().strip()}")
-    if done["status"]["phase"] != "Succeeded":
-        raise ClusterError(f"demo: the helper pod failed: {terminated.get('message', '')}")
+    core.create_namespaced_config_map(
+        NAMESPACE, _body({"metadata": {"name": CONFIGMAP}, "data": files})
+    )
+    config_dir = work_dir / "config"
+    config_dir.mkdir(parents=True, exist_ok=True)
+    for key, text in files.items():
+        (config_dir / key).write_text(text)
+    cluster.storage_v1().create_storage_class(
+        _body(
+            {
+                "metadata": {"name": STORAGE_CLASS},
+                "provisioner": PROVISIONER,
+                "reclaimPolicy": "Delete",
+                "volumeBindingMode": "WaitForFirstConsumer",
+            }
+        )
+    )
+    port = _free_port()
+    log_path = work_dir / "provisioner.log"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "provisioner",
+            "start",
+            f"--kubeconfig={cluster.kubeconfig}",
+            f"--provisioner-name={PROVISIONER}",
+            f"--namespace={NAMESPACE}",
+            f"--config={config_dir / 'config.json'}",
+            f"--configmap-name={CONFIGMAP}",
+            f"--service-account-name={HELPER_ACCOUNT}",
+            "--metrics-address=127.0.0.1",
+            f"--metrics-port={port}",
+        ],
+        stdout=log_path.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+    def leading() -> bool | None:
+        if process.poll() is not None:
+            raise ClusterError(f"demo: the provisioner exited; its log: {log_path}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as reply:
+                return True if b"leading" in reply.read() else None
+        except OSError:
+            return None
+
+    wait_for(leading, 60, "the provisioner to lead")
+    print(f"  provisioner pid {process.pid} leads; /metrics on :{port}; log {log_path}")
+    return process
 
 
-def show_node_directory(cluster: LocalCluster, node: str) -> None:
-    step("The directory on the nodes' disks")
+def claim_for_a_pod(cluster: LocalCluster) -> dict[str, Any]:
+    step("A claim for a pod: the scheduler picks a node, the provisioner makes the volume")
+    core = cluster.core_v1()
+    started = time.monotonic()
+    core.create_namespaced_persistent_volume_claim(
+        "default",
+        _body(
+            {
+                "metadata": {"name": "data"},
+                "spec": {
+                    "storageClassName": STORAGE_CLASS,
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            }
+        ),
+    )
+    core.create_namespaced_pod(
+        "default",
+        _body(
+            {
+                "metadata": {"name": "app"},
+                "spec": {
+                    "containers": [{"name": "app", "image": "registry.invalid/app:1"}],
+                    "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}],
+                },
+            }
+        ),
+    )
+
+    def bound() -> str | None:
+        claim = call_json(core.read_namespaced_persistent_volume_claim, "data", "default")
+        return claim["spec"].get("volumeName") if claim["status"].get("phase") == "Bound" else None
+
+    volume_name = _poll(bound, "the claim to be Bound")
+    print(f"  claim default/data Bound to {volume_name} in {time.monotonic() - started:.1f}s")
+    volume = call_json(core.read_persistent_volume, volume_name)
+    pod = _poll(lambda: _running_pod(cluster, "app"), "the pod to run on the volume's node")
+    print(f"  pod default/app Running on {pod['spec']['nodeName']}")
+    return volume
+
+
+def show_volume_directory(cluster: LocalCluster, volume: dict[str, Any]) -> tuple[str, Path]:
+    step("The volume's directory on the nodes' disks")
+    path = (volume["spec"].get("hostPath") or volume["spec"]["local"])["path"]
+    terms = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    node = terms[0]["matchExpressions"][0]["values"][0]
+    print(f"  PV {volume['metadata']['name']}: {path}, pinned to {node}")
     for name in cluster.nodes:
-        path = cluster.node_dir(name) / VOLUME_DIR.lstrip("/")
-        print(f"  {name:<10} {path}: {'present' if path.is_dir() else 'absent'}")
-    if not (cluster.node_dir(node) / VOLUME_DIR.lstrip("/")).is_dir():
-        raise ClusterError(f"demo: {VOLUME_DIR} did not appear on {node}")
+        on_disk = cluster.node_dir(name) / path.lstrip("/")
+        print(f"  {name:<10} {on_disk}: {'present' if on_disk.is_dir() else 'absent'}")
+    directory = cluster.node_dir(node) / path.lstrip("/")
+    if not directory.is_dir():
+        raise ClusterError(f"demo: {path} did not appear on {node}")
+    return volume["metadata"]["name"], directory
+
+
+def release(cluster: LocalCluster, volume_name: str, directory: Path) -> None:
+    step("Releasing: pod and claim deleted, the provisioner removes directory and PV")
+    core = cluster.core_v1()
+    core.delete_namespaced_pod("app", "default", grace_period_seconds=0)
+    core.delete_namespaced_persistent_volume_claim("data", "default")
+
+    def deleted() -> bool | None:
+        volumes = call_json(core.list_persistent_volume)["items"]
+        return True if all(v["metadata"]["name"] != volume_name for v in volumes) else None
+
+    _poll(deleted, f"{volume_name} to be deleted")
+    print(
+        f"  PV {volume_name} deleted; directory {directory}: "
+        f"{'still there' if directory.exists() else 'removed'}"
+    )
+
+
+def stop_provisioner(process: subprocess.Popen[bytes]) -> None:
+    step("Stopping the provisioner (SIGTERM: finish work, release the lease)")
+    process.send_signal(signal.SIGTERM)
+    print(f"  exit code {process.wait(30)}")
+
+
+def _body(manifest: dict[str, Any]) -> Any:
+    """The client sends plain dict manifests as they are."""
+    return manifest
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _poll(probe: Callable[[], T | None], description: str) -> T:
+    return wait_for(probe, 90, description)
+
+
+def _running_pod(cluster: LocalCluster, name: str) -> dict[str, Any] | None:
+    pod = call_json(cluster.core_v1().read_namespaced_pod, name, "default")
+    return pod if pod["status"].get("phase") == "Running" else None
 
 
 def stop_cluster(cluster: LocalCluster) -> None:
@@ -109,15 +245,21 @@ def main() -> int:
     except ClusterError as error:
         print(error, file=sys.stderr)
         return 1
+    provisioner: subprocess.Popen[bytes] | None = None
     try:
         show_nodes(cluster)
-        node = cluster.nodes[HELPER_NODE_INDEX]
-        run_helper_pod(cluster, node)
-        show_node_directory(cluster, node)
-    except ClusterError as error:
+        provisioner = deploy_provisioner(cluster, cluster.dir / "demo")
+        volume = claim_for_a_pod(cluster)
+        volume_name, directory = show_volume_directory(cluster, volume)
+        release(cluster, volume_name, directory)
+        stop_provisioner(provisioner)
+    except (ClusterError, TimeoutError) as error:
         print(error, file=sys.stderr)
         return 1
     finally:
+        if provisioner is not None and provisioner.poll() is None:
+            provisioner.kill()
+            provisioner.wait(10)
         stop_cluster(cluster)
     return 0
 
