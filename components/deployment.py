@@ -119,14 +119,11 @@ def pod_template(args: ProvisionerDeploymentArgs, instance: str) -> core.PodTemp
 
 
 def _policy_rule(rule: rbac.PolicyRule) -> access.PolicyRuleArgsDict:
-    converted: access.PolicyRuleArgsDict = {
+    return {
         "api_groups": [rule.api_group],
         "resources": list(rule.resources),
         "verbs": list(rule.verbs),
     }
-    if rule.resource_names:
-        converted["resource_names"] = list(rule.resource_names)
-    return converted
 
 
 class ProvisionerDeployment(pulumi.ComponentResource):
@@ -211,7 +208,7 @@ class ProvisionerDeployment(pulumi.ComponentResource):
         role = access.Role(
             f"{name}-role",
             metadata=metadata(naming.PROVISIONER_SERVICE_ACCOUNT, "rbac"),
-            rules=[_policy_rule(rule) for rule in rbac.namespace_rules(naming.CONFIG_MAP_NAME)],
+            rules=[_policy_rule(rule) for rule in rbac.NAMESPACE_RULES],
             opts=child,
         )
         role_binding = access.RoleBinding(

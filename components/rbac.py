@@ -2,7 +2,7 @@
 
 Least privilege, written where a reviewer can read it in one screen and a test can pin it:
 cluster-wide, only what provisioning needs (claims, volumes, classes, nodes, events); in its
-own namespace, only helper pods, its own ConfigMap and the leader-election Lease. No secrets,
+own namespace, only helper pods and the leader-election Lease. No secrets,
 and no `pods/log`: a failed helper's log tail arrives in its termination message
 (`terminationMessagePolicy: FallbackToLogsOnError`, see docs/CONTRACTS.md). Helper pods run
 under a separate service account that is bound to nothing.
@@ -23,8 +23,6 @@ class PolicyRule:
     """Resource names (plural, lower case), e.g. ("persistentvolumeclaims",)."""
     verbs: tuple[str, ...]
     """Allowed verbs, e.g. ("get", "list", "watch")."""
-    resource_names: tuple[str, ...] = ()
-    """When not empty, the rule applies only to objects with these names."""
 
 
 CLUSTER_RULES: tuple[PolicyRule, ...] = (
@@ -45,15 +43,14 @@ CLUSTER_RULES: tuple[PolicyRule, ...] = (
 """Cluster-wide rights of the provisioner's service account (a ClusterRole)."""
 
 
-def namespace_rules(config_map_name: str) -> tuple[PolicyRule, ...]:
-    """Rights of the provisioner in its own namespace (a Role).
-
-    The ConfigMap rule names the provisioner's own ConfigMap only: the runtime reads its config
-    from the mounted volume, and nothing in the namespace is any other component's business.
-    Leases cannot be limited by name, since `create` is never checked against resourceNames.
-    """
-    return (
-        PolicyRule("", ("pods",), ("create", "get", "list", "watch", "delete")),
-        PolicyRule("", ("configmaps",), ("get", "list", "watch"), (config_map_name,)),
-        PolicyRule("coordination.k8s.io", ("leases",), ("get", "create", "update")),
-    )
+NAMESPACE_RULES: tuple[PolicyRule, ...] = (
+    # Helper pods: created, watched to completion and deleted by the provisioner. Their log
+    # tail arrives in the termination message, so no pods/log.
+    PolicyRule("", ("pods",), ("create", "get", "list", "watch", "delete")),
+    # Leader election. Leases cannot be limited by name: `create` is never checked against
+    # resourceNames.
+    PolicyRule("coordination.k8s.io", ("leases",), ("get", "create", "update")),
+)
+"""Rights of the provisioner in its own namespace (a Role). No ConfigMap rule: the runtime reads
+its config from the mounted volume, and kubelet (not the provisioner) mounts it into helper
+pods."""

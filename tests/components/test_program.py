@@ -156,12 +156,6 @@ def test_rbac_as_registered() -> None:
             "verbs": ["create", "get", "list", "watch", "delete"],
         },
         {
-            "apiGroups": [""],
-            "resources": ["configmaps"],
-            "verbs": ["get", "list", "watch"],
-            "resourceNames": ["local-path-config"],
-        },
-        {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
             "verbs": ["get", "create", "update"],

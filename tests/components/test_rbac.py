@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from components.rbac import CLUSTER_RULES, PolicyRule, namespace_rules
+from components.rbac import CLUSTER_RULES, NAMESPACE_RULES, PolicyRule
 
 
 def test_cluster_rules_are_exactly_what_provisioning_needs() -> None:
@@ -20,17 +20,16 @@ def test_cluster_rules_are_exactly_what_provisioning_needs() -> None:
     assert expected == CLUSTER_RULES
 
 
-def test_namespace_rules_cover_helper_pods_own_config_and_lease() -> None:
+def test_namespace_rules_cover_helper_pods_and_the_lease_only() -> None:
     expected = (
         PolicyRule("", ("pods",), ("create", "get", "list", "watch", "delete")),
-        PolicyRule("", ("configmaps",), ("get", "list", "watch"), ("local-path-config",)),
         PolicyRule("coordination.k8s.io", ("leases",), ("get", "create", "update")),
     )
-    assert namespace_rules("local-path-config") == expected
+    assert expected == NAMESPACE_RULES
 
 
 def test_no_secrets_no_logs_no_wildcards() -> None:
-    for rule in (*CLUSTER_RULES, *namespace_rules("local-path-config")):
+    for rule in (*CLUSTER_RULES, *NAMESPACE_RULES):
         assert "secrets" not in rule.resources
         assert "pods/log" not in rule.resources
         assert "*" not in (rule.api_group, *rule.resources, *rule.verbs)
