@@ -135,4 +135,3 @@ class ConfigWatcher:
                 self.check_now()
             except Exception:
                 log.exception("config watch failed; will look again in %.0f s", self._interval)
-
