@@ -543,12 +543,24 @@ def load_config_bundle(
 
 
 def load_config_directory(
-    path: str | Path, *, allow_unsafe_helper_template: bool = False
+    path: str | Path,
+    *,
+    allow_unsafe_helper_template: bool = False,
+    config_file: Path | None = None,
+    helper_pod_file: Path | None = None,
 ) -> ConfigBundle:
-    """Reads config.json, setup, teardown and helperPod.yaml from a mounted ConfigMap."""
+    """Reads config.json, setup, teardown and helperPod.yaml from a mounted ConfigMap;
+    `config_file` and `helper_pod_file` replace the first and last (rancher's --config and
+    --helper-pod-file)."""
+    directory = Path(path)
+    files = {
+        "config.json": config_file or directory / "config.json",
+        "setup": directory / "setup",
+        "teardown": directory / "teardown",
+        "helperPod.yaml": helper_pod_file or directory / "helperPod.yaml",
+    }
     texts: dict[str, str] = {}
-    for name in ("config.json", "setup", "teardown", "helperPod.yaml"):
-        file = Path(path) / name
+    for name, file in files.items():
         try:
             texts[name] = file.read_text(encoding="utf-8")
         except OSError as error:

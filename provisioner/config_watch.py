@@ -14,39 +14,11 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from provisioner.config import ConfigBundle, ConfigError, load_config_bundle
+from provisioner.config import ConfigBundle, ConfigError, load_config_directory
 
 log = logging.getLogger(__name__)
 
 Fingerprint = tuple[tuple[str, int, int, int], ...]
-
-
-def read_config_files(
-    config_path: Path, helper_pod_file: Path | None, *, allow_unsafe_helper_template: bool
-) -> ConfigBundle:
-    """Reads config.json and its siblings; a missing file is a ConfigError naming it."""
-    directory = config_path.parent
-    files = {
-        "config.json": config_path,
-        "setup": directory / "setup",
-        "teardown": directory / "teardown",
-        "helperPod.yaml": helper_pod_file or directory / "helperPod.yaml",
-    }
-    texts: dict[str, str] = {}
-    for key, path in files.items():
-        try:
-            texts[key] = path.read_text(encoding="utf-8")
-        except OSError as error:
-            raise ConfigError(
-                key, f"cannot read {path}: {error.strerror}; mount the ConfigMap key {key!r} there"
-            ) from error
-    return load_config_bundle(
-        texts["config.json"],
-        texts["setup"],
-        texts["teardown"],
-        texts["helperPod.yaml"],
-        allow_unsafe_helper_template=allow_unsafe_helper_template,
-    )
 
 
 def _fingerprint(paths: list[Path]) -> Fingerprint:
@@ -94,9 +66,10 @@ class ConfigWatcher:
         self._last_refused: Fingerprint | None = None
 
     def _load(self) -> ConfigBundle:
-        return read_config_files(
-            self._config_path,
-            self._helper_pod_file,
+        return load_config_directory(
+            self._config_path.parent,
+            config_file=self._config_path,
+            helper_pod_file=self._helper_pod_file,
             allow_unsafe_helper_template=self._allow_unsafe,
         )
 
