@@ -202,7 +202,7 @@ def test_config_hot_reload_valid_and_invalid(make_setup: Callable[..., Provision
             if 'local_path_config_reload_total{result="success"} 1.0' in replica.metrics()
             else None
         ),
-        10,
+        5,  # the promise: a change is in force within 5 s
         "the valid config to be reloaded",
     )
     _, _, path = bind(setup, "second", storage_class)
