@@ -189,10 +189,15 @@ class Controller:
         self._started = True
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Stop taking work; let running reconciles finish (bounded) so no helper is orphaned."""
+        """Stop taking work; let running reconciles finish (bounded). A helper pod still running
+        when that bound is reached (a stuck image, a slow script) is deleted rather than left
+        behind: its worker dies with the process, and whoever leads next redoes the action."""
         self._queue.shutdown()
         for worker in self._workers:
             worker.join(timeout / max(1, len(self._workers)))
+        for pod in sorted(self._in_flight_pods.copy()):
+            log.warning("helper pod %s still running at shutdown: deleting it", pod)
+            self._actions.delete_helper_pod(self._settings.helper_namespace, pod)
         for informer in self.informers:
             informer.stop()
 
