@@ -1,0 +1,119 @@
+"""Counting each client's API requests from the apiserver's audit log.
+
+Why: kube-apiserver's `apiserver_request_total` has no user or user-agent label (its labels are
+verb, group, version, resource, subresource, scope, component, code), so it cannot say which
+requests a provisioner made. The audit log can: with a policy that records every request once,
+at the RequestReceived stage, each line names the user agent, the verb and the resource.
+
+The harness has no option for extra apiserver flags, so the cluster is started with
+`localcluster.component_args.apiserver_args` wrapped for the duration of the start (the harness
+builds the apiserver's command line then); nothing else in the harness changes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from localcluster import ClusterOptions, LocalCluster, NodeSpec, component_args
+
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [ResponseStarted, ResponseComplete, Panic]
+rules:
+- level: Metadata
+"""
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+
+
+@contextmanager
+def _audited_apiserver(policy: Path, log: Path) -> Iterator[None]:
+    original = component_args.apiserver_args
+
+    def with_audit(*args: Any, **kwargs: Any) -> list[str]:
+        return [
+            *original(*args, **kwargs),
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={log}",
+            "--audit-log-format=json",
+            "--audit-log-maxsize=0",
+        ]
+
+    component_args.apiserver_args = with_audit
+    try:
+        yield
+    finally:
+        component_args.apiserver_args = original
+
+
+def start_audited_cluster(
+    nodes: Sequence[NodeSpec], work_dir: Path
+) -> tuple[LocalCluster, AuditLog]:
+    """A fresh local cluster whose apiserver writes every request to an audit log."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    policy = work_dir / "audit-policy.yaml"
+    policy.write_text(AUDIT_POLICY)
+    log = work_dir / "audit.log"
+    log.unlink(missing_ok=True)
+    with _audited_apiserver(policy, log):
+        cluster = LocalCluster.start(ClusterOptions(nodes=tuple(nodes), announce=False))
+    return cluster, AuditLog(log)
+
+
+@dataclass
+class RequestCounts:
+    """Requests by "verb resource[/subresource]"."""
+
+    by_kind: Counter[str] = field(default_factory=Counter)
+    user_agents: set[str] = field(default_factory=set)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_kind.values())
+
+    @property
+    def writes(self) -> int:
+        return sum(n for kind, n in self.by_kind.items() if kind.split(" ", 1)[0] in WRITE_VERBS)
+
+    def per(self, volumes: int) -> dict[str, float]:
+        return {kind: n / volumes for kind, n in self.by_kind.most_common()} if volumes else {}
+
+
+def _timestamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+class AuditLog:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def count(
+        self, since: float, until: float, user_agent_prefix: str | None = None
+    ) -> RequestCounts:
+        """Requests received in [since, until] (wall-clock seconds), optionally only those
+        whose user agent starts with `user_agent_prefix`."""
+        counts = RequestCounts()
+        if not self.path.exists():
+            return counts
+        with self.path.open() as lines:
+            for line in lines:
+                event = json.loads(line)
+                agent = str(event.get("userAgent", ""))
+                if user_agent_prefix is not None and not agent.startswith(user_agent_prefix):
+                    continue
+                if not since <= _timestamp(event["requestReceivedTimestamp"]) <= until:
+                    continue
+                reference = event.get("objectRef") or {}
+                resource = reference.get("resource") or event.get("requestURI", "?").split("?")[0]
+                if reference.get("subresource"):
+                    resource += "/" + reference["subresource"]
+                counts.by_kind[f"{event['verb']} {resource}"] += 1
+                counts.user_agents.add(agent)
+        return counts

@@ -1,0 +1,247 @@
+"""Burst and release: N WaitForFirstConsumer claims, each with a consumer pod, created at once
+over M nodes with the helper pods run for real; then all of them deleted.
+
+Burst figures: time until every claim is Bound; per-claim latency (creation to Bound, from the
+claim watch); the provisioner's API requests per volume (audit log, by its user agent); its CPU
+seconds and peak RSS. Release: time until every PV and every directory is gone.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.api import RawApi
+from bench.audit import AuditLog
+from bench.implementations import Implementation, RunningProvisioner
+from bench.process_stats import ProcessMonitor
+from bench.stats import Latencies
+from bench.timeline import ObjectTimeline
+from bench.workspace import (
+    BURST_CLASS,
+    CLAIM_NAMESPACE,
+    PROVISIONER_NAMESPACE,
+    Workspace,
+    volume_directories,
+)
+from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
+from provisioner.claims import SELECTED_NODE
+
+SETTLE_SECONDS = 2.0
+_VOLUME_UID = re.compile(r"pvc-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
+
+
+@dataclass
+class BurstResult:
+    implementation: str
+    claims: int
+    ready_seconds: float
+    bind_seconds: float
+    latency: Latencies
+    helper_run: Latencies
+    overhead: Latencies
+    """Per claim: its latency minus its own setup helper's run (pod created to Succeeded)."""
+    requests_per_volume: float
+    requests: dict[str, int]
+    stages: dict[str, Latencies]
+    """Per claim: creation to node selected (scheduler), node selected to PV created
+    (provisioner, including its helper), PV created to Bound (kube-controller-manager)."""
+    cluster_writes: int
+    """Writes by every client (bench, scheduler, controllers, kwok, harness, provisioner)
+    between the first claim and the last Bound: what the floor replays."""
+    cpu_seconds: float
+    peak_rss_mib: float
+    release_seconds: float
+    release_requests_per_volume: float
+    release_requests: dict[str, int] = field(default_factory=dict)
+
+
+def _claim(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "storageClassName": BURST_CLASS,
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+
+
+def _consumer(name: str, claim: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [
+                {
+                    "name": "app",
+                    "image": "registry.invalid/app:1",
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }
+            ],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    }
+
+
+def _is_bound(claim: dict[str, Any]) -> bool:
+    return bool(claim.get("status", {}).get("phase") == "Bound")
+
+
+def _has_node(claim: dict[str, Any]) -> bool:
+    return SELECTED_NODE in (claim["metadata"].get("annotations") or {})
+
+
+def _is_finished(pod: dict[str, Any]) -> bool:
+    return pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def _helper_runs(helpers: ObjectTimeline, action: str) -> dict[str, float]:
+    """Volume UID -> seconds from the helper pod's creation to its end, for one action."""
+    runs: dict[str, float] = {}
+    for name, finished in helpers.reached["finished"].items():
+        match = _VOLUME_UID.search(name)
+        if match and f"-{action}-" in name:
+            runs[match.group(1)] = finished - helpers.first_seen[name]
+    return runs
+
+
+def _stages(
+    claims: ObjectTimeline, volumes: ObjectTimeline, created: dict[str, float]
+) -> dict[str, Latencies]:
+    scheduling, provisioning, binding = [], [], []
+    for name, at in created.items():
+        selected = claims.reached["node-selected"].get(name)
+        volume = volumes.first_seen.get(f"pvc-{claims.uid.get(name)}")
+        bound = claims.reached["bound"].get(name)
+        if selected is None or volume is None or bound is None:
+            continue
+        scheduling.append(selected - at)
+        provisioning.append(volume - selected)
+        binding.append(bound - volume)
+    return {
+        "created to node selected": Latencies.of(scheduling),
+        "node selected to PV created": Latencies.of(provisioning),
+        "PV created to Bound": Latencies.of(binding),
+    }
+
+
+def run_burst(
+    workspace: Workspace,
+    api: RawApi,
+    audit: AuditLog,
+    implementation: Implementation,
+    *,
+    claims: int,
+    concurrency: int,
+    log_dir: Path,
+    timeout: float,
+) -> BurstResult:
+    cluster = workspace.cluster
+    claims_path = f"/api/v1/namespaces/{CLAIM_NAMESPACE}/persistentvolumeclaims"
+    pods_path = f"/api/v1/namespaces/{CLAIM_NAMESPACE}/pods"
+    claim_timeline = ObjectTimeline(
+        api, claims_path, {"bound": _is_bound, "node-selected": _has_node}
+    ).start()
+    helper_timeline = ObjectTimeline(
+        api,
+        f"/api/v1/namespaces/{PROVISIONER_NAMESPACE}/pods",
+        {"finished": _is_finished},
+        label_selector=f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}",
+    ).start()
+    volume_timeline = ObjectTimeline(api, "/api/v1/persistentvolumes").start()
+    provisioner = RunningProvisioner(
+        implementation, workspace, log_dir / f"{implementation.key}-burst.log"
+    )
+    try:
+        ready = provisioner.wait_ready()
+        monitor = ProcessMonitor(provisioner.pid).start()
+        cpu_before = monitor.cpu_seconds()
+        names = [f"claim-{index:05d}" for index in range(claims)]
+        created: dict[str, float] = {}
+
+        def create(name: str) -> None:
+            created[name] = time.time()
+            api.create(claims_path, _claim(name))
+            api.create(pods_path, _consumer(name.replace("claim", "app"), name))
+
+        started = time.time()
+        with ThreadPoolExecutor(concurrency) as pool:
+            list(pool.map(create, names))
+        claim_timeline.wait_until(
+            lambda: claim_timeline.reached_count("bound") >= claims,
+            timeout,
+            f"{claims} claims Bound",
+        )
+        bound = claim_timeline.reached["bound"]
+        last_bound = max(bound[name] for name in names)
+        helper_timeline.wait_until(lambda: helper_timeline.live() == 0, 120, "helper pods gone")
+        time.sleep(SETTLE_SECONDS)
+        quiet = time.time()
+        cpu_seconds = monitor.cpu_seconds() - cpu_before
+        requests = audit.count(started, quiet, implementation.user_agent_prefix)
+        cluster_writes = audit.count(started, last_bound).writes
+        latencies = {name: bound[name] - created[name] for name in names}
+        stages = _stages(claim_timeline, volume_timeline, created)
+        runs = _helper_runs(helper_timeline, "create")
+        overheads = [
+            latency - runs[claim_timeline.uid[name]]
+            for name, latency in latencies.items()
+            if claim_timeline.uid.get(name) in runs
+        ]
+
+        release_started = time.time()
+
+        def delete(name: str) -> None:
+            api.delete(f"{pods_path}/{name.replace('claim', 'app')}")
+            api.delete(f"{claims_path}/{name}")
+
+        with ThreadPoolExecutor(concurrency) as pool:
+            list(pool.map(delete, names))
+        _wait(
+            lambda: volume_timeline.live() == 0 and volume_directories(cluster) == 0,
+            timeout,
+            "every PV and directory gone",
+        )
+        released = time.time()
+        helper_timeline.wait_until(lambda: helper_timeline.live() == 0, 120, "helper pods gone")
+        time.sleep(SETTLE_SECONDS)
+        release_requests = audit.count(
+            release_started, time.time(), implementation.user_agent_prefix
+        )
+        peak_rss = monitor.peak_rss_mib()
+        monitor.stop()
+    finally:
+        provisioner.stop()
+        for timeline in (claim_timeline, helper_timeline, volume_timeline):
+            timeline.stop()
+    return BurstResult(
+        implementation=implementation.key,
+        claims=claims,
+        ready_seconds=ready,
+        bind_seconds=last_bound - started,
+        latency=Latencies.of(list(latencies.values())),
+        helper_run=Latencies.of(list(runs.values())),
+        overhead=Latencies.of(overheads),
+        requests_per_volume=requests.total / claims,
+        requests=dict(requests.by_kind.most_common()),
+        stages=stages,
+        cluster_writes=cluster_writes,
+        cpu_seconds=cpu_seconds,
+        peak_rss_mib=peak_rss,
+        release_seconds=released - release_started,
+        release_requests_per_volume=release_requests.total / claims,
+        release_requests=dict(release_requests.by_kind.most_common()),
+    )

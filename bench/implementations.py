@@ -1,0 +1,163 @@
+"""The provisioners under test, as processes: ours (`python -m provisioner`) and the Go
+reference (rancher/local-path-provisioner) with its defaults and tuned like ours.
+
+Readiness is read from each one's log, at the line each prints once its informers have synced:
+ours "caches synced", the reference library's "Started provisioner controller".
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.workspace import (
+    CONFIGMAP,
+    HELPER_SERVICE_ACCOUNT,
+    PROVISIONER_NAME,
+    PROVISIONER_NAMESPACE,
+    Workspace,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = Path(
+    os.environ.get("LPS_CACHE_DIR")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "local-path-storage"
+)
+REFERENCE_VERSION = "v0.0.37"
+REFERENCE_BINARY = CACHE / "bin" / f"local-path-provisioner-{REFERENCE_VERSION}"
+TUNED = {"workers": 8, "qps": 50, "burst": 100}
+
+
+class ProvisionerExitedError(Exception):
+    """The process under test ended before it was ready."""
+
+
+@dataclass(frozen=True)
+class Implementation:
+    key: str
+    label: str
+    reference: bool
+    tuned: bool
+    user_agent_prefix: str
+    ready_line: str
+
+    def command(self, workspace: Workspace, port: int) -> list[str]:
+        kubeconfig = str(workspace.cluster.kubeconfig)
+        if not self.reference:
+            return [
+                sys.executable, "-m", "provisioner", "start",
+                "--kubeconfig", kubeconfig,
+                "--provisioner-name", PROVISIONER_NAME,
+                "--namespace", PROVISIONER_NAMESPACE,
+                "--config", str(workspace.config_file),
+                "--configmap-name", CONFIGMAP,
+                "--service-account-name", HELPER_SERVICE_ACCOUNT,
+                "--metrics-address", "127.0.0.1",
+                "--metrics-port", str(port),
+                "--worker-threads", str(TUNED["workers"]),
+                "--kube-api-qps", str(TUNED["qps"]),
+                "--kube-api-burst", str(TUNED["burst"]),
+            ]  # fmt: skip
+        command = [
+            str(REFERENCE_BINARY), "start",
+            "--kubeconfig", kubeconfig,
+            "--config", str(workspace.config_file),
+            "--provisioner-name", PROVISIONER_NAME,
+            "--namespace", PROVISIONER_NAMESPACE,
+            "--helper-image", "busybox",
+            "--configmap-name", CONFIGMAP,
+            "--service-account-name", HELPER_SERVICE_ACCOUNT,
+            "--helper-pod-file", str(workspace.helper_pod_file),
+            "--health-port", str(port),
+        ]  # fmt: skip
+        if self.tuned:
+            command += [
+                "--worker-threads", str(TUNED["workers"]),
+                "--kube-client-qps", str(TUNED["qps"]),
+                "--kube-client-burst", str(TUNED["burst"]),
+            ]  # fmt: skip
+        return command
+
+
+OURS = Implementation(
+    "ours", "ours", False, True, "local-path-storage-provisioner/", "caches synced"
+)
+REFERENCE_DEFAULT = Implementation(
+    "reference-default",
+    "reference (defaults)",
+    True,
+    False,
+    "local-path-provisioner-",
+    "Started provisioner controller",
+)
+REFERENCE_TUNED = Implementation(
+    "reference-tuned",
+    "reference (tuned)",
+    True,
+    True,
+    "local-path-provisioner-",
+    "Started provisioner controller",
+)
+ALL = (OURS, REFERENCE_DEFAULT, REFERENCE_TUNED)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RunningProvisioner:
+    """One process under test; its output goes to `log_path`."""
+
+    def __init__(
+        self, implementation: Implementation, workspace: Workspace, log_path: Path
+    ) -> None:
+        self.implementation = implementation
+        self.log_path = log_path
+        self._log = log_path.open("wb")
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        env["PYTHONUNBUFFERED"] = "1"
+        self.started_at = time.time()
+        self.process = subprocess.Popen(
+            implementation.command(workspace, free_port()),
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait_ready(self, timeout: float = 300.0) -> float:
+        """Seconds from the process start to its "informers synced" log line."""
+        deadline = time.monotonic() + timeout
+        needle = self.implementation.ready_line.encode()
+        while time.monotonic() < deadline:
+            if needle in self.log_path.read_bytes():
+                return time.time() - self.started_at
+            if self.process.poll() is not None:
+                raise ProvisionerExitedError(
+                    f"{self.implementation.label} exited with {self.process.returncode}; "
+                    f"log: {self.log_path}"
+                )
+            time.sleep(0.02)
+        raise TimeoutError(f"{self.implementation.label} not ready in {timeout:.0f}s")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self._log.close()

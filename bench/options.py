@@ -1,0 +1,73 @@
+"""Command-line flags of `python -m bench`."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.implementations import ALL, Implementation
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    claims: int
+    nodes: int
+    scale_volumes: int
+    concurrency: int
+    idle_seconds: float
+    implementations: tuple[Implementation, ...]
+    scenarios: frozenset[str]
+    output: Path
+    plot: Path | None
+    timeout: float
+    quick: bool
+
+
+def parse_options(argv: Sequence[str]) -> BenchOptions:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Benchmark this provisioner against rancher/local-path-provisioner on "
+        "local clusters: burst, release, scale, and the cluster's write floor.",
+    )
+    add = parser.add_argument
+    add("--claims", type=int, help="claims in the burst (default 200; --quick 20)")
+    add("--nodes", type=int, default=4, help="fake nodes per cluster (default 4)")
+    add("--scale-volumes", type=int, help="bound volumes for the scale run (default 10000)")
+    add("--concurrency", type=int, default=8, help="client threads of the bench and the floor")
+    add("--idle-seconds", type=float, default=10.0, help="idle CPU window after ready")
+    add(
+        "--only",
+        choices=[implementation.key for implementation in ALL],
+        action="append",
+        help="run only these implementations (repeatable; default all three)",
+    )
+    add(
+        "--scenario",
+        choices=["burst", "scale"],
+        action="append",
+        help="run only these scenarios (repeatable; default both; the floor goes with burst)",
+    )
+    add("--quick", action="store_true", help="a small smoke run: 20 claims, 300 volumes")
+    add("--output", type=Path, default=REPO / "bench" / "results" / "latest.json")
+    add("--plot", type=Path, default=REPO / "docs" / "benchmarks.png")
+    add("--no-plot", action="store_true", help="write no PNG")
+    add("--timeout", type=float, default=900.0, help="seconds any one wait may take")
+    args = parser.parse_args(list(argv))
+    chosen = tuple(i for i in ALL if not args.only or i.key in args.only)
+    return BenchOptions(
+        claims=args.claims or (20 if args.quick else 200),
+        nodes=args.nodes,
+        scale_volumes=args.scale_volumes or (300 if args.quick else 10_000),
+        concurrency=args.concurrency,
+        idle_seconds=args.idle_seconds,
+        implementations=chosen,
+        scenarios=frozenset(args.scenario or ("burst", "scale")),
+        output=args.output,
+        plot=None if args.no_plot else args.plot,
+        timeout=args.timeout,
+        quick=args.quick,
+    )

@@ -1,0 +1,291 @@
+"""The figures, their ratios and the targets, as one JSON-ready report and as printed tables."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.burst import BurstResult
+from bench.options import BenchOptions
+from bench.runner import RunResults
+from bench.scale import ScaleResult
+from bench.stats import ratio
+
+IMPLEMENTATIONS = ("ours", "reference-default", "reference-tuned")
+NAN = math.nan
+
+BurstFigure = Callable[[BurstResult], float]
+ScaleFigure = Callable[[ScaleResult], float]
+BURST_FIGURES: tuple[tuple[str, str, BurstFigure], ...] = (
+    ("burst: time until all Bound", "s", lambda b: b.bind_seconds),
+    ("burst: claim latency p50", "s", lambda b: b.latency.p50),
+    ("burst: claim latency p95", "s", lambda b: b.latency.p95),
+    ("burst: claim latency p99", "s", lambda b: b.latency.p99),
+    ("burst: helper pod run p50", "s", lambda b: b.helper_run.p50),
+    ("burst: latency beyond own helper p99", "s", lambda b: b.overhead.p99),
+    (
+        "  p50 created -> node selected",
+        "s",
+        lambda b: b.stages["created to node selected"].p50,
+    ),
+    (
+        "  p50 node selected -> PV created",
+        "s",
+        lambda b: b.stages["node selected to PV created"].p50,
+    ),
+    ("  p50 PV created -> Bound", "s", lambda b: b.stages["PV created to Bound"].p50),
+    ("burst: API requests per volume", "req", lambda b: b.requests_per_volume),
+    ("burst: provisioner CPU", "s", lambda b: b.cpu_seconds),
+    ("burst: provisioner peak RSS", "MiB", lambda b: b.peak_rss_mib),
+    ("release: time until PVs and dirs gone", "s", lambda b: b.release_seconds),
+    ("release: API requests per volume", "req", lambda b: b.release_requests_per_volume),
+)
+SCALE_FIGURES: tuple[tuple[str, str, ScaleFigure], ...] = (
+    ("scale: time to ready", "s", lambda s: s.ready_seconds),
+    ("scale: steady RSS", "MiB", lambda s: s.steady_rss_mib),
+    ("scale: peak RSS", "MiB", lambda s: s.peak_rss_mib),
+    ("scale: idle CPU", "s", lambda s: s.idle_cpu_seconds),
+    ("scale: API requests at start", "req", lambda s: float(sum(s.requests.values()))),
+)
+
+
+def machine() -> dict[str, Any]:
+    model = "unknown"
+    with Path("/proc/cpuinfo").open() as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "nproc": os.cpu_count(),
+        "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "cpu_model": model,
+        "kernel": platform.release(),
+        "python": sys.version.split()[0],
+    }
+
+
+def _figure_row(name: str, unit: str, values: dict[str, float]) -> dict[str, Any]:
+    ours = values.get("ours", NAN)
+    return {
+        "figure": name,
+        "unit": unit,
+        **{key: values.get(key, NAN) for key in IMPLEMENTATIONS},
+        "ours/default": ratio(ours, values.get("reference-default", NAN)),
+        "ours/tuned": ratio(ours, values.get("reference-tuned", NAN)),
+    }
+
+
+def _target(name: str, value: float, limit: float, detail: str) -> dict[str, Any]:
+    met = None if math.isnan(value) or math.isnan(limit) else value <= limit
+    return {"target": name, "value": value, "limit": limit, "met": met, "detail": detail}
+
+
+def _targets(results: RunResults) -> list[dict[str, Any]]:
+    ours = results.burst.get("ours")
+    tuned = results.burst.get("reference-tuned")
+    floor = results.floor.seconds if results.floor else NAN
+    bind = ours.bind_seconds if ours else NAN
+    scale = results.scale.get("ours")
+    reference_rss = [
+        results.scale[key].steady_rss_mib
+        for key in ("reference-default", "reference-tuned")
+        if key in results.scale
+    ]
+    volumes = scale.volumes if scale else 0
+    return [
+        _target("burst time to bind <= 2x floor", ratio(bind, floor), 2.0, "multiple of floor"),
+        _target(
+            "burst time to bind <= 0.5x tuned reference",
+            ratio(bind, tuned.bind_seconds if tuned else NAN),
+            0.5,
+            "ours / reference tuned",
+        ),
+        _target(
+            "<= 5 API requests per provisioned volume",
+            ours.requests_per_volume if ours else NAN,
+            5.0,
+            "requests per volume",
+        ),
+        _target(
+            "p99 claim latency <= 2 s beyond the helper's run",
+            ours.overhead.p99 if ours else NAN,
+            2.0,
+            "s beyond own helper (p99)",
+        ),
+        _target(
+            f"RSS at {volumes} volumes <= 150 MiB",
+            scale.steady_rss_mib if scale else NAN,
+            150.0,
+            "MiB steady",
+        ),
+        _target(
+            f"RSS at {volumes} volumes <= reference's",
+            scale.steady_rss_mib if scale else NAN,
+            min(reference_rss) if reference_rss else NAN,
+            "MiB steady vs reference",
+        ),
+        _target(
+            f"ready <= 5 s at {volumes} volumes",
+            scale.ready_seconds if scale else NAN,
+            5.0,
+            "s to informers synced",
+        ),
+    ]
+
+
+def build_report(
+    options: BenchOptions, results: RunResults, command: str, wall_seconds: float
+) -> dict[str, Any]:
+    figures = [
+        _figure_row(name, unit, {key: get(b) for key, b in results.burst.items()})
+        for name, unit, get in BURST_FIGURES
+    ]
+    figures += [
+        _figure_row(name, unit, {key: get(s) for key, s in results.scale.items()})
+        for name, unit, get in SCALE_FIGURES
+    ]
+    if results.floor and "ours" in results.burst:
+        figures.append(
+            {
+                "figure": "floor: same writes, tight loop",
+                "unit": "s",
+                "ours": results.floor.seconds,
+                "ours/default": NAN,
+                "ours/tuned": NAN,
+            }
+        )
+    return {
+        "generated": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": command,
+        "wall_seconds": wall_seconds,
+        "machine": machine(),
+        "options": {
+            "claims": options.claims,
+            "nodes": options.nodes,
+            "scale_volumes": options.scale_volumes,
+            "concurrency": options.concurrency,
+            "idle_seconds": options.idle_seconds,
+            "quick": options.quick,
+        },
+        "figures": figures,
+        "targets": _targets(results),
+        "burst": {key: asdict(value) for key, value in results.burst.items()},
+        "floor": asdict(results.floor) if results.floor else None,
+        "scale_dataset": asdict(results.dataset) if results.dataset else None,
+        "scale": {key: asdict(value) for key, value in results.scale.items()},
+    }
+
+
+def _number(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def format_table(headers: list[str], rows: list[list[str]], markdown: bool = False) -> str:
+    """Aligned columns; with `markdown`, a GitHub table."""
+    widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells: list[str]) -> str:
+        text = " | ".join(cell.ljust(widths[i]) for i, cell in enumerate(cells))
+        return f"| {text} |" if markdown else text
+
+    rule = (
+        ("|-" + "-|-".join("-" * w for w in widths) + "-|")
+        if markdown
+        else "-+-".join("-" * w for w in widths)
+    )
+    return "\n".join([line(headers), rule, *(line(row) for row in rows)])
+
+
+def figures_table(report: dict[str, Any], markdown: bool = False) -> str:
+    headers = ["figure", "unit", "ours", "ref default", "ref tuned", "ours/default", "ours/tuned"]
+    rows = [
+        [
+            row["figure"],
+            row["unit"],
+            *(_number(row.get(key)) for key in (*IMPLEMENTATIONS, "ours/default", "ours/tuned")),
+        ]
+        for row in report["figures"]
+    ]
+    return format_table(headers, rows, markdown)
+
+
+def targets_table(report: dict[str, Any], markdown: bool = False) -> str:
+    rows = []
+    for target in report["targets"]:
+        met = {True: "met", False: "MISSED", None: "not measured"}[target["met"]]
+        rows.append([target["target"], _number(target["value"]), _number(target["limit"]), met])
+    return format_table(["target", "value", "limit", "result"], rows, markdown)
+
+
+def requests_table(report: dict[str, Any], markdown: bool = False) -> str:
+    rows = []
+    kinds: list[str]
+    for phase, field_name in (("burst", "requests"), ("release", "release_requests")):
+        kinds = []
+        for burst in report["burst"].values():
+            kinds += [kind for kind in burst[field_name] if kind not in kinds]
+        for kind in kinds:
+            cells = []
+            for key in IMPLEMENTATIONS:
+                burst = report["burst"].get(key)
+                count = burst[field_name].get(kind, 0) / burst["claims"] if burst else NAN
+                cells.append(_number(count))
+            rows.append([f"{phase}: {kind}", *cells])
+    return format_table(["requests per volume", *IMPLEMENTATIONS], rows, markdown)
+
+
+def print_report(report: dict[str, Any]) -> None:
+    options = report["options"]
+    print(
+        f"\n{options['claims']} claims over {options['nodes']} nodes; "
+        f"{options['scale_volumes']} volumes for scale; wall time {report['wall_seconds']:.0f}s"
+    )
+    print(figures_table(report))
+    print()
+    print(requests_table(report))
+    print()
+    print(targets_table(report))
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The tables for docs/benchmarks.md."""
+    return "\n\n".join(
+        [
+            figures_table(report, markdown=True),
+            requests_table(report, markdown=True),
+            targets_table(report, markdown=True),
+        ]
+    )
+
+
+def _plain(value: Any) -> Any:
+    """NaN is not JSON: it becomes null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
+def write_json(report: dict[str, Any], path: Path) -> None:
+    """The report as JSON, and its tables as Markdown beside it (same name, .md)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_plain(report), indent=2, allow_nan=False) + "\n")
+    path.with_suffix(".md").write_text(markdown(report) + "\n")

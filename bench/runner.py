@@ -1,0 +1,111 @@
+"""Runs the scenarios in order, each implementation on a fresh cluster for the burst, one
+after the other, and the scale data set once for all of them (they only read it)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.api import RawApi
+from bench.audit import start_audited_cluster
+from bench.burst import BurstResult, run_burst
+from bench.floor import run_floor
+from bench.implementations import OURS
+from bench.options import BenchOptions
+from bench.scale import DatasetResult, ScaleResult, create_dataset, run_scale
+from bench.workspace import prepare_workspace
+from localcluster import default_node_specs
+
+
+@dataclass
+class FloorResult:
+    writes: int
+    concurrency: int
+    seconds: float
+
+
+@dataclass
+class RunResults:
+    burst: dict[str, BurstResult] = field(default_factory=dict)
+    floor: FloorResult | None = None
+    dataset: DatasetResult | None = None
+    scale: dict[str, ScaleResult] = field(default_factory=dict)
+
+
+def say(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def run_bursts(options: BenchOptions, work_dir: Path, results: RunResults) -> None:
+    for implementation in options.implementations:
+        say(f"burst: {implementation.label}: starting a fresh {options.nodes}-node cluster")
+        cluster_dir = work_dir / f"burst-{implementation.key}"
+        cluster, audit = start_audited_cluster(default_node_specs(options.nodes), cluster_dir)
+        api = RawApi.for_cluster(cluster, pool_size=options.concurrency + 8)
+        try:
+            workspace = prepare_workspace(cluster, api, cluster_dir)
+            started = time.monotonic()
+            burst = run_burst(
+                workspace,
+                api,
+                audit,
+                implementation,
+                claims=options.claims,
+                concurrency=options.concurrency,
+                log_dir=cluster_dir,
+                timeout=options.timeout,
+            )
+            results.burst[implementation.key] = burst
+            say(
+                f"burst: {implementation.label}: {options.claims} Bound in "
+                f"{burst.bind_seconds:.1f}s, released in {burst.release_seconds:.1f}s "
+                f"({time.monotonic() - started:.0f}s in all)"
+            )
+            if implementation is OURS:
+                seconds = run_floor(api, burst.cluster_writes, options.concurrency)
+                results.floor = FloorResult(burst.cluster_writes, options.concurrency, seconds)
+                say(f"floor: {burst.cluster_writes} writes in {seconds:.2f}s")
+        finally:
+            api.close()
+            cluster.stop()
+
+
+def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> None:
+    say(f"scale: starting a fresh cluster, making {options.scale_volumes} bound volumes")
+    cluster_dir = work_dir / "scale"
+    cluster, audit = start_audited_cluster(default_node_specs(options.nodes), cluster_dir)
+    api = RawApi.for_cluster(cluster, pool_size=2 * options.concurrency + 8)
+    try:
+        workspace = prepare_workspace(cluster, api, cluster_dir)
+        results.dataset = create_dataset(
+            workspace, api, options.scale_volumes, 2 * options.concurrency
+        )
+        say(f"scale: data set made in {results.dataset.seconds:.0f}s")
+        for implementation in options.implementations:
+            scale = run_scale(
+                workspace,
+                audit,
+                implementation,
+                volumes=options.scale_volumes,
+                idle_seconds=options.idle_seconds,
+                log_dir=cluster_dir,
+            )
+            results.scale[implementation.key] = scale
+            say(
+                f"scale: {implementation.label}: ready in {scale.ready_seconds:.2f}s, "
+                f"steady RSS {scale.steady_rss_mib:.0f} MiB"
+            )
+    finally:
+        api.close()
+        cluster.stop()
+
+
+def run_all(options: BenchOptions, work_dir: Path) -> RunResults:
+    results = RunResults()
+    if "burst" in options.scenarios:
+        run_bursts(options, work_dir, results)
+    if "scale" in options.scenarios:
+        run_scales(options, work_dir, results)
+    return results
