@@ -1,0 +1,449 @@
+"""Attempts to make the provisioner create or delete something outside its base paths.
+
+Claims: hostile pathPatterns, annotations and labels feeding them, nodePath parameters not
+configured, a claim name too long for a directory. Volumes: PVs forged with our provisioned-by
+annotation whose path is outside the base paths, the base path itself, a sibling with the same
+prefix, written with `..`, `.` or doubled slashes, another volume's directory, or on a node the
+PV cannot be tied to. Each must be refused with an Event saying why, and a snapshot of every
+node's directory taken before and after may differ only where a legitimate volume was made or
+removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from localcluster import wait_for
+from localcluster.raw_api import call_json
+from provisioner.config import DEFAULT_NODE
+from tests.faults.support import (
+    changed_paths,
+    create_claims_with_consumers,
+    events_with_reason,
+    helper_pods,
+    node_relative,
+    our_volumes,
+    snapshot_nodes,
+    unexpected_changes,
+    unique_base_path,
+    wait_all_bound,
+    wait_no_helper_pods,
+)
+from tests.provisioner.e2e.support import (
+    ConfigFiles,
+    ProvisionerSetup,
+    manifest,
+    volume_node,
+    volume_path,
+)
+
+pytestmark = pytest.mark.cluster
+
+SUB = '{{ index .PVC.Annotations "sub" }}'
+SCOPED = "{{ .PVC.Namespace }}/{{ .PVC.Name }}/" + SUB
+
+
+@dataclass(frozen=True)
+class ClaimEscape:
+    parameters: Mapping[str, str]
+    expected: str
+    """A fragment of the ProvisioningFailed message."""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    class_annotations: Mapping[str, str] = field(default_factory=dict)
+    claim_name: str = ""
+
+
+def claim_escapes(base: str) -> dict[str, ClaimEscape]:
+    unsafe = {"allowUnsafePathPattern": "true"}
+    return {
+        "dotdot-annotation": ClaimEscape(
+            {"pathPattern": SCOPED}, "has a '..' component", {"sub": "../../victim-ns/victim"}
+        ),
+        "bare-dotdot-annotation": ClaimEscape(
+            {"pathPattern": SCOPED}, "has a '..' component", {"sub": ".."}
+        ),
+        "dot-annotation": ClaimEscape({"pathPattern": SCOPED}, "has a '.' component", {"sub": "."}),
+        "absolute-annotation": ClaimEscape(
+            {"pathPattern": SCOPED}, "has an empty component", {"sub": "/etc/passwd"}
+        ),
+        "missing-annotation": ClaimEscape(
+            {"pathPattern": SCOPED + "/data"}, "has an empty component"
+        ),
+        "line-break-annotation": ClaimEscape(
+            {"pathPattern": SCOPED}, "contains a NUL or line break", {"sub": "a\nb"}
+        ),
+        "outside-own-namespace": ClaimEscape(
+            {"pathPattern": SUB}, "is not inside", {"sub": "victim-ns/victim"}
+        ),
+        "other-namespace-by-label": ClaimEscape(
+            {"pathPattern": '{{ index .PVC.Labels "team" }}/{{ .PVC.Name }}'},
+            "is not inside",
+            labels={"team": "victim-ns"},
+        ),
+        "namespace-directory-itself": ClaimEscape(
+            {"pathPattern": "{{ .PVC.Namespace }}"}, "is not inside"
+        ),
+        "literal-dotdot-pattern": ClaimEscape(
+            {"pathPattern": "{{ .PVC.Namespace }}/{{ .PVC.Name }}/../../.."},
+            "parameters.pathPattern: rendered path",
+        ),
+        "absolute-pattern": ClaimEscape(
+            {"pathPattern": "/etc/{{ .PVC.Name }}"}, "parameters.pathPattern: rendered path"
+        ),
+        "dot-pattern": ClaimEscape({"pathPattern": "."}, "parameters.pathPattern"),
+        "template-function": ClaimEscape(
+            {"pathPattern": '{{ printf "../%s" .PVC.Name }}'}, "unsupported action"
+        ),
+        "unsafe-pattern-dotdot": ClaimEscape(
+            {"pathPattern": SUB, **unsafe}, "has a '..' component", {"sub": "../etc"}
+        ),
+        "unsafe-pattern-absolute": ClaimEscape(
+            {"pathPattern": SUB, **unsafe}, "is absolute", {"sub": "/etc"}
+        ),
+        "unsafe-class-annotation-dotdot": ClaimEscape(
+            {"pathPattern": "{{ .PVC.Name }}/" + SUB},
+            "has a '..' component",
+            {"sub": "../../.."},
+            class_annotations=unsafe,
+        ),
+        "node-path-not-configured": ClaimEscape(
+            {"nodePath": "/etc"}, 'parameters.nodePath: "/etc" is not configured'
+        ),
+        "node-path-root": ClaimEscape({"nodePath": "/"}, "is the root directory"),
+        "node-path-sibling-prefix": ClaimEscape(
+            {"nodePath": f"{base}-evil"}, f'"{base}-evil" is not configured'
+        ),
+        "node-path-dotdot": ClaimEscape(
+            {"nodePath": f"{base}/../../etc"}, "is not written in normalised form"
+        ),
+        "node-path-relative": ClaimEscape({"nodePath": "etc"}, "must be an absolute path"),
+        "hostile-volume-type": ClaimEscape(
+            {}, "is not a volume type", {"volumeType": "../../hostPath"}
+        ),
+        "hostile-user-pattern": ClaimEscape(
+            {"userPattern": '{{ index .PVC.Annotations "user" }}'},
+            "userPattern renders a NUL or line break",
+            {"user": "root\nrm -rf /"},
+        ),
+        "hostile-perm-pattern": ClaimEscape(
+            {"permPattern": "0777; rm -rf /"}, "is not an octal mode"
+        ),
+    }
+
+
+# Claim names that would be path components the API does not allow in the first place.
+API_REFUSED_CLAIM_NAMES = ("..", ".", "a..b", "-a", "a/b", "A", "a b")
+
+
+def test_hostile_claims_are_refused_and_nothing_outside_the_base_path_is_touched(
+    make_setup: Callable[..., ProvisionerSetup],
+) -> None:
+    base = unique_base_path("escape")
+    setup = make_setup(
+        ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [base]}]})
+    )
+    cluster = setup.cluster
+    before = snapshot_nodes(cluster)
+    setup.start()
+    cases = claim_escapes(base)
+    for number, (case, escape) in enumerate(sorted(cases.items())):
+        storage_class = setup.create_class(
+            f"esc{number}",
+            parameters=escape.parameters,
+            annotations=escape.class_annotations,
+        )
+        setup.create_claim(
+            case, storage_class, annotations=escape.annotations, labels=escape.labels
+        )
+        setup.create_consumer(case, case)
+    control_class = setup.create_class("control")
+    create_claims_with_consumers(setup, control_class, ["control"])
+    for hostile_name in API_REFUSED_CLAIM_NAMES:
+        with pytest.raises(ApiException) as refused:
+            setup.create_claim(hostile_name, control_class)
+        assert refused.value.status == 422, hostile_name
+
+    wait_all_bound(setup, ["control"], timeout=120)
+    refusals: dict[str, str] = {}
+
+    def all_refused() -> bool | None:
+        for case in cases:
+            if case not in refusals:
+                events = events_with_reason(setup, case, "ProvisioningFailed")
+                if events:
+                    refusals[case] = events[0]["message"]
+        return True if len(refusals) == len(cases) else None
+
+    try:
+        wait_for(all_refused, 60, "every hostile claim to be refused", interval=0.5)
+    except TimeoutError:
+        pytest.fail(f"not refused: {sorted(set(cases) - set(refusals))}")
+    wrong = {
+        case: message for case, message in refusals.items() if cases[case].expected not in message
+    }
+    assert not wrong, f"refused without saying why: {wrong}"
+    assert len(cases) >= 20
+
+    time.sleep(2)  # a wrong helper would have run by now
+    wait_no_helper_pods(setup, timeout=30)
+    volumes = our_volumes(setup)
+    assert [volume["spec"]["claimRef"]["name"] for volume in volumes] == ["control"]
+    control = volumes[0]
+    expected = [node_relative(volume_node(control), volume_path(control))]
+    expected += [node_relative(node, base) for node in cluster.nodes]
+    unexpected = unexpected_changes(changed_paths(before, snapshot_nodes(cluster)), expected)
+    assert not unexpected, f"touched outside the expected paths: {unexpected[:20]}"
+
+
+def test_a_claim_name_too_long_for_a_directory_is_reported_and_creates_nothing(
+    make_setup: Callable[..., ProvisionerSetup],
+) -> None:
+    """The longest claim name the API allows (253) makes a folder name over 255 bytes."""
+    base = unique_base_path("longname")
+    setup = make_setup(
+        ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [base]}]})
+    )
+    before = snapshot_nodes(setup.cluster)
+    setup.start()
+    storage_class = setup.create_class("longname")
+    name = ("a" * 62 + ".") * 4 + "b"
+    assert len(name) == 253
+    create_claims_with_consumers(setup, storage_class, [name])
+    event = setup.wait_event(name, "ProvisioningFailed", timeout=60)
+    print(event["message"])
+    assert "too long" in event["message"].lower(), event["message"]
+    assert setup.phase(name) == "Pending"
+    setup.stop_all()
+    assert not helper_pods(setup)
+    expected = [node_relative(node, base) for node in setup.cluster.nodes]
+    unexpected = unexpected_changes(changed_paths(before, snapshot_nodes(setup.cluster)), expected)
+    assert not unexpected, f"touched outside the expected paths: {unexpected[:20]}"
+
+
+def node_affinity(key: str, value: str) -> dict[str, Any]:
+    expression = {"key": key, "operator": "In", "values": [value]}
+    return {"required": {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}}
+
+
+@dataclass(frozen=True)
+class ForgedVolume:
+    source: Mapping[str, Any]
+    """hostPath or local, as the PV spec spells it."""
+    expected: str
+    """A fragment of the VolumeFailedDelete message."""
+    node: str = "node-1"
+    affinity_key: str = "kubernetes.io/hostname"
+    affinity: bool = True
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+def forged_volumes(base: str, live_path: str, live_node: str) -> dict[str, ForgedVolume]:
+    not_inside = "is not clean and strictly inside a base path"
+    return {
+        "outside": ForgedVolume({"hostPath": {"path": "/etc/precious"}}, not_inside),
+        "root": ForgedVolume({"hostPath": {"path": "/"}}, not_inside),
+        "base-path-itself": ForgedVolume({"hostPath": {"path": base}}, not_inside),
+        "sibling-prefix": ForgedVolume({"hostPath": {"path": f"{base}-evil/data"}}, not_inside),
+        "sibling-prefix-itself": ForgedVolume({"hostPath": {"path": f"{base}-evil"}}, not_inside),
+        "dot-component": ForgedVolume({"hostPath": {"path": f"{base}/./data"}}, not_inside),
+        "leading-double-slash": ForgedVolume({"hostPath": {"path": f"/{base}/data"}}, not_inside),
+        "inner-double-slash": ForgedVolume({"hostPath": {"path": f"{base}//data"}}, not_inside),
+        "trailing-slash": ForgedVolume({"hostPath": {"path": f"{base}/data/"}}, not_inside),
+        "local-outside": ForgedVolume({"local": {"path": "/etc/precious"}}, not_inside),
+        "local-base-itself": ForgedVolume({"local": {"path": base}}, not_inside),
+        "other-nodes-base-path": ForgedVolume(
+            {"hostPath": {"path": f"{base}/data"}}, not_inside, node="node-3"
+        ),
+        "another-volumes-directory": ForgedVolume(
+            {"hostPath": {"path": live_path}}, "is also used by", node=live_node
+        ),
+        "inside-another-volume": ForgedVolume(
+            {"hostPath": {"path": f"{live_path}/inner"}}, "is also used by", node=live_node
+        ),
+        "no-node-affinity": ForgedVolume(
+            {"hostPath": {"path": f"{base}/data"}}, "cannot find the volume's node", affinity=False
+        ),
+        "label-on-every-node": ForgedVolume(
+            {"hostPath": {"path": f"{base}/data"}},
+            "nodes carry type=kwok: cannot tell which holds the data",
+            node="kwok",
+            affinity_key="type",
+        ),
+        "recorded-node-disagrees": ForgedVolume(
+            {"hostPath": {"path": f"{base}/data"}},
+            "node node-1 no longer carries kubernetes.io/hostname=node-2",
+            node="node-2",
+            annotations={"local-path-storage.io/node": "node-1"},
+        ),
+    }
+
+
+# The API itself refuses these (hostPath and local paths must not contain ".."): a forged PV
+# written with backsteps never exists for the provisioner to act on.
+API_REFUSED = {
+    "dotdot-outside": {"hostPath": {"path": "/opt/faults-x/../../etc/precious"}},
+    "dotdot-back-into-base": {"hostPath": {"path": "/opt/faults-x/data/../data"}},
+    "local-dotdot": {"local": {"path": "/opt/faults-x/../etc"}},
+}
+
+
+def forge(setup: ProvisionerSetup, name: str, forged: ForgedVolume | Mapping[str, Any]) -> None:
+    source = forged.source if isinstance(forged, ForgedVolume) else forged
+    spec: dict[str, Any] = {
+        "capacity": {"storage": "1Gi"},
+        "accessModes": ["ReadWriteOnce"],
+        "persistentVolumeReclaimPolicy": "Delete",
+        "storageClassName": "forged",
+        "claimRef": {"namespace": setup.namespace, "name": f"ghost-{name}", "uid": "0"},
+        **source,
+    }
+    if not isinstance(forged, ForgedVolume) or forged.affinity:
+        key, node = ("kubernetes.io/hostname", "node-1")
+        if isinstance(forged, ForgedVolume):
+            key, node = forged.affinity_key, forged.node
+        spec["nodeAffinity"] = node_affinity(key, node)
+    annotations = {"pv.kubernetes.io/provisioned-by": setup.name}
+    if isinstance(forged, ForgedVolume):
+        annotations.update(forged.annotations)
+    setup.core.create_persistent_volume(
+        manifest({"metadata": {"name": name, "annotations": annotations}, "spec": spec})
+    )
+
+
+def test_forged_volumes_outside_the_base_paths_are_never_torn_down(
+    make_setup: Callable[..., ProvisionerSetup],
+) -> None:
+    base = unique_base_path("forged")
+    config = {
+        "nodePathMap": [
+            {"node": DEFAULT_NODE, "paths": [base]},
+            {"node": "node-3", "paths": [f"{base}-node3"]},
+        ]
+    }
+    setup = make_setup(ConfigFiles(config=config))
+    cluster = setup.cluster
+    for node in cluster.nodes:
+        for path in ("/etc/precious", f"{base}-evil/data", f"{base}/data", f"{base}-node3/data"):
+            directory = setup.node_path(node, path)
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / "file").write_text("not yours")
+    setup.start()
+    control_class = setup.create_class("control")
+    create_claims_with_consumers(setup, control_class, ["live"])
+    wait_all_bound(setup, ["live"], timeout=120)
+    live = our_volumes(setup)[0]
+    live_node, live_path = volume_node(live), volume_path(live)
+    (setup.node_path(live_node, live_path) / "file").write_text("live data")
+    before = snapshot_nodes(cluster)
+
+    for case, source in API_REFUSED.items():
+        with pytest.raises(ApiException) as refused:
+            forge(setup, f"forged-{setup.suffix}-{case}", source)
+        assert refused.value.status == 422 and "'..'" in str(refused.value.body), case
+
+    cases = forged_volumes(base, live_path, live_node)
+    names = {case: f"forged-{setup.suffix}-{case}" for case in cases}
+    try:
+        for case, forged in cases.items():
+            forge(setup, names[case], forged)
+        refusals: dict[str, str] = {}
+
+        def all_refused() -> bool | None:
+            for case, name in names.items():
+                if case not in refusals:
+                    events = events_with_reason(setup, name, "VolumeFailedDelete")
+                    if events:
+                        refusals[case] = events[0]["message"]
+            return True if len(refusals) == len(cases) else None
+
+        try:
+            wait_for(all_refused, 90, "every forged volume to be refused", interval=0.5)
+        except TimeoutError:
+            pytest.fail(f"not refused: {sorted(set(cases) - set(refusals))}")
+        wrong = {
+            case: message
+            for case, message in refusals.items()
+            if cases[case].expected not in message
+        }
+        assert not wrong, f"refused without saying why: {wrong}"
+        assert len(cases) + len(API_REFUSED) >= 20
+
+        time.sleep(2)  # a wrong teardown would have run by now
+        assert not helper_pods(setup), "no teardown may be started for a forged volume"
+        for case, name in names.items():
+            volume = setup.volume(name)
+            assert volume is not None and volume["status"]["phase"] == "Released", case
+        changed = changed_paths(before, snapshot_nodes(cluster))
+        assert not changed, f"forged volumes changed the nodes: {sorted(changed)[:20]}"
+        assert (setup.node_path(live_node, live_path) / "file").read_text() == "live data"
+    finally:
+        for name in names.values():
+            with contextlib.suppress(ApiException):
+                setup.core.delete_persistent_volume(name)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="provisioner bug: helper pods mount the volume's parent directory, which a claim can "
+    "route through a symlink planted in a retained volume of the same claim name",
+)
+def test_a_symlink_planted_in_a_retained_volume_does_not_lead_a_new_volume_outside(
+    make_setup: Callable[..., ProvisionerSetup],
+) -> None:
+    """A namespace user owns what is inside their volumes. The claim `a` (pattern
+    `<ns>/<name>/<annotation>`, Retain) gets `<ns>/a/d`; its pod plants `d/evil` -> the node's
+    /etc (relative here, so the harness stays in the node's directory: a real pod would write
+    the absolute `/etc`). The claim is deleted (the data is retained) and made again with the
+    annotation `d/evil/x`: lexically inside its own `<ns>/a/`, on disk the node's /etc/x."""
+    base = unique_base_path("symlink")
+    setup = make_setup(
+        ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [base]}]})
+    )
+    setup.start()
+    storage_class = setup.create_class(
+        "symlink", reclaim_policy="Retain", parameters={"pathPattern": SCOPED}
+    )
+    setup.create_claim("a", storage_class, annotations={"sub": "d"})
+    setup.create_consumer("a", "a", {"kubernetes.io/hostname": "node-1"})
+    volume = setup.wait_bound("a")
+    first = setup.node_path("node-1", volume_path(volume))
+    depth = len(volume_path(volume).strip("/").split("/"))
+    (first / "evil").symlink_to("/".join([".."] * depth) + "/etc")
+    setup.node_path("node-1", "/etc").mkdir(exist_ok=True)
+    before = snapshot_nodes(setup.cluster)
+    setup.core.delete_namespaced_pod("a", setup.namespace, grace_period_seconds=0)
+    setup.core.delete_namespaced_persistent_volume_claim("a", setup.namespace)
+    wait_for(
+        lambda: True if "a" not in {c["metadata"]["name"] for c in our_claims(setup)} else None,
+        60,
+        "the first claim a to go",
+    )
+
+    setup.create_claim("a", storage_class, annotations={"sub": "d/evil/x"})
+    setup.create_consumer("a-again", "a", {"kubernetes.io/hostname": "node-1"})
+
+    def settled() -> bool | None:
+        if setup.phase("a") == "Bound" or events_with_reason(setup, "a", "ProvisioningFailed"):
+            return True
+        return None
+
+    wait_for(settled, 60, "the second claim a to be bound or refused", interval=0.5)
+    wait_no_helper_pods(setup, timeout=60)
+    changed = changed_paths(before, snapshot_nodes(setup.cluster))
+    unexpected = unexpected_changes(changed, [node_relative("node-1", base)])
+    assert not setup.node_path("node-1", "/etc/x").exists(), "setup wrote to the node's /etc"
+    assert not unexpected, f"touched outside the base path: {unexpected}"
+
+
+def our_claims(setup: ProvisionerSetup) -> list[dict[str, Any]]:
+    return list(
+        call_json(setup.core.list_namespaced_persistent_volume_claim, setup.namespace)["items"]
+    )
