@@ -5,9 +5,11 @@ verb, group, version, resource, subresource, scope, component, code), so it cann
 requests a provisioner made. The audit log can: with a policy that records every request once,
 at the RequestReceived stage, each line names the user agent, the verb and the resource.
 
-The harness has no option for extra apiserver flags, so the cluster is started with
-`localcluster.component_args.apiserver_args` wrapped for the duration of the start (the harness
-builds the apiserver's command line then); nothing else in the harness changes.
+The harness has no option for extra component flags, so the cluster is started with
+`localcluster.component_args.apiserver_args` (and, when asked, `controller_manager_args`)
+wrapped for the duration of the start, when the harness builds the command lines; nothing else
+in the harness changes. Raising kube-controller-manager's client QPS (default 20, burst 30) is
+optional: its PV binder writes several times per claim and is otherwise what paces a burst.
 """
 
 from __future__ import annotations
@@ -34,27 +36,27 @@ WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollectio
 
 
 @contextmanager
-def _audited_apiserver(policy: Path, log: Path) -> Iterator[None]:
-    original = component_args.apiserver_args
+def _extra_flags(apiserver: list[str], controller_manager: list[str]) -> Iterator[None]:
+    original_apiserver = component_args.apiserver_args
+    original_controller_manager = component_args.controller_manager_args
 
-    def with_audit(*args: Any, **kwargs: Any) -> list[str]:
-        return [
-            *original(*args, **kwargs),
-            f"--audit-policy-file={policy}",
-            f"--audit-log-path={log}",
-            "--audit-log-format=json",
-            "--audit-log-maxsize=0",
-        ]
+    def apiserver_args(*args: Any, **kwargs: Any) -> list[str]:
+        return [*original_apiserver(*args, **kwargs), *apiserver]
 
-    component_args.apiserver_args = with_audit
+    def controller_manager_args(*args: Any, **kwargs: Any) -> list[str]:
+        return [*original_controller_manager(*args, **kwargs), *controller_manager]
+
+    component_args.apiserver_args = apiserver_args
+    component_args.controller_manager_args = controller_manager_args
     try:
         yield
     finally:
-        component_args.apiserver_args = original
+        component_args.apiserver_args = original_apiserver
+        component_args.controller_manager_args = original_controller_manager
 
 
 def start_audited_cluster(
-    nodes: Sequence[NodeSpec], work_dir: Path
+    nodes: Sequence[NodeSpec], work_dir: Path, controller_manager_qps: int | None = None
 ) -> tuple[LocalCluster, AuditLog]:
     """A fresh local cluster whose apiserver writes every request to an audit log."""
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -62,7 +64,19 @@ def start_audited_cluster(
     policy.write_text(AUDIT_POLICY)
     log = work_dir / "audit.log"
     log.unlink(missing_ok=True)
-    with _audited_apiserver(policy, log):
+    audit = [
+        f"--audit-policy-file={policy}",
+        f"--audit-log-path={log}",
+        "--audit-log-format=json",
+        "--audit-log-maxsize=0",
+    ]
+    controller_manager = []
+    if controller_manager_qps:
+        controller_manager = [
+            f"--kube-api-qps={controller_manager_qps}",
+            f"--kube-api-burst={2 * controller_manager_qps}",
+        ]
+    with _extra_flags(audit, controller_manager):
         cluster = LocalCluster.start(ClusterOptions(nodes=tuple(nodes), announce=False))
     return cluster, AuditLog(log)
 

@@ -147,6 +147,7 @@ def run_burst(
     claims: int,
     concurrency: int,
     log_dir: Path,
+    py_spy: Path | None = None,
     timeout: float,
 ) -> BurstResult:
     cluster = workspace.cluster
@@ -163,7 +164,7 @@ def run_burst(
     ).start()
     volume_timeline = ObjectTimeline(api, "/api/v1/persistentvolumes").start()
     provisioner = RunningProvisioner(
-        implementation, workspace, log_dir / f"{implementation.key}-burst.log"
+        implementation, workspace, log_dir / f"{implementation.key}-burst.log", py_spy
     )
     try:
         ready = provisioner.wait_ready()

@@ -7,6 +7,7 @@ ours "caches synced", the reference library's "Started provisioner controller".
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -15,6 +16,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from bench.workspace import (
     CONFIGMAP,
@@ -117,25 +120,46 @@ class RunningProvisioner:
     """One process under test; its output goes to `log_path`."""
 
     def __init__(
-        self, implementation: Implementation, workspace: Workspace, log_path: Path
+        self,
+        implementation: Implementation,
+        workspace: Workspace,
+        log_path: Path,
+        py_spy: Path | None = None,
     ) -> None:
+        """With `py_spy`, ours runs under `py-spy record` (raw collapsed stacks beside the log);
+        the figures then include the profiler's overhead, so use it for profiles only."""
         self.implementation = implementation
         self.log_path = log_path
         self._log = log_path.open("wb")
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         env["PYTHONUNBUFFERED"] = "1"
+        command = implementation.command(workspace, free_port())
+        self.profiled = py_spy is not None and not implementation.reference
+        if py_spy is not None and self.profiled:
+            self.profile_path = log_path.with_suffix(".py-spy.txt")
+            command = [
+                str(py_spy), "record", "--rate", "200", "--format", "raw", "--threads",
+                "--output", str(self.profile_path), "--", *command,
+            ]  # fmt: skip
         self.started_at = time.time()
         self.process = subprocess.Popen(
-            implementation.command(workspace, free_port()),
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
+            command, env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO
         )
+        self._target = self.process.pid if not self.profiled else self._profiled_child()
+
+    def _profiled_child(self) -> int:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            children = psutil.Process(self.process.pid).children()
+            if children:
+                return children[0].pid
+            time.sleep(0.01)
+        raise ProvisionerExitedError(f"py-spy started no provisioner; log: {self.log_path}")
 
     @property
     def pid(self) -> int:
-        return self.process.pid
+        """The provisioner's own process (not the profiler's)."""
+        return self._target
 
     def wait_ready(self, timeout: float = 300.0) -> float:
         """Seconds from the process start to its "informers synced" log line."""
@@ -154,7 +178,9 @@ class RunningProvisioner:
 
     def stop(self, timeout: float = 30.0) -> None:
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            # Under py-spy, the provisioner stops and py-spy then writes its profile and exits.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGTERM)
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:

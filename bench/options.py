@@ -25,6 +25,8 @@ class BenchOptions:
     plot: Path | None
     timeout: float
     quick: bool
+    controller_manager_qps: int | None
+    py_spy: Path | None
 
 
 def parse_options(argv: Sequence[str]) -> BenchOptions:
@@ -55,6 +57,18 @@ def parse_options(argv: Sequence[str]) -> BenchOptions:
     add("--output", type=Path, default=REPO / "bench" / "results" / "latest.json")
     add("--plot", type=Path, default=REPO / "docs" / "benchmarks.png")
     add("--no-plot", action="store_true", help="write no PNG")
+    add(
+        "--controller-manager-qps",
+        type=int,
+        help="raise kube-controller-manager's client QPS (burst twice that) from its default "
+        "20/30, so its PV binder does not pace the burst",
+    )
+    add(
+        "--py-spy",
+        type=Path,
+        help="profile ours with this py-spy binary (raw stacks beside each log under "
+        "bench/results/work); its figures then include the profiler's overhead",
+    )
     add("--timeout", type=float, default=900.0, help="seconds any one wait may take")
     args = parser.parse_args(list(argv))
     chosen = tuple(i for i in ALL if not args.only or i.key in args.only)
@@ -70,4 +84,6 @@ def parse_options(argv: Sequence[str]) -> BenchOptions:
         plot=None if args.no_plot else args.plot,
         timeout=args.timeout,
         quick=args.quick,
+        controller_manager_qps=args.controller_manager_qps,
+        py_spy=args.py_spy,
     )

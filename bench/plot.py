@@ -11,6 +11,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
 
 from bench.report import IMPLEMENTATIONS
 
@@ -26,11 +27,7 @@ def _value(row: dict[str, Any], key: str) -> float:
     return float(value) if isinstance(value, int | float) else math.nan
 
 
-def write_plot(report: dict[str, Any], path: Path) -> None:
-    figure, axes = plt.subplots(2, 2, figsize=(12, 8.5))
-    present = [key for key in IMPLEMENTATIONS if key in report["burst"]]
-
-    latency = axes[0][0]
+def _latency_panel(latency: Axes, report: dict[str, Any], present: list[str]) -> None:
     for key in present:
         burst = report["burst"][key]
         for index, percentile in enumerate(("p50", "p95", "p99")):
@@ -46,7 +43,8 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
     latency.set_title("burst: claim creation to Bound")
     latency.legend()
 
-    times = axes[0][1]
+
+def _times_panel(times: Axes, report: dict[str, Any], present: list[str]) -> None:
     labels = ["bind all", "release all"]
     for offset, key in enumerate(present):
         burst = report["burst"][key]
@@ -64,7 +62,8 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
     times.set_title(f"burst of {report['options']['claims']} claims")
     times.legend()
 
-    requests = axes[1][0]
+
+def _requests_panel(requests: Axes, report: dict[str, Any], present: list[str]) -> None:
     kinds: list[str] = []
     for key in present:
         kinds += [kind for kind in report["burst"][key]["requests"] if kind not in kinds]
@@ -82,7 +81,8 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
     requests.set_title("burst: provisioner API requests (audit log)")
     requests.legend(fontsize=6, ncol=2)
 
-    scale = axes[1][1]
+
+def _scale_panel(scale: Axes, report: dict[str, Any]) -> None:
     ready = _figure(report, "scale: time to ready")
     rss = _figure(report, "scale: steady RSS")
     keys = [key for key in IMPLEMENTATIONS if key in report["scale"]]
@@ -102,6 +102,9 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
         color="#e6ab02",
         label="steady RSS (MiB)",
     )
+    # Headroom above the bars for the two legends.
+    scale.set_ylim(0, 1.35 * max([_value(ready, key) for key in keys] + [0.1]))
+    memory.set_ylim(0, 1.35 * max([_value(rss, key) for key in keys] + [1.0]))
     scale.set_xticks(list(positions), keys)
     scale.set_ylabel("seconds to ready")
     memory.set_ylabel("MiB")
@@ -109,6 +112,14 @@ def write_plot(report: dict[str, Any], path: Path) -> None:
     scale.legend(loc="upper left")
     memory.legend(loc="upper right")
 
+
+def write_plot(report: dict[str, Any], path: Path) -> None:
+    figure, axes = plt.subplots(2, 2, figsize=(12, 8.5))
+    present = [key for key in IMPLEMENTATIONS if key in report["burst"]]
+    _latency_panel(axes[0][0], report, present)
+    _times_panel(axes[0][1], report, present)
+    _requests_panel(axes[1][0], report, present)
+    _scale_panel(axes[1][1], report)
     figure.suptitle(f"local-path-storage vs rancher local-path-provisioner ({report['generated']})")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

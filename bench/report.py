@@ -177,6 +177,7 @@ def build_report(
             "concurrency": options.concurrency,
             "idle_seconds": options.idle_seconds,
             "quick": options.quick,
+            "controller_manager_qps": options.controller_manager_qps,
         },
         "figures": figures,
         "targets": _targets(results),

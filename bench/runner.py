@@ -42,7 +42,9 @@ def run_bursts(options: BenchOptions, work_dir: Path, results: RunResults) -> No
     for implementation in options.implementations:
         say(f"burst: {implementation.label}: starting a fresh {options.nodes}-node cluster")
         cluster_dir = work_dir / f"burst-{implementation.key}"
-        cluster, audit = start_audited_cluster(default_node_specs(options.nodes), cluster_dir)
+        cluster, audit = start_audited_cluster(
+            default_node_specs(options.nodes), cluster_dir, options.controller_manager_qps
+        )
         api = RawApi.for_cluster(cluster, pool_size=options.concurrency + 8)
         try:
             workspace = prepare_workspace(cluster, api, cluster_dir)
@@ -56,6 +58,7 @@ def run_bursts(options: BenchOptions, work_dir: Path, results: RunResults) -> No
                 concurrency=options.concurrency,
                 log_dir=cluster_dir,
                 timeout=options.timeout,
+                py_spy=options.py_spy,
             )
             results.burst[implementation.key] = burst
             say(
@@ -75,7 +78,9 @@ def run_bursts(options: BenchOptions, work_dir: Path, results: RunResults) -> No
 def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> None:
     say(f"scale: starting a fresh cluster, making {options.scale_volumes} bound volumes")
     cluster_dir = work_dir / "scale"
-    cluster, audit = start_audited_cluster(default_node_specs(options.nodes), cluster_dir)
+    cluster, audit = start_audited_cluster(
+        default_node_specs(options.nodes), cluster_dir, options.controller_manager_qps
+    )
     api = RawApi.for_cluster(cluster, pool_size=2 * options.concurrency + 8)
     try:
         workspace = prepare_workspace(cluster, api, cluster_dir)
@@ -91,6 +96,7 @@ def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> No
                 volumes=options.scale_volumes,
                 idle_seconds=options.idle_seconds,
                 log_dir=cluster_dir,
+                py_spy=options.py_spy,
             )
             results.scale[implementation.key] = scale
             say(

@@ -176,9 +176,10 @@ def run_scale(
     volumes: int,
     idle_seconds: float,
     log_dir: Path,
+    py_spy: Path | None = None,
 ) -> ScaleResult:
     provisioner = RunningProvisioner(
-        implementation, workspace, log_dir / f"{implementation.key}-scale.log"
+        implementation, workspace, log_dir / f"{implementation.key}-scale.log", py_spy
     )
     try:
         monitor = ProcessMonitor(provisioner.pid).start()
