@@ -80,11 +80,20 @@ build_kwok() {
 }
 
 build_reference() {
-  local out="local-path-provisioner-$RANCHER_LOCAL_PATH_VERSION"; have "$out" && return 0
-  step "rancher local-path-provisioner $RANCHER_LOCAL_PATH_VERSION"; local t; t=$(started)
+  local v="$RANCHER_LOCAL_PATH_VERSION" out="local-path-provisioner-$RANCHER_LOCAL_PATH_VERSION"
+  have "$out" && return 0
+  step "rancher local-path-provisioner $v"; local t; t=$(started)
   : >"$log_dir/reference.log"
-  run reference env GOBIN="$WORK/reference-gobin" go install -trimpath -ldflags "-s -w" "github.com/rancher/local-path-provisioner@$RANCHER_LOCAL_PATH_VERSION"
-  mv "$WORK/reference-gobin/local-path-provisioner" "$BIN/$out"; done_in "$t"
+  # `go install pkg@version` asks the checksum database about the module's dependencies, which
+  # this workplace's proxy answers with 404; building inside the module verifies every
+  # dependency against the module's own go.sum instead.
+  local module=github.com/rancher/local-path-provisioner src
+  src=$(GONOSUMDB="$module" go mod download -json "$module@$v" 2>>"$log_dir/reference.log" \
+        | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$src" ] || { echo "build-go-tools: could not download $module@$v (log: $log_dir/reference.log)" >&2; exit 1; }
+  local d="$WORK/reference-$v"; rm -rf "$d"; cp -r "$src" "$d"; chmod -R u+w "$d"; cd "$d"
+  run reference go build -trimpath -ldflags "-s -w" -o "$BIN/$out.tmp" .
+  mv "$BIN/$out.tmp" "$BIN/$out"; done_in "$t"
 }
 
 build_pulumi() { "$here/scripts/build-pulumi-engine.sh"; }
