@@ -90,7 +90,15 @@ def helper_pods(setup: ProvisionerSetup) -> list[dict[str, Any]]:
 def events_with_reason(
     setup: ProvisionerSetup, object_name: str, reason: str
 ) -> list[dict[str, Any]]:
-    return [event for event in setup.events(object_name) if event.get("reason") == reason]
+    """The provisioner's events of that reason on objects of that name in its namespace (the
+    controller-manager reports ProvisioningFailed too, e.g. for a class it has not seen yet)."""
+    return [
+        event
+        for event in setup.events(object_name)
+        if event.get("reason") == reason
+        and (event.get("source") or {}).get("component") == setup.name
+        and event.get("involvedObject", {}).get("namespace", "") in ("", setup.namespace)
+    ]
 
 
 def event_count(events: Iterable[Mapping[str, Any]]) -> int:
