@@ -28,6 +28,7 @@ from provisioner.kube.events import EventRecorder, ObjectReference
 from provisioner.kube.helper_pods import HelperPodRunner
 from provisioner.kube.leader_election import LeaderElector, lease_name_for
 from provisioner.kube.metrics import Metrics
+from provisioner.kube.pod_events import PodEventHub
 from provisioner.logs import configure_logging
 from provisioner.options import Options
 from provisioner.server import ProbeServer
@@ -81,9 +82,11 @@ class Provisioner:
         self.recorder = EventRecorder(
             self.clients, options.provisioner_name, host=socket.gethostname()
         )
+        # Runs follow their helper pod through the controller's informer, not a watch each.
+        pod_events = PodEventHub()
         actions = Actions(
             self.clients,
-            HelperPodRunner(self.clients),
+            HelperPodRunner(self.clients, pod_events=pod_events),
             self.recorder,
             self.metrics,
             HelperSettings(
@@ -104,6 +107,7 @@ class Provisioner:
             lambda: self.watcher.current,
             actions,
             self.metrics,
+            pod_events=pod_events,
         )
         self._api = _ApiReachability(self.clients)
         self.elector: LeaderElector | None = None

@@ -45,6 +45,7 @@ from provisioner.kube.client import KubeClients
 from provisioner.kube.helper_pods import HelperPodError
 from provisioner.kube.informer import Informer, name_key, uid_key
 from provisioner.kube.metrics import Metrics
+from provisioner.kube.pod_events import ADDED, DELETED, MODIFIED, PodEventHub
 from provisioner.kube.workqueue import WorkQueue
 from provisioner.records import (
     ClaimRecord,
@@ -119,8 +120,11 @@ class Controller:
         config: Callable[[], ConfigBundle],
         actions: Actions,
         metrics: Metrics,
+        *,
+        pod_events: PodEventHub | None = None,
     ) -> None:
         self._settings = settings
+        self._pod_events = pod_events
         self._config = config
         self._actions = actions
         self._queue: WorkQueue[Key] = WorkQueue(
@@ -149,10 +153,13 @@ class Controller:
         self.helper_pods: Informer[dict[str, Any]] = informer(
             "helper-pods",
             functools.partial(core.list_namespaced_pod, settings.helper_namespace),
-            to_record=_helper_pod_summary,
+            to_record=_helper_pod,
             label_selector=f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}",
         )
         self._known_volumes = _KnownVolumeNames(self.volumes)
+        # Volumes this process tore down whose deletion the informer has not delivered yet: the
+        # finalizer patch's own update event must not start a second teardown.
+        self._torn_down: set[str] = set()
         self._index = VolumePathIndex()
         self._index_lock = threading.Lock()
         self._in_flight_pods: set[str] = set()
@@ -226,6 +233,7 @@ class Controller:
             with self._index_lock:
                 if new is None:
                     self._index.discard(key)
+                    self._torn_down.discard(key)
                 elif new.annotations.get(PROVISIONED_BY) == name:
                     self._index.add(new)
             if new is not None:
@@ -255,21 +263,32 @@ class Controller:
                     self._queue.add((VOLUME, volume_name))
 
         def on_helper_pod(key: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-            if new is not None and new.get("phase") in ("Succeeded", "Failed"):
+            if self._pod_events is not None:
+                if new is None:
+                    if old is not None:
+                        self._pod_events.publish(DELETED, old)
+                else:
+                    self._pod_events.publish(MODIFIED if old is not None else ADDED, new)
+            if new is not None and (new.get("status") or {}).get("phase") in (
+                "Succeeded",
+                "Failed",
+            ):
                 self._collect_helper_pod(new)
 
         self.claims.add_event_handler(on_claim, on_claim, None)
         self.volumes.add_event_handler(on_volume, on_volume, on_volume)
         self.classes.add_event_handler(on_class, on_class, None)
         self.nodes.add_event_handler(on_node, on_node, on_node)
-        self.helper_pods.add_event_handler(on_helper_pod, on_helper_pod, None)
+        self.helper_pods.add_event_handler(on_helper_pod, on_helper_pod, on_helper_pod)
 
-    def _collect_helper_pod(self, summary: dict[str, Any]) -> None:
+    def _collect_helper_pod(self, pod: dict[str, Any]) -> None:
         """A finished helper pod no worker waits on is a leftover of a crashed run: delete it."""
-        name = str(summary["name"])
+        name = str(pod["metadata"]["name"])
         if name in self._in_flight_pods or not self._started:
             return
-        log.info("deleting leftover helper pod %s (%s)", name, summary.get("phase"))
+        log.info(
+            "deleting leftover helper pod %s (%s)", name, (pod.get("status") or {}).get("phase")
+        )
         self._actions.delete_helper_pod(self._settings.helper_namespace, name)
 
     # -- workers ---------------------------------------------------------------------------------
@@ -356,7 +375,7 @@ class Controller:
 
     def _reconcile_volume(self, name: str) -> None:
         volume = self.volumes.get(name)
-        if volume is None:
+        if volume is None or name in self._torn_down:
             return
         bundle = self._config()
         nodes = dict(self.nodes.items())
@@ -378,6 +397,10 @@ class Controller:
                         plan, volume.storage_class_name, bundle, fallback
                     ),
                 )
+                if plan.delete_volume or plan.remove_finalizer:
+                    with self._index_lock:
+                        if self.volumes.get(name) is not None:
+                            self._torn_down.add(name)
             case AddFinalizer():
                 self._actions.add_finalizer(name)
             case RemoveFinalizer(reason):
@@ -403,6 +426,7 @@ class Controller:
             self._in_flight_pods.discard(pod)
 
 
-def _helper_pod_summary(obj: dict[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata") or {}
-    return {"name": meta.get("name", ""), "phase": (obj.get("status") or {}).get("phase", "")}
+def _helper_pod(obj: dict[str, Any]) -> dict[str, Any]:
+    """Helper pods are few and short-lived: keep them whole (the runs read their status)."""
+    obj.get("metadata", {}).pop("managedFields", None)
+    return obj

@@ -39,6 +39,7 @@ from provisioner.kube.helper_pod_outcome import (
     PodProgress,
     PodState,
 )
+from provisioner.kube.pod_events import PodEventHub
 
 __all__ = [
     "SPEC_HASH_ANNOTATION",
@@ -77,10 +78,14 @@ class HelperPodRunner:
         *,
         start_failure_grace: float = DEFAULT_START_FAILURE_GRACE,
         clock: Clock = SYSTEM_CLOCK,
+        pod_events: PodEventHub | None = None,
     ) -> None:
+        """With `pod_events` (fed by an informer on the helper pods), runs follow their pod from
+        that shared watch instead of opening one each."""
         self._clients = clients
         self._grace = start_failure_grace
         self._clock = clock
+        self._pod_events = pod_events
 
     def run(self, manifest: Mapping[str, Any], timeout: float) -> float:
         """Create the pod (namespace and name from its metadata), wait for it to succeed, delete
@@ -180,7 +185,11 @@ class HelperPodRunner:
         """Watch the pod until `until` or until a new state of it makes `keep_following` say
         False; return the last state seen. Raises _PodGoneError if it is deleted."""
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        events = self._watch(namespace, name, watch_stream.resource_version_of(pod), until)
+        events = (
+            self._watch(namespace, name, watch_stream.resource_version_of(pod), until)
+            if self._pod_events is None
+            else self._pod_events.follow(pod, until)
+        )
         try:
             for event in events:
                 if event["type"] == "DELETED":
