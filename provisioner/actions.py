@@ -58,7 +58,6 @@ def volume_reference(name: str) -> ObjectReference:
 class HelperSettings:
     namespace: str
     service_account: str
-    config_map_name: str
 
 
 class Actions:
@@ -94,7 +93,6 @@ class Actions:
             bundle,
             self._helper.namespace,
             self._helper.service_account,
-            config_map_name=self._helper.config_map_name,
             node_name=fallback_node,
         )
         try:
@@ -264,4 +262,5 @@ def _cleanup_target(plan: ProvisionPlan) -> TeardownPlan:
         size_bytes=plan.size_bytes,
         delete_volume=False,
         remove_finalizer=False,
+        base_path=plan.base_path,
     )

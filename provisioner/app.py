@@ -92,7 +92,6 @@ class Provisioner:
             HelperSettings(
                 namespace=options.namespace,
                 service_account=options.helper_service_account,
-                config_map_name=options.configmap_name,
             ),
         )
         self.controller = Controller(

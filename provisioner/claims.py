@@ -98,6 +98,8 @@ class TeardownPlan:
     vol_user: str = ""
     vol_group: str = ""
     vol_perm: str = ""
+    base_path: str = ""
+    """The configured base path holding `path`: what the helper pod mounts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,5 +475,6 @@ def _teardown(
             size_bytes=size,
             delete_volume=delete_volume,
             remove_finalizer=VOLUME_FINALIZER in volume.finalizers,
+            base_path=next(base for base in base_paths if is_strictly_inside(volume.path, base)),
         )
     )

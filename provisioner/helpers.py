@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import posixpath
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -22,14 +21,14 @@ from typing import Any, Literal, Protocol
 import yaml
 
 from provisioner.config import ConfigBundle, ConfigError
+from provisioner.paths import is_strictly_inside
 from provisioner.records import NodeRecord
 
 HELPER_POD_LABEL = "local-path-storage.io/helper-pod"
 HELPER_POD_LABEL_VALUE = "true"
 HELPER_ACTION_LABEL = "local-path-storage.io/helper-action"
 HELPER_VOLUME_LABEL = "local-path-storage.io/volume"
-SCRIPT_DIR = "/script"
-DATA_VOLUME, SCRIPT_VOLUME = "data", "script"
+DATA_VOLUME = "data"
 LOG_TAIL_CHARS = 4096
 # Waiting reasons that will not clear by themselves: fail now rather than at the deadline.
 STUCK_REASONS = frozenset(
@@ -67,6 +66,8 @@ class HelperTarget(Protocol):
     def vol_group(self) -> str: ...
     @property
     def vol_perm(self) -> str: ...
+    @property
+    def base_path(self) -> str: ...
 
 
 def _error(key: str, message: str) -> ConfigError:
@@ -169,13 +170,13 @@ def build_helper_pod(
     namespace: str,
     service_account: str,
     *,
-    config_map_name: str,
     node_name: str | None = None,
 ) -> dict[str, Any]:
     """The helper pod manifest; node_name places a shared-filesystem helper (any Ready node)."""
-    parent, folder = posixpath.split(target.path)
-    if not target.path.startswith("/") or parent == "/" or not folder:
-        raise ValueError(f"volume path {target.path!r} has no parent directory below /")
+    if not target.base_path or not is_strictly_inside(target.path, target.base_path):
+        raise ValueError(
+            f"volume path {target.path!r} is not strictly inside its base path {target.base_path!r}"
+        )
     config = bundle.config
     custom = config.setup_command if action == "create" else config.teardown_command
     script = "setup" if action == "create" else "teardown"
@@ -211,19 +212,15 @@ def build_helper_pod(
                 "effect": "NoSchedule",
             }
         ]
-    items = [
-        {"key": key, "path": key}
-        for key, command in (("setup", config.setup_command), ("teardown", config.teardown_command))
-        if command is None
+    # The base path, not the volume's parent (rancher mounts the parent): kubelet resolves a
+    # hostPath on the host, so a parent reached through a symlink a user planted in an earlier
+    # volume would mount whatever it points at. Below the base path, the helper's own mount
+    # namespace resolves links, and they cannot leave it.
+    volumes = [
+        {"name": DATA_VOLUME, "hostPath": {"path": target.base_path, "type": "DirectoryOrCreate"}}
     ]
-    volumes = [{"name": DATA_VOLUME, "hostPath": {"path": parent, "type": "DirectoryOrCreate"}}]
-    mounts = [{"name": DATA_VOLUME, "mountPath": parent}]
-    if items:
-        volumes.append(
-            {"name": SCRIPT_VOLUME, "configMap": {"name": config_map_name, "items": items}}
-        )
-        mounts.append({"name": SCRIPT_VOLUME, "mountPath": SCRIPT_DIR})
-    ours = {DATA_VOLUME, SCRIPT_VOLUME}
+    mounts = [{"name": DATA_VOLUME, "mountPath": target.base_path}]
+    ours = {DATA_VOLUME}
     spec["volumes"] = [v for v in spec.get("volumes") or () if v.get("name") not in ours] + volumes
     container = spec["containers"][0]
     container["volumeMounts"] = [
@@ -239,7 +236,11 @@ def build_helper_pod(
     }
     kept = [e for e in container.get("env") or () if e.get("name") not in env]
     container["env"] = kept + [{"name": k, "value": v} for k, v in env.items()]
-    container["command"] = [custom] if custom else ["/bin/sh", f"{SCRIPT_DIR}/{script}"]
+    # The validated script in force, not the ConfigMap's current file: a version the
+    # provisioner refused must never be what runs. `sh -c TEXT NAME ARGS` gives the script the
+    # same $0-$N as rancher's `sh /script/NAME ARGS`.
+    text = bundle.setup_script if action == "create" else bundle.teardown_script
+    container["command"] = [custom] if custom else ["/bin/sh", "-c", text, script]
     container["args"] = [
         "-p",
         target.path,

@@ -24,7 +24,8 @@ class Options:
     """config.json; the scripts and helperPod.yaml are read from the same directory."""
     helper_pod_file: Path | None
     configmap_name: str
-    """The ConfigMap helper pods mount their setup/teardown scripts from."""
+    """The ConfigMap the config is mounted from (events about a refused config name it); helper
+    pods get the validated scripts inline, never the ConfigMap's current files."""
     helper_service_account: str
     kubeconfig: str | None
     workers: int
@@ -82,7 +83,8 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) 
     add(
         "--configmap-name",
         default=env("CONFIGMAP_NAME", "local-path-config"),
-        help="ConfigMap holding the setup/teardown scripts [CONFIGMAP_NAME]",
+        help="the ConfigMap mounted at the --config directory; named in InvalidConfig events"
+        " [CONFIGMAP_NAME]",
     )
     add(
         "--service-account-name",

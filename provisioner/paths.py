@@ -151,6 +151,10 @@ def resolve_volume_path(
     return check_volume_path(base_path, render_pattern(pattern, fields), scope)
 
 
+MAX_NAME_BYTES = 255
+"""NAME_MAX of ext4, XFS and most other file systems: a longer directory name cannot exist."""
+
+
 def check_volume_path(base_path: str, relative: str, scope: tuple[str, str] | None) -> str:
     """Joins and cleans `relative` under base_path, or raises PathPatternError saying why not.
 
@@ -172,6 +176,12 @@ def check_volume_path(base_path: str, relative: str, scope: tuple[str, str] | No
             raise PathPatternError(
                 f"rendered path {relative!r} has an empty component: is a label or annotation"
                 " the pattern uses missing?"
+            )
+        if len(component.encode()) > MAX_NAME_BYTES:
+            raise PathPatternError(
+                f"rendered path component {component[:40]!r}... is"
+                f" {len(component.encode())} bytes; file systems allow {MAX_NAME_BYTES}:"
+                " shorten the claim name or use a pathPattern"
             )
     path = posixpath.normpath(posixpath.join(base_path, *components))
     if not is_strictly_inside(path, base_path):

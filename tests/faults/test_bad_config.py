@@ -383,11 +383,6 @@ def test_invalid_helper_templates_are_refused_and_the_last_good_one_stays(
     check_the_good_config_is_still_in_force(setup, replica, storage_class, good_base)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="provisioner bug: helper pods mount setup/teardown from the live ConfigMap, so a "
-    "refused script is what they run (build_helper_pod in provisioner/helpers.py)",
-)
 @pytest.mark.parametrize(
     ("changes", "fragment"),
     [

@@ -339,6 +339,7 @@ def teardown(delete_volume: bool = True, remove_finalizer: bool = True, **kw: An
         "node_name": "n1",
         "volume_mode": "Filesystem",
         "size_bytes": 1024**2,
+        "base_path": "/opt/lp",
         **kw,
     }
     return Teardown(
@@ -468,7 +469,9 @@ def test_shared_volume_teardown_has_no_node() -> None:
         path="/mnt/nfs/pvc-u-1_ns_c",
         annotations={PROVISIONED_BY: ME},
     )
-    assert decide_volume(v) == teardown(path="/mnt/nfs/pvc-u-1_ns_c", node_name=None)
+    assert decide_volume(v) == teardown(
+        path="/mnt/nfs/pvc-u-1_ns_c", node_name=None, base_path="/mnt/nfs"
+    )
 
 
 def test_custom_affinity_key_maps_the_label_back_to_the_node() -> None:

@@ -237,13 +237,12 @@ TARGET = TeardownPlan(
     vol_user="1000",
     vol_group="2000",
     vol_perm="0750",
+    base_path="/opt/lp",
 )
 
 
 def build(action: Any = "create", target: Any = TARGET, bundle: Any = BUNDLE, **kw: Any) -> Any:
-    return build_helper_pod(
-        action, target, bundle, "lps", "helper-sa", config_map_name="lp-config", **kw
-    )
+    return build_helper_pod(action, target, bundle, "lps", "helper-sa", **kw)
 
 
 def test_helper_pod_forces_what_the_template_may_not_choose() -> None:
@@ -264,24 +263,14 @@ def test_helper_pod_forces_what_the_template_may_not_choose() -> None:
     assert spec["restartPolicy"] == "Never"
     assert spec["activeDeadlineSeconds"] == 90
     assert spec["priorityClassName"] == "system-node-critical"  # kept from the template
+    # The base path, never the volume's parent: a hostPath is resolved on the host, so a
+    # parent reached through a planted symlink would mount whatever it points at.
     assert spec["volumes"] == [
-        {"name": "data", "hostPath": {"path": "/opt/lp/ns", "type": "DirectoryOrCreate"}},
-        {
-            "name": "script",
-            "configMap": {
-                "name": "lp-config",
-                "items": [
-                    {"key": "setup", "path": "setup"},
-                    {"key": "teardown", "path": "teardown"},
-                ],
-            },
-        },
+        {"name": "data", "hostPath": {"path": "/opt/lp", "type": "DirectoryOrCreate"}},
     ]
-    assert container["volumeMounts"] == [
-        {"name": "data", "mountPath": "/opt/lp/ns"},
-        {"name": "script", "mountPath": "/script"},
-    ]
-    assert container["command"] == ["/bin/sh", "/script/setup"]
+    assert container["volumeMounts"] == [{"name": "data", "mountPath": "/opt/lp"}]
+    # The validated script in force, inline: never the ConfigMap's current file.
+    assert container["command"] == ["/bin/sh", "-c", DEFAULT_SETUP_SCRIPT, "setup"]
     assert container["args"] == [
         "-p",
         "/opt/lp/ns/claim",
@@ -307,7 +296,8 @@ def test_helper_pod_forces_what_the_template_may_not_choose() -> None:
 def test_teardown_runs_the_teardown_script() -> None:
     pod = build("delete")
     assert pod["metadata"]["name"] == "helper-delete-pvc-1111"
-    assert pod["spec"]["containers"][0]["command"] == ["/bin/sh", "/script/teardown"]
+    command = pod["spec"]["containers"][0]["command"]
+    assert command == ["/bin/sh", "-c", DEFAULT_TEARDOWN_SCRIPT, "teardown"]
 
 
 def test_configured_commands_replace_the_scripts() -> None:
@@ -340,7 +330,9 @@ def test_template_env_survives_but_cannot_override_ours() -> None:
 
 
 def test_shared_path_helper_goes_to_the_node_given() -> None:
-    shared = TeardownPlan("pvc-2", "/nfs/pvc-2_ns_c", None, "Filesystem", 0, True, False)
+    shared = TeardownPlan(
+        "pvc-2", "/nfs/pvc-2_ns_c", None, "Filesystem", 0, True, False, base_path="/nfs"
+    )
     assert build(target=shared, node_name="node-7")["spec"]["nodeName"] == "node-7"
     assert "nodeName" not in build(target=shared)["spec"]
 
@@ -351,10 +343,18 @@ def test_template_is_not_mutated() -> None:
     assert before == BUNDLE.helper_pod_template
 
 
-@pytest.mark.parametrize("path", ["/x", "relative/x", "/"])
-def test_helper_refuses_a_path_without_a_parent(path: str) -> None:
-    target = TeardownPlan("pvc-3", path, "n", "Filesystem", 0, True, False)
-    with pytest.raises(ValueError, match="no parent directory"):
+@pytest.mark.parametrize(
+    ("path", "base"),
+    [
+        ("relative/x", "relative"),
+        ("/opt/lp", "/opt/lp"),
+        ("/opt/lpx/a", "/opt/lp"),
+        ("/opt/lp/a", ""),
+    ],
+)
+def test_helper_refuses_a_path_not_strictly_inside_its_base(path: str, base: str) -> None:
+    target = TeardownPlan("pvc-3", path, "n", "Filesystem", 0, True, False, base_path=base)
+    with pytest.raises(ValueError, match="not strictly inside its base path"):
         build(target=target)
 
 

@@ -232,3 +232,12 @@ def test_choose_base_path_prefers_fewest_live_volumes_then_name() -> None:
     assert choose_base_path(["/c", "/b", "/a"], {"/a": 2, "/b": 1, "/c": 1}) == "/b"
     with pytest.raises(ValueError, match="no candidate"):
         choose_base_path([], {})
+
+
+def test_a_folder_name_longer_than_file_systems_allow_is_refused_up_front() -> None:
+    # A 253-character claim name makes the default folder longer than NAME_MAX (255 bytes):
+    # refuse it before a helper fails on it 15 times.
+    name = "c" * 253
+    with pytest.raises(PathPatternError, match="bytes; file systems allow 255"):
+        check_volume_path("/opt/lp", f"pvc-1_ns_{name}", None)
+    assert check_volume_path("/opt/lp", "x" * 255, None) == "/opt/lp/" + "x" * 255
