@@ -284,7 +284,8 @@ class Controller:
     def _collect_helper_pod(self, pod: dict[str, Any]) -> None:
         """A finished helper pod no worker waits on is a leftover of a crashed run: delete it."""
         name = str(pod["metadata"]["name"])
-        if name in self._in_flight_pods or not self._started:
+        deleting = pod["metadata"].get("deletionTimestamp") is not None
+        if deleting or name in self._in_flight_pods or not self._started:
             return
         log.info(
             "deleting leftover helper pod %s (%s)", name, (pod.get("status") or {}).get("phase")
