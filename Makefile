@@ -35,4 +35,4 @@ test-slow: tools
 
 bench: tools
 	@scripts/build-go-tools.sh reference
-	@$(PY) -m bench
+	@$(PY) -m bench $(BENCH_ARGS)
