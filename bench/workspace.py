@@ -12,9 +12,15 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from bench.api import RawApi
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE, LocalCluster
-from provisioner.config import DEFAULT_SETUP_SCRIPT, DEFAULT_TEARDOWN_SCRIPT
+from provisioner.config import (
+    DEFAULT_HELPER_POD_YAML,
+    DEFAULT_SETUP_SCRIPT,
+    DEFAULT_TEARDOWN_SCRIPT,
+)
 
 PROVISIONER_NAME = "bench.local-path-storage.io/local-path"
 PROVISIONER_NAMESPACE = "lps-bench"
@@ -25,24 +31,15 @@ BASE_PATH = "/opt/local-path-provisioner"
 BURST_CLASS = "bench-local-path"
 SCALE_CLASS = "bench-local-path-retain"
 
-HELPER_POD_YAML = f"""\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: helper-pod
-  labels:
-    {HELPER_POD_LABEL}: "{HELPER_POD_LABEL_VALUE}"
-spec:
-  priorityClassName: system-node-critical
-  tolerations:
-    - key: node.kubernetes.io/disk-pressure
-      operator: Exists
-      effect: NoSchedule
-  containers:
-  - name: helper-pod
-    image: busybox
-    imagePullPolicy: IfNotPresent
-"""
+
+def _labelled_helper_template() -> str:
+    """rancher's default helperPod.yaml with the harness's helper label added."""
+    template = yaml.safe_load(DEFAULT_HELPER_POD_YAML)
+    template["metadata"].setdefault("labels", {})[HELPER_POD_LABEL] = HELPER_POD_LABEL_VALUE
+    return str(yaml.safe_dump(template, sort_keys=False))
+
+
+HELPER_POD_YAML = _labelled_helper_template()
 
 
 @dataclass(frozen=True)
