@@ -217,9 +217,6 @@ class Controller:
             if volume.annotations.get(PROVISIONED_BY) == self._settings.provisioner_name:
                 self._queue.add((VOLUME, name))
 
-    def queue_depth(self) -> int:
-        return len(self._queue)
-
     # -- event handlers: cheap filters, then enqueue -------------------------------------------
 
     def _register_handlers(self) -> None:
