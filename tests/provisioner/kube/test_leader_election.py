@@ -28,6 +28,7 @@ class FakeLeaseApi:
         self.lock = threading.Lock()
         self.unreachable_for: set[str] = set()
         self.writes: list[tuple[str, str]] = []
+        self.reads = 0
 
     def request_json(
         self,
@@ -41,6 +42,7 @@ class FakeLeaseApi:
     ) -> dict[str, Any]:
         with self.lock:
             if method == "GET":
+                self.reads += 1
                 if self.lease is None:
                     raise ApiException(status=404, reason="Not Found")
                 return _copy(self.lease)
@@ -134,6 +136,32 @@ def test_only_one_of_several_candidates_leads_and_it_keeps_renewing(
     assert api.holder == leaders[0].elector.identity
     renewals = [w for w in api.writes if w[1] == api.holder]
     assert len(renewals) >= 5
+
+
+def test_a_sole_leader_renews_with_one_write_and_no_read(
+    api: FakeLeaseApi, candidates: MakeCandidate
+) -> None:
+    a = candidates("a")
+    assert wait_until(lambda: a.elector.is_leader)
+    reads, writes = api.reads, len(api.writes)
+    time.sleep(1.0)
+    assert len(api.writes) - writes >= 5
+    assert api.reads == reads
+
+
+def test_a_renewal_that_conflicts_reads_the_lease_and_steps_down_for_a_new_holder(
+    api: FakeLeaseApi, candidates: MakeCandidate
+) -> None:
+    a = candidates("a")
+    assert wait_until(lambda: a.elector.is_leader)
+    with api.lock:
+        # Someone else took the lease (say, after a long pause of ours): its version moved on.
+        assert api.lease is not None
+        api.version += 1
+        api.lease["metadata"]["resourceVersion"] = str(api.version)
+        api.lease["spec"]["holderIdentity"] = "intruder"
+    assert wait_until(lambda: not a.elector.is_leader)
+    assert a.log == ["started", "stopped"]
 
 
 def test_a_released_lease_is_taken_over_at_once(
