@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from bench.workspace import (
     PROVISIONER_NAMESPACE,
     Workspace,
 )
+from localcluster.ports import pick_free_ports
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(
@@ -110,12 +110,6 @@ REFERENCE_TUNED = Implementation(
 ALL = (OURS, REFERENCE_DEFAULT, REFERENCE_TUNED)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class RunningProvisioner:
     """One process under test; its output goes to `log_path`."""
 
@@ -133,7 +127,7 @@ class RunningProvisioner:
         self._log = log_path.open("wb")
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         env["PYTHONUNBUFFERED"] = "1"
-        command = implementation.command(workspace, free_port())
+        command = implementation.command(workspace, pick_free_ports(1)[0])
         self.profiled = py_spy is not None and not implementation.reference
         if py_spy is not None and self.profiled:
             self.profile_path = log_path.with_suffix(".py-spy.txt")

@@ -13,6 +13,12 @@ from collections.abc import Callable
 from typing import Any
 
 
+def manifest(body: dict[str, Any]) -> Any:
+    """A plain dict manifest for a client operation: the client sends dicts as they are; its
+    signatures only name its typed models."""
+    return body
+
+
 def call_json(operation: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
     """Calls a `kubernetes` client operation and returns its response body as a dict."""
     response = operation(*args, _preload_content=False, **kwargs)

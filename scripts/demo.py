@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from localcluster import ClusterError, ClusterOptions, LocalCluster, wait_for
-from localcluster.raw_api import call_json
+from localcluster.ports import pick_free_ports
+from localcluster.raw_api import call_json, manifest
 
 NAMESPACE = "local-path-storage"
 PROVISIONER = "local-path-storage.io/local-path"
@@ -72,7 +72,7 @@ def deploy_provisioner(cluster: LocalCluster, work_dir: Path) -> subprocess.Pope
     cluster.create_namespace(NAMESPACE)
     core.create_namespaced_service_account(
         NAMESPACE,
-        _body({"metadata": {"name": HELPER_ACCOUNT}, "automountServiceAccountToken": False}),
+        manifest({"metadata": {"name": HELPER_ACCOUNT}, "automountServiceAccountToken": False}),
     )
     files = {
         "config.json": json.dumps(CONFIG),
@@ -81,14 +81,14 @@ def deploy_provisioner(cluster: LocalCluster, work_dir: Path) -> subprocess.Pope
         "helperPod.yaml": HELPER_POD,
     }
     core.create_namespaced_config_map(
-        NAMESPACE, _body({"metadata": {"name": CONFIGMAP}, "data": files})
+        NAMESPACE, manifest({"metadata": {"name": CONFIGMAP}, "data": files})
     )
     config_dir = work_dir / "config"
     config_dir.mkdir(parents=True, exist_ok=True)
     for key, text in files.items():
         (config_dir / key).write_text(text)
     cluster.storage_v1().create_storage_class(
-        _body(
+        manifest(
             {
                 "metadata": {"name": STORAGE_CLASS},
                 "provisioner": PROVISIONER,
@@ -97,7 +97,7 @@ def deploy_provisioner(cluster: LocalCluster, work_dir: Path) -> subprocess.Pope
             }
         )
     )
-    port = _free_port()
+    port = pick_free_ports(1)[0]
     log_path = work_dir / "provisioner.log"
     process = subprocess.Popen(
         [
@@ -138,7 +138,7 @@ def claim_for_a_pod(cluster: LocalCluster) -> dict[str, Any]:
     started = time.monotonic()
     core.create_namespaced_persistent_volume_claim(
         "default",
-        _body(
+        manifest(
             {
                 "metadata": {"name": "data"},
                 "spec": {
@@ -151,7 +151,7 @@ def claim_for_a_pod(cluster: LocalCluster) -> dict[str, Any]:
     )
     core.create_namespaced_pod(
         "default",
-        _body(
+        manifest(
             {
                 "metadata": {"name": "app"},
                 "spec": {
@@ -210,17 +210,6 @@ def stop_provisioner(process: subprocess.Popen[bytes]) -> None:
     step("Stopping the provisioner (SIGTERM: finish work, release the lease)")
     process.send_signal(signal.SIGTERM)
     print(f"  exit code {process.wait(30)}")
-
-
-def _body(manifest: dict[str, Any]) -> Any:
-    """The client sends plain dict manifests as they are."""
-    return manifest
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _poll(probe: Callable[[], T | None], description: str) -> T:

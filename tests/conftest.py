@@ -47,3 +47,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             f"localcluster: session cluster ready in {running.startup_seconds:.1f}s"
         )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    """Keeps each test's call-phase report on the item, so fixtures can tell in their teardown
+    whether the test failed (the provisioner fixtures then print the replicas' logs)."""
+    report = yield
+    if call.when == "call":
+        item.rep_call = report  # type: ignore[attr-defined]
+    return report

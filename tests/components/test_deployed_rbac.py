@@ -23,13 +23,12 @@ from kubernetes.client.exceptions import ApiException
 
 from components.program import run
 from localcluster import LocalCluster, wait_for
-from localcluster.raw_api import call_json
+from localcluster.ports import pick_free_ports
+from localcluster.raw_api import call_json, manifest
 from tests.components.mocked_engine import Registration, run_mocked
 from tests.components.stack_files import stack_engine_config
 from tests.provisioner.e2e.support import (
     ProvisionerProcess,
-    free_port,
-    manifest,
     volume_node,
     volume_path,
     wait_gone,
@@ -160,7 +159,7 @@ def test_the_deployed_identity_provisions_and_deletes_and_is_refused_secrets(
         for argument in container["args"]
         if not argument.startswith(("--config=", "--metrics-port="))
     ]
-    port = free_port()
+    port = pick_free_ports(1)[0]
     replica = ProvisionerProcess(
         [
             sys.executable,

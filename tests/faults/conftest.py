@@ -39,11 +39,3 @@ def make_setup(
                 print(f"--- provisioner log {replica.log_path} ---\n{replica.log()[-6000:]}")
         setup.cleanup()
         purge(setup, files)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
-    report = yield
-    if call.when == "call":
-        item.rep_call = report  # type: ignore[attr-defined]
-    return report

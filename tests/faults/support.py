@@ -23,13 +23,12 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE, LocalCluster, wait_for
-from localcluster.raw_api import call_json
+from localcluster.raw_api import call_json, manifest
 from provisioner.config import ConfigError, parse_config_json
 from provisioner.kube.leader_election import lease_name_for
 from tests.provisioner.e2e.support import (
     ConfigFiles,
     ProvisionerSetup,
-    manifest,
     volume_node,
     volume_path,
 )

@@ -21,7 +21,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from localcluster import wait_for
-from localcluster.raw_api import call_json
+from localcluster.raw_api import call_json, manifest
 from provisioner.config import DEFAULT_NODE
 from tests.faults.support import (
     changed_paths,
@@ -39,7 +39,6 @@ from tests.faults.support import (
 from tests.provisioner.e2e.support import (
     ConfigFiles,
     ProvisionerSetup,
-    manifest,
     volume_node,
     volume_path,
 )

@@ -41,11 +41,3 @@ def provisioner(make_setup: Callable[..., ProvisionerSetup]) -> ProvisionerSetup
     setup = make_setup()
     setup.start()
     return setup
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
-    report = yield
-    if call.when == "call":
-        item.rep_call = report  # type: ignore[attr-defined]
-    return report

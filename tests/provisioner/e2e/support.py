@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,7 +25,8 @@ from typing import Any, TypeVar
 from kubernetes.client.exceptions import ApiException
 
 from localcluster import LocalCluster, wait_for
-from localcluster.raw_api import call_json
+from localcluster.ports import pick_free_ports
+from localcluster.raw_api import call_json, manifest
 from provisioner.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
@@ -37,17 +37,6 @@ REPO = Path(__file__).resolve().parents[3]
 HELPER_SERVICE_ACCOUNT = "local-path-helper"
 CONFIGMAP = "local-path-config"
 T = TypeVar("T")
-
-
-def manifest(body: dict[str, Any]) -> Any:
-    """The client sends plain dict manifests as they are; its signatures only name its models."""
-    return body
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def default_config(path: str = "/opt/local-path-provisioner") -> dict[str, Any]:
@@ -176,7 +165,7 @@ class ProvisionerSetup:
     def start(
         self, *extra: str, kubeconfig: Path | None = None, wait_ready: bool = True
     ) -> ProvisionerProcess:
-        port = free_port()
+        port = pick_free_ports(1)[0]
         index = len(self.replicas)
         command = [
             sys.executable,

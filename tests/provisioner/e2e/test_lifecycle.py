@@ -8,13 +8,12 @@ from collections.abc import Callable
 
 import pytest
 
-from localcluster.raw_api import call_json
+from localcluster.raw_api import call_json, manifest
 from tests.provisioner.e2e.support import (
     ConfigFiles,
     ProvisionerSetup,
     default_config,
     eventually,
-    manifest,
     volume_node,
     volume_path,
     wait_gone,
