@@ -9,12 +9,12 @@ PY = $(VENV)/bin/python
 tools:
 	@scripts/build-go-tools.sh cluster
 
-# The Pulumi engine (CLI, Python host, Kubernetes provider) from Go modules: the module proxy
-# this workplace reaches refuses those modules today (see README, "Pulumi engine").
+# The Pulumi engine (CLI, Python language host, Kubernetes provider): `pulumi` on PATH, or the
+# engine bundle ($$LPS_PULUMI_BUNDLE, default ../shared/engine) unpacked into the cache.
 engine:
-	@scripts/build-go-tools.sh pulumi
+	@$(PY) -m scripts.pulumi_engine install
 
-demo: tools
+demo: tools engine
 	@$(PY) -m scripts.demo
 
 lint:
@@ -24,7 +24,7 @@ lint:
 	@$(VENV)/bin/mypy .
 	@$(VENV)/bin/lint-imports --config pyproject.toml
 
-test: tools lint
+test: tools engine lint
 	@$(PY) -m pytest -m "not slow"
 
 unit:

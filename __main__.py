@@ -1,5 +1,5 @@
 """The Pulumi program of local-path-storage (see Pulumi.yaml and components/README.md)."""
 
-from components.program import run
+from components.program import main
 
-run()
+main()

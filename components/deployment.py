@@ -151,6 +151,7 @@ class ProvisionerDeployment(pulumi.ComponentResource):
             f"{name}-namespace",
             metadata={
                 "name": args.namespace,
+                "annotations": naming.FIELD_OWNERSHIP_ANNOTATIONS,
                 # Helper pods mount hostPath volumes, which the baseline and restricted Pod
                 # Security levels forbid; the provisioner pod itself is restricted-compliant.
                 "labels": {
@@ -169,6 +170,7 @@ class ProvisionerDeployment(pulumi.ComponentResource):
                 "name": object_name,
                 "namespace": namespace,
                 "labels": naming.labels(name, component),
+                "annotations": naming.FIELD_OWNERSHIP_ANNOTATIONS,
             }
 
         provisioner_account = core.ServiceAccount(
@@ -188,15 +190,20 @@ class ProvisionerDeployment(pulumi.ComponentResource):
             "namespace": namespace,
         }
         cluster_name = naming.cluster_scoped_name(args.namespace)
+        cluster_metadata: kubernetes.meta.v1.ObjectMetaArgsDict = {
+            "name": cluster_name,
+            "labels": naming.labels(name, "rbac"),
+            "annotations": naming.FIELD_OWNERSHIP_ANNOTATIONS,
+        }
         cluster_role = access.ClusterRole(
             f"{name}-clusterrole",
-            metadata={"name": cluster_name, "labels": naming.labels(name, "rbac")},
+            metadata=cluster_metadata,
             rules=[_policy_rule(rule) for rule in rbac.CLUSTER_RULES],
             opts=child,
         )
         cluster_role_binding = access.ClusterRoleBinding(
             f"{name}-clusterrolebinding",
-            metadata={"name": cluster_name, "labels": naming.labels(name, "rbac")},
+            metadata=cluster_metadata,
             role_ref={
                 "api_group": "rbac.authorization.k8s.io",
                 "kind": "ClusterRole",

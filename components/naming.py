@@ -28,6 +28,11 @@ DEFAULT_VOLUME_TYPE_ANNOTATION = "defaultVolumeType"
 
 APP_NAME = "local-path-storage"
 
+FIELD_OWNERSHIP_ANNOTATIONS = {"pulumi.com/patchForce": "true"}
+"""On every object the stack declares: the provider's documented way to take back fields that
+another field manager (a `kubectl edit`, a hand-made patch) changed out of band, so a drifted
+stack is repaired by one `pulumi up` instead of failing on a server-side-apply conflict."""
+
 
 def cluster_scoped_name(namespace: str) -> str:
     """Name of the ClusterRole and ClusterRoleBinding: one pair per installation namespace, so

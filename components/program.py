@@ -18,6 +18,10 @@ from components.stack_values import SettingsError
 from components.storage_classes import StorageClasses
 
 INSTANCE_NAME = "local-path-storage"
+ALREADY_REPORTED_EXIT_CODE = 32
+"""The Python language host's exit code for "the program has shown the user an actionable
+message": with it the engine prints that message alone, with no second `error:` line saying
+the program exited non-zero."""
 
 
 def read_stack_config() -> dict[str, str]:
@@ -39,12 +43,19 @@ def kubernetes_provider(settings: StackSettings) -> kubernetes.Provider:
     """The one explicit provider: ConfigMaps updated in place (so the runtime hot-reloads
     instead of losing its mounted config to a replacement), and optionally rendering manifests
     to a directory instead of applying them. Cluster access settings in the `kubernetes:`
-    namespace (kubeconfig, context) are honoured as they would be by the default provider."""
+    namespace (kubeconfig, context) are honoured as they would be by the default provider,
+    except in render mode, where no cluster is contacted and the provider refuses them (a
+    stack that renders can keep its `kubernetes:kubeconfig`)."""
+    if settings.render_yaml_to_directory is not None:
+        return kubernetes.Provider(
+            "kubernetes",
+            enable_config_map_mutable=True,
+            render_yaml_to_directory=settings.render_yaml_to_directory,
+        )
     cluster = pulumi.Config("kubernetes")
     return kubernetes.Provider(
         "kubernetes",
         enable_config_map_mutable=True,
-        render_yaml_to_directory=settings.render_yaml_to_directory,
         kubeconfig=cluster.get("kubeconfig"),
         context=cluster.get("context"),
     )
@@ -63,3 +74,13 @@ def run() -> None:
     pulumi.export("storageClassNames", classes.class_names)
     if settings.render_yaml_to_directory is not None:
         pulumi.export("renderedTo", settings.render_yaml_to_directory)
+
+
+def main() -> None:
+    """The program's entry point (`__main__.py`): a bad stack config ends it with one `error:`
+    line naming the key and the fix, and no traceback."""
+    try:
+        run()
+    except pulumi.RunError as error:
+        pulumi.log.error(str(error))
+        raise SystemExit(ALREADY_REPORTED_EXIT_CODE) from None

@@ -47,7 +47,10 @@ class StorageClasses(pulumi.ComponentResource):
                 metadata={
                     "name": storage_class.name,
                     "labels": naming.labels(name, "storageclass"),
-                    "annotations": storage_class.all_annotations(),
+                    "annotations": {
+                        **storage_class.all_annotations(),
+                        **naming.FIELD_OWNERSHIP_ANNOTATIONS,
+                    },
                 },
                 provisioner=args.provisioner_name,
                 reclaim_policy=storage_class.reclaim_policy,

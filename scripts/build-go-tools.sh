@@ -2,7 +2,7 @@
 # Builds the Go tooling the tests, demo and benchmark need, from Go modules, into a cache
 # outside the repository keyed by version: a second run with the same versions builds nothing.
 #
-#   scripts/build-go-tools.sh [cluster|pulumi|reference|all]...
+#   scripts/build-go-tools.sh [cluster|reference|all]...
 #
 # Prints one progress line per tool; on failure prints the failing command and the path of
 # its full log, and exits non-zero.
@@ -96,15 +96,13 @@ build_reference() {
   mv "$BIN/$out.tmp" "$BIN/$out"; done_in "$t"
 }
 
-build_pulumi() { "$here/scripts/build-pulumi-engine.sh"; }
 
 targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(cluster)
 for target in "${targets[@]}"; do
   case "$target" in
     cluster) build_etcd; build_kwok; build_kubernetes ;;
-    pulumi) build_pulumi ;;
     reference) build_reference ;;
-    all) build_etcd; build_kwok; build_kubernetes; build_pulumi; build_reference ;;
-    *) echo "build-go-tools: unknown target '$target' (cluster|pulumi|reference|all)" >&2; exit 2 ;;
+    all) build_etcd; build_kwok; build_kubernetes; build_reference ;;
+    *) echo "build-go-tools: unknown target '$target' (cluster|reference|all)" >&2; exit 2 ;;
   esac
 done

@@ -1,0 +1,269 @@
+"""Stacks of this project run by the real Pulumi engine against the local cluster.
+
+Each stack runs in a scratch copy of the project (Pulumi.yaml, __main__.py, its stack file):
+creating a stack with the passphrase secrets provider writes an `encryptionsalt` into the
+stack file, and tests must not touch the repository's stacks. The copy's Pulumi.yaml points
+the Python language host at the virtualenv running the tests (which has the project installed
+editable), so the program is this checkout's. Each stack gets its own namespace, class names
+and provisioner name, so stacks share the session cluster without meeting.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pulumi import automation as auto
+
+from components.naming import CONFIG_NAMESPACE
+from localcluster import LocalCluster
+from scripts.pulumi_engine import PulumiEngine
+
+ROOT = Path(__file__).resolve().parents[2]
+PASSPHRASE = "engine-tests-only"  # noqa: S105 - a throw-away file backend under pytest's tmp
+ERROR_LINE = re.compile(r"^\s*error: ", re.MULTILINE)
+
+
+def unique_suffix() -> str:
+    return uuid.uuid4().hex[:6]
+
+
+@dataclass
+class Change:
+    """One step the engine planned or performed."""
+
+    op: str
+    type: str
+    name: str
+
+
+@dataclass
+class Outcome:
+    """What one preview/up/destroy did: each resource step, and the engine's own output."""
+
+    changes: list[Change] = field(default_factory=list)
+    output: str = ""
+
+    def of(self, op: str) -> list[tuple[str, str]]:
+        return sorted((change.type, change.name) for change in self.changes if change.op == op)
+
+    def ops(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for change in self.changes:
+            counts[change.op] = counts.get(change.op, 0) + 1
+        return counts
+
+    def changed(self) -> list[Change]:
+        """Every step other than `same` (and other than reads of the stack itself)."""
+        return [change for change in self.changes if change.op not in ("same", "read")]
+
+
+class EngineStack:
+    """One stack of the project in its scratch directory."""
+
+    def __init__(
+        self, project_dir: Path, stack: auto.Stack, names: StackNames, cluster: LocalCluster
+    ) -> None:
+        self.project_dir = project_dir
+        self.stack = stack
+        self.names = names
+        self.cluster = cluster
+
+    def _recorder(self, outcome: Outcome) -> Callable[[auto.EngineEvent], None]:
+        def record(event: auto.EngineEvent) -> None:
+            step = event.resource_pre_event
+            if step is None or step.metadata is None:
+                return
+            metadata = step.metadata
+            name = metadata.urn.rsplit("::", 1)[-1]
+            outcome.changes.append(Change(metadata.op.value, metadata.type, name))
+
+        return record
+
+    def _outputs(self, outcome: Outcome) -> Callable[[str], None]:
+        def collect(line: str) -> None:
+            outcome.output += line + "\n"
+
+        return collect
+
+    def preview(self, **options: Any) -> Outcome:
+        outcome = Outcome()
+        self.stack.preview(
+            on_event=self._recorder(outcome), on_output=self._outputs(outcome), **options
+        )
+        return outcome
+
+    def up(self, **options: Any) -> Outcome:
+        outcome = Outcome()
+        self.stack.up(
+            on_event=self._recorder(outcome), on_output=self._outputs(outcome), **options
+        )
+        return outcome
+
+    def destroy(self) -> Outcome:
+        outcome = Outcome()
+        self.stack.destroy(on_event=self._recorder(outcome), on_output=self._outputs(outcome))
+        return outcome
+
+    @property
+    def stack_file(self) -> Path:
+        return self.project_dir / "stacks" / f"Pulumi.{self.stack.name}.yaml"
+
+    def set_config(self, key: str, value: Any) -> None:
+        """A scalar through `pulumi config set`; a structured value by editing the stack file,
+        as a pull request to the stack's YAML would."""
+        full_key = key if ":" in key else f"{CONFIG_NAMESPACE}:{key}"
+        if isinstance(value, str | bool | int):
+            text = value if isinstance(value, str) else json.dumps(value)
+            self.stack.set_config(full_key, auto.ConfigValue(text))
+            return
+        document = yaml.safe_load(self.stack_file.read_text(encoding="utf-8"))
+        document.setdefault("config", {})[full_key] = value
+        self.stack_file.write_text(yaml.safe_dump(document), encoding="utf-8")
+
+    def failed_preview(self) -> str:
+        """Runs a preview that must fail; returns the engine's whole output."""
+        try:
+            self.preview()
+        except auto.CommandError as error:
+            return str(error)
+        raise AssertionError("preview succeeded where it had to fail")
+
+    def outputs(self) -> dict[str, Any]:
+        return {key: value.value for key, value in self.stack.outputs().items()}
+
+
+@dataclass(frozen=True)
+class StackNames:
+    """The names one stack uses, unique per stack."""
+
+    suffix: str
+    namespace: str
+    provisioner_name: str
+    class_name: str
+
+    @classmethod
+    def fresh(cls) -> StackNames:
+        suffix = unique_suffix()
+        return cls(
+            suffix=suffix,
+            namespace=f"lps-{suffix}",
+            provisioner_name=f"e2e-{suffix}.local-path-storage.io/local-path",
+            class_name=f"local-path-{suffix}",
+        )
+
+
+def base_config(names: StackNames, node_path: str = "/opt/local-path-provisioner") -> dict[str, Any]:
+    """The dev stack's shape, with this stack's names (keys without the project prefix)."""
+    return {
+        "namespace": names.namespace,
+        "provisionerName": names.provisioner_name,
+        "nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": [node_path]}],
+        "storageClasses": [
+            {
+                "name": names.class_name,
+                "reclaimPolicy": "Delete",
+                "volumeBindingMode": "WaitForFirstConsumer",
+            }
+        ],
+    }
+
+
+def _project_file(project_dir: Path) -> None:
+    project: dict[str, Any] = yaml.safe_load((ROOT / "Pulumi.yaml").read_text(encoding="utf-8"))
+    project["runtime"]["options"]["virtualenv"] = sys.prefix
+    (project_dir / "Pulumi.yaml").write_text(yaml.safe_dump(project), encoding="utf-8")
+
+
+def _stack_file(config: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "config": {
+            (key if ":" in key else f"{CONFIG_NAMESPACE}:{key}"): value
+            for key, value in config.items()
+        }
+    }
+
+
+class StackFactory:
+    """Makes stacks for one test and destroys whatever they left at its end."""
+
+    def __init__(
+        self, engine: PulumiEngine, cluster: LocalCluster, work_dir: Path, state_dir: Path
+    ) -> None:
+        self.engine = engine
+        self.cluster = cluster
+        self.work_dir = work_dir
+        self.env = engine.environment(state_dir, PASSPHRASE)
+        self.command = auto.PulumiCommand(root=str(engine.root))
+        self.stacks: list[EngineStack] = []
+
+    def create(
+        self,
+        config: dict[str, Any] | None = None,
+        names: StackNames | None = None,
+        *,
+        kubeconfig: bool = True,
+    ) -> EngineStack:
+        names = names or StackNames.fresh()
+        stack_config = dict(base_config(names) if config is None else config)
+        if kubeconfig:
+            stack_config["kubernetes:kubeconfig"] = str(self.cluster.kubeconfig)
+        project_dir = self.work_dir / f"project-{names.suffix}"
+        (project_dir / "stacks").mkdir(parents=True)
+        _project_file(project_dir)
+        shutil.copy(ROOT / "__main__.py", project_dir / "__main__.py")
+        stack_name = f"e2e-{names.suffix}"
+        (project_dir / "stacks" / f"Pulumi.{stack_name}.yaml").write_text(
+            yaml.safe_dump(_stack_file(stack_config)), encoding="utf-8"
+        )
+        workspace = auto.LocalWorkspace(
+            work_dir=str(project_dir), pulumi_command=self.command, env_vars=self.env
+        )
+        stack = auto.Stack.create(stack_name, workspace)
+        engine_stack = EngineStack(project_dir, stack, names, self.cluster)
+        self.stacks.append(engine_stack)
+        return engine_stack
+
+    def cleanup(self) -> None:
+        for engine_stack in reversed(self.stacks):
+            try:
+                engine_stack.stack.destroy()
+            finally:
+                engine_stack.stack.workspace.remove_stack(engine_stack.stack.name, force=True)
+
+
+def api_request(
+    cluster: LocalCluster, method: str, path: str, body: Any = None
+) -> tuple[int, dict[str, Any]]:
+    """(status, decoded body) of one admin request by API path."""
+    api = cluster.admin_client
+    headers = {"Content-Type": "application/json"} if body is not None else None
+    request = api.param_serialize(method, path, body=body, header_params=headers)
+    response = api.call_api(*request)
+    data = response.read()
+    return int(response.status), (json.loads(data) if data else {})
+
+
+def api_get(cluster: LocalCluster, path: str) -> dict[str, Any] | None:
+    """The object at `path` as a dict, or None when it does not exist."""
+    status, document = api_request(cluster, "GET", path)
+    if status == 404:
+        return None
+    assert status == 200, f"GET {path}: {status} {document}"
+    return document
+
+
+def error_lines(output: str) -> list[str]:
+    return [line.strip() for line in output.splitlines() if ERROR_LINE.match(line)]
+
+
+def lines_of(output: str) -> Iterator[str]:
+    yield from (line for line in output.splitlines() if line.strip())
