@@ -30,6 +30,9 @@ from localcluster.control_plane import ControlPlane
 from localcluster.errors import ClusterError, ComponentFailedError, PortInUseError
 from localcluster.event_log import EventLog
 from localcluster.helper_runner import HelperPodRunner
+from localcluster.image_pod_plan import RestartBackoff
+from localcluster.image_pod_runner import ImagePodRunner
+from localcluster.image_table import ImageRuntime, ImageTable
 from localcluster.kwok_stages import write_stages
 from localcluster.nodes import (
     NodeSpec,
@@ -56,6 +59,11 @@ class ClusterOptions:
     startup_timeout_seconds: float = DEFAULT_STARTUP_TIMEOUT_SECONDS
     announce: bool = True
     """Print "cluster ready in X.Xs" to stderr once ready."""
+    images: Mapping[str, ImageRuntime] = field(default_factory=dict)
+    """More image-table entries (image repository -> runtime), added to the default one
+    (`local-path-storage/provisioner`: this Python environment); see image_table.py."""
+    restart_backoff: RestartBackoff = field(default_factory=RestartBackoff)
+    """The crash-loop back-off of image-table pods (kubelet: 10 s doubling to 300 s)."""
 
 
 class LocalCluster(ClusterAccess):
@@ -78,6 +86,16 @@ class LocalCluster(ClusterAccess):
         self.control_plane = ControlPlane(locate_binaries(), layout, ports, pki)
         self.runner = HelperPodRunner(
             self.admin_client, layout.root, self.node_dir, self.harness_log
+        )
+        self.image_table = ImageTable(options.images)
+        self.image_runner = ImagePodRunner(
+            self.admin_client,
+            layout.root,
+            self.node_dir,
+            self.harness_log,
+            table=self.image_table,
+            api_port=ports.apiserver,
+            backoff=options.restart_backoff,
         )
         self._stopped = False
         self._components_lock = threading.Lock()
@@ -131,6 +149,7 @@ class LocalCluster(ClusterAccess):
         for spec in self.options.nodes:
             self._create_node(spec)
         self.runner.start()
+        self.image_runner.start()
         core = self.core_v1()
         pending = wait_until_usable(core, self.nodes, deadline, self.control_plane.check_alive)
         if pending:
@@ -175,7 +194,7 @@ class LocalCluster(ClusterAccess):
             client_key_pem=self.admin.key_pem(),
         )
         kubeconfig.write_kubeconfig(self.kubeconfig, admin)
-        write_stages(self.layout.kwok_stages)
+        write_stages(self.layout.kwok_stages, self.image_table.repositories)
         self.layout.nodes.mkdir(parents=True, exist_ok=True)
 
     def _wait_for_token_controller(self, deadline: float) -> None:
@@ -252,8 +271,13 @@ class LocalCluster(ClusterAccess):
             )
 
     def pids(self) -> list[int]:
-        """Every process this cluster started: components and helper-pod sandboxes."""
-        return self.control_plane.pids() + list(self.runner.started_pids)
+        """Every process this cluster started: components, helper-pod sandboxes, and the
+        containers and pause processes of image-table pods."""
+        return (
+            self.control_plane.pids()
+            + list(self.runner.started_pids)
+            + list(self.image_runner.started_pids)
+        )
 
     # Stopping.
     def stop(self, keep_logs: bool = False) -> None:
@@ -263,6 +287,7 @@ class LocalCluster(ClusterAccess):
             return
         self._stopped = True
         try:
+            self.image_runner.stop()
             self.runner.stop()
         finally:
             with self._components_lock:  # the watchdog must not mistake this for a crash

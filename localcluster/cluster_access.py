@@ -18,9 +18,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from localcluster.certificates import KeyPair
+from localcluster.cluster_dirs import pod_log_path
 from localcluster.control_plane import admin_ssl_context, https_get
 from localcluster.errors import ClusterError
-from localcluster.helper_runner import pod_log_path
 from localcluster.kubeconfig import build_kubeconfig, write_kubeconfig
 from localcluster.raw_api import call_json
 
@@ -182,7 +182,8 @@ class ClusterAccess:
         )
 
     def pod_log_path(self, namespace: str, name: str, uid: str) -> Path:
-        """The full output of a helper pod run by the harness (see helper_runner)."""
+        """The full output of a pod run by the harness (helper or image-table pod; each
+        restart's output appended after a separator line)."""
         return pod_log_path(self.dir, namespace, name, uid)
 
     def apiserver_metrics(self) -> str:

@@ -20,6 +20,11 @@ PREFIX = "lps-cluster-"
 OWNER_FILE = "owner.json"
 
 
+def pod_log_path(cluster_dir: Path, namespace: str, name: str, uid: str) -> Path:
+    """Where the full output of one pod run by the harness is kept (every restart appended)."""
+    return cluster_dir / "pod-logs" / f"{namespace}_{name}_{uid}.log"
+
+
 def make_cluster_dir(parent: Path | None) -> Path:
     """A new, empty cluster directory with an owner record."""
     directory = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent))

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import json
 import posixpath
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from localcluster.image_table import ImageRuntime
+from localcluster.pod_env import container_environment, expand_variables
+
 HELPER_POD_LABEL = "local-path-storage.io/helper-pod"
 HELPER_POD_LABEL_VALUE = "true"
 NEVER_STARTS_IMAGE = "lps.invalid/never-starts:0"
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # kubelet's FallbackToLogsOnError keeps the last 80 lines, at most 2048 bytes of them.
 TERMINATION_MESSAGE_MAX_LINES = 80
 TERMINATION_MESSAGE_MAX_BYTES = 2048
@@ -26,8 +27,6 @@ TERMINATION_MESSAGE_MAX_BYTES = 2048
 # does: exit code 128, reason StartError.
 START_ERROR_EXIT_CODE = 128
 MATERIALIZED_VOLUME_KINDS = ("configMap", "secret", "projected", "emptyDir", "downwardAPI")
-
-_VARIABLE_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
 
 class UnsupportedPodError(ValueError):
@@ -42,29 +41,6 @@ class UnsupportedPodError(ValueError):
 def is_helper_pod(pod: Mapping[str, Any]) -> bool:
     labels = pod.get("metadata", {}).get("labels") or {}
     return bool(labels.get(HELPER_POD_LABEL) == HELPER_POD_LABEL_VALUE)
-
-
-def expand_variables(text: str, env: Mapping[str, str]) -> str:
-    """Kubernetes `$(VAR)` expansion: defined names are replaced, `$$` escapes a `$`, and
-    references to undefined names stay as written."""
-
-    def replace(match: re.Match[str]) -> str:
-        if match.group(0) == "$$":
-            return "$"
-        name = match.group(1)
-        return env.get(name, match.group(0))
-
-    return _VARIABLE_REFERENCE.sub(replace, text)
-
-
-def container_environment(container: Mapping[str, Any], pod_name: str) -> dict[str, str]:
-    """The process environment: PATH and HOSTNAME defaults, then the container's plain `value`
-    variables in order, each expanded against those before it. `valueFrom` is not emulated."""
-    env: dict[str, str] = {"PATH": DEFAULT_PATH, "HOSTNAME": pod_name, "HOME": "/root"}
-    for variable in container.get("env") or []:
-        if "value" in variable or "valueFrom" not in variable:
-            env[variable["name"]] = expand_variables(str(variable.get("value", "")), env)
-    return env
 
 
 @dataclass(frozen=True)
@@ -85,6 +61,14 @@ class SandboxPlan:
     env: dict[str, str]
     working_dir: str = "/"
     mounts: list[Mount] = field(default_factory=list)
+    network_namespace: str | None = None
+    """A /proc/<pid>/ns/net to join (the pod's own network); None keeps the host's."""
+    user: int | None = None
+    group: int | None = None
+    supplemental_groups: list[int] = field(default_factory=list)
+    read_only_root: bool = False
+    fresh_tmp: bool = True
+    """A tmpfs at /tmp; real images bring their own /tmp, read-only with the root."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -92,13 +76,7 @@ class SandboxPlan:
     @classmethod
     def from_json(cls, text: str) -> SandboxPlan:
         data = json.loads(text)
-        return cls(
-            root=data["root"],
-            argv=list(data["argv"]),
-            env=dict(data["env"]),
-            working_dir=data["working_dir"],
-            mounts=[Mount(**mount) for mount in data["mounts"]],
-        )
+        return cls(**{**data, "mounts": [Mount(**mount) for mount in data["mounts"]]})
 
 
 def node_host_path(node_dir: Path, host_path: str) -> Path:
@@ -115,7 +93,8 @@ def only_container(pod: Mapping[str, Any]) -> dict[str, Any]:
     containers = spec.get("containers") or []
     if len(containers) != 1 or spec.get("initContainers"):
         raise UnsupportedPodError(
-            "UnsupportedPod", "the local cluster runs helper pods with exactly one container"
+            "UnsupportedPod",
+            "the local cluster runs pods with exactly one container and no init containers",
         )
     container: dict[str, Any] = containers[0]
     return container
@@ -127,13 +106,16 @@ def plan_sandbox(
     root: Path,
     node_dir: Path,
     materialized: Mapping[str, Path],
+    env: Mapping[str, str] | None = None,
+    image: ImageRuntime | None = None,
 ) -> SandboxPlan:
-    """The sandbox for the pod's container: command, environment, working directory, and one
-    bind mount per volume mount (hostPath from the node's directory, other kinds from the
-    directories in `materialized`, keyed by volume name)."""
+    """The sandbox for the pod's container: command, environment (`env`, else computed from
+    the pod alone), working directory, the `image`'s directories read-only at their own
+    paths, and one bind mount per volume mount (hostPath from the node's directory, other
+    kinds from the directories in `materialized`, keyed by volume name)."""
     container = only_container(pod)
     name = pod["metadata"]["name"]
-    env = container_environment(container, name)
+    env = dict(env) if env is not None else container_environment(container, name, pod=pod)
     command = [expand_variables(str(part), env) for part in container.get("command") or []]
     args = [expand_variables(str(part), env) for part in container.get("args") or []]
     if not command:
@@ -143,7 +125,7 @@ def plan_sandbox(
             "entrypoints are unknown",
         )
     volumes = {volume["name"]: volume for volume in pod["spec"].get("volumes") or []}
-    mounts: list[Mount] = []
+    mounts = [Mount(str(path), str(path), read_only=True) for path in image.mounts] if image else []
     for volume_mount in container.get("volumeMounts") or []:
         volume = volumes.get(volume_mount["name"])
         if volume is None:

@@ -17,17 +17,15 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-import time
 import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import urllib3
-from kubernetes import client, watch
-from kubernetes.client.exceptions import ApiException
+from kubernetes import client
 
 from localcluster import helper_pod_status as status
+from localcluster.cluster_dirs import pod_log_path
 from localcluster.event_log import EventLog, utc_now
 from localcluster.helper_pods import (
     HELPER_POD_LABEL,
@@ -37,20 +35,12 @@ from localcluster.helper_pods import (
     UnsupportedPodError,
     plan_sandbox,
 )
+from localcluster.pod_api import PodRunnerBase
 from localcluster.pod_volumes import VolumeMaterializer, VolumeNotReadyError, prepare_host_paths
-from localcluster.raw_api import call_json
+from localcluster.resource_watch import ResourceWatch
 from localcluster.sandbox_process import SandboxOutcome, run_sandbox
 
 RESYNC_SECONDS = 2
-API_RETRY_SECONDS = 30.0
-HTTP_NOT_FOUND = 404
-HTTP_CONFLICT = 409
-_API_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
-
-
-def pod_log_path(cluster_dir: Path, namespace: str, name: str, uid: str) -> Path:
-    """Where the full output of one helper pod is kept."""
-    return cluster_dir / "pod-logs" / f"{namespace}_{name}_{uid}.log"
 
 
 class _PodRun:
@@ -64,7 +54,7 @@ class _PodRun:
         self.finished = threading.Event()
 
 
-class HelperPodRunner:
+class HelperPodRunner(PodRunnerBase):
     """Watches helper pods in all namespaces and runs those bound to existing nodes."""
 
     def __init__(
@@ -74,19 +64,23 @@ class HelperPodRunner:
         node_dir: Callable[[str], Path],
         log: EventLog,
     ) -> None:
-        self.core = client.CoreV1Api(api_client)
-        self.cluster_dir = cluster_dir
-        self.node_dir = node_dir
-        self.log = log
+        super().__init__(api_client, cluster_dir, node_dir, log)
         self._runs: dict[str, _PodRun] = {}
         self._waiting_reported: dict[str, str] = {}
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="helper-pod-runner", daemon=True)
-        self.started_pids: list[int] = []
+        # A list (a resync that retries pods waiting for a node), then a watch for a while.
+        self._watch = ResourceWatch(
+            "helper-pod-runner",
+            self.core.list_pod_for_all_namespaces,
+            on_listed=self._listed,
+            on_changed=self._changed,
+            log=log,
+            stopping=self._stopping,
+            resync_seconds=RESYNC_SECONDS,
+            label_selector=f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}",
+        )
 
     def start(self) -> None:
-        self._thread.start()
+        self._watch.start()
 
     def stop(self) -> None:
         """Stops watching, kills every running helper command, and waits for them."""
@@ -97,55 +91,32 @@ class HelperPodRunner:
             run.cancelled.set()
         for run in runs:
             run.finished.wait(timeout=15)
-        if self._thread.is_alive():
-            self._thread.join(timeout=RESYNC_SECONDS + 5)
+        self._watch.join()
 
-    # The watch loop: list (a resync that retries pods waiting for a node), then watch a while.
-    def _loop(self) -> None:
-        selector = f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}"
-        while not self._stopping.is_set():
-            try:
-                listing = call_json(self.core.list_pod_for_all_namespaces, label_selector=selector)
-                seen = set()
-                for pod in listing.get("items") or []:
-                    seen.add(pod["metadata"]["uid"])
-                    self._consider(pod)
-                self._forget_finished(seen)
-                stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
-                    self.core.list_pod_for_all_namespaces,
-                    label_selector=selector,
-                    resource_version=listing["metadata"]["resourceVersion"],
-                    timeout_seconds=RESYNC_SECONDS,
-                )
-                for event in stream:
-                    if self._stopping.is_set():
-                        break
-                    pod = event["raw_object"]
-                    if event["type"] == "DELETED":
-                        self._cancel(pod["metadata"]["uid"])
-                    elif event["type"] in ("ADDED", "MODIFIED"):
-                        self._consider(pod)
-            except _API_ERRORS as error:
-                if not self._stopping.is_set():
-                    self.log.write(f"watch interrupted ({type(error).__name__}); retrying")
-                    self._stopping.wait(0.5)
-            except Exception:  # noqa: BLE001 - the runner must outlive any one bad event
-                self.log.write(f"runner loop error, retrying: {traceback.format_exc()}")
-                self._stopping.wait(0.5)
+    def _listed(self, pods: list[dict[str, Any]]) -> None:
+        for pod in pods:
+            self._consider(pod)
+        self._forget_finished({pod["metadata"]["uid"] for pod in pods})
+
+    def _changed(self, kind: str, pod: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            self._cancel(pod["metadata"]["uid"])
+        else:
+            self._consider(pod)
 
     def _consider(self, pod: dict[str, Any]) -> None:
         metadata, spec = pod["metadata"], pod.get("spec", {})
         uid = metadata["uid"]
         if metadata.get("deletionTimestamp"):
             self._cancel(uid)
-            self._force_delete(metadata["namespace"], metadata["name"], uid)
+            self.api.force_delete(metadata["namespace"], metadata["name"], uid)
             return
         with self._lock:
             if uid in self._runs or self._stopping.is_set():
                 return
         phase = (pod.get("status") or {}).get("phase")
         node = spec.get("nodeName")
-        if phase in ("Succeeded", "Failed") or not node or not self._node_exists(node):
+        if phase in ("Succeeded", "Failed") or not node or self.read_node(node) is None:
             return
         run = _PodRun(pod)
         with self._lock:
@@ -174,15 +145,6 @@ class HelperPodRunner:
             run = self._runs.get(uid)
         if run is not None:
             run.cancelled.set()
-
-    def _node_exists(self, node: str) -> bool:
-        try:
-            self.core.read_node(node)
-        except ApiException as error:
-            if error.status == HTTP_NOT_FOUND:
-                return False
-            raise
-        return True
 
     # One pod, in its own thread: set up volumes, run the sandbox, report the outcome.
     def _run_pod(self, pod: dict[str, Any], run: _PodRun) -> None:
@@ -222,7 +184,7 @@ class HelperPodRunner:
         plan_path = pod_dir / "plan.json"
         plan_path.write_text(plan.to_json(), encoding="utf-8")
         started_at = utc_now()
-        self._patch_status(pod, status.running_status(pod, started_at))
+        self.api.patch_status(pod, status.running_status(pod, started_at))
         outcome = run_sandbox(
             plan_path,
             pod_log_path(self.cluster_dir, run.namespace, run.name, run.uid),
@@ -250,7 +212,7 @@ class HelperPodRunner:
         container = pod["spec"]["containers"][0]
         code, deadline = outcome.exit_code, outcome.deadline_exceeded
         self.log.write(f"{run.namespace}/{run.name}: exited with {code}")
-        self._patch_status(
+        self.api.patch_status(
             pod,
             status.terminated_status(
                 pod,
@@ -273,7 +235,7 @@ class HelperPodRunner:
         pod_reason: str | None,
     ) -> None:
         self.log.write(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}: {message}")
-        self._patch_status(
+        self.api.patch_status(
             pod,
             status.terminated_status(
                 pod,
@@ -293,43 +255,4 @@ class HelperPodRunner:
             if self._waiting_reported.get(uid) == message:
                 return
             self._waiting_reported[uid] = message
-        self._patch_status(pod, status.waiting_status(pod, utc_now(), reason, message))
-
-    def _patch_status(self, pod: dict[str, Any], pod_status: dict[str, Any]) -> None:
-        """Patches pods/status, retrying through an apiserver restart; a deleted pod is fine."""
-        metadata = pod["metadata"]
-        body = {"metadata": {"uid": metadata["uid"]}, "status": pod_status}
-        self._with_retries(
-            lambda: self.core.patch_namespaced_pod_status(
-                metadata["name"], metadata["namespace"], body
-            )
-        )
-
-    def _force_delete(self, namespace: str, name: str, uid: str) -> None:
-        """Deletes with grace 0: no kubelet exists to confirm a graceful deletion."""
-        options = client.V1DeleteOptions(
-            grace_period_seconds=0, preconditions=client.V1Preconditions(uid=uid)
-        )
-        self._with_retries(
-            lambda: self.core.delete_namespaced_pod(
-                name, namespace, body=options, grace_period_seconds=0
-            )
-        )
-
-    def _with_retries(self, call: Callable[[], object]) -> None:
-        deadline = time.monotonic() + API_RETRY_SECONDS
-        while True:
-            try:
-                call()
-                return
-            except ApiException as error:
-                if error.status in (HTTP_NOT_FOUND, HTTP_CONFLICT):
-                    return
-                if time.monotonic() >= deadline or self._stopping.is_set():
-                    self.log.write(f"API call failed: {error.status} {error.reason}")
-                    return
-            except (urllib3.exceptions.HTTPError, OSError) as error:
-                if time.monotonic() >= deadline or self._stopping.is_set():
-                    self.log.write(f"API call failed: {error!r}")
-                    return
-            time.sleep(0.5)
+        self.api.patch_status(pod, status.waiting_status(pod, utc_now(), reason, message))

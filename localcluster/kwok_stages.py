@@ -5,11 +5,13 @@ marks its nodes NotReady and evicts their pods. These follow the behaviour of kw
 node/pod stage sets (node-initialize, node-heartbeat-with-lease, pod-ready, pod-complete,
 pod-delete), written out here as data so the pinned harness does not depend on files outside
 the repository. Every pod stage skips helper pods (label `local-path-storage.io/helper-pod:
-"true"`): the harness's helper runner executes those for real and owns their status.
+"true"`) and pods whose first container's image repository is in the image table: the
+harness's runners execute those for real and own their status, so kwok must never write it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,9 @@ _NOT_HELPER_POD = {
     "operator": "NotIn",
     "values": [HELPER_POD_LABEL_VALUE],
 }
+# kwok evaluates selector keys with gojq: this yields the repository of the first container's
+# image, as image_table.image_repository computes it (digest, then tag, stripped).
+IMAGE_REPOSITORY_QUERY = '.spec.containers[0].image | sub("@.*$"; "") | sub(":[^:/]*$"; "")'
 _NOT_DELETING = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
 _READY_STATUS = '.status.conditions.[] | select( .type == "Ready" ) | .status'
 
@@ -177,8 +182,18 @@ def _stage(
     }
 
 
-def stages() -> list[dict[str, Any]]:
-    """The Stage documents, in the order kwok should consider them."""
+def stages(image_repositories: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The Stage documents, in the order kwok should consider them; pod stages skip pods whose
+    image repository is one of `image_repositories`."""
+    skipped = [_NOT_HELPER_POD]
+    if image_repositories:
+        skipped.append(
+            {
+                "key": IMAGE_REPOSITORY_QUERY,
+                "operator": "NotIn",
+                "values": sorted(image_repositories),
+            }
+        )
     node_initialize = _stage(
         "node-initialize",
         "Node",
@@ -204,7 +219,7 @@ def stages() -> list[dict[str, Any]]:
         "pod-ready",
         "Pod",
         [
-            _NOT_HELPER_POD,
+            *skipped,
             _NOT_DELETING,
             {"key": ".status.phase", "operator": "In", "values": ["Pending"]},
             {"key": _READY_STATUS, "operator": "NotIn", "values": ["True"]},
@@ -215,7 +230,7 @@ def stages() -> list[dict[str, Any]]:
         "pod-complete",
         "Pod",
         [
-            _NOT_HELPER_POD,
+            *skipped,
             _NOT_DELETING,
             {"key": ".status.phase", "operator": "In", "values": ["Running"]},
             {"key": ".metadata.ownerReferences.[].kind", "operator": "In", "values": ["Job"]},
@@ -225,13 +240,14 @@ def stages() -> list[dict[str, Any]]:
     pod_delete = _stage(
         "pod-delete",
         "Pod",
-        [_NOT_HELPER_POD, {"key": ".metadata.deletionTimestamp", "operator": "Exists"}],
+        [*skipped, {"key": ".metadata.deletionTimestamp", "operator": "Exists"}],
         {"delete": True},
     )
     return [node_initialize, node_heartbeat, pod_ready, pod_complete, pod_delete]
 
 
-def write_stages(path: Path) -> Path:
+def write_stages(path: Path, image_repositories: Sequence[str] = ()) -> Path:
     """Writes the stages as one multi-document YAML file for `kwok --config`."""
-    path.write_text(yaml.safe_dump_all(stages(), sort_keys=False), encoding="utf-8")
+    documents = stages(image_repositories)
+    path.write_text(yaml.safe_dump_all(documents, sort_keys=False), encoding="utf-8")
     return path

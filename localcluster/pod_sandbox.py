@@ -3,10 +3,12 @@
 Why: a helper pod's command uses absolute node paths (`mkdir -p /opt/lps/pvc-...`); on a real
 node those are the node's disk. Here each node is a directory of the harness, so the command
 must see `<node dir>/opt/lps` at `/opt/lps`. The runner starts this file under
-`unshare --mount --propagation private`; it builds a per-pod root (the host's /usr, /etc and
-friends read-only, a fresh /tmp, /dev, /proc, then each volume bind-mounted at its mountPath),
-chroots into it and execs the command. The mounts die with the namespace when the command ends,
-so nothing leaks into the host's mount table.
+`unshare --mount --propagation private`; it joins the pod's network namespace when the plan
+names one, builds a per-pod root (the host's /usr, /etc and friends read-only, a fresh /tmp,
+/dev, /proc, the image's directories read-only, then each volume bind-mounted at its
+mountPath), makes that root read-only if asked, chroots into it, takes the pod's uid and gid
+and execs the command. The mounts die with the namespace when the command ends, so nothing
+leaks into the host's mount table.
 
 It is run as a file with `python -I -S`, so it imports only the standard library (starting it
 must stay cheap: it is on the path of every helper pod).
@@ -29,6 +31,8 @@ MS_NODEV = 4
 MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
+CLONE_NEWNET = 0x40000000
+DIRECTORY_MODE = 0o755
 SYSTEM_DIRECTORIES = ("usr", "bin", "lib", "lib64", "sbin", "etc")
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -59,20 +63,63 @@ def _inside(root: Path, path: str) -> Path:
     return root / path.lstrip("/")
 
 
+def _make_directories(directory: Path) -> None:
+    """Like mkdir -p, but each new directory is 0755 whatever the umask: a container running
+    as another uid must be able to walk to its mounts (e.g. /root/.pyenv/... of the image)."""
+    missing = []
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    for path in reversed(missing):
+        path.mkdir()
+        path.chmod(DIRECTORY_MODE)
+
+
 def _make_mount_point(target: Path, *, is_directory: bool) -> None:
     try:
         if is_directory:
-            target.mkdir(parents=True, exist_ok=True)
+            _make_directories(target)
         else:
-            target.parent.mkdir(parents=True, exist_ok=True)
+            _make_directories(target.parent)
             target.touch(exist_ok=True)
     except OSError as error:
         raise SandboxError(f"cannot create mount point {target}: {error.strerror}") from error
 
 
+def join_network(namespace: str) -> None:
+    descriptor = os.open(namespace, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if _libc.setns(descriptor, CLONE_NEWNET) != 0:
+            error = ctypes.get_errno()
+            raise SandboxError(f"cannot join network namespace {namespace}: {os.strerror(error)}")
+    finally:
+        os.close(descriptor)
+
+
+def _entry_by_entry(host: Path, inside: Path) -> None:
+    """The host directory as a writable tmpfs whose entries are the host's, each bind-mounted
+    read-only: a volume can then be mounted at a new path in it (/etc/config), as in an image,
+    without creating anything on the host."""
+    _mount("tmpfs", str(inside), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    for entry in host.iterdir():
+        target = inside / entry.name
+        if entry.is_symlink():
+            target.symlink_to(entry.readlink())
+        elif entry.is_dir() or entry.is_file():
+            _make_mount_point(target, is_directory=entry.is_dir())
+            _bind(str(entry), str(target), read_only=True)
+
+
 def build_root(plan: dict[str, Any]) -> None:
     root = Path(plan["root"])
     root.mkdir(parents=True, exist_ok=True)
+    root.chmod(DIRECTORY_MODE)
+    read_only_root = bool(plan.get("read_only_root"))
+    if read_only_root:
+        # A mount of its own, so it can be made read-only once every mount point exists.
+        _bind(str(root), str(root), read_only=False)
+    targets = [str(mount["target"]) for mount in plan["mounts"]]
+    shadowed = []
     for name in SYSTEM_DIRECTORIES:
         host = Path("/") / name
         inside = root / name
@@ -82,10 +129,16 @@ def build_root(plan: dict[str, Any]) -> None:
                 inside.symlink_to(host.readlink())
         elif host.is_dir():
             inside.mkdir(exist_ok=True)
-            _bind(str(host), str(inside), read_only=True)
+            if any(target.startswith(f"/{name}/") for target in targets):
+                _entry_by_entry(host, inside)
+                shadowed.append(inside)
+            else:
+                _bind(str(host), str(inside), read_only=True)
     for name in ("tmp", "dev", "proc"):
         (root / name).mkdir(exist_ok=True)
-    _mount("tmpfs", str(root / "tmp"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    (root / "tmp").chmod(0o1777)
+    if plan.get("fresh_tmp", True):
+        _mount("tmpfs", str(root / "tmp"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
     _bind("/dev", str(root / "dev"), read_only=False)
     _mount("proc", str(root / "proc"), "proc", MS_NOSUID | MS_NODEV)
     for mount in plan["mounts"]:
@@ -95,6 +148,21 @@ def build_root(plan: dict[str, Any]) -> None:
         target = _inside(root, mount["target"])
         _make_mount_point(target, is_directory=source.is_dir())
         _bind(str(source), str(target), read_only=bool(mount["read_only"]))
+    if read_only_root:
+        _make_mount_point(_inside(root, plan["working_dir"] or "/"), is_directory=True)
+        _mount(None, str(root), None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+        for inside in shadowed:
+            _mount(None, str(inside), None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def drop_privileges(plan: dict[str, Any]) -> None:
+    """The pod's runAsUser/runAsGroup, as a container runtime sets them before the exec."""
+    if plan.get("group") is not None or plan.get("supplemental_groups"):
+        os.setgroups(list(plan.get("supplemental_groups") or []))
+    if plan.get("group") is not None:
+        os.setgid(int(plan["group"]))
+    if plan.get("user") is not None:
+        os.setuid(int(plan["user"]))
 
 
 def enter_and_exec(plan: dict[str, Any]) -> None:
@@ -109,6 +177,7 @@ def enter_and_exec(plan: dict[str, Any]) -> None:
     except OSError as error:
         message = f"cannot use working directory {working_dir}: {error.strerror}"
         raise SandboxError(message) from error
+    drop_privileges(plan)
     argv = plan["argv"]
     sys.stdout.flush()
     try:
@@ -125,6 +194,8 @@ def main(arguments: list[str]) -> int:
         arguments[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
     )
     try:
+        if plan.get("network_namespace"):
+            join_network(plan["network_namespace"])
         build_root(plan)
         enter_and_exec(plan)
     except (SandboxError, OSError) as error:

@@ -4,24 +4,30 @@ Why: the sandbox only bind-mounts directories. hostPath volumes are directories 
 node's directory (created or checked per hostPath `type`); ConfigMap, Secret, downward-API,
 projected (service-account token) and emptyDir volumes are written out as files, honouring
 `items` and file modes. A missing ConfigMap or hostPath leaves the pod waiting, as on a node.
+Helper pods get plain files once (`materialize`); long-running pods get each volume's files
+(`volume_files`) written atomically and rewritten on change, with service-account tokens
+requested again at 80% of their life, as a kubelet does.
 """
 
 from __future__ import annotations
 
 import base64
-import posixpath
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from localcluster.atomic_writer import UnsafeVolumePathError, VolumeFile, clean_relative_path
 from localcluster.helper_pods import MATERIALIZED_VOLUME_KINDS, node_host_path
+from localcluster.pod_env import pod_field
 from localcluster.raw_api import call_json
 
 DEFAULT_FILE_MODE = 0o644
 DEFAULT_TOKEN_SECONDS = 3600
+TOKEN_REFRESH_FRACTION = 0.8
 HTTP_NOT_FOUND = 404
 
 
@@ -54,9 +60,10 @@ def prepare_host_paths(pod: Mapping[str, Any], node_dir: Path) -> None:
 
 
 def _write_file(directory: Path, relative: str, content: bytes, mode: int) -> None:
-    cleaned = posixpath.normpath(relative)
-    if cleaned.startswith(("/", "..")):
-        raise VolumeNotReadyError(f"volume item path {relative!r} leaves the volume")
+    try:
+        cleaned = clean_relative_path(relative)
+    except UnsafeVolumePathError as error:
+        raise VolumeNotReadyError(str(error)) from error
     path = directory / cleaned
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(content)
@@ -87,34 +94,67 @@ def _object_files(
 
 
 class VolumeMaterializer:
-    """Writes the non-hostPath volumes of one pod into `volumes_dir/<volume name>`."""
+    """Computes and writes the non-hostPath volumes of one pod into `volumes_dir/<name>`."""
 
-    def __init__(self, core: client.CoreV1Api, pod: Mapping[str, Any], volumes_dir: Path) -> None:
+    def __init__(
+        self,
+        core: client.CoreV1Api,
+        pod: Mapping[str, Any],
+        volumes_dir: Path,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.core = core
         self.pod = pod
         self.namespace: str = pod["metadata"]["namespace"]
         self.volumes_dir = volumes_dir
+        self._clock = clock
+        self._tokens: dict[tuple[str, int], tuple[str, float]] = {}
 
-    def materialize(self) -> dict[str, Path]:
-        directories: dict[str, Path] = {}
+    def materialized_volumes(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """(name, kind, source) of each volume written out rather than bind-mounted."""
+        found = []
         for volume in self.pod["spec"].get("volumes") or []:
             kind = next((k for k in MATERIALIZED_VOLUME_KINDS if k in volume), None)
-            if kind is None:
-                continue
-            directory = self.volumes_dir / volume["name"]
+            if kind is not None:
+                found.append((volume["name"], kind, volume[kind] or {}))
+        return found
+
+    def materialize(self) -> dict[str, Path]:
+        """Writes every volume once, as plain files (helper pods)."""
+        directories: dict[str, Path] = {}
+        for name, kind, source in self.materialized_volumes():
+            directory = self.volumes_dir / name
             directory.mkdir(parents=True, exist_ok=True)
-            source = volume[kind] or {}
-            mode = source.get("defaultMode", DEFAULT_FILE_MODE)
-            if kind == "projected":
-                for projection in source.get("sources") or []:
-                    self._write_projection(directory, projection, mode)
-            elif kind != "emptyDir":
-                for path, content, file_mode in self._files(kind, source, mode):
-                    _write_file(directory, path, content, file_mode)
-            directories[volume["name"]] = directory
+            for path, content, mode in self.volume_files(kind, source):
+                _write_file(directory, path, content, mode)
+            directories[name] = directory
         return directories
 
-    def _files(self, kind: str, source: dict[str, Any], mode: int) -> list[tuple[str, bytes, int]]:
+    def volume_files(self, kind: str, source: dict[str, Any]) -> list[VolumeFile]:
+        """The files of one volume now (empty for emptyDir)."""
+        mode = source.get("defaultMode", DEFAULT_FILE_MODE)
+        if kind == "emptyDir":
+            return []
+        if kind != "projected":
+            return self._files(kind, source, mode)
+        files: list[VolumeFile] = []
+        for projection in source.get("sources") or []:
+            token = projection.get("serviceAccountToken")
+            if token is not None:
+                files.append((token["path"], self._token(token).encode("utf-8"), mode))
+                continue
+            for projected_kind in ("configMap", "secret", "downwardAPI"):
+                if projected_kind in projection:
+                    files.extend(self._files(projected_kind, projection[projected_kind], mode))
+        return files
+
+    def seconds_to_token_refresh(self) -> float | None:
+        """How long until the first cached token is due for renewal (None: no tokens)."""
+        if not self._tokens:
+            return None
+        return max(0.0, min(due for _, due in self._tokens.values()) - self._clock())
+
+    def _files(self, kind: str, source: dict[str, Any], mode: int) -> list[VolumeFile]:
         if kind == "downwardAPI":
             return [
                 (item["path"], self._field(item), item.get("mode", mode))
@@ -134,43 +174,38 @@ class VolumeMaterializer:
             obj, encoded=kind == "secret", items=source.get("items"), default_mode=mode
         )
 
-    def _write_projection(self, directory: Path, projection: dict[str, Any], mode: int) -> None:
-        token = projection.get("serviceAccountToken")
-        if token is not None:
-            _write_file(directory, token["path"], self._token(token).encode("utf-8"), mode)
-            return
-        for kind in ("configMap", "secret", "downwardAPI"):
-            if kind in projection:
-                for path, content, file_mode in self._files(kind, projection[kind], mode):
-                    _write_file(directory, path, content, file_mode)
-
     def _token(self, projection: dict[str, Any]) -> str:
+        """A TokenRequest bound to the pod, reused until 80% of its life has passed."""
+        audience = str(projection.get("audience") or "")
+        seconds = int(projection.get("expirationSeconds", DEFAULT_TOKEN_SECONDS))
+        cached = self._tokens.get((audience, seconds))
+        if cached is not None and self._clock() < cached[1]:
+            return cached[0]
         metadata = self.pod["metadata"]
-        audiences = [projection["audience"]] if projection.get("audience") else None
         request = client.AuthenticationV1TokenRequest(
             spec=client.V1TokenRequestSpec(
-                audiences=audiences,
-                expiration_seconds=projection.get("expirationSeconds", DEFAULT_TOKEN_SECONDS),
+                audiences=[audience] if audience else None,
+                expiration_seconds=seconds,
                 bound_object_ref=client.V1BoundObjectReference(
                     api_version="v1", kind="Pod", name=metadata["name"], uid=metadata["uid"]
                 ),
             )
         )
         account = self.pod["spec"].get("serviceAccountName") or "default"
+        requested = self._clock()
         response = self.core.create_namespaced_service_account_token(
             account, self.namespace, request
         )
         if response.status is None or not response.status.token:
             raise VolumeNotReadyError(f"no token issued for service account {account}")
-        return str(response.status.token)
+        token = str(response.status.token)
+        lifetime = seconds
+        expiry = response.status.expiration_timestamp
+        if expiry is not None:  # the API server may shorten (or extend) what was asked
+            lifetime = int(expiry.timestamp() - time.time() + (self._clock() - requested))
+        self._tokens[(audience, seconds)] = (token, requested + TOKEN_REFRESH_FRACTION * lifetime)
+        return token
 
     def _field(self, item: dict[str, Any]) -> bytes:
         field_path = (item.get("fieldRef") or {}).get("fieldPath", "")
-        metadata = self.pod["metadata"]
-        simple = {"metadata.name": "name", "metadata.namespace": "namespace", "metadata.uid": "uid"}
-        if field_path in simple:
-            return str(metadata[simple[field_path]]).encode("utf-8")
-        if field_path in ("metadata.labels", "metadata.annotations"):
-            values = metadata.get(field_path.split(".")[1]) or {}
-            return "\n".join(f'{k}="{v}"' for k, v in sorted(values.items())).encode("utf-8")
-        return b""
+        return pod_field(self.pod, field_path).encode("utf-8")

@@ -1,4 +1,4 @@
-"""Starting, watching and ending one helper container's sandbox process.
+"""Starting, watching and ending one container's sandbox process.
 
 Why: a kubelet kills a container at its pod's active deadline or when the pod is deleted, and
 kills every process the container left behind when it ends. This does the same for the sandbox
@@ -55,6 +55,55 @@ def sandbox_argv(plan_path: Path, start_failure_path: Path) -> list[str]:
     return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else argv
 
 
+class SandboxProcess:
+    """One start of a container: the sandbox process, its output appended to `log_path`."""
+
+    def __init__(self, plan_path: Path, log_path: Path) -> None:
+        self.plan_path = plan_path
+        self.log_path = log_path
+        self.start_failure_path = plan_path.with_name("start-failure")
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> int:
+        """Starts the sandbox in a session of its own; returns its PID."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.start_failure_path.unlink(missing_ok=True)
+        with self.log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                sandbox_argv(self.plan_path, self.start_failure_path),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return self._process.pid
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None, "not started"
+        return self._process.pid
+
+    def exit_code(self) -> int | None:
+        """None while it runs; not reaped, so its process group id stays ours."""
+        assert self._process is not None, "not started"
+        return peek_exit_code(self._process)
+
+    def signal(self, signum: int) -> None:
+        """Sends `signum` to the container's whole process group."""
+        signal_group(self.pid, signum)
+
+    def finish(self) -> SandboxOutcome:
+        """Kills whatever is left in the group, reaps, and says how it ended (exit code 128+N
+        for signal N; the start failure, empty when the command did start)."""
+        assert self._process is not None, "not started"
+        signal_group(self._process.pid, signal.SIGKILL)
+        exit_code = self._process.wait()
+        failure = ""
+        if self.start_failure_path.exists():
+            failure = self.start_failure_path.read_text(encoding="utf-8", errors="replace")
+        return SandboxOutcome(128 - exit_code if exit_code < 0 else exit_code, False, failure)
+
+
 def run_sandbox(
     plan_path: Path,
     log_path: Path,
@@ -65,34 +114,18 @@ def run_sandbox(
 ) -> SandboxOutcome | None:
     """Runs the sandbox to its end with its output appended to `log_path`; None when
     `cancelled` was set first (the process is then killed)."""
-    start_failure_path = plan_path.with_name("start-failure")
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            sandbox_argv(plan_path, start_failure_path),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    on_started(process.pid)
+    process = SandboxProcess(plan_path, log_path)
+    on_started(process.start())
     deadline = time.monotonic() + deadline_seconds if deadline_seconds else None
     deadline_exceeded = False
-    while peek_exit_code(process) is None and not cancelled.is_set():
+    while process.exit_code() is None and not cancelled.is_set():
         if deadline is not None and time.monotonic() >= deadline:
             deadline_exceeded = True
             break
         cancelled.wait(POLL_SECONDS)
-    # Not reaped yet, so the group id is still ours: kill whatever is left in it.
-    signal_group(process.pid, signal.SIGKILL)
-    exit_code = process.wait()
+    outcome = process.finish()
     if cancelled.is_set():
         return None
-    failure = ""
-    if start_failure_path.exists():
-        failure = start_failure_path.read_text(encoding="utf-8", errors="replace")
     if deadline_exceeded:
-        exit_code = SIGKILL_EXIT_CODE
-    elif exit_code < 0:
-        exit_code = 128 - exit_code
-    return SandboxOutcome(exit_code, deadline_exceeded, failure)
+        return SandboxOutcome(SIGKILL_EXIT_CODE, True, outcome.start_failure)
+    return outcome

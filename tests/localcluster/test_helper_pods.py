@@ -10,13 +10,12 @@ import pytest
 from localcluster import helper_pod_status as status
 from localcluster.helper_pods import (
     UnsupportedPodError,
-    container_environment,
-    expand_variables,
     is_helper_pod,
     node_host_path,
     plan_sandbox,
     termination_message,
 )
+from localcluster.pod_env import container_environment, expand_variables
 from tests.localcluster.pods import helper_pod
 
 

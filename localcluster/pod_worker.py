@@ -1,0 +1,336 @@
+"""Runs one image-table pod the way a kubelet does, from its binding to its deletion.
+
+Why: the provisioner's Deployment must really run: its pods get their own network namespace
+(pod_network.py), their volumes written and kept up to date (ConfigMaps swapped atomically,
+service-account tokens renewed), the container started in the node sandbox with the pod's
+environment and security context, probes that decide Ready and restart the container, the
+kubelet's crash-loop back-off, and on deletion SIGTERM, the grace period, SIGKILL and the
+confirming delete. One pod's trouble stays in its own thread and is reported in its status.
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from localcluster import container_status as statuses
+from localcluster import image_pod_plan as rules
+from localcluster.atomic_writer import write_atomically
+from localcluster.cluster_dirs import pod_log_path
+from localcluster.container_run import ContainerRun
+from localcluster.event_log import EventLog, utc_now
+from localcluster.helper_pods import UnsupportedPodError, only_container, plan_sandbox
+from localcluster.image_table import ImageRuntime
+from localcluster.pod_api import API_ERRORS, PodApi
+from localcluster.pod_env import MissingReferenceError, container_environment
+from localcluster.pod_network import PodNetwork
+from localcluster.pod_volumes import VolumeMaterializer, VolumeNotReadyError, prepare_host_paths
+from localcluster.raw_api import call_json
+
+RETRY_SECONDS = 2.0
+VOLUME_RESYNC_SECONDS = 60.0
+EMPTY_DIR_MODE = 0o777
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """What a pod's worker needs from the runner."""
+
+    core: client.CoreV1Api
+    api: PodApi
+    log: EventLog
+    cluster_dir: Path
+    node_dir: Path
+    runtime: ImageRuntime
+    backoff: rules.RestartBackoff
+    api_port: int
+    pod_ip: str
+    host_ip: str
+    on_process: Callable[[int], None]
+
+
+class PodWorker:
+    """One pod's life in a thread: `update` with each new version, `cancel` when it is gone."""
+
+    def __init__(self, pod: dict[str, Any], context: WorkerContext) -> None:
+        self.pod = pod
+        self.context = context
+        metadata = pod["metadata"]
+        self.namespace: str = metadata["namespace"]
+        self.name: str = metadata["name"]
+        self.uid: str = metadata["uid"]
+        self.config_maps = rules.config_maps_of(pod)
+        container = (pod["spec"].get("containers") or [{}])[0]
+        self.life = statuses.ContainerLife(container.get("name", ""), container.get("image", ""))
+        self.network = PodNetwork(context.pod_ip, context.api_port)
+        self.deleting = threading.Event()
+        self.gone = threading.Event()
+        self.changed = threading.Event()
+        self.volumes_changed = threading.Event()
+        self.finished = threading.Event()
+        self.phase = "Pending"
+        self.sandbox_ready = False
+        self._start_time = utc_now()
+        self._lock = threading.Lock()
+        self._last_report = ""
+        self.log_path = pod_log_path(context.cluster_dir, self.namespace, self.name, self.uid)
+
+    # Signals from the runner.
+    def update(self, pod: dict[str, Any]) -> None:
+        self.pod = pod
+        if pod["metadata"].get("deletionTimestamp"):
+            self.deleting.set()
+        self.changed.set()
+
+    def cancel(self) -> None:
+        """The pod is gone (or the harness stops): kill at once, write nothing more."""
+        self.gone.set()
+        self.changed.set()
+        self.volumes_changed.set()
+
+    def stopping(self) -> bool:
+        return self.deleting.is_set() or self.gone.is_set()
+
+    def sleep(self, seconds: float) -> bool:
+        """Waits `seconds`; False as soon as the pod is being stopped."""
+        deadline = time.monotonic() + seconds
+        while not self.stopping():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return True
+            self.changed.wait(remaining)
+            self.changed.clear()
+        return False
+
+    # The pod's thread.
+    def run(self) -> None:
+        pods_dir = self.context.cluster_dir / "pods"
+        pods_dir.mkdir(parents=True, exist_ok=True)
+        pod_dir = Path(tempfile.mkdtemp(prefix=f"{self.namespace}_{self.name}_", dir=pods_dir))
+        try:
+            self._live(pod_dir)
+        except Exception:  # noqa: BLE001 - one pod's failure must not stop the runner
+            self.log(f"worker error: {traceback.format_exc()}")
+            self.waiting("RunContainerError", "local cluster runner error; see harness.log")
+            while self.sleep(3600):
+                pass
+        finally:
+            self.volumes_changed.set()
+            self.network.stop()
+            shutil.rmtree(pod_dir, ignore_errors=True)
+            if self.deleting.is_set() and not self.gone.is_set():
+                self.context.api.force_delete(self.namespace, self.name, self.uid)
+            self.finished.set()
+            self.log("finished")
+
+    def _live(self, pod_dir: Path) -> None:
+        self.report()
+        self.network.start()
+        if self.network.pause_pid is not None:
+            self.context.on_process(self.network.pause_pid)
+        self.sandbox_ready = True
+        materializer = VolumeMaterializer(self.context.core, self.pod, pod_dir / "volumes")
+        volumes = self._prepare_volumes(materializer)
+        if volumes is None:
+            return
+        threading.Thread(
+            target=self._refresh_volumes,
+            args=(materializer,),
+            name=f"pod-volumes-{self.name}",
+            daemon=True,
+        ).start()
+        self._restart_loop(pod_dir, volumes)
+        while self.sleep(3600):  # a finished pod stays until it is deleted
+            pass
+
+    def _restart_loop(self, pod_dir: Path, volumes: Mapping[str, Path]) -> None:
+        policy = self.pod["spec"].get("restartPolicy", "Always")
+        in_a_row, last_restart = 0, time.monotonic()
+        attempt = 0
+        while not self.stopping():
+            if attempt:
+                in_a_row = (
+                    1
+                    if self.context.backoff.expired(time.monotonic() - last_restart)
+                    else in_a_row + 1
+                )
+                delay = self.context.backoff.delay(in_a_row)
+                self.life.last_state = self.life.state
+                if delay:
+                    message = statuses.back_off_message(delay, self.pod, self.life.name)
+                    self.waiting("CrashLoopBackOff", message)
+                    if not self.sleep(delay):
+                        return
+                last_restart = time.monotonic()
+                self.life.restart_count += 1
+            exit_code = self._start_container(pod_dir, volumes, attempt)
+            attempt += 1
+            if exit_code is None:
+                return
+            if not rules.should_restart(policy, exit_code):
+                self.phase = "Succeeded" if exit_code == 0 else "Failed"
+                self.report()
+                return
+
+    def _start_container(
+        self, pod_dir: Path, volumes: Mapping[str, Path], attempt: int
+    ) -> int | None:
+        """One run of the container; its exit code, None when stopped for good."""
+        while True:
+            try:
+                plan = self._plan(pod_dir, volumes, attempt)
+                break
+            except (rules.ContainerConfigError, MissingReferenceError) as error:
+                self.waiting("CreateContainerConfigError", str(error))
+                if not self.sleep(RETRY_SECONDS):
+                    return None
+            except UnsupportedPodError as error:
+                return self._start_error(error.message, attempt)
+        plan_path = pod_dir / f"plan-{attempt}.json"
+        plan_path.write_text(plan.to_json(), encoding="utf-8")
+        run = ContainerRun(self, plan_path, attempt)
+        return run.run()
+
+    def _plan(self, pod_dir: Path, volumes: Mapping[str, Path], attempt: int) -> Any:
+        container = only_container(self.pod)
+        security = rules.security_settings(self.pod, container)
+        defaults = rules.environment_defaults(
+            self.context.runtime, self.context.api_port, security.user
+        )
+        env = container_environment(
+            container, self.name, pod=self.pod_with_ips(), defaults=defaults, lookup=self._lookup
+        )
+        plan = plan_sandbox(
+            self.pod,
+            root=pod_dir / f"root-{attempt}",
+            node_dir=self.context.node_dir,
+            materialized=volumes,
+            env=env,
+            image=self.context.runtime,
+        )
+        return replace(
+            plan,
+            network_namespace=self.network.namespace_path,
+            user=security.user,
+            group=security.group,
+            supplemental_groups=security.supplemental_groups,
+            read_only_root=security.read_only_root,
+            fresh_tmp=False,
+        )
+
+    def _start_error(self, message: str, attempt: int) -> int:
+        now = utc_now()
+        self.life.state = statuses.terminated(
+            128,
+            started_at=now,
+            finished_at=now,
+            container_id=statuses.container_id(self.uid, attempt),
+            message=message,
+        )
+        self.log(message)
+        self.report()
+        return 128
+
+    def _lookup(self, kind: str, name: str) -> Mapping[str, str] | None:
+        read = (
+            self.context.core.read_namespaced_config_map
+            if kind == "configMap"
+            else self.context.core.read_namespaced_secret
+        )
+        try:
+            data = call_json(read, name, self.namespace).get("data") or {}
+        except client.ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        if kind == "secret":
+            return {key: base64.b64decode(value).decode() for key, value in data.items()}
+        return {key: str(value) for key, value in data.items()}
+
+    # Volumes.
+    def _prepare_volumes(self, materializer: VolumeMaterializer) -> dict[str, Path] | None:
+        while not self.stopping():
+            try:
+                prepare_host_paths(self.pod, self.context.node_dir)
+                return self._write_volumes(materializer)
+            except VolumeNotReadyError as error:
+                self.waiting("ContainerCreating", f"volume not ready: {error}")
+                self.sleep(RETRY_SECONDS)
+        return None
+
+    def _write_volumes(self, materializer: VolumeMaterializer) -> dict[str, Path]:
+        materializer.pod = self.pod_with_ips()
+        directories = {}
+        for name, kind, source in materializer.materialized_volumes():
+            directory = materializer.volumes_dir / name
+            if kind == "emptyDir":
+                directory.mkdir(parents=True, exist_ok=True)
+                directory.chmod(EMPTY_DIR_MODE)
+            elif write_atomically(directory, materializer.volume_files(kind, source)):
+                self.log(f"volume {name} written")
+            directories[name] = directory
+        return directories
+
+    def _refresh_volumes(self, materializer: VolumeMaterializer) -> None:
+        """Rewrites changed volumes: on a ConfigMap change, when a token is due, and every
+        minute (Secrets, downward-API fields), as the kubelet's volume manager does."""
+        while not self.stopping() and not self.finished.is_set():
+            due = materializer.seconds_to_token_refresh()
+            self.volumes_changed.wait(VOLUME_RESYNC_SECONDS if due is None else min(due, 60))
+            self.volumes_changed.clear()
+            if self.stopping() or self.finished.is_set():
+                return
+            try:
+                self._write_volumes(materializer)
+            except (VolumeNotReadyError, *API_ERRORS) as error:
+                # As a kubelet: the last version written stays (e.g. a deleted ConfigMap).
+                self.log(f"volume refresh failed, keeping the last version: {error}")
+
+    # Status.
+    def pod_with_ips(self) -> dict[str, Any]:
+        """The pod as the downward API sees it: with the IPs it is about to report."""
+        status = {**(self.pod.get("status") or {})}
+        status.update(podIP=self.context.pod_ip, hostIP=self.context.host_ip)
+        status.update(podIPs=[{"ip": self.context.pod_ip}], hostIPs=[{"ip": self.context.host_ip}])
+        return {**self.pod, "status": status}
+
+    def waiting(self, reason: str, message: str) -> None:
+        self.life.state = {"waiting": {"reason": reason, "message": message}}
+        self.life.ready = self.life.started = False
+        self.report()
+
+    def report(self) -> None:
+        """Writes the whole status unless it says what was written last."""
+        with self._lock:
+            if self.gone.is_set():
+                return
+            status = statuses.pod_status(
+                self.pod,
+                self.life,
+                phase=self.phase,
+                now=utc_now(),
+                start_time=self._start_time,
+                pod_ip=self.context.pod_ip,
+                host_ip=self.context.host_ip,
+                sandbox_ready=self.sandbox_ready,
+            )
+            key = repr(
+                {**status, "conditions": [(c["type"], c["status"]) for c in status["conditions"]]}
+            )
+            if key == self._last_report:
+                return
+            self._last_report = key
+            self.context.api.patch_status(self.pod, status)
+
+    def log(self, line: str) -> None:
+        self.context.log.write(f"{self.namespace}/{self.name}: {line}")
