@@ -16,7 +16,13 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from provisioner.claims import SELECTED_NODE, VOLUME_FINALIZER, ProvisionPlan, TeardownPlan
+from provisioner.claims import (
+    BASE_PATH_ANNOTATION,
+    SELECTED_NODE,
+    VOLUME_FINALIZER,
+    ProvisionPlan,
+    TeardownPlan,
+)
 from provisioner.config import ConfigBundle
 from provisioner.helpers import HelperAction, HelperTarget, build_helper_pod
 from provisioner.kube.client import KubeClients
@@ -24,7 +30,7 @@ from provisioner.kube.events import EventRecorder, ObjectReference
 from provisioner.kube.helper_pods import HelperPodError, HelperPodRunner
 from provisioner.kube.metrics import Metrics
 from provisioner.records import ClaimRecord
-from provisioner.volumes import build_persistent_volume
+from provisioner.volumes import build_persistent_volume, foreign_volume_problem
 
 log = logging.getLogger(__name__)
 
@@ -85,15 +91,9 @@ class Actions:
         action: HelperAction,
         target: HelperTarget,
         bundle: ConfigBundle,
-        fallback_node: str | None,
     ) -> float:
         manifest = build_helper_pod(
-            action,
-            target,
-            bundle,
-            self._helper.namespace,
-            self._helper.service_account,
-            node_name=fallback_node,
+            action, target, bundle, self._helper.namespace, self._helper.service_account
         )
         try:
             seconds = self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
@@ -103,9 +103,7 @@ class Actions:
         self._metrics.observe_helper_pod(action, "succeeded", seconds)
         return seconds
 
-    def provision(
-        self, plan: ProvisionPlan, bundle: ConfigBundle, fallback_node: str | None
-    ) -> None:
+    def provision(self, plan: ProvisionPlan, bundle: ConfigBundle) -> None:
         claim, class_name = plan.claim, plan.storage_class.name
         where = plan.node_name or "the shared filesystem"
         reference = claim_reference(claim)
@@ -116,7 +114,7 @@ class Actions:
             f"External provisioner is provisioning volume for claim {claim.namespace}/{claim.name}",
         )
         try:
-            self.run_helper("create", plan, bundle, fallback_node)
+            self.run_helper("create", plan, bundle)
         except HelperPodError as error:
             self._metrics.provision_failed_total.labels(class_name, "").inc()
             self._recorder.warning(
@@ -125,7 +123,7 @@ class Actions:
                 f"failed to create {plan.path} on {where}: {error}; will retry with backoff",
             )
             raise ActionFailed(str(error)) from error
-        self._save_volume(plan, bundle, fallback_node, reference)
+        self._save_volume(plan, bundle, reference)
         self._metrics.provision_total.labels(class_name, "").inc()
         self._metrics.provision_duration_seconds.labels(class_name, "").observe(
             time.monotonic() - started
@@ -140,7 +138,6 @@ class Actions:
         self,
         plan: ProvisionPlan,
         bundle: ConfigBundle,
-        fallback_node: str | None,
         reference: ObjectReference,
     ) -> None:
         volume = build_persistent_volume(plan)
@@ -151,8 +148,18 @@ class Actions:
                 return
             except ApiException as error:
                 if error.status == HTTP_CONFLICT:
-                    # Saved by an earlier attempt whose response we lost, or by a peer.
-                    return
+                    # Saved by an earlier attempt whose response we lost, or by a peer; or a
+                    # PV of that name that is not this claim's volume at this path.
+                    problem = self._existing_volume_problem(plan)
+                    if problem is None:
+                        return
+                    last_error = problem
+                    self._recorder.warning(
+                        reference,
+                        "ProvisioningFailed",
+                        f"{problem}: it is not this claim's volume; giving {plan.path} back",
+                    )
+                    break
                 last_error = f"{error.status} {error.reason}"
             log.warning(
                 "saving PV %s failed (attempt %d/%d): %s",
@@ -166,7 +173,7 @@ class Actions:
         # The directory exists but no PV will point at it: give the storage back.
         self._metrics.provision_failed_total.labels(plan.storage_class.name, "").inc()
         try:
-            self.run_helper("delete", _cleanup_target(plan), bundle, fallback_node)
+            self.run_helper("delete", _cleanup_target(plan), bundle)
         except HelperPodError as error:
             self._recorder.warning(
                 reference,
@@ -175,6 +182,31 @@ class Actions:
                 f"failed too: {error}; remove it by hand",
             )
         raise ActionFailed(f"saving PV {plan.volume_name} failed: {last_error}")
+
+    def _existing_volume_problem(self, plan: ProvisionPlan) -> str | None:
+        """None when the PV already saved under the plan's name is this claim's, by us, at this
+        path (the earlier attempt's); otherwise why it is not."""
+        try:
+            existing = self._clients.request_json(
+                "GET", f"/api/v1/persistentvolumes/{plan.volume_name}"
+            )
+        except ApiException as error:
+            return f"PV {plan.volume_name} exists but reading it failed: {error.status}"
+        problem = foreign_volume_problem(existing, plan)
+        if problem is not None:
+            log.warning("PV %s already exists and is not ours: %s", plan.volume_name, problem)
+        return problem
+
+    def record_base_path(self, claim: ClaimRecord, base_path: str) -> None:
+        """Before any directory exists: every later attempt then works on the same base path."""
+        self._patch(
+            f"/api/v1/namespaces/{claim.namespace}/persistentvolumeclaims/{claim.name}",
+            {"metadata": {"annotations": {BASE_PATH_ANNOTATION: base_path}}},
+            MERGE,
+        )
+
+    def wait_for_path(self, claim: ClaimRecord, reason: str) -> None:
+        self._recorder.normal(claim_reference(claim), "WaitingForPath", reason)
 
     def reject(self, claim: ClaimRecord, reason: str) -> None:
         self._recorder.warning(claim_reference(claim), "ProvisioningFailed", reason)
@@ -191,12 +223,10 @@ class Actions:
             f"{reason}: removed {SELECTED_NODE} so that the scheduler picks a node again",
         )
 
-    def teardown(
-        self, plan: TeardownPlan, class_name: str, bundle: ConfigBundle, fallback_node: str | None
-    ) -> None:
+    def teardown(self, plan: TeardownPlan, class_name: str, bundle: ConfigBundle) -> None:
         started = time.monotonic()
         try:
-            self.run_helper("delete", plan, bundle, fallback_node)
+            self.run_helper("delete", plan, bundle)
         except HelperPodError as error:
             self._metrics.delete_failed_total.labels(class_name).inc()
             self._recorder.warning(

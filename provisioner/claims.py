@@ -32,7 +32,14 @@ from provisioner.config import (
     volume_type_of,
 )
 from provisioner.paths import (
+    LIVE,
+    RELEASED,
+    TEARING_DOWN,
+    TORN_DOWN,
+    Location,
+    PathBook,
     PathPatternError,
+    PathState,
     PatternFields,
     choose_base_path,
     is_deletable_path,
@@ -55,6 +62,9 @@ SELECTED_NODE = "volume.kubernetes.io/selected-node"
 VOLUME_FINALIZER = "external-provisioner.volume.kubernetes.io/finalizer"
 NODE_ANNOTATION = "local-path-storage.io/node"
 RANCHER_NODE_ANNOTATION = "local.path.provisioner/selected-node"
+BASE_PATH_ANNOTATION = "local-path-storage.io/base-path"
+"""On a claim: the base path chosen for it, so that every attempt (a retry, the next leader
+after a crash) works in the same place and never leaves a directory on another one."""
 NODE_LOCAL_ACCESS_MODES = frozenset({"ReadWriteOnce", "ReadWriteOncePod"})
 
 
@@ -75,10 +85,17 @@ class ProvisionPlan:
     vol_user: str = ""
     vol_group: str = ""
     vol_perm: str = ""
+    record_base_path: bool = False
+    """Write base_path on the claim (BASE_PATH_ANNOTATION) before any directory is made: the
+    node has several candidates and the claim does not name one yet."""
 
     @property
     def volume_mode(self) -> str:
         return self.claim.volume_mode
+
+    @property
+    def location(self) -> Location:
+        return self.node_affinity if self.node_affinity is not None else ("", "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +137,15 @@ class Reject:
 
 
 @dataclass(frozen=True, slots=True)
+class WaitForPath:
+    """Another volume holds (or is being given or torn down at) an overlapping path: a Normal
+    event says which; the claim is looked at again once that entry leaves the book."""
+
+    reason: str
+    blockers: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Reschedule:
     """The selected node is gone: remove the selected-node annotation, Warning event."""
 
@@ -156,10 +182,8 @@ class NodeGone:
     remove_finalizer: bool
 
 
-ClaimDecision = Ignore | Provision | Reject | Reschedule
+ClaimDecision = Ignore | Provision | Reject | Reschedule | WaitForPath
 VolumeDecision = Ignore | Teardown | RefuseUnsafePath | AddFinalizer | RemoveFinalizer | NodeGone
-Location = tuple[str, str]
-"""Where a volume's path lives: its (affinity key, value), or ("", "") on a shared path."""
 
 
 def volume_name_for(claim: ClaimRecord) -> str:
@@ -173,39 +197,23 @@ def volume_location(volume: VolumeRecord) -> Location:
     return ("", "")
 
 
-class VolumePathIndex:
-    """Paths of our volumes per location: spreads new volumes, spots shared directories."""
+def volume_path_state(volume: VolumeRecord) -> PathState:
+    return RELEASED if volume.phase == "Released" else LIVE
 
-    def __init__(self, volumes: Iterable[VolumeRecord] = ()) -> None:
-        self._volumes: dict[str, tuple[Location, str]] = {}
-        for volume in volumes:
-            self.add(volume)
 
-    def add(self, volume: VolumeRecord) -> None:
-        if volume.path is not None:
-            self._volumes[volume.name] = (volume_location(volume), volume.path)
-
-    def discard(self, volume_name: str) -> None:
-        self._volumes.pop(volume_name, None)
-
-    def count_inside(self, location: Location, base_path: str) -> int:
-        return sum(
-            1
-            for where, path in self._volumes.values()
-            if where == location and is_strictly_inside(path, base_path)
+def record_volume(book: PathBook, volume: VolumeRecord) -> None:
+    """Puts one of our PVs into the book (one with no path holds no directory)."""
+    if volume.path is not None:
+        book.record_volume(
+            volume.name, volume_location(volume), volume.path, volume_path_state(volume)
         )
 
-    def overlapping(self, volume_name: str, location: Location, path: str) -> list[str]:
-        """Other volumes whose directory is this one, inside it, or contains it."""
-        return sorted(
-            name
-            for name, (where, other) in self._volumes.items()
-            if name != volume_name
-            and where == location
-            and (
-                other == path or is_strictly_inside(other, path) or is_strictly_inside(path, other)
-            )
-        )
+
+def volume_book(volumes: Iterable[VolumeRecord] = ()) -> PathBook:
+    book = PathBook()
+    for volume in volumes:
+        record_volume(book, volume)
+    return book
 
 
 def is_our_claim(claim: ClaimRecord, provisioner_name: str) -> bool:
@@ -223,8 +231,10 @@ def decide_claim_action(
     nodes: Mapping[str, NodeRecord],
     *,
     provisioner_name: str,
-    volume_index: VolumePathIndex | None = None,
+    paths: PathBook | None = None,
 ) -> ClaimDecision:
+    """`paths` is the whole picture of taken paths (live, Released, in flight); without it no
+    overlap can be seen, which only pure tests of other rules may want."""
     if claim.volume_name:
         return Ignore(f"bound to volume {claim.volume_name}")
     if claim.being_deleted:
@@ -237,6 +247,8 @@ def decide_claim_action(
         return Ignore("not handed to us (no storage-provisioner annotation naming us)")
     if volume_name_for(claim) in existing_volume_names:
         return Ignore(f"volume {volume_name_for(claim)} already exists")
+    if paths is not None and volume_name_for(claim) in paths:
+        return Ignore(f"volume {volume_name_for(claim)} is being provisioned")
     if claim.has_selector:
         return Reject("claims with spec.selector cannot be provisioned dynamically: remove it")
     if claim.has_data_source:
@@ -269,19 +281,26 @@ def decide_claim_action(
     elif not shared:
         return Ignore("waiting for the scheduler to select a node")
     try:
-        return Provision(
-            _plan(
-                claim,
-                storage_class,
-                config,
-                node=node,
-                shared=shared,
-                provisioner_name=provisioner_name,
-                volume_index=volume_index,
-            )
+        plan = _plan(
+            claim,
+            storage_class,
+            config,
+            node=node,
+            shared=shared,
+            provisioner_name=provisioner_name,
+            paths=paths,
         )
     except (ConfigError, PathPatternError, ValueError) as error:
         return Reject(str(error))
+    blockers = paths.overlapping(plan.volume_name, plan.location, plan.path) if paths else []
+    if blockers:
+        return WaitForPath(
+            f"path {plan.path} overlaps "
+            + "; ".join(entry.describe() for entry in blockers)
+            + ": waiting until it is gone",
+            tuple(entry.volume_name for entry in blockers),
+        )
+    return Provision(plan)
 
 
 def _plan(
@@ -292,7 +311,7 @@ def _plan(
     node: NodeRecord | None,
     shared: bool,
     provisioner_name: str,
-    volume_index: VolumePathIndex | None,
+    paths: PathBook | None,
 ) -> ProvisionPlan:
     """Raises ConfigError/PathPatternError/ValueError with the reason to reject."""
     parameters, annotations = storage_class.parameters, storage_class.annotations
@@ -327,8 +346,12 @@ def _plan(
                 f" {node.name if node else '?'}"
             )
         candidates = [parameters["nodePath"]]
-    counts = {p: volume_index.count_inside(location, p) for p in candidates} if volume_index else {}
-    base_path = choose_base_path(sorted(candidates), counts)
+    recorded = claim.annotations.get(BASE_PATH_ANNOTATION)
+    if recorded in candidates:
+        base_path, record = recorded, False
+    else:
+        counts = {p: paths.count_inside(location, p) for p in candidates} if paths else {}
+        base_path, record = choose_base_path(sorted(candidates), counts), len(candidates) > 1
     fields = PatternFields(
         volume_name_for(claim), claim.namespace, claim.name, claim.labels, claim.annotations
     )
@@ -362,6 +385,7 @@ def _plan(
         vol_user=rendered["user"],
         vol_group=rendered["group"],
         vol_perm=rendered["perm"],
+        record_base_path=record,
     )
 
 
@@ -400,10 +424,13 @@ def decide_volume_action(
     nodes: Mapping[str, NodeRecord],
     *,
     provisioner_name: str,
-    volume_index: VolumePathIndex | None = None,
+    paths: PathBook | None = None,
 ) -> VolumeDecision:
     if volume.annotations.get(PROVISIONED_BY) != provisioner_name:
         return Ignore("not provisioned by us")
+    entry = paths.get(volume.name) if paths is not None else None
+    if entry is not None and entry.state in (TEARING_DOWN, TORN_DOWN):
+        return Ignore(f"{entry.describe()}: nothing more to do")
     has_finalizer = VOLUME_FINALIZER in volume.finalizers
     if volume.reclaim_policy != "Delete":
         if has_finalizer:
@@ -414,9 +441,9 @@ def decide_volume_action(
             return Ignore("being deleted without our finalizer")
         if volume.phase == "Bound":
             return Ignore("deleted while bound: waiting until the claim lets go of it")
-        return _teardown(volume, config, nodes, volume_index, delete_volume=False)
+        return _teardown(volume, config, nodes, paths, delete_volume=False)
     if volume.phase == "Released":
-        return _teardown(volume, config, nodes, volume_index, delete_volume=True)
+        return _teardown(volume, config, nodes, paths, delete_volume=True)
     if not has_finalizer and volume.phase != "Failed":
         return AddFinalizer()
     return Ignore(f"phase {volume.phase or 'unknown'}: nothing to do")
@@ -426,7 +453,7 @@ def _teardown(
     volume: VolumeRecord,
     config: ProvisionerConfig,
     nodes: Mapping[str, NodeRecord],
-    volume_index: VolumePathIndex | None,
+    paths: PathBook | None,
     *,
     delete_volume: bool,
 ) -> VolumeDecision:
@@ -458,10 +485,11 @@ def _teardown(
             f"path {volume.path} is not clean and strictly inside a base path"
             f" configured for this volume ({', '.join(base_paths) or 'none'}){fix}"
         )
-    if volume_index is not None:
-        others = volume_index.overlapping(volume.name, volume_location(volume), volume.path)
+    if paths is not None:
+        others = paths.overlapping(volume.name, volume_location(volume), volume.path)
         if others:
-            return RefuseUnsafePath(f"path {volume.path} is also used by {', '.join(others)}{fix}")
+            names = ", ".join(entry.volume_name for entry in others)
+            return RefuseUnsafePath(f"path {volume.path} is also used by {names}{fix}")
     try:
         size = quantity_to_bytes(volume.capacity or "0")
     except ValueError:

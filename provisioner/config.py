@@ -33,12 +33,56 @@ from provisioner.paths import (
     PatternFields,
     check_pattern,
     check_volume_path,
+    is_strictly_inside,
     render_pattern,
 )
 
 DEFAULT_NODE = "DEFAULT_PATH_FOR_NON_LISTED_NODES"
-DEFAULT_SETUP_SCRIPT = '#!/bin/sh\nset -eu\nmkdir -m 0777 -p "$VOL_DIR"\n'
-DEFAULT_TEARDOWN_SCRIPT = '#!/bin/sh\nset -eu\nrm -rf "$VOL_DIR"\n'
+# The default scripts never follow a symbolic link: a tenant owns its volume's directory and
+# can plant links in it, and the PV is a hostPath the kubelet resolves on the host. Setup makes
+# the directory one component at a time, refusing any link on the way (`mkdir -p` would follow
+# it), and both scripts refuse unless the real path of VOL_DIR (`pwd -P`) is VOL_DIR itself.
+# VOL_PERM (0777 when the class sets no permPattern, as rancher), VOL_USER and VOL_GROUP are
+# applied to the volume's directory.
+DEFAULT_SETUP_SCRIPT = """\
+#!/bin/sh
+set -eu
+refuse() { echo "refusing $VOL_DIR: $1" >&2; exit 1; }
+case "$VOL_DIR" in /*) ;; *) refuse "not an absolute path" ;; esac
+dir=""
+rest="${VOL_DIR#/}"
+while [ -n "$rest" ]; do
+  part="${rest%%/*}"
+  if [ "$part" = "$rest" ]; then rest=""; else rest="${rest#*/}"; fi
+  dir="$dir/$part"
+  if [ -L "$dir" ]; then refuse "$dir is a symbolic link"; fi
+  if [ ! -d "$dir" ]; then mkdir "$dir" || [ -d "$dir" ] || refuse "cannot create $dir"; fi
+done
+cd "$VOL_DIR"
+real="$(pwd -P)"
+if [ "$real" != "$VOL_DIR" ]; then refuse "its real path is $real"; fi
+chmod "${VOL_PERM:-0777}" .
+if [ -n "${VOL_USER:-}${VOL_GROUP:-}" ]; then chown "${VOL_USER:-}${VOL_GROUP:+:$VOL_GROUP}" .; fi
+"""
+DEFAULT_TEARDOWN_SCRIPT = """\
+#!/bin/sh
+set -eu
+refuse() { echo "refusing $VOL_DIR: $1" >&2; exit 1; }
+case "$VOL_DIR" in /*) ;; *) refuse "not an absolute path" ;; esac
+if [ -L "$VOL_DIR" ]; then refuse "it is a symbolic link"; fi
+if ! cd "$VOL_DIR" 2>/dev/null; then
+  if [ -e "$VOL_DIR" ]; then refuse "it is not a directory"; fi
+  parent="$VOL_DIR"
+  while parent="${parent%/*}"; [ -n "$parent" ]; do
+    if [ -L "$parent" ]; then refuse "$parent is a symbolic link"; fi
+  done
+  exit 0
+fi
+real="$(pwd -P)"
+if [ "$real" != "$VOL_DIR" ]; then refuse "its real path is $real"; fi
+cd /
+rm -rf "$VOL_DIR"
+"""
 DEFAULT_HELPER_POD_YAML = """\
 apiVersion: v1
 kind: Pod
@@ -164,6 +208,7 @@ class ProvisionerConfig(_Strict):
                 "no storage configured: set nodePathMap, sharedFileSystemPath"
                 " or storageClassConfigs",
             )
+        _check_nesting(self._base_paths_with_keys())
         if self.cmd_timeout_seconds <= 0:
             raise ConfigError(
                 "cmdTimeoutSeconds",
@@ -181,6 +226,30 @@ class ProvisionerConfig(_Strict):
                     " shell)",
                 )
         return self
+
+    def _base_paths_with_keys(self) -> list[tuple[str, str]]:
+        """(key path, base path) for every base path configured anywhere."""
+        found: list[tuple[str, str]] = []
+        storages = [
+            (
+                "",
+                StorageClassConfig.model_construct(
+                    node_path_map=self.node_path_map,
+                    shared_filesystem_path=self.shared_filesystem_path,
+                ),
+            )
+        ]
+        storages += [
+            (f"storageClassConfigs[{json.dumps(name)}].", storage)
+            for name, storage in self.storage_class_configs.items()
+        ]
+        for prefix, storage in storages:
+            for i, entry in enumerate(storage.node_path_map):
+                for k, path in enumerate(entry.paths):
+                    found.append((f"{prefix}nodePathMap[{i}].paths[{k}]", path))
+            if storage.shared_filesystem_path is not None:
+                found.append((f"{prefix}sharedFileSystemPath", storage.shared_filesystem_path))
+        return found
 
     def storage_for(self, class_name: str) -> StorageClassConfig | None:
         """The storage config serving class_name; None when storageClassConfigs omits it."""
@@ -253,6 +322,20 @@ def _check_storage(entries: list[NodePathMapEntry], shared: str | None) -> None:
                 "cannot be combined with a non-empty"
                 " nodePathMap: use one of them and set nodePathMap to []",
             )
+
+
+def _check_nesting(base_paths: list[tuple[str, str]]) -> None:
+    """No base path inside another, for any node or class: a volume of the outer one could be
+    the inner one's whole base, and its teardown would delete every volume there."""
+    for inner_key, inner in base_paths:
+        for outer_key, outer in base_paths:
+            if is_strictly_inside(inner, outer):
+                raise ConfigError(
+                    inner_key,
+                    f"{json.dumps(inner)} lies inside the base path {json.dumps(outer)}"
+                    f" ({outer_key}): a volume there could be this whole base path and its"
+                    " teardown would remove every volume in it; use directories side by side",
+                )
 
 
 def _check_base_path(path: str, key: str) -> None:

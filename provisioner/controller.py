@@ -28,10 +28,11 @@ from provisioner.claims import (
     RemoveFinalizer,
     Reschedule,
     Teardown,
-    VolumePathIndex,
+    WaitForPath,
     decide_claim_action,
     decide_volume_action,
     is_our_claim,
+    record_volume,
 )
 from provisioner.config import ConfigBundle
 from provisioner.helpers import (
@@ -39,7 +40,6 @@ from provisioner.helpers import (
     HELPER_POD_LABEL_VALUE,
     HelperAction,
     helper_pod_name,
-    pick_helper_node,
 )
 from provisioner.kube.client import KubeClients
 from provisioner.kube.helper_pods import HelperPodError
@@ -47,6 +47,7 @@ from provisioner.kube.informer import Informer, name_key, uid_key
 from provisioner.kube.metrics import Metrics
 from provisioner.kube.pod_events import ADDED, DELETED, MODIFIED, PodEventHub
 from provisioner.kube.workqueue import WorkQueue
+from provisioner.paths import PathBook
 from provisioner.records import (
     ClaimRecord,
     NodeRecord,
@@ -62,8 +63,9 @@ log = logging.getLogger(__name__)
 
 CLAIM = "claim"
 VOLUME = "volume"
+HELPER_POD = "helper-pod"
 Key = tuple[str, str]
-"""(CLAIM, claim uid) or (VOLUME, volume name)."""
+"""(CLAIM, claim uid), (VOLUME, volume name) or (HELPER_POD, its informer key)."""
 
 
 @dataclass(frozen=True)
@@ -78,38 +80,20 @@ class ControllerSettings:
     backoff_max: float = 300.0
 
 
-class _KnownVolumeNames:
-    """The PV names the informer holds plus the ones this process created and the informer has
-    not delivered yet, so a requeued claim is not provisioned again in that window."""
+class _InformerNames:
+    """The PV names the volume informer holds, as a collection the pure core can test."""
 
     def __init__(self, informer: Informer[VolumeRecord]) -> None:
         self._informer = informer
-        self._created: set[str] = set()
-        self._lock = threading.Lock()
-
-    def remember(self, name: str) -> None:
-        with self._lock:
-            self._created.add(name)
-
-    def forget(self, name: str) -> None:
-        with self._lock:
-            self._created.discard(name)
 
     def __contains__(self, name: object) -> bool:
-        if not isinstance(name, str):
-            return False
-        with self._lock:
-            if name in self._created:
-                return True
-        return self._informer.get(name) is not None
+        return isinstance(name, str) and self._informer.get(name) is not None
 
     def __iter__(self) -> Iterator[str]:
-        with self._lock:
-            created = set(self._created)
-        return iter(created | set(self._informer.keys()))
+        return iter(self._informer.keys())
 
     def __len__(self) -> int:
-        return len(set(self))
+        return len(self._informer)
 
 
 class Controller:
@@ -156,12 +140,14 @@ class Controller:
             to_record=_helper_pod,
             label_selector=f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}",
         )
-        self._known_volumes = _KnownVolumeNames(self.volumes)
-        # Volumes this process tore down whose deletion the informer has not delivered yet: the
-        # finalizer patch's own update event must not start a second teardown.
-        self._torn_down: set[str] = set()
-        self._index = VolumePathIndex()
-        self._index_lock = threading.Lock()
+        self._volume_names = _InformerNames(self.volumes)
+        # The one picture of taken paths the core decides on: our PVs as the informer sees
+        # them, plus the provisions and teardowns in flight. Decisions and the bookkeeping that
+        # carries them out happen under one lock, so two workers never both think a path free.
+        self._paths = PathBook()
+        self._paths_lock = threading.Lock()
+        # Claims told to wait, by the volume they wait for: woken when it leaves the book.
+        self._waiting: dict[str, set[str]] = {}
         self._in_flight_pods: set[str] = set()
         self._workers: list[threading.Thread] = []
         self._started = False
@@ -227,14 +213,16 @@ class Controller:
                 self._queue.add((CLAIM, key))
 
         def on_volume(key: str, old: VolumeRecord | None, new: VolumeRecord | None) -> None:
-            with self._index_lock:
+            waiting: set[str] = set()
+            with self._paths_lock:
                 if new is None:
-                    self._index.discard(key)
-                    self._torn_down.discard(key)
+                    self._paths.forget(key)
+                    waiting = self._waiting.pop(key, set())
                 elif new.annotations.get(PROVISIONED_BY) == name:
-                    self._index.add(new)
-            if new is not None:
-                self._known_volumes.forget(key)
+                    record_volume(self._paths, new)
+            if new is None:
+                for uid in waiting:
+                    self._queue.add((CLAIM, uid))
             if new is not None and new.annotations.get(PROVISIONED_BY) == name:
                 self._queue.add((VOLUME, key))
 
@@ -270,7 +258,8 @@ class Controller:
                 "Succeeded",
                 "Failed",
             ):
-                self._collect_helper_pod(new)
+                # No API call on the informer's thread: a worker deletes it.
+                self._queue.add((HELPER_POD, key))
 
         self.claims.add_event_handler(on_claim, on_claim, None)
         self.volumes.add_event_handler(on_volume, on_volume, on_volume)
@@ -278,11 +267,14 @@ class Controller:
         self.nodes.add_event_handler(on_node, on_node, on_node)
         self.helper_pods.add_event_handler(on_helper_pod, on_helper_pod, on_helper_pod)
 
-    def _collect_helper_pod(self, pod: dict[str, Any]) -> None:
+    def _collect_helper_pod(self, key: str) -> None:
         """A finished helper pod no worker waits on is a leftover of a crashed run: delete it."""
+        pod = self.helper_pods.get(key)
+        if pod is None or (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            return
         name = str(pod["metadata"]["name"])
         deleting = pod["metadata"].get("deletionTimestamp") is not None
-        if deleting or name in self._in_flight_pods or not self._started:
+        if deleting or name in self._in_flight_pods:
             return
         log.info(
             "deleting leftover helper pod %s (%s)", name, (pod.get("status") or {}).get("phase")
@@ -333,8 +325,10 @@ class Controller:
         kind, name = key
         if kind == CLAIM:
             self._reconcile_claim(name)
-        else:
+        elif kind == VOLUME:
             self._reconcile_volume(name)
+        else:
+            self._collect_helper_pod(name)
 
     def _reconcile_claim(self, uid: str) -> None:
         claim = self.claims.get(uid)
@@ -343,26 +337,36 @@ class Controller:
         bundle = self._config()
         nodes = dict(self.nodes.items())
         storage_class = self.classes.get(claim.storage_class_name or "")
-        with self._index_lock:
+        with self._paths_lock:
             decision = decide_claim_action(
                 claim,
                 storage_class,
                 bundle.config,
-                self._known_volumes,
+                self._volume_names,
                 nodes,
                 provisioner_name=self._settings.provisioner_name,
-                volume_index=self._index,
+                paths=self._paths,
             )
+            match decision:
+                case Provision(plan):
+                    self._paths.reserve(plan.volume_name, plan.location, plan.path)
+                case WaitForPath(_, blockers):
+                    for blocker in blockers:
+                        self._waiting.setdefault(blocker, set()).add(uid)
         match decision:
             case Provision(plan):
-                fallback = None if plan.node_name else pick_helper_node(nodes.values())
-                self._with_pod(
-                    "create",
-                    plan.volume_name,
-                    lambda: self._actions.provision(plan, bundle, fallback),
-                )
-                if self.volumes.get(plan.volume_name) is None:
-                    self._known_volumes.remember(plan.volume_name)
+                try:
+                    if plan.record_base_path:
+                        self._actions.record_base_path(claim, plan.base_path)
+                    self._with_pod(
+                        "create", plan.volume_name, lambda: self._actions.provision(plan, bundle)
+                    )
+                except BaseException:
+                    self._release(plan.volume_name)
+                    raise
+            case WaitForPath(reason):
+                log.info("claim %s/%s waits: %s", claim.namespace, claim.name, reason)
+                self._actions.wait_for_path(claim, reason)
             case Reject(reason):
                 log.info("claim %s/%s refused: %s", claim.namespace, claim.name, reason)
                 self._actions.reject(claim, reason)
@@ -371,34 +375,48 @@ class Controller:
             case Ignore(reason):
                 log.debug("claim %s/%s: %s", claim.namespace, claim.name, reason)
 
+    def _release(self, volume_name: str) -> None:
+        """A provision failed: its path is free again, and whoever waited for it looks again."""
+        waiting: set[str] = set()
+        with self._paths_lock:
+            self._paths.cancel_reservation(volume_name)
+            if volume_name not in self._paths:
+                waiting = self._waiting.pop(volume_name, set())
+        for uid in waiting:
+            self._queue.add((CLAIM, uid))
+
     def _reconcile_volume(self, name: str) -> None:
         volume = self.volumes.get(name)
-        if volume is None or name in self._torn_down:
+        if volume is None:
             return
         bundle = self._config()
         nodes = dict(self.nodes.items())
-        with self._index_lock:
+        # The decision is the teardown's last check: taken under the lock, with every live,
+        # Released and in-flight path in view, and marked in the book before the lock is let go,
+        # so no provision can take an overlapping path between the check and the helper.
+        with self._paths_lock:
             decision = decide_volume_action(
                 volume,
                 bundle.config,
                 nodes,
                 provisioner_name=self._settings.provisioner_name,
-                volume_index=self._index,
+                paths=self._paths,
             )
+            if isinstance(decision, Teardown):
+                self._paths.start_teardown(name)
         match decision:
             case Teardown(plan):
-                fallback = None if plan.node_name else pick_helper_node(nodes.values())
-                self._with_pod(
-                    "delete",
-                    plan.volume_name,
-                    lambda: self._actions.teardown(
-                        plan, volume.storage_class_name, bundle, fallback
-                    ),
-                )
-                if plan.delete_volume or plan.remove_finalizer:
-                    with self._index_lock:
-                        if self.volumes.get(name) is not None:
-                            self._torn_down.add(name)
+                succeeded = False
+                try:
+                    self._with_pod(
+                        "delete",
+                        plan.volume_name,
+                        lambda: self._actions.teardown(plan, volume.storage_class_name, bundle),
+                    )
+                    succeeded = True
+                finally:
+                    with self._paths_lock:
+                        self._paths.finish_teardown(name, succeeded=succeeded)
             case AddFinalizer():
                 self._actions.add_finalizer(name)
             case RemoveFinalizer(reason):

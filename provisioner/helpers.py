@@ -1,4 +1,5 @@
-"""helperPod.yaml validation, the helper pod for one action, and reading its outcome.
+"""helperPod.yaml validation and the helper pod for one action (its outcome is read by
+kube/helper_pod_outcome.py, the one interpreter of a helper pod's status).
 
 Whoever can edit the ConfigMap decides what runs on every node with the node's disks mounted,
 so (like rancher >= v0.0.36, after its advisory) the template may shape the pod — image,
@@ -14,34 +15,19 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
 import yaml
 
 from provisioner.config import ConfigBundle, ConfigError
 from provisioner.paths import is_strictly_inside
-from provisioner.records import NodeRecord
 
 HELPER_POD_LABEL = "local-path-storage.io/helper-pod"
 HELPER_POD_LABEL_VALUE = "true"
 HELPER_ACTION_LABEL = "local-path-storage.io/helper-action"
 HELPER_VOLUME_LABEL = "local-path-storage.io/volume"
 DATA_VOLUME = "data"
-LOG_TAIL_CHARS = 4096
-# Waiting reasons that will not clear by themselves: fail now rather than at the deadline.
-STUCK_REASONS = frozenset(
-    {
-        "ErrImagePull",
-        "ImagePullBackOff",
-        "InvalidImageName",
-        "CreateContainerConfigError",
-        "CreateContainerError",
-        "ErrImageNeverPull",
-        "RunContainerError",
-    }
-)
 _UNSAFE_HINT = "remove it, or start the provisioner with --allow-unsafe-helper-template"
 
 HelperAction = Literal["create", "delete"]
@@ -169,10 +155,10 @@ def build_helper_pod(
     bundle: ConfigBundle,
     namespace: str,
     service_account: str,
-    *,
-    node_name: str | None = None,
 ) -> dict[str, Any]:
-    """The helper pod manifest; node_name places a shared-filesystem helper (any Ready node)."""
+    """The helper pod manifest. A node-local helper is bound to the volume's node; a shared
+    filesystem helper is left to the scheduler, which weighs taints and readiness as for any
+    pod (rancher pins it to a node of its own choosing)."""
     if not target.base_path or not is_strictly_inside(target.path, target.base_path):
         raise ValueError(
             f"volume path {target.path!r} is not strictly inside its base path {target.base_path!r}"
@@ -197,9 +183,8 @@ def build_helper_pod(
         pod["metadata"]["annotations"] = meta["annotations"]
     spec = pod["spec"]
     spec.pop("serviceAccount", None)
-    node = target.node_name or node_name
-    if node:
-        spec["nodeName"] = node
+    if target.node_name:
+        spec["nodeName"] = target.node_name
     spec["serviceAccountName"] = service_account
     spec["automountServiceAccountToken"] = False
     spec["restartPolicy"] = "Never"
@@ -253,71 +238,3 @@ def build_helper_pod(
     ]
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     return pod
-
-
-def pick_helper_node(nodes: Iterable[NodeRecord]) -> str | None:
-    """For a shared filesystem any Ready, schedulable node will do; the first by name."""
-    names = sorted(node.name for node in nodes if node.ready and not node.unschedulable)
-    return names[0] if names else None
-
-
-@dataclass(frozen=True, slots=True)
-class Running:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class Succeeded:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class Failed:
-    exit_code: int | None
-    reason: str
-    log_tail: str
-
-
-@dataclass(frozen=True, slots=True)
-class Pending:
-    reason: str
-    message: str = ""
-
-    @property
-    def stuck(self) -> bool:
-        """Will this never start by itself (bad image, bad config)? Then fail now."""
-        return self.reason in STUCK_REASONS
-
-
-HelperPodState = Running | Succeeded | Failed | Pending
-
-
-def interpret_helper_pod_status(status: Mapping[str, Any]) -> HelperPodState:
-    """Reads a pod's `status` (API JSON form) as the outcome of the helper's one command."""
-    phase = status.get("phase") or "Pending"
-    statuses = status.get("containerStatuses") or ()
-    state = (statuses[0].get("state") or {}) if statuses else {}
-    terminated = state.get("terminated")
-    if phase == "Succeeded" or (terminated and terminated.get("exitCode") == 0):
-        return Succeeded()
-    if terminated:
-        return Failed(
-            exit_code=terminated.get("exitCode"),
-            reason=terminated.get("reason") or "Error",
-            log_tail=(terminated.get("message") or "")[-LOG_TAIL_CHARS:],
-        )
-    if phase == "Failed":
-        # No container ran to an end: the deadline passed, or the kubelet rejected the pod.
-        reason = status.get("reason") or "Failed"
-        return Failed(exit_code=None, reason=reason, log_tail=status.get("message") or "")
-    if phase == "Running":
-        return Running()
-    waiting = state.get("waiting")
-    if waiting and waiting.get("reason"):
-        return Pending(waiting["reason"], waiting.get("message") or "")
-    for condition in status.get("conditions") or ():
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return Pending(
-                condition.get("reason") or "Unschedulable", condition.get("message") or ""
-            )
-    return Pending(phase if phase != "Pending" else "ContainerCreating")

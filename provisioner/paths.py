@@ -19,8 +19,9 @@ import json
 import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import Literal
 
 SUPPORTED_SYNTAX = (
     "{{.PVName}}, {{.PVC.Namespace}}, {{.PVC.Name}}, {{.PVC.Labels.<key>}}, "
@@ -230,3 +231,127 @@ def choose_base_path(candidates: Sequence[str], live_volume_counts: Mapping[str,
     if not candidates:
         raise ValueError("no candidate base paths")
     return min(candidates, key=lambda path: (live_volume_counts.get(path, 0), path))
+
+
+Location = tuple[str, str]
+"""Where a path lives: a node's (affinity key, value), or ("", "") on a shared filesystem."""
+
+PathState = Literal["live", "released", "provisioning", "tearing-down", "torn-down"]
+LIVE: PathState = "live"
+"""A PV holds the path (Bound, Available, Failed...)."""
+RELEASED: PathState = "released"
+"""A Released PV holds the path: its teardown has yet to run."""
+PROVISIONING: PathState = "provisioning"
+"""A provision is in flight, or done and its PV not yet seen: the path is reserved."""
+TEARING_DOWN: PathState = "tearing-down"
+"""The teardown helper is running on the path."""
+TORN_DOWN: PathState = "torn-down"
+"""The teardown ran; the PV object has yet to disappear. Nothing may run on it again."""
+
+
+@dataclass(frozen=True, slots=True)
+class PathEntry:
+    volume_name: str
+    location: Location
+    path: str
+    state: PathState
+
+    def describe(self) -> str:
+        shown = {
+            LIVE: "in use",
+            RELEASED: "Released, awaiting its teardown",
+            PROVISIONING: "being provisioned",
+            TEARING_DOWN: "being torn down",
+            TORN_DOWN: "torn down, its PV not yet gone",
+        }
+        return f"{self.volume_name} ({shown.get(self.state, self.state)}) at {self.path}"
+
+
+def paths_overlap(one: str, other: str) -> bool:
+    """The same directory, or one inside the other: work on one touches the other."""
+    return one == other or is_strictly_inside(one, other) or is_strictly_inside(other, one)
+
+
+class PathBook:
+    """Which volume paths are taken, where, and in what state: live PVs, Released ones awaiting
+    their teardown, and provisions and teardowns in flight.
+
+    The one picture the decisions need to keep two volumes off one directory: a new volume may
+    not take a path that equals, contains or lies inside any path in the book, and a teardown
+    may not run on one that another entry shares. Entries are keyed by volume name, so a PV
+    seen by the informer replaces the reservation its provision made. Not thread-safe: the
+    shell holds one lock around a decision and the bookkeeping that carries it out.
+    """
+
+    def __init__(self, entries: Iterable[PathEntry] = ()) -> None:
+        self._entries: dict[str, PathEntry] = {}
+        for entry in entries:
+            self._entries[entry.volume_name] = entry
+
+    def get(self, volume_name: str) -> PathEntry | None:
+        return self._entries.get(volume_name)
+
+    def __contains__(self, volume_name: object) -> bool:
+        return volume_name in self._entries
+
+    def entries(self) -> list[PathEntry]:
+        return list(self._entries.values())
+
+    def record_volume(
+        self, volume_name: str, location: Location, path: str, state: PathState
+    ) -> None:
+        """A PV as the informer sees it (LIVE or RELEASED). A teardown in flight or done keeps
+        its state: the PV's own updates must not make it eligible again."""
+        current = self._entries.get(volume_name)
+        if current is not None and current.state in (TEARING_DOWN, TORN_DOWN):
+            state = current.state
+        self._entries[volume_name] = PathEntry(volume_name, location, path, state)
+
+    def forget(self, volume_name: str) -> None:
+        """The PV is gone (or never was ours): its path is free."""
+        self._entries.pop(volume_name, None)
+
+    def reserve(self, volume_name: str, location: Location, path: str) -> None:
+        self._entries[volume_name] = PathEntry(volume_name, location, path, PROVISIONING)
+
+    def cancel_reservation(self, volume_name: str) -> None:
+        """The provision failed: free the path unless a PV has meanwhile replaced the entry."""
+        entry = self._entries.get(volume_name)
+        if entry is not None and entry.state == PROVISIONING:
+            del self._entries[volume_name]
+
+    def start_teardown(self, volume_name: str) -> None:
+        self._set_state(volume_name, TEARING_DOWN)
+
+    def finish_teardown(self, volume_name: str, *, succeeded: bool) -> None:
+        entry = self._entries.get(volume_name)
+        if entry is not None and entry.state == TEARING_DOWN:
+            self._set_state(volume_name, TORN_DOWN if succeeded else RELEASED)
+
+    def _set_state(self, volume_name: str, state: PathState) -> None:
+        entry = self._entries.get(volume_name)
+        if entry is not None:
+            self._entries[volume_name] = replace(entry, state=state)
+
+    def overlapping(self, volume_name: str, location: Location, path: str) -> list[PathEntry]:
+        """Other entries at the location whose path is this one, inside it, or contains it."""
+        return sorted(
+            (
+                entry
+                for entry in self._entries.values()
+                if entry.volume_name != volume_name
+                and entry.location == location
+                and paths_overlap(entry.path, path)
+            ),
+            key=lambda entry: entry.volume_name,
+        )
+
+    def count_inside(self, location: Location, base_path: str) -> int:
+        """Volumes (live or in flight) under base_path at the location: spreads new volumes."""
+        return sum(
+            1
+            for entry in self._entries.values()
+            if entry.location == location
+            and entry.state != TORN_DOWN
+            and is_strictly_inside(entry.path, base_path)
+        )

@@ -8,10 +8,13 @@ user still gets its directory removed.
 
 Its name is `pvc-<claim uid>`, deterministic, so a retried provisioning finds (AlreadyExists)
 the PV it created before instead of creating a second one; claimRef pre-binds it to the claim.
+A PV found under that name counts as ours only if it is this claim's, by us, at this path
+(`foreign_volume_problem`): anyone may create a PV of any name.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from provisioner.claims import NODE_ANNOTATION, PROVISIONED_BY, VOLUME_FINALIZER, ProvisionPlan
@@ -28,7 +31,10 @@ def build_persistent_volume(plan: ProvisionPlan) -> dict[str, Any]:
     if plan.volume_type == "local":
         source: dict[str, Any] = {"local": {"path": plan.path}}
     else:
-        source = {"hostPath": {"path": plan.path, "type": "DirectoryOrCreate"}}
+        # Directory, not DirectoryOrCreate: the setup helper made it, so a missing directory
+        # means the disk or share is not mounted, and the pod must fail to start rather than
+        # write into the root filesystem underneath the mount point.
+        source = {"hostPath": {"path": plan.path, "type": "Directory"}}
     spec: dict[str, Any] = {
         "claimRef": {
             "kind": "PersistentVolumeClaim",
@@ -52,3 +58,23 @@ def build_persistent_volume(plan: ProvisionPlan) -> dict[str, Any]:
         term = {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}
         spec["nodeAffinity"] = {"required": {"nodeSelectorTerms": [term]}}
     return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": metadata, "spec": spec}
+
+
+def foreign_volume_problem(existing: Mapping[str, Any], plan: ProvisionPlan) -> str | None:
+    """None when `existing` (a PV's API JSON) is the volume this plan saves, as an earlier
+    attempt would have saved it; otherwise what differs."""
+    metadata = existing.get("metadata") or {}
+    spec = existing.get("spec") or {}
+    provisioned_by = (metadata.get("annotations") or {}).get(PROVISIONED_BY)
+    if provisioned_by != plan.provisioner_name:
+        return f"PV {plan.volume_name} exists, provisioned by {provisioned_by or 'nobody'}"
+    claim_uid = (spec.get("claimRef") or {}).get("uid")
+    if claim_uid != plan.claim.uid:
+        return f"PV {plan.volume_name} exists for claim uid {claim_uid}, not {plan.claim.uid}"
+    source = spec.get("hostPath") or spec.get("local") or {}
+    if source.get("path") != plan.path:
+        return f"PV {plan.volume_name} exists at {source.get('path')}, not at {plan.path}"
+    wanted = build_persistent_volume(plan)["spec"].get("nodeAffinity")
+    if spec.get("nodeAffinity") != wanted:
+        return f"PV {plan.volume_name} exists with another node affinity"
+    return None

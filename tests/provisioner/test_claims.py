@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from provisioner.claims import (
+    BASE_PATH_ANNOTATION,
     NODE_ANNOTATION,
     PROVISIONED_BY,
     RANCHER_NODE_ANNOTATION,
@@ -22,12 +23,15 @@ from provisioner.claims import (
     Reschedule,
     Teardown,
     TeardownPlan,
-    VolumePathIndex,
+    WaitForPath,
     decide_claim_action,
     decide_volume_action,
+    record_volume,
     resolve_volume_node,
+    volume_book,
 )
 from provisioner.config import DEFAULT_NODE, parse_config_json
+from provisioner.paths import PathBook
 from provisioner.records import ClaimRecord, NodeRecord, StorageClassRecord, VolumeRecord
 
 ME = "local-path-storage.io/local-path"
@@ -271,13 +275,13 @@ def test_node_path_parameter_picks_the_path() -> None:
 
 
 def test_base_path_with_fewest_live_volumes_wins() -> None:
-    index = VolumePathIndex([volume(name="pvc-a", path="/data/pvc-a_ns_x")])
-    decision = decide(volume_index=index)
+    index = volume_book([volume(name="pvc-a", path="/data/pvc-a_ns_x")])
+    decision = decide(paths=index)
     assert isinstance(decision, Provision)
     assert decision.plan.base_path == "/opt/lp"
     # volumes on another node do not count
-    other = VolumePathIndex([volume(name="pvc-a", path="/data/x", affinity=((HOST, ("n2",)),))])
-    decision = decide(volume_index=other)
+    other = volume_book([volume(name="pvc-a", path="/data/x", affinity=((HOST, ("n2",)),))])
+    decision = decide(paths=other)
     assert isinstance(decision, Provision)
     assert decision.plan.base_path == "/data"
 
@@ -520,11 +524,111 @@ def test_a_directory_shared_with_a_live_volume_is_never_torn_down() -> None:
     new = volume(name="pvc-new", path="/opt/lp/ns/c", phase="Bound")
     nested = volume(name="pvc-nested", path="/opt/lp/ns/c/sub", phase="Bound")
     elsewhere = volume(name="pvc-n2", path="/opt/lp/ns/c", affinity=((HOST, ("n2",)),))
-    index = VolumePathIndex([old, new, nested, elsewhere])
-    assert decide_volume(old, volume_index=index) == RefuseUnsafePath(
+    index = volume_book([old, new, nested, elsewhere])
+    assert decide_volume(old, paths=index) == RefuseUnsafePath(
         f"path /opt/lp/ns/c is also used by pvc-nested, pvc-new{FIX}"
     )
-    index.discard("pvc-new")
-    index.discard("pvc-nested")
-    assert isinstance(decide_volume(old, volume_index=index), Teardown)
+    index.forget("pvc-new")
+    index.forget("pvc-nested")
+    assert isinstance(decide_volume(old, paths=index), Teardown)
     assert index.count_inside((HOST, "n1"), "/opt/lp") == 1
+
+
+# -- the path book: no two volumes on one directory -------------------------------------------
+
+SCOPED_CLASS = klass(parameters={"pathPattern": "{{ .PVC.Namespace }}/{{ .PVC.Name }}"})
+
+
+@pytest.mark.parametrize(
+    ("other_path", "other_phase"),
+    [
+        ("/data/ns/c", "Released"),  # a recreated claim: the old PV awaits its teardown
+        ("/data/ns/c", "Bound"),
+        ("/data/ns", "Bound"),  # the new path would lie inside a live volume
+        ("/data/ns/c/deeper", "Bound"),  # or contain one
+    ],
+)
+def test_a_claim_whose_path_overlaps_a_volume_waits_for_it(
+    other_path: str, other_phase: str
+) -> None:
+    book = volume_book([volume(name="pvc-old", path=other_path, phase=other_phase)])
+    c = claim(annotations={STORAGE_PROVISIONER: ME, BASE_PATH_ANNOTATION: "/data"})
+    decision = decide(c, SCOPED_CLASS, paths=book)
+    assert isinstance(decision, WaitForPath)
+    assert decision.blockers == ("pvc-old",)
+    assert "pvc-old" in decision.reason and "/data/ns/c" in decision.reason
+    book.forget("pvc-old")
+    assert isinstance(decide(c, SCOPED_CLASS, paths=book), Provision)
+
+
+def test_paths_in_flight_are_reserved_and_freed_when_the_provision_fails() -> None:
+    book = PathBook()
+    c = claim(annotations={STORAGE_PROVISIONER: ME, BASE_PATH_ANNOTATION: "/data"})
+    first = decide(c, SCOPED_CLASS, paths=book)
+    assert isinstance(first, Provision)
+    book.reserve(first.plan.volume_name, first.plan.location, first.plan.path)
+    # the same claim again (a requeue): in flight, nothing to do
+    assert decide(c, SCOPED_CLASS, paths=book) == Ignore("volume pvc-u-1 is being provisioned")
+    # another claim rendering the same path waits
+    twin = dataclasses.replace(c, uid="u-2")
+    waiting = decide(twin, SCOPED_CLASS, paths=book)
+    assert isinstance(waiting, WaitForPath)
+    assert waiting.blockers == ("pvc-u-1",)
+    assert "being provisioned" in waiting.reason
+    book.cancel_reservation("pvc-u-1")
+    assert isinstance(decide(twin, SCOPED_CLASS, paths=book), Provision)
+
+
+def test_the_same_path_on_another_node_is_no_overlap() -> None:
+    book = volume_book(
+        [volume(name="pvc-old", path="/data/ns/c", affinity=((HOST, ("n2",)),), phase="Bound")]
+    )
+    c = claim(annotations={STORAGE_PROVISIONER: ME, BASE_PATH_ANNOTATION: "/data"})
+    assert isinstance(decide(c, SCOPED_CLASS, paths=book), Provision)
+
+
+def test_a_teardown_in_flight_or_done_is_never_started_again() -> None:
+    old = volume(name="pvc-u-1")
+    book = volume_book([old])
+    assert isinstance(decide_volume(old, paths=book), Teardown)
+    book.start_teardown("pvc-u-1")
+    assert isinstance(decide_volume(old, paths=book), Ignore)
+    book.finish_teardown("pvc-u-1", succeeded=False)
+    assert isinstance(decide_volume(old, paths=book), Teardown)
+    book.start_teardown("pvc-u-1")
+    book.finish_teardown("pvc-u-1", succeeded=True)
+    # the PV's own updates (the finalizer patch) keep it torn down until it is gone
+    record_volume(book, old)
+    assert isinstance(decide_volume(old, paths=book), Ignore)
+
+
+def test_a_teardown_waits_for_no_one_but_refuses_a_path_reserved_by_a_provision() -> None:
+    old = volume(name="pvc-old", path="/opt/lp/ns/c")
+    book = volume_book([old])
+    book.reserve("pvc-new", (HOST, "n1"), "/opt/lp/ns/c/inner")
+    assert decide_volume(old, paths=book) == RefuseUnsafePath(
+        f"path /opt/lp/ns/c is also used by pvc-new{FIX}"
+    )
+
+
+def test_the_base_path_is_chosen_once_and_recorded_on_the_claim() -> None:
+    book = volume_book([volume(name="pvc-a", path="/data/pvc-a_ns_x")])
+    first = decide(paths=book)
+    assert isinstance(first, Provision)
+    assert (first.plan.base_path, first.plan.record_base_path) == ("/opt/lp", True)
+    # a retry after more volumes landed on /opt/lp still uses the recorded choice
+    book.reserve("pvc-b", (HOST, "n1"), "/opt/lp/b")
+    book.reserve("pvc-c", (HOST, "n1"), "/opt/lp/c")
+    recorded = claim(annotations={STORAGE_PROVISIONER: ME, BASE_PATH_ANNOTATION: "/opt/lp"})
+    again = decide(recorded, paths=book)
+    assert isinstance(again, Provision)
+    assert (again.plan.base_path, again.plan.record_base_path) == ("/opt/lp", False)
+    # a recorded path the node does not serve (rescheduled elsewhere) is chosen again
+    stale = claim(annotations={STORAGE_PROVISIONER: ME, BASE_PATH_ANNOTATION: "/elsewhere"})
+    other = decide(stale, paths=book)
+    assert isinstance(other, Provision)
+    assert (other.plan.base_path, other.plan.record_base_path) == ("/data", True)
+    # one candidate: nothing to record
+    single = decide(sc=klass(parameters={"nodePath": "/opt/lp"}), paths=book)
+    assert isinstance(single, Provision)
+    assert single.plan.record_base_path is False

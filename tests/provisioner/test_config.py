@@ -1,6 +1,9 @@
 """config.json parsing and validation: every refusal names the key and says what to write."""
 
 import json
+import os
+import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -85,6 +88,30 @@ BAD_CONFIGS: list[tuple[object, str]] = [
     (
         {"nodePathMap": local(("a", ["/x", "/y", "/x"]))},
         'nodePathMap[0].paths[2]: duplicate path "/x" for node "a" (already at paths[0])',
+    ),
+    (
+        {"nodePathMap": local(("a", ["/x", "/x/inner"]))},
+        'nodePathMap[0].paths[1]: "/x/inner" lies inside the base path "/x"'
+        " (nodePathMap[0].paths[0]): a volume there could be this whole base path and its"
+        " teardown would remove every volume in it; use directories side by side",
+    ),
+    (
+        {"nodePathMap": local(("a", ["/x/inner"]), (DEFAULT_NODE, ["/x"]))},
+        'nodePathMap[0].paths[0]: "/x/inner" lies inside the base path "/x"'
+        " (nodePathMap[1].paths[0]): a volume there could be this whole base path and its"
+        " teardown would remove every volume in it; use directories side by side",
+    ),
+    (
+        {
+            "storageClassConfigs": {
+                "fast": {"nodePathMap": local(("a", ["/x"]))},
+                "shared": {"sharedFileSystemPath": "/x/nfs"},
+            }
+        },
+        'storageClassConfigs["shared"].sharedFileSystemPath: "/x/nfs" lies inside the base'
+        ' path "/x" (storageClassConfigs["fast"].nodePathMap[0].paths[0]): a volume there'
+        " could be this whole base path and its teardown would remove every volume in it;"
+        " use directories side by side",
     ),
     (
         {"nodePathMap": local(("", ["/x"]))},
@@ -568,3 +595,64 @@ def test_load_config_directory_reads_the_mounted_configmap(tmp_path: Path) -> No
     (tmp_path / "helperPod.yaml").write_text(DEFAULT_HELPER_POD_YAML)
     bundle = load_config_directory(tmp_path)
     assert bundle.config.paths_for("local-path", "node-1") == ["/opt/local-path-provisioner"]
+
+
+# -- the default scripts: never through a symbolic link, modes and owners honoured ----------
+
+
+def run_script(script: str, vol_dir: Path, **env: str) -> tuple[int, str]:
+    action = "setup" if script == DEFAULT_SETUP_SCRIPT else "teardown"
+    done = subprocess.run(
+        ["/bin/sh", "-c", script, action, "-p", str(vol_dir), "-s", "0", "-m", "Filesystem"],
+        env={"PATH": os.environ["PATH"], "VOL_DIR": str(vol_dir), **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.returncode, done.stderr
+
+
+def test_default_setup_applies_perm_user_and_group(tmp_path: Path) -> None:
+    volume = tmp_path / "base" / "ns" / "claim"
+    assert run_script(DEFAULT_SETUP_SCRIPT, volume, VOL_PERM="0770") == (0, "")
+    assert stat.S_IMODE(volume.stat().st_mode) == 0o770
+    # rancher's default without a permPattern: world-writable
+    other = tmp_path / "base" / "ns" / "other"
+    assert run_script(DEFAULT_SETUP_SCRIPT, other, VOL_PERM="") == (0, "")
+    assert stat.S_IMODE(other.stat().st_mode) == 0o777
+    if os.geteuid() == 0:
+        owned = tmp_path / "base" / "ns" / "owned"
+        code, _ = run_script(DEFAULT_SETUP_SCRIPT, owned, VOL_USER="1000", VOL_GROUP="2000")
+        assert code == 0
+        assert (owned.stat().st_uid, owned.stat().st_gid) == (1000, 2000)
+        group_only = tmp_path / "base" / "ns" / "group-only"
+        assert run_script(DEFAULT_SETUP_SCRIPT, group_only, VOL_GROUP="3000")[0] == 0
+        assert (group_only.stat().st_uid, group_only.stat().st_gid) == (0, 3000)
+
+
+def test_default_scripts_refuse_a_path_through_a_symbolic_link(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    (victim / "x").mkdir(parents=True)
+    (victim / "x" / "keep").write_text("data")
+    tenant = tmp_path / "base" / "ns" / "tenant"
+    assert run_script(DEFAULT_SETUP_SCRIPT, tenant)[0] == 0
+    (tenant / "evil").symlink_to(victim)
+    code, message = run_script(DEFAULT_SETUP_SCRIPT, tenant / "evil" / "new")
+    assert code == 1
+    assert f"{tenant}/evil is a symbolic link" in message
+    assert sorted(p.name for p in victim.iterdir()) == ["x"]
+    for target in (tenant / "evil" / "x", tenant / "evil"):
+        code, message = run_script(DEFAULT_TEARDOWN_SCRIPT, target)
+        assert code == 1, message
+        assert "refusing" in message
+    # a link higher up, found by the real path
+    (tmp_path / "base" / "linked").symlink_to(victim)
+    code, message = run_script(DEFAULT_TEARDOWN_SCRIPT, tmp_path / "base" / "linked" / "x")
+    assert code == 1
+    assert (victim / "x" / "keep").read_text() == "data"
+    # the tenant's own volume goes, links inside it are removed, not followed
+    assert run_script(DEFAULT_TEARDOWN_SCRIPT, tenant) == (0, "")
+    assert not tenant.exists()
+    assert (victim / "x" / "keep").read_text() == "data"
+    # already gone: done
+    assert run_script(DEFAULT_TEARDOWN_SCRIPT, tenant) == (0, "")

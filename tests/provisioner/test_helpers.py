@@ -1,4 +1,5 @@
-"""helperPod.yaml validation, the helper pod built for an action, and reading its outcome."""
+"""helperPod.yaml validation and the helper pod built for an action (its outcome is read by
+provisioner.kube.helper_pod_outcome, tested in tests/provisioner/kube)."""
 
 import copy
 import json
@@ -18,18 +19,11 @@ from provisioner.config import (
 from provisioner.helpers import (
     HELPER_POD_LABEL,
     HELPER_POD_LABEL_VALUE,
-    Failed,
-    Pending,
-    Running,
-    Succeeded,
     build_helper_pod,
     helper_pod_name,
-    interpret_helper_pod_status,
     parse_helper_template,
-    pick_helper_node,
     validate_helper_template,
 )
-from provisioner.records import NodeRecord
 
 HINT = "remove it, or start the provisioner with --allow-unsafe-helper-template"
 DEFAULT = yaml.safe_load(DEFAULT_HELPER_POD_YAML)
@@ -329,11 +323,10 @@ def test_template_env_survives_but_cannot_override_ours() -> None:
     assert [e["value"] for e in env if e["name"] == "VOL_DIR"] == ["/opt/lp/ns/claim"]
 
 
-def test_shared_path_helper_goes_to_the_node_given() -> None:
+def test_shared_path_helper_is_left_to_the_scheduler() -> None:
     shared = TeardownPlan(
         "pvc-2", "/nfs/pvc-2_ns_c", None, "Filesystem", 0, True, False, base_path="/nfs"
     )
-    assert build(target=shared, node_name="node-7")["spec"]["nodeName"] == "node-7"
     assert "nodeName" not in build(target=shared)["spec"]
 
 
@@ -367,77 +360,3 @@ def test_helper_pod_names_are_short_and_deterministic() -> None:
     assert len(name) <= 63
     assert name == helper_pod_name("delete", long_name)
     assert name != helper_pod_name("delete", long_name + "y")
-
-
-def test_pick_helper_node_takes_the_first_ready_schedulable() -> None:
-    nodes = [NodeRecord("c"), NodeRecord("a", ready=False), NodeRecord("b", unschedulable=True)]
-    assert pick_helper_node(nodes) == "c"
-    assert pick_helper_node([NodeRecord("a", ready=False)]) is None
-
-
-def terminated(code: int, reason: str = "Error", message: str = "") -> dict[str, Any]:
-    return {"state": {"terminated": {"exitCode": code, "reason": reason, "message": message}}}
-
-
-@pytest.mark.parametrize(
-    ("status", "expected"),
-    [
-        ({"phase": "Succeeded", "containerStatuses": [terminated(0, "Completed")]}, Succeeded()),
-        ({"phase": "Running", "containerStatuses": [terminated(0, "Completed")]}, Succeeded()),
-        (
-            {"phase": "Failed", "containerStatuses": [terminated(2, "Error", "mkdir: denied\n")]},
-            Failed(2, "Error", "mkdir: denied\n"),
-        ),
-        ({"phase": "Running", "containerStatuses": [terminated(1)]}, Failed(1, "Error", "")),
-        (
-            {"phase": "Failed", "reason": "DeadlineExceeded", "message": "Pod was active too long"},
-            Failed(None, "DeadlineExceeded", "Pod was active too long"),
-        ),
-        ({"phase": "Running", "containerStatuses": [{"state": {"running": {}}}]}, Running()),
-        (
-            {
-                "phase": "Pending",
-                "containerStatuses": [
-                    {
-                        "state": {
-                            "waiting": {
-                                "reason": "ImagePullBackOff",
-                                "message": "back-off pulling busybox",
-                            }
-                        }
-                    }
-                ],
-            },
-            Pending("ImagePullBackOff", "back-off pulling busybox"),
-        ),
-        (
-            {
-                "phase": "Pending",
-                "conditions": [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": "Unschedulable",
-                        "message": "0/3 nodes",
-                    }
-                ],
-            },
-            Pending("Unschedulable", "0/3 nodes"),
-        ),
-        ({"phase": "Pending"}, Pending("ContainerCreating")),
-        ({}, Pending("ContainerCreating")),
-    ],
-)
-def test_interpret_helper_pod_status(status: dict[str, Any], expected: object) -> None:
-    assert interpret_helper_pod_status(status) == expected
-
-
-def test_stuck_pending_reasons_fail_fast_and_logs_are_capped() -> None:
-    assert Pending("ErrImagePull").stuck
-    assert not Pending("ContainerCreating").stuck
-    state = interpret_helper_pod_status(
-        {"phase": "Failed", "containerStatuses": [terminated(1, "Error", "x" * 10000 + "tail")]}
-    )
-    assert isinstance(state, Failed)
-    assert state.log_tail.endswith("tail")
-    assert len(state.log_tail) == 4096

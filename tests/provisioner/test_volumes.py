@@ -19,7 +19,7 @@ from provisioner.records import (
     StorageClassRecord,
     volume_record,
 )
-from provisioner.volumes import build_persistent_volume
+from provisioner.volumes import build_persistent_volume, foreign_volume_problem
 
 ME = "local-path-storage.io/local-path"
 CONFIG = parse_config_json(
@@ -83,7 +83,7 @@ def test_node_local_hostpath_volume() -> None:
             "persistentVolumeReclaimPolicy": "Delete",
             "volumeMode": "Filesystem",
             "mountOptions": ["noatime"],
-            "hostPath": {"path": "/opt/lp/pvc-0b5c3f3e_ns_c", "type": "DirectoryOrCreate"},
+            "hostPath": {"path": "/opt/lp/pvc-0b5c3f3e_ns_c", "type": "Directory"},
             "nodeAffinity": {
                 "required": {
                     "nodeSelectorTerms": [
@@ -136,3 +136,31 @@ def test_built_volume_reads_back_as_ours_and_tears_down_where_it_was_made() -> N
     assert decision.plan.node_name == "n1"  # type: ignore[union-attr]
     assert decision.plan.path == "/opt/lp/pvc-0b5c3f3e_ns_c"  # type: ignore[union-attr]
     assert decision.plan.size_bytes == 5 * 1024**3  # type: ignore[union-attr]
+
+
+def test_an_existing_volume_counts_as_ours_only_for_this_claim_at_this_path() -> None:
+    decision = plan()
+    ours = build_persistent_volume(decision.plan)
+    assert foreign_volume_problem(ours, decision.plan) is None
+    forged = json.loads(json.dumps(ours))
+    forged["spec"]["claimRef"]["uid"] = "someone-else"
+    assert foreign_volume_problem(forged, decision.plan) == (
+        "PV pvc-0b5c3f3e exists for claim uid someone-else, not 0b5c3f3e"
+    )
+    elsewhere = json.loads(json.dumps(ours))
+    elsewhere["spec"]["hostPath"]["path"] = "/data/pvc-0b5c3f3e_ns_c"
+    assert foreign_volume_problem(elsewhere, decision.plan) == (
+        "PV pvc-0b5c3f3e exists at /data/pvc-0b5c3f3e_ns_c, not at /opt/lp/pvc-0b5c3f3e_ns_c"
+    )
+    theirs = json.loads(json.dumps(ours))
+    theirs["metadata"]["annotations"] = {}
+    assert foreign_volume_problem(theirs, decision.plan) == (
+        "PV pvc-0b5c3f3e exists, provisioned by nobody"
+    )
+    moved = json.loads(json.dumps(ours))
+    moved["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0][
+        "values"
+    ] = ["n2"]
+    assert foreign_volume_problem(moved, decision.plan) == (
+        "PV pvc-0b5c3f3e exists with another node affinity"
+    )
