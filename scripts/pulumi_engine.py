@@ -125,11 +125,9 @@ def _verify_checksums(bundle: Path, archives: tuple[Path, ...]) -> None:
         want = expected.get(archive.name)
         if want is None:
             raise EngineUnavailableError(f"{sums_file} has no checksum for {archive.name}")
-        digest = hashlib.sha256()
         with archive.open("rb") as stream:
-            for chunk in iter(lambda: stream.read(1 << 20), b""):
-                digest.update(chunk)
-        if digest.hexdigest() != want:
+            actual = hashlib.file_digest(stream, "sha256").hexdigest()
+        if actual != want:
             raise EngineUnavailableError(
                 f"{archive} does not match its SHA256SUMS entry: the bundle is damaged; "
                 "copy it again"
@@ -167,9 +165,9 @@ def _install_provider_plugin(cli: Path, home: Path, provider_binary: Path, versi
     if (home / "plugins" / f"resource-kubernetes-{version}").is_dir():
         return
     _say(f"installing the Kubernetes provider {version} into {home}")
+    install = ["plugin", "install", "resource", "kubernetes", version]
     subprocess.run(
-        [str(cli), "plugin", "install", "resource", "kubernetes", version, "--file"]
-        + [str(provider_binary)],
+        [str(cli), *install, "--file", str(provider_binary)],
         check=True,
         capture_output=True,
         env={**os.environ, "PULUMI_HOME": str(home), "PULUMI_SKIP_UPDATE_CHECK": "true"},

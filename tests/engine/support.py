@@ -28,7 +28,7 @@ from localcluster import LocalCluster
 from scripts.pulumi_engine import PulumiEngine
 
 ROOT = Path(__file__).resolve().parents[2]
-PASSPHRASE = "engine-tests-only"  # noqa: S105 - a throw-away file backend under pytest's tmp
+PASSPHRASE = "engine-tests-only"  # a throw-away file backend under pytest's tmp
 ERROR_LINE = re.compile(r"^\s*error: ", re.MULTILINE)
 
 
@@ -103,9 +103,7 @@ class EngineStack:
 
     def up(self, **options: Any) -> Outcome:
         outcome = Outcome()
-        self.stack.up(
-            on_event=self._recorder(outcome), on_output=self._outputs(outcome), **options
-        )
+        self.stack.up(on_event=self._recorder(outcome), on_output=self._outputs(outcome), **options)
         return outcome
 
     def destroy(self) -> Outcome:
@@ -161,7 +159,9 @@ class StackNames:
         )
 
 
-def base_config(names: StackNames, node_path: str = "/opt/local-path-provisioner") -> dict[str, Any]:
+def base_config(
+    names: StackNames, node_path: str = "/opt/local-path-provisioner"
+) -> dict[str, Any]:
     """The dev stack's shape, with this stack's names (keys without the project prefix)."""
     return {
         "namespace": names.namespace,
@@ -248,7 +248,7 @@ def api_request(
     headers = {"Content-Type": "application/json"} if body is not None else None
     request = api.param_serialize(method, path, body=body, header_params=headers)
     response = api.call_api(*request)
-    data = response.read()
+    data = response.read()  # type: ignore[no-untyped-call]
     return int(response.status), (json.loads(data) if data else {})
 
 

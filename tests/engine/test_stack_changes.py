@@ -91,7 +91,7 @@ def test_fresh_stack_creates_exactly_its_objects_then_plans_nothing(
             "nodePathMap",
             [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/opt/elsewhere"]}],
         ),
-        ("setupScript", "#!/bin/sh\nset -eu\nmkdir -m 0700 -p \"$VOL_DIR\"\n"),
+        ("setupScript", '#!/bin/sh\nset -eu\nmkdir -m 0700 -p "$VOL_DIR"\n'),
         (
             "helperPodTemplate",
             {
@@ -100,7 +100,9 @@ def test_fresh_stack_creates_exactly_its_objects_then_plans_nothing(
                 "metadata": {"name": "helper-pod"},
                 "spec": {
                     "priorityClassName": "system-node-critical",
-                    "tolerations": [{"key": "node.kubernetes.io/disk-pressure", "operator": "Exists"}],
+                    "tolerations": [
+                        {"key": "node.kubernetes.io/disk-pressure", "operator": "Exists"}
+                    ],
                     "containers": [
                         {
                             "name": "helper-pod",
@@ -151,7 +153,9 @@ def test_image_or_flag_change_updates_the_deployment_only(
     expected = [("update", "kubernetes:apps/v1:Deployment")]
     assert [(c.op, c.type) for c in stack.preview().changed()] == expected
     assert [(c.op, c.type) for c in stack.up().changed()] == expected
-    container = deployment(cluster, stack.names.namespace)["spec"]["template"]["spec"]["containers"][0]
+    container = deployment(cluster, stack.names.namespace)["spec"]["template"]["spec"][
+        "containers"
+    ][0]
     assert check in [container["image"], *container["args"]]
 
 
