@@ -24,7 +24,7 @@ import yaml
 from pulumi import automation as auto
 
 from components.naming import CONFIG_NAMESPACE
-from localcluster import LocalCluster
+from localcluster import LocalCluster, wait_for
 from scripts.pulumi_engine import PulumiEngine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -241,11 +241,15 @@ class StackFactory:
 
 
 def api_request(
-    cluster: LocalCluster, method: str, path: str, body: Any = None
+    cluster: LocalCluster,
+    method: str,
+    path: str,
+    body: Any = None,
+    content_type: str = "application/json",
 ) -> tuple[int, dict[str, Any]]:
     """(status, decoded body) of one admin request by API path."""
     api = cluster.admin_client
-    headers = {"Content-Type": "application/json"} if body is not None else None
+    headers = {"Content-Type": content_type} if body is not None else None
     request = api.param_serialize(method, path, body=body, header_params=headers)
     response = api.call_api(*request)
     data = response.read()  # type: ignore[no-untyped-call]
@@ -267,3 +271,105 @@ def error_lines(output: str) -> list[str]:
 
 def lines_of(output: str) -> Iterator[str]:
     yield from (line for line in output.splitlines() if line.strip())
+
+
+class Tenant:
+    """An application namespace with claims of a stack's class and pods that use them."""
+
+    def __init__(self, cluster: LocalCluster, storage_class: str) -> None:
+        self.cluster = cluster
+        self.storage_class = storage_class
+        self.namespace = f"app-{unique_suffix()}"
+        cluster.create_namespace(self.namespace)
+
+    def claim_with_consumer(self, name: str, size: str = "1Gi") -> None:
+        claim = {
+            "metadata": {"name": name},
+            "spec": {
+                "storageClassName": self.storage_class,
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": size}},
+            },
+        }
+        pod = {
+            "metadata": {"name": f"{name}-app"},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "app",
+                        "image": "registry.invalid/app:1",
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                    }
+                ],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": name}}],
+            },
+        }
+        base = f"/api/v1/namespaces/{self.namespace}"
+        for collection, body in (("persistentvolumeclaims", claim), ("pods", pod)):
+            status, answer = api_request(self.cluster, "POST", f"{base}/{collection}", body)
+            assert status == 201, answer
+
+    def wait_bound(self, name: str, timeout: float = 90) -> dict[str, Any]:
+        """The claim's PersistentVolume once the claim is Bound."""
+        path = f"/api/v1/namespaces/{self.namespace}/persistentvolumeclaims/{name}"
+
+        def bound() -> str | None:
+            claim = api_get(self.cluster, path) or {}
+            if claim.get("status", {}).get("phase") == "Bound":
+                return str(claim["spec"]["volumeName"])
+            return None
+
+        volume_name = wait_for(bound, timeout, f"claim {name} to be Bound")
+        volume = api_get(self.cluster, f"/api/v1/persistentvolumes/{volume_name}")
+        assert volume is not None
+        return volume
+
+    def delete_claim(self, name: str) -> None:
+        base = f"/api/v1/namespaces/{self.namespace}"
+        for path in (f"{base}/pods/{name}-app", f"{base}/persistentvolumeclaims/{name}"):
+            status, answer = api_request(self.cluster, "DELETE", f"{path}?gracePeriodSeconds=0")
+            assert status in (200, 202), answer
+
+
+def volume_location(cluster: LocalCluster, volume: dict[str, Any]) -> tuple[str, str, Path]:
+    """(node, path, that path in the node's directory) of a node-local volume."""
+    terms = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    node = str(terms[0]["matchExpressions"][0]["values"][0])
+    source = volume["spec"].get("hostPath") or volume["spec"]["local"]
+    path = str(source["path"])
+    return node, path, cluster.node_dir(node) / path.lstrip("/")
+
+
+def provisioner_pods(cluster: LocalCluster, namespace: str) -> list[dict[str, Any]]:
+    listed = api_get(
+        cluster,
+        f"/api/v1/namespaces/{namespace}/pods?labelSelector=app.kubernetes.io/component%3Dprovisioner",
+    )
+    assert listed is not None
+    return list(listed["items"])
+
+
+def wait_provisioner_ready(
+    cluster: LocalCluster, namespace: str, replicas: int = 1, timeout: float = 90
+) -> list[dict[str, Any]]:
+    """The Deployment's pods once `replicas` of them are Ready (and none is terminating)."""
+
+    def ready() -> list[dict[str, Any]] | None:
+        pods = provisioner_pods(cluster, namespace)
+        live = [pod for pod in pods if not pod["metadata"].get("deletionTimestamp")]
+        ready_pods = [
+            pod
+            for pod in live
+            if any(
+                condition["type"] == "Ready" and condition["status"] == "True"
+                for condition in pod.get("status", {}).get("conditions", [])
+            )
+        ]
+        return ready_pods if len(ready_pods) == replicas == len(live) else None
+
+    return wait_for(ready, timeout, f"{replicas} Ready provisioner pod(s) in {namespace}")
+
+
+def restart_count(pod: dict[str, Any]) -> int:
+    statuses = pod.get("status", {}).get("containerStatuses") or [{}]
+    return int(statuses[0].get("restartCount", 0))
