@@ -25,7 +25,7 @@ from tests.engine.support import (
 
 
 def rendered_documents(directory: Path) -> list[dict[str, Any]]:
-    documents = []
+    documents: list[dict[str, Any]] = []
     for path in sorted(directory.rglob("*.yaml")):
         documents.extend(doc for doc in yaml.safe_load_all(path.read_text("utf-8")) if doc)
     return documents
@@ -34,7 +34,7 @@ def rendered_documents(directory: Path) -> list[dict[str, Any]]:
 def apply_in_order(cluster: LocalCluster, documents: list[dict[str, Any]]) -> None:
     """Namespaces first, as `kubectl apply -R -f` users order them (or Argo CD's sync waves)."""
     ordered = sorted(documents, key=lambda doc: doc["kind"] != "Namespace")
-    utils.create_from_yaml(cluster.admin_client, yaml_objects=ordered)
+    utils.create_from_yaml(cluster.admin_client, yaml_objects=ordered)  # type: ignore[no-untyped-call]
 
 
 @pytest.mark.parametrize("with_kubeconfig", [True, False], ids=["kubeconfig-set", "no-kubeconfig"])
