@@ -49,11 +49,17 @@ class ResourceWatch:
         self.resync_seconds = resync_seconds
         self.selectors = selectors
         self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._watch: watch.Watch | None = None
 
     def start(self) -> None:
         self.thread.start()
 
     def join(self) -> None:
+        """Ends the watch now (its socket is shut down) and waits for the thread; call after
+        setting `stopping`."""
+        current = self._watch
+        if current is not None:
+            current.stop()  # type: ignore[no-untyped-call]
         if self.thread.is_alive():
             self.thread.join(timeout=self.resync_seconds + 5)
 
@@ -62,7 +68,10 @@ class ResourceWatch:
             try:
                 listing = call_json(self.list_call, **self.selectors)
                 self.on_listed(listing.get("items") or [])
-                stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+                self._watch = watch.Watch()  # type: ignore[no-untyped-call]
+                if self.stopping.is_set():
+                    return
+                stream = self._watch.stream(  # type: ignore[no-untyped-call]
                     self.list_call,
                     resource_version=listing["metadata"]["resourceVersion"],
                     timeout_seconds=self.resync_seconds,

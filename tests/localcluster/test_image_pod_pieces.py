@@ -1,0 +1,227 @@
+"""The image-table runner's decisions on plain data: the table, kwok's selector, the
+environment, the security context, back-off, probes, statuses and the atomic volume writer."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localcluster import container_status as statuses
+from localcluster.atomic_writer import DATA_LINK, UnsafeVolumePathError, write_atomically
+from localcluster.image_pod_plan import (
+    ContainerConfigError,
+    RestartBackoff,
+    environment_defaults,
+    grace_seconds,
+    security_settings,
+    should_restart,
+)
+from localcluster.image_table import (
+    PROVISIONER_IMAGE_REPOSITORY,
+    ImageRuntime,
+    ImageTable,
+    image_repository,
+    outermost,
+    python_environment,
+)
+from localcluster.kwok_stages import IMAGE_REPOSITORY_QUERY, stages
+from localcluster.pod_env import MissingReferenceError, container_environment, pod_field
+from localcluster.probes import parse_probe
+
+
+def _pod(image: str = "local-path-storage/provisioner:0.1.0", **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "labels": {"app": "x"}},
+        "spec": {"containers": [{"name": "c", "image": image}], "nodeName": "node-1", **spec},
+        "status": {"podIP": "127.1.0.1", "hostIP": "127.0.0.1"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("image", "repository"),
+    [
+        ("local-path-storage/provisioner:0.1.0", "local-path-storage/provisioner"),
+        ("local-path-storage/provisioner", "local-path-storage/provisioner"),
+        ("registry:5000/team/tool:v1@sha256:abc", "registry:5000/team/tool"),
+        ("registry:5000/team/tool", "registry:5000/team/tool"),
+    ],
+)
+def test_image_repository_drops_tag_and_digest_but_not_a_registry_port(
+    image: str, repository: str
+) -> None:
+    assert image_repository(image) == repository
+
+
+def test_the_default_entry_is_this_python_environment_and_extra_entries_add_to_it(
+    tmp_path: Path,
+) -> None:
+    table = ImageTable({"example.com/tools": ImageRuntime.directory(tmp_path)})
+    assert table.repositories == ["example.com/tools", PROVISIONER_IMAGE_REPOSITORY]
+    default = table.runtime_for(_pod())
+    assert default is not None
+    assert default.path == (Path(sys.prefix) / "bin",)
+    mounted = default.mounts
+    assert any(Path(sys.prefix).resolve().is_relative_to(path) for path in mounted)
+    assert any(Path(sys.base_prefix).resolve().is_relative_to(path) for path in mounted)
+    checkout = Path(__file__).resolve().parents[2]
+    assert any(checkout.is_relative_to(path) for path in mounted), "the editable checkout"
+    assert table.runtime_for(_pod("example.com/tools:2")) == ImageRuntime((tmp_path,), (tmp_path,))
+    assert table.runtime_for(_pod("busybox")) is None
+
+
+def test_outermost_keeps_only_paths_not_inside_another(tmp_path: Path) -> None:
+    inner = tmp_path / "a" / "b"
+    inner.mkdir(parents=True)
+    assert outermost([inner, tmp_path / "a", tmp_path / "c"]) == (
+        (tmp_path / "a").resolve(),
+        (tmp_path / "c").resolve(),
+    )
+    assert python_environment(tmp_path, tmp_path).mounts == (tmp_path.resolve(),)
+
+
+def test_every_pod_stage_skips_image_table_pods() -> None:
+    for stage in stages(["b/two", "a/one"]):
+        if stage["spec"]["resourceRef"]["kind"] != "Pod":
+            continue
+        expressions = stage["spec"]["selector"]["matchExpressions"]
+        skip = [e for e in expressions if e["key"] == IMAGE_REPOSITORY_QUERY]
+        assert skip == [
+            {"key": IMAGE_REPOSITORY_QUERY, "operator": "NotIn", "values": ["a/one", "b/two"]}
+        ], stage["metadata"]["name"]
+
+
+def test_environment_resolves_field_refs_key_refs_and_expansion() -> None:
+    pod = _pod()
+    container = {
+        "envFrom": [{"configMapRef": {"name": "cm"}, "prefix": "CM_"}],
+        "env": [
+            {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+            {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+            {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+            {"name": "BOTH", "value": "$(NS)/$(KEY)/$(CM_A)"},
+        ],
+    }
+    data = {("configMap", "cm"): {"A": "1"}, ("secret", "s"): {"k": "v"}}
+    env = container_environment(
+        container,
+        "p",
+        pod=pod,
+        defaults={"PATH": "/x:/usr/bin"},
+        lookup=lambda kind, name: data.get((kind, name)),
+    )
+    assert (env["NS"], env["APP"], env["IP"], env["KEY"]) == ("ns", "x", "127.1.0.1", "v")
+    assert env["BOTH"] == "ns/v/1"
+    assert env["PATH"] == "/x:/usr/bin"
+    missing = {"env": [{"name": "K", "valueFrom": {"secretKeyRef": {"name": "s", "key": "no"}}}]}
+    with pytest.raises(MissingReferenceError, match="no key 'no'"):
+        container_environment(
+            missing, "p", pod=pod, lookup=lambda kind, name: data.get((kind, name))
+        )
+
+
+def test_pod_field_spells_maps_and_lists_as_the_downward_api_does() -> None:
+    pod = _pod()
+    pod["metadata"]["annotations"] = {"b": "2", "a": "1"}
+    assert pod_field(pod, "metadata.annotations") == 'a="1"\nb="2"'
+    pod["status"]["podIPs"] = [{"ip": "127.1.0.1"}]
+    assert pod_field(pod, "status.podIPs") == "127.1.0.1"
+    assert pod_field(pod, "spec.serviceAccountName") == ""
+
+
+def test_environment_defaults_put_the_image_first_and_point_at_the_relay() -> None:
+    defaults = environment_defaults(ImageRuntime(path=(Path("/venv/bin"),)), 6443, 65532)
+    assert defaults["PATH"].startswith("/venv/bin:")
+    assert defaults["HOME"] == "/"
+    assert defaults["KUBERNETES_SERVICE_HOST"] == "127.0.0.1"
+    assert (
+        defaults["KUBERNETES_SERVICE_PORT"] == defaults["KUBERNETES_SERVICE_PORT_HTTPS"] == "6443"
+    )
+
+
+def test_security_context_container_over_pod_and_run_as_non_root() -> None:
+    pod = _pod(securityContext={"runAsUser": 1000, "fsGroup": 2000, "supplementalGroups": [3]})
+    container = {"securityContext": {"runAsUser": 1001, "readOnlyRootFilesystem": True}}
+    settings = security_settings(pod, container)
+    assert (settings.user, settings.group) == (1001, 0)
+    assert settings.supplemental_groups == [3, 2000]
+    assert settings.read_only_root
+    with pytest.raises(ContainerConfigError, match="runAsNonRoot"):
+        security_settings(_pod(securityContext={"runAsNonRoot": True}), {})
+
+
+def test_back_off_restarts_at_once_then_doubles_up_to_the_cap() -> None:
+    backoff = RestartBackoff()
+    assert [backoff.delay(n) for n in range(1, 8)] == [0, 10, 20, 40, 80, 160, 300]
+    assert RestartBackoff(0.5, 2).delay(5) == 2
+    assert backoff.expired(601) and not backoff.expired(599)
+    assert should_restart("Always", 0) and should_restart("OnFailure", 1)
+    assert not should_restart("OnFailure", 0) and not should_restart("Never", 1)
+
+
+def test_grace_is_the_deletions_then_the_pods() -> None:
+    pod = _pod(terminationGracePeriodSeconds=7)
+    assert grace_seconds(pod) == 7
+    pod["metadata"]["deletionGracePeriodSeconds"] = 2
+    assert grace_seconds(pod) == 2
+    assert grace_seconds(_pod()) == 30
+
+
+def test_probes_resolve_named_ports_and_fill_in_defaults() -> None:
+    container = {"name": "c", "ports": [{"name": "metrics", "containerPort": 8080}]}
+    probe = parse_probe({"httpGet": {"path": "/readyz", "port": "metrics"}}, container)
+    assert probe is not None
+    assert (probe.action, probe.port, probe.path) == ("httpGet", 8080, "/readyz")
+    assert (probe.period_seconds, probe.timeout_seconds, probe.failure_threshold) == (10, 1, 3)
+    assert parse_probe(None, container) is None
+    with pytest.raises(ValueError, match="names no port"):
+        parse_probe({"tcpSocket": {"port": "other"}}, container)
+
+
+def test_status_keeps_the_schedulers_condition_and_unchanged_transition_times() -> None:
+    pod = _pod()
+    pod["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "t0"},
+        {"type": "Initialized", "status": "True", "lastTransitionTime": "t1"},
+        {"type": "Ready", "status": "True", "lastTransitionTime": "t1"},
+    ]
+    life = statuses.ContainerLife("c", "img", state={"running": {"startedAt": "t1"}})
+    status = statuses.pod_status(
+        pod,
+        life,
+        phase="Running",
+        now="t2",
+        start_time="t1",
+        pod_ip="127.1.0.1",
+        host_ip="127.0.0.1",
+        sandbox_ready=True,
+    )
+    times = {c["type"]: (c["status"], c["lastTransitionTime"]) for c in status["conditions"]}
+    assert times["PodScheduled"] == ("True", "t0")
+    assert times["Initialized"] == ("True", "t1")
+    assert times["Ready"] == ("False", "t2")
+    assert status["podIP"] == "127.1.0.1"
+    assert status["containerStatuses"][0]["restartCount"] == 0
+
+
+def test_the_atomic_writer_swaps_data_and_removes_the_old_version(tmp_path: Path) -> None:
+    volume = tmp_path / "config"
+    assert write_atomically(volume, [("config.json", b"{}", 0o644), ("dir/x", b"1", 0o600)])
+    first = (volume / DATA_LINK).readlink()
+    assert (volume / "config.json").readlink() == Path(DATA_LINK) / "config.json"
+    assert (volume / "dir" / "x").read_bytes() == b"1"
+    assert ((volume / "dir" / "x").stat().st_mode & 0o777) == 0o600
+    assert not write_atomically(volume, [("dir/x", b"1", 0o600), ("config.json", b"{}", 0o644)])
+    assert write_atomically(volume, [("config.json", b'{"a": 1}', 0o644)])
+    second = (volume / DATA_LINK).readlink()
+    assert second != first
+    assert not (volume / first).exists()
+    assert not (volume / "dir").exists(), "a key gone from the ConfigMap is gone from the volume"
+    assert sorted(p.name for p in volume.iterdir()) == sorted(
+        [DATA_LINK, str(second), "config.json"]
+    )
+    with pytest.raises(UnsafeVolumePathError):
+        write_atomically(volume, [("../escape", b"", 0o644)])
