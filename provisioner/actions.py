@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from provisioner.claims import (
     BASE_PATH_ANNOTATION,
@@ -260,12 +261,16 @@ class Actions:
             STRATEGIC_MERGE,
         )
 
-    def delete_helper_pod(self, namespace: str, name: str) -> None:
+    def delete_helper_pod(self, namespace: str, name: str, *, timeout: float = 30.0) -> None:
         try:
-            self._clients.request_json("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}")
+            self._clients.request_json(
+                "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", timeout=timeout
+            )
         except ApiException as error:
             if error.status != HTTP_NOT_FOUND:
                 log.warning("deleting helper pod %s: %s %s", name, error.status, error.reason)
+        except (HTTPError, OSError) as error:
+            log.warning("deleting helper pod %s: %s", name, error)
 
     def _delete_volume(self, name: str) -> None:
         try:

@@ -4,12 +4,18 @@ Only the leader watches and works; other replicas stay alive, report ready (so a
 never stalls on a standby) and campaign for the lease. Losing the lease ends the process with
 exit code 1, as client-go's leader election does, so the kubelet restarts it as a fresh standby
 rather than letting two replicas work at once. SIGTERM stops taking work, lets running
-reconciles finish, releases the lease so a standby takes over at once, and exits 0.
+reconciles finish (bounded: `STOP_BUDGET_SECONDS`, below the Deployment's
+terminationGracePeriodSeconds, so the lease is released before any SIGKILL), releases the lease
+so a standby takes over at once, and exits 0. A lost lease is not a shutdown: the process exits 1
+at once, without draining, as client-go does, because another replica is already working and
+may have adopted the helper pods this one's workers follow. A controller that cannot start or
+sync exits 1 too, and /healthz fails when the election, the informers or the work loop wedge.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import threading
@@ -22,6 +28,7 @@ from urllib3.exceptions import HTTPError
 from provisioner.actions import Actions, HelperSettings
 from provisioner.config import ConfigBundle, ConfigError
 from provisioner.config_watch import ConfigWatcher
+from provisioner.controller import STOP_BUDGET_SECONDS as CONTROLLER_STOP_BUDGET
 from provisioner.controller import Controller, ControllerSettings
 from provisioner.kube.client import KubeClients, KubeConfigError, create_clients
 from provisioner.kube.events import EventRecorder, ObjectReference
@@ -37,8 +44,15 @@ log = logging.getLogger(__name__)
 
 EXIT_OK = 0
 EXIT_LOST_LEADERSHIP = 1
+EXIT_CONTROLLER_FAILED = 1
 EXIT_BAD_SETUP = 2
 API_CHECK_INTERVAL = 5.0
+LEASE_RELEASE_SECONDS = 5.0
+STOP_BUDGET_SECONDS = CONTROLLER_STOP_BUDGET + LEASE_RELEASE_SECONDS + 2.0
+"""SIGTERM to exit, at most (the rest of the stop is closing sockets)."""
+STALL_MARGIN_SECONDS = 120.0
+"""Beyond two helper runs (setup and its cleanup, each cmdTimeoutSeconds at most): PV saves
+with their retries and API calls. A worker on one key for longer is wedged."""
 
 
 class _ApiReachability:
@@ -67,7 +81,7 @@ class Provisioner:
         self.options = options
         self.metrics = Metrics()
         self._stopping = threading.Event()
-        self._lost_leadership = False
+        self._exit_code = EXIT_OK
         self._leading = threading.Event()
         self.watcher = ConfigWatcher(
             options.config_path,
@@ -119,7 +133,11 @@ class Provisioner:
                 on_stopped_leading=self._stopped_leading,
             )
         self.server = ProbeServer(
-            options.metrics_address, options.metrics_port, self.metrics.registry, self.readiness
+            options.metrics_address,
+            options.metrics_port,
+            self.metrics.registry,
+            self.readiness,
+            liveness=self.liveness,
         )
 
     # -- probes ----------------------------------------------------------------------------------
@@ -132,6 +150,17 @@ class Provisioner:
         if not self.controller.has_synced():
             return False, "informers are syncing"
         return True, "leading: informers synced"
+
+    def liveness(self) -> tuple[bool, str]:
+        """Alive while the election campaigns or leads and the leader's informers and workers
+        make progress; a wedged process fails /healthz and the kubelet restarts it."""
+        if self.elector is not None and not self._stopping.is_set() and not self.elector.running:
+            return False, "the leader election has stopped"
+        stall_after = 2 * self.watcher.current.config.cmd_timeout_seconds + STALL_MARGIN_SECONDS
+        problem = self.controller.liveness(stall_after)
+        if problem is not None:
+            return False, problem
+        return True, "ok"
 
     # -- config reload -------------------------------------------------------------------------
 
@@ -161,7 +190,8 @@ class Provisioner:
         try:
             self.controller.start()
         except Exception:
-            log.exception("the controller failed to start")
+            log.exception("the controller failed to start; exiting")
+            self._exit_code = EXIT_CONTROLLER_FAILED
             self.stop()
             return
         self._leading.set()
@@ -169,9 +199,17 @@ class Provisioner:
     def _stopped_leading(self) -> None:
         self.metrics.leader.labels(self.options.provisioner_name).set(0)
         if not self._stopping.is_set():
-            log.error("lost the leader lease; exiting so that only one replica works")
-            self._lost_leadership = True
-            self.stop()
+            log.error(
+                "lost the leader lease; exiting at once so that only one replica works (the"
+                " new leader redoes or adopts what was running)"
+            )
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            self.exit_now(EXIT_LOST_LEADERSHIP)
+
+    def exit_now(self, code: int) -> None:
+        """No drain, no cleanup: the workers' API calls end with the process."""
+        os._exit(code)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -189,12 +227,12 @@ class Provisioner:
         log.info("shutting down: no new work, finishing running reconciles")
         self.controller.stop()
         if self.elector is not None:
-            self.elector.stop()
+            self.elector.stop(timeout=LEASE_RELEASE_SECONDS)
         self.recorder.stop()
         self.watcher.stop()
         self.server.stop()
         self.clients.close()
-        return EXIT_LOST_LEADERSHIP if self._lost_leadership else EXIT_OK
+        return self._exit_code
 
 
 def run(options: Options) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +67,15 @@ VOLUME = "volume"
 HELPER_POD = "helper-pod"
 Key = tuple[str, str]
 """(CLAIM, claim uid), (VOLUME, volume name) or (HELPER_POD, its informer key)."""
+
+
+DRAIN_SECONDS = 20.0
+"""How long SIGTERM lets running reconciles finish."""
+POD_CLEANUP_SECONDS = 8.0
+"""Then how long deleting the helper pods of reconciles still running may take."""
+STOP_BUDGET_SECONDS = DRAIN_SECONDS + POD_CLEANUP_SECONDS + 5 * 1.0
+"""The controller's whole stop (informers stop in a second each); the process adds the lease
+release to it. The Deployment's terminationGracePeriodSeconds must exceed the sum."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +159,8 @@ class Controller:
         # Claims told to wait, by the volume they wait for: woken when it leaves the book.
         self._waiting: dict[str, set[str]] = {}
         self._in_flight_pods: set[str] = set()
+        # What each worker is on and since when: the work loop's heartbeat for /healthz.
+        self._busy: dict[str, tuple[Key, float]] = {}
         self._workers: list[threading.Thread] = []
         self._started = False
         self._register_handlers()
@@ -158,6 +170,25 @@ class Controller:
     @property
     def informers(self) -> list[Informer[Any]]:
         return [self.claims, self.volumes, self.classes, self.nodes, self.helper_pods]
+
+    def liveness(self, stall_after: float) -> str | None:
+        """None while the work loop and the informers are alive; otherwise what is wedged. A
+        worker on one key for longer than `stall_after` (more than any helper run and PV save
+        can take) is stuck."""
+        if not self._started or self._queue.shutting_down:
+            return None
+        for informer in self.informers:
+            problem = informer.liveness()
+            if problem is not None:
+                return problem
+        dead = [worker.name for worker in self._workers if not worker.is_alive()]
+        if dead:
+            return f"worker threads ended: {', '.join(dead)}"
+        now = time.monotonic()
+        for worker, (key, since) in sorted(self._busy.copy().items()):
+            if now - since > stall_after:
+                return f"{worker} has been on {key[0]} {key[1]} for {now - since:.0f}s"
+        return None
 
     def has_synced(self) -> bool:
         return self._started and all(informer.has_synced for informer in self.informers)
@@ -181,18 +212,27 @@ class Controller:
             self._workers.append(worker)
         self._started = True
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Stop taking work; let running reconciles finish (bounded). A helper pod still running
-        when that bound is reached (a stuck image, a slow script) is deleted rather than left
-        behind: its worker dies with the process, and whoever leads next redoes the action."""
+    def stop(self, drain_seconds: float = DRAIN_SECONDS) -> None:
+        """On SIGTERM: stop taking work and let running reconciles finish, within drain_seconds.
+        A helper pod still running then (a stuck image, a slow script) is deleted rather than
+        left behind, within a few more seconds: its worker dies with the process, and whoever
+        leads next redoes the action. Bounded by `STOP_BUDGET_SECONDS` in all."""
+        deadline = time.monotonic() + drain_seconds
         self._queue.shutdown()
         for worker in self._workers:
-            worker.join(timeout / max(1, len(self._workers)))
+            worker.join(max(0.0, deadline - time.monotonic()))
+        deadline = time.monotonic() + POD_CLEANUP_SECONDS
         for pod in sorted(self._in_flight_pods.copy()):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                log.warning("helper pod %s still running at shutdown: left to the next leader", pod)
+                continue
             log.warning("helper pod %s still running at shutdown: deleting it", pod)
-            self._actions.delete_helper_pod(self._settings.helper_namespace, pod)
+            self._actions.delete_helper_pod(
+                self._settings.helper_namespace, pod, timeout=min(3.0, remaining)
+            )
         for informer in self.informers:
-            informer.stop()
+            informer.stop(timeout=1.0)
 
     def enqueue_everything(self) -> None:
         """After a config change every pending claim and our volumes get another look."""
@@ -284,10 +324,12 @@ class Controller:
     # -- workers ---------------------------------------------------------------------------------
 
     def _work(self) -> None:
+        me = threading.current_thread().name
         while True:
             key = self._queue.get()
             if key is None:
                 return
+            self._busy[me] = (key, time.monotonic())
             try:
                 self._reconcile(key)
             except (ActionFailed, HelperPodError) as error:
@@ -298,6 +340,7 @@ class Controller:
             else:
                 self._queue.forget(key)
             finally:
+                self._busy.pop(me, None)
                 self._queue.done(key)
 
     def _retry(self, key: Key, error: str) -> None:

@@ -1,7 +1,9 @@
 """The provisioner's HTTP endpoints: /healthz (alive), /readyz (able to work), /metrics.
 
 Liveness and readiness are separate on purpose: a replica that is not the leader, or whose
-informers are still syncing, is alive (kubelet must not restart it) but not ready.
+informers are still syncing, is alive (kubelet must not restart it) but not ready. Liveness is a
+heartbeat of the process's loops (election, informers, workers), so a wedged process answers
+500 and is restarted; it never depends on the API server, whose outage a restart cannot fix.
 """
 
 from __future__ import annotations
@@ -17,6 +19,12 @@ log = logging.getLogger(__name__)
 
 ReadinessCheck = Callable[[], tuple[bool, str]]
 """Returns (ready, reason); the reason is shown on /readyz so an operator sees what is missing."""
+LivenessCheck = Callable[[], tuple[bool, str]]
+"""Returns (alive, reason); the reason is shown on /healthz."""
+
+
+def _always_alive() -> tuple[bool, str]:
+    return True, "ok"
 
 
 class ProbeServer:
@@ -28,9 +36,12 @@ class ProbeServer:
         port: int,
         registry: CollectorRegistry,
         readiness: ReadinessCheck,
+        *,
+        liveness: LivenessCheck = _always_alive,
     ) -> None:
         self._registry = registry
         self._readiness = readiness
+        self._liveness = liveness
         handler = self._make_handler()
         self._httpd = ThreadingHTTPServer((address, port), handler)
         self._httpd.daemon_threads = True
@@ -57,7 +68,8 @@ class ProbeServer:
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/healthz":
-                    self._reply(200, b"ok\n", "text/plain")
+                    alive, reason = server._liveness()
+                    self._reply(200 if alive else 500, f"{reason}\n".encode(), "text/plain")
                 elif path == "/readyz":
                     ready, reason = server._readiness()
                     body = (reason or ("ready" if ready else "not ready")) + "\n"

@@ -110,6 +110,7 @@ class Informer(Generic[R]):
         self._thread: threading.Thread | None = None
         self._response: watch_stream.RawResponse | None = None
         self._response_lock = threading.Lock()
+        self._last_progress = clock.monotonic()
 
     def add_event_handler(
         self,
@@ -163,11 +164,29 @@ class Informer(Generic[R]):
         with self._lock:
             return len(self._cache)
 
+    @property
+    def progress_bound(self) -> float:
+        """The longest a healthy informer goes without a sign of progress: a watch that hears
+        nothing until its timeout, the read timeout after it, a list, and the longest backoff."""
+        return float(self._watch_timeout_range[1] + 30 + LIST_REQUEST_TIMEOUT + self._backoff[1])
+
+    def liveness(self) -> str | None:
+        """None while started and making progress; otherwise what is wrong."""
+        if self._thread is None or self._stop.is_set():
+            return None
+        if not self._thread.is_alive():
+            return f"informer {self.name}: its thread has ended"
+        silent = self._clock.monotonic() - self._last_progress
+        if silent > self.progress_bound:
+            return f"informer {self.name}: no progress for {silent:.0f}s"
+        return None
+
     def _run(self) -> None:
         failures = 0
         need_list = True
         next_resync = 0.0
         while not self._stop.is_set():
+            self._last_progress = self._clock.monotonic()
             try:
                 if need_list:
                     self._list_and_replace()
@@ -284,6 +303,7 @@ class Informer(Generic[R]):
             for event in watch_stream.iter_watch_events(response):
                 if self._stop.is_set():
                     return received
+                self._last_progress = self._clock.monotonic()
                 received += 1
                 self._apply_watch_event(event)
         except (HTTPError, OSError):

@@ -110,6 +110,11 @@ class LeaderElector:
         return self._leading
 
     @property
+    def running(self) -> bool:
+        """Campaigning or leading: the election's thread is alive."""
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
     def observed_holder(self) -> str:
         """The holder in the lease as we last read it ("" when free or not read yet)."""
         return str(self._observed_spec.get("holderIdentity") or "")

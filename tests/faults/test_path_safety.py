@@ -401,6 +401,10 @@ def test_nested_base_paths_are_refused_at_start(
     base = unique_base_path("nested")
     setup = make_setup(ConfigFiles(config=config_for(base, f"{base}/inner")))
     replica = setup.start(wait_ready=False)
-    assert replica.process.wait(30) == 2
+    try:
+        replica.process.wait(30)
+    finally:
+        code = replica.stop()
+    assert code == 2
     assert f'"{base}/inner" lies inside the base path "{base}"' in replica.log()
     assert not our_volumes(setup)

@@ -56,3 +56,21 @@ def test_metrics_serves_the_given_registry(server: ProbeServer) -> None:
 
 def test_unknown_path_is_404(server: ProbeServer) -> None:
     assert get(server, "/nope")[0] == 404
+
+
+def test_healthz_reports_what_is_wedged() -> None:
+    state = {"alive": True, "reason": "ok"}
+    probe = ProbeServer(
+        "127.0.0.1",
+        0,
+        CollectorRegistry(),
+        lambda: (True, "ready"),
+        liveness=lambda: (bool(state["alive"]), str(state["reason"])),
+    )
+    probe.start()
+    try:
+        assert get(probe, "/healthz") == (200, "ok\n")
+        state.update(alive=False, reason="worker-3 has been on claim u-1 for 900s")
+        assert get(probe, "/healthz") == (500, "worker-3 has been on claim u-1 for 900s\n")
+    finally:
+        probe.stop()

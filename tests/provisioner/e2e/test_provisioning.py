@@ -29,7 +29,7 @@ def test_hostpath_volume_on_the_selected_node(provisioner: ProvisionerSetup) -> 
     meta, spec = volume["metadata"], volume["spec"]
     assert meta["name"] == f"pvc-{claim['metadata']['uid']}"
     assert meta["annotations"]["pv.kubernetes.io/provisioned-by"] == provisioner.name
-    assert spec["hostPath"]["type"] == "DirectoryOrCreate"
+    assert spec["hostPath"]["type"] == "Directory"
     assert spec["capacity"]["storage"] == "1Gi"
     assert spec["persistentVolumeReclaimPolicy"] == "Delete"
     assert spec["claimRef"]["uid"] == claim["metadata"]["uid"]

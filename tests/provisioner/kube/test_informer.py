@@ -11,7 +11,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from provisioner.kube.informer import Informer, name_key, namespaced_name_key, uid_key
-from tests.provisioner.kube.fakes import FakeResponse, HandlerRecorder, watch_chunks
+from tests.provisioner.kube.fakes import FakeClock, FakeResponse, HandlerRecorder, watch_chunks
 
 
 @dataclass(frozen=True)
@@ -286,3 +286,18 @@ def test_watches_that_end_at_once_are_backed_off(running: StartInformer) -> None
     running(api, backoff=(0.2, 0.2))
     time.sleep(0.5)
     assert 2 <= api.watch_count <= 4
+
+
+def test_an_informer_without_progress_beyond_its_bound_is_wedged() -> None:
+    clock = FakeClock()
+    informer: Informer[dict[str, Any]] = Informer(
+        "stuck", lambda **kwargs: None, to_record=lambda obj: obj, clock=clock
+    )
+    assert informer.liveness() is None  # not started
+    informer._thread = threading.current_thread()  # alive, as a running informer's thread
+    clock.advance(informer.progress_bound - 1)
+    assert informer.liveness() is None
+    clock.advance(2)
+    assert informer.liveness() == (
+        f"informer stuck: no progress for {informer.progress_bound + 1:.0f}s"
+    )
