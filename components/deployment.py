@@ -20,6 +20,8 @@ access = kubernetes.rbac.v1
 
 CONTAINER_NAME = "provisioner"
 RUN_AS_USER = 65532
+TERMINATION_GRACE_PERIOD_SECONDS = 60
+
 """A fixed non-root uid/gid (distroless' `nonroot`)."""
 
 
@@ -87,6 +89,9 @@ def pod_template(args: ProvisionerDeploymentArgs, instance: str) -> core.PodTemp
     }
     spec: core.PodSpecArgsDict = {
         "service_account_name": naming.PROVISIONER_SERVICE_ACCOUNT,
+        # Above the provisioner's bounded stop on SIGTERM (provisioner.app.STOP_BUDGET_SECONDS,
+        # 40 s: drain, helper pods, lease release), so the Lease is released before any SIGKILL.
+        "termination_grace_period_seconds": TERMINATION_GRACE_PERIOD_SECONDS,
         "security_context": {
             "run_as_non_root": True,
             "run_as_user": RUN_AS_USER,

@@ -12,6 +12,7 @@ import pytest
 from components.naming import CONFIG_NAMESPACE
 from components.program import run
 from components.settings import parse_settings
+from provisioner.app import STOP_BUDGET_SECONDS
 from tests.components.mocked_engine import Registration, Run, run_mocked
 from tests.components.stack_files import STACKS, engine_config, stack_engine_config, stack_file
 
@@ -222,6 +223,8 @@ def test_deployment_pod() -> None:
         }
     }
     spec = pod_spec(result)
+    assert spec["terminationGracePeriodSeconds"] == 60
+    assert spec["terminationGracePeriodSeconds"] > STOP_BUDGET_SECONDS
     assert spec["serviceAccountName"] == "local-path-storage-provisioner"
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert "affinity" not in spec
