@@ -5,6 +5,7 @@ restarts, graceful deletion, and a network namespace per pod."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from localcluster import LocalCluster, wait_for
+from localcluster.pod_volumes import VolumeMaterializer
 from localcluster.raw_api import call_json, manifest
 from tests.localcluster.image_pods import (
     IMAGE,
@@ -24,6 +26,7 @@ from tests.localcluster.image_pods import (
     wait_for_log_line,
     wait_gone,
 )
+from tests.localcluster.pods import ordinary_pod
 
 pytestmark = pytest.mark.cluster
 
@@ -216,7 +219,10 @@ def test_a_crashing_container_restarts_with_back_off_and_others_keep_running(
     # The runner still runs new pods.
     core = cluster.core_v1()
     core.create_namespaced_config_map(cluster_namespace, config_map("app", {}))
-    cluster.create_pod(cluster_namespace, pod("healthy", app_pod_spec("app")))
+    # An exec probe, run inside the container's namespaces.
+    exec_probe = {"exec": {"command": ["test", "-L", "/etc/app/..data"]}, "periodSeconds": 1}
+    spec = app_pod_spec("app", readinessProbe=exec_probe)
+    cluster.create_pod(cluster_namespace, pod("healthy", spec))
     cluster.wait_for_pod(cluster_namespace, "healthy", is_ready, description="Ready")
 
 
@@ -309,3 +315,27 @@ def test_two_replicas_listen_on_the_same_port_and_a_scale_down_stops_one(
     with pytest.raises(ApiException) as gone:
         core.read_namespaced_pod(stopped["metadata"]["name"], cluster_namespace)
     assert gone.value.status == 404
+
+
+def test_a_projected_token_is_requested_again_at_80_percent_of_its_life(
+    cluster: LocalCluster, cluster_namespace: str, tmp_path: Path
+) -> None:
+    holder = cluster.create_pod(cluster_namespace, ordinary_pod("holder"))  # tokens bind to it
+    now = [1000.0]
+    volumes = VolumeMaterializer(cluster.core_v1(), holder, tmp_path, clock=lambda: now[0])
+    source = {"sources": [{"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}}]}
+    first = volumes.volume_files("projected", source)
+    due = volumes.seconds_to_token_refresh()
+    assert due is not None and abs(due - 0.8 * 3607) < 5
+    now[0] += 0.79 * 3607
+    assert volumes.volume_files("projected", source) == first
+    now[0] += 0.02 * 3607
+    second = volumes.volume_files("projected", source)
+    assert second != first
+    with cluster.client_for_token(second[0][1].decode()) as api:
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        authentication = client.AuthenticationV1Api(api)
+        review = call_json(authentication.create_self_subject_review, manifest(body))
+    user = review["status"]["userInfo"]
+    assert user["username"] == f"system:serviceaccount:{cluster_namespace}:default"
+    assert user["extra"]["authentication.kubernetes.io/pod-name"] == ["holder"]

@@ -10,9 +10,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from localcluster import ClusterOptions, ComponentFailedError, LocalCluster, NodeSpec
+from localcluster import (
+    ClusterOptions,
+    ComponentFailedError,
+    LocalCluster,
+    NodeSpec,
+    RestartBackoff,
+)
 from localcluster.raw_api import call_json
 from localcluster.state_file import read_state, state_path
+from tests.localcluster.image_pods import IMAGE, container_status, is_ready, pod
 from tests.localcluster.pods import helper_pod
 
 pytestmark = pytest.mark.cluster
@@ -92,3 +99,33 @@ def test_command_line_start_status_stop(tmp_path: Path) -> None:
     assert [pid for pid in pids if _alive(pid)] == []
     assert not Path(state.cluster_dir).exists()
     assert cli("status").returncode == 1
+
+
+def test_image_table_pods_restart_with_the_configured_back_off_and_die_with_the_cluster(
+    tmp_path: Path,
+) -> None:
+    options = ClusterOptions(
+        nodes=(NodeSpec("solo"),),
+        parent_dir=tmp_path,
+        restart_backoff=RestartBackoff(initial_seconds=0.2, max_seconds=0.4),
+        announce=False,
+    )
+    with LocalCluster.start(options) as cluster:
+        cluster.create_namespace("work")
+        crash = {"name": "crash", "image": IMAGE, "command": ["sh", "-c", "exit 7"]}
+        cluster.create_pod("work", pod("crash", {"containers": [crash]}))
+        sleeper = {"name": "sleep", "image": IMAGE, "command": ["sleep", "300"]}
+        cluster.create_pod("work", pod("sleeper", {"containers": [sleeper]}))
+        cluster.wait_for_pod("work", "sleeper", is_ready, description="Ready")
+        crashed = cluster.wait_for_pod(
+            "work",
+            "crash",
+            lambda found: container_status(found).get("restartCount", 0) >= 4,
+            timeout=30,
+            description="four restarts (the back-off is 0.2 s to 0.4 s)",
+        )
+        assert container_status(crashed)["lastState"]["terminated"]["exitCode"] == 7
+        pids = cluster.pids()
+        image_pids = list(cluster.image_runner.started_pids)
+        assert any(_alive(pid) for pid in image_pids), "the sleeper and both pause processes"
+    assert [pid for pid in pids if _alive(pid)] == []
