@@ -1,139 +1,105 @@
-"""The demo: a real local cluster, the provisioner, a claim bound for a pod, its directory on
-the pod's node, and the release that removes it again; then a clean stop.
+"""The demo, as a user lives through it: a local cluster, `pulumi up` of the dev stack's
+config, a claim bound by the provisioner that `up` deployed, its directory on the pod's node,
+the release that removes it again, `pulumi destroy`, and a clean stop; a time per step.
 
-Why: it shows, in under a minute and with nothing but this repository, the whole product path:
-a real control plane with fake nodes, the provisioner as a process watching it, helper pods
-whose node paths land in that node's own directory. Each step is a small function.
+Why: it shows the whole product path with nothing but this repository: a real control plane
+with fake nodes whose provisioner pod the harness runs as a kubelet would, the real Pulumi
+engine, and helper pods whose node paths land in that node's own directory.
 
 Run from the repository root: `python -m scripts.demo` (or `make demo`).
 """
 
 from __future__ import annotations
 
-import json
-import signal
+import os
+import secrets
 import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
+
 from localcluster import ClusterError, ClusterOptions, LocalCluster, wait_for
-from localcluster.ports import pick_free_ports
 from localcluster.raw_api import call_json, manifest
+from scripts.pulumi_engine import ROOT, EngineUnavailableError, find_engine, project_copy
 
-NAMESPACE = "local-path-storage"
-PROVISIONER = "local-path-storage.io/local-path"
-CONFIGMAP = "local-path-config"
-HELPER_ACCOUNT = "local-path-storage-helper"
-STORAGE_CLASS = "local-path"
-BASE_PATH = "/opt/local-path-provisioner"
-CONFIG = {"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": [BASE_PATH]}]}
-SETUP = '#!/bin/sh\nset -eu\nmkdir -m 0777 -p "$VOL_DIR"\n'
-TEARDOWN = '#!/bin/sh\nset -eu\nrm -rf "$VOL_DIR"\n'
-HELPER_POD = """apiVersion: v1
-kind: Pod
-metadata:
-  name: helper-pod
-spec:
-  containers:
-  - name: helper-pod
-    image: busybox
-    imagePullPolicy: IfNotPresent
-"""
+STACK = "demo"
+STACK_TEMPLATE = ROOT / "stacks" / "Pulumi.dev.yaml"
 T = TypeVar("T")
+timings: list[tuple[str, float]] = []
 
 
-def step(title: str) -> None:
+class DemoError(Exception):
+    """A step did not do what it shows; the message says which and where to look."""
+
+
+@contextmanager
+def step(title: str) -> Iterator[None]:
     print(f"\n== {title}", flush=True)
+    started = time.monotonic()
+    yield
+    timings.append((title, time.monotonic() - started))
 
 
-def start_cluster() -> LocalCluster:
-    step("Starting the local cluster (etcd, kube-apiserver, controller-manager, scheduler, kwok)")
-    cluster = LocalCluster.start(ClusterOptions(announce=False))
-    print(f"cluster ready in {cluster.startup_seconds:.1f}s")
-    print(f"kubeconfig: {cluster.kubeconfig}")
-    return cluster
+def _poll(probe: Callable[[], T | None], description: str) -> T:
+    return wait_for(probe, 90, description, interval=0.2)
 
 
-def show_nodes(cluster: LocalCluster) -> None:
-    step("Nodes")
-    for node in call_json(cluster.core_v1().list_node)["items"]:
-        name = node["metadata"]["name"]
-        ready = next(c["status"] for c in node["status"]["conditions"] if c["type"] == "Ready")
-        print(f"  {name:<10} Ready={ready:<6} disk: {cluster.node_dir(name)}")
+class Pulumi:
+    """The `pulumi` CLI on a copy of this project, with its output shown as it runs."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        engine = find_engine()
+        print(f"  pulumi {engine.version()} from {engine.origin}")
+        stack_file = yaml.safe_load(STACK_TEMPLATE.read_text(encoding="utf-8"))
+        config = {**stack_file["config"], "kubernetes:kubeconfig": str(cluster.kubeconfig)}
+        self.project = project_copy(cluster.dir / "demo-project", STACK, config)
+        # A backend and passphrase of this run only: the cluster directory goes at the end.
+        state = cluster.dir / "pulumi-state"
+        self.env = {**os.environ, **engine.environment(state, secrets.token_hex(16))}
+        self.cli = str(engine.cli)
+
+    def __call__(self, *arguments: str) -> None:
+        command = [self.cli, *arguments, "--stack", STACK, "--non-interactive"]
+        print(f"  $ pulumi {' '.join(arguments)}", flush=True)
+        completed = subprocess.run(command, cwd=self.project, env=self.env, check=False)
+        if completed.returncode != 0:
+            raise DemoError(f"demo: `pulumi {' '.join(arguments)}` exited {completed.returncode}")
 
 
-def deploy_provisioner(cluster: LocalCluster, work_dir: Path) -> subprocess.Popen[bytes]:
-    step("Deploying the provisioner: namespace, helper account, ConfigMap, class, process")
-    core = cluster.core_v1()
-    cluster.create_namespace(NAMESPACE)
-    core.create_namespaced_service_account(
-        NAMESPACE,
-        manifest({"metadata": {"name": HELPER_ACCOUNT}, "automountServiceAccountToken": False}),
-    )
-    files = {
-        "config.json": json.dumps(CONFIG),
-        "setup": SETUP,
-        "teardown": TEARDOWN,
-        "helperPod.yaml": HELPER_POD,
-    }
-    core.create_namespaced_config_map(
-        NAMESPACE, manifest({"metadata": {"name": CONFIGMAP}, "data": files})
-    )
-    config_dir = work_dir / "config"
-    config_dir.mkdir(parents=True, exist_ok=True)
-    for key, text in files.items():
-        (config_dir / key).write_text(text)
-    cluster.storage_v1().create_storage_class(
-        manifest(
-            {
-                "metadata": {"name": STORAGE_CLASS},
-                "provisioner": PROVISIONER,
-                "reclaimPolicy": "Delete",
-                "volumeBindingMode": "WaitForFirstConsumer",
-            }
-        )
-    )
-    port = pick_free_ports(1)[0]
-    log_path = work_dir / "provisioner.log"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "provisioner",
-            "start",
-            f"--kubeconfig={cluster.kubeconfig}",
-            f"--provisioner-name={PROVISIONER}",
-            f"--namespace={NAMESPACE}",
-            f"--config={config_dir / 'config.json'}",
-            f"--configmap-name={CONFIGMAP}",
-            f"--service-account-name={HELPER_ACCOUNT}",
-            "--metrics-address=127.0.0.1",
-            f"--metrics-port={port}",
-        ],
-        stdout=log_path.open("wb"),
-        stderr=subprocess.STDOUT,
+def deploy(cluster: LocalCluster, pulumi: Pulumi) -> dict[str, Any]:
+    pulumi("stack", "init")
+    pulumi("up", "--yes")
+    namespace = yaml.safe_load(STACK_TEMPLATE.read_text(encoding="utf-8"))["config"].get(
+        "local-path-storage:namespace", "local-path-storage"
     )
 
-    def leading() -> bool | None:
-        if process.poll() is not None:
-            raise ClusterError(f"demo: the provisioner exited; its log: {log_path}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as reply:
-                return True if b"leading" in reply.read() else None
-        except OSError:
-            return None
+    def ready_pod() -> dict[str, Any] | None:
+        pods = call_json(
+            cluster.core_v1().list_namespaced_pod,
+            namespace,
+            label_selector="app.kubernetes.io/component=provisioner",
+        )["items"]
+        for pod in pods:
+            conditions = pod.get("status", {}).get("conditions", [])
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                return dict(pod)
+        return None
 
-    wait_for(leading, 60, "the provisioner to lead")
-    print(f"  provisioner pid {process.pid} leads; /metrics on :{port}; log {log_path}")
-    return process
+    pod = _poll(ready_pod, "the deployed provisioner pod to be Ready")
+    print(
+        f"  provisioner pod {namespace}/{pod['metadata']['name']} Ready on "
+        f"{pod['spec']['nodeName']}; its log: "
+        f"{cluster.pod_log_path(namespace, pod['metadata']['name'], pod['metadata']['uid'])}"
+    )
+    return pod
 
 
-def claim_for_a_pod(cluster: LocalCluster) -> dict[str, Any]:
-    step("A claim for a pod: the scheduler picks a node, the provisioner makes the volume")
+def claim_for_a_pod(cluster: LocalCluster, storage_class: str) -> dict[str, Any]:
     core = cluster.core_v1()
     started = time.monotonic()
     core.create_namespaced_persistent_volume_claim(
@@ -142,7 +108,7 @@ def claim_for_a_pod(cluster: LocalCluster) -> dict[str, Any]:
             {
                 "metadata": {"name": "data"},
                 "spec": {
-                    "storageClassName": STORAGE_CLASS,
+                    "storageClassName": storage_class,
                     "accessModes": ["ReadWriteOnce"],
                     "resources": {"requests": {"storage": "1Gi"}},
                 },
@@ -168,14 +134,10 @@ def claim_for_a_pod(cluster: LocalCluster) -> dict[str, Any]:
 
     volume_name = _poll(bound, "the claim to be Bound")
     print(f"  claim default/data Bound to {volume_name} in {time.monotonic() - started:.1f}s")
-    volume = call_json(core.read_persistent_volume, volume_name)
-    pod = _poll(lambda: _running_pod(cluster, "app"), "the pod to run on the volume's node")
-    print(f"  pod default/app Running on {pod['spec']['nodeName']}")
-    return volume
+    return call_json(core.read_persistent_volume, volume_name)
 
 
-def show_volume_directory(cluster: LocalCluster, volume: dict[str, Any]) -> tuple[str, Path]:
-    step("The volume's directory on the nodes' disks")
+def show_volume_directory(cluster: LocalCluster, volume: dict[str, Any]) -> Path:
     path = (volume["spec"].get("hostPath") or volume["spec"]["local"])["path"]
     terms = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
     node = terms[0]["matchExpressions"][0]["values"][0]
@@ -183,14 +145,13 @@ def show_volume_directory(cluster: LocalCluster, volume: dict[str, Any]) -> tupl
     for name in cluster.nodes:
         on_disk = cluster.node_dir(name) / path.lstrip("/")
         print(f"  {name:<10} {on_disk}: {'present' if on_disk.is_dir() else 'absent'}")
-    directory = cluster.node_dir(node) / path.lstrip("/")
+    directory: Path = cluster.node_dir(node) / path.lstrip("/")
     if not directory.is_dir():
-        raise ClusterError(f"demo: {path} did not appear on {node}")
-    return volume["metadata"]["name"], directory
+        raise DemoError(f"demo: {path} did not appear on {node}")
+    return directory
 
 
 def release(cluster: LocalCluster, volume_name: str, directory: Path) -> None:
-    step("Releasing: pod and claim deleted, the provisioner removes directory and PV")
     core = cluster.core_v1()
     core.delete_namespaced_pod("app", "default", grace_period_seconds=0)
     core.delete_namespaced_persistent_volume_claim("data", "default")
@@ -200,57 +161,62 @@ def release(cluster: LocalCluster, volume_name: str, directory: Path) -> None:
         return True if all(v["metadata"]["name"] != volume_name for v in volumes) else None
 
     _poll(deleted, f"{volume_name} to be deleted")
-    print(
-        f"  PV {volume_name} deleted; directory {directory}: "
-        f"{'still there' if directory.exists() else 'removed'}"
-    )
+    if directory.exists():
+        raise DemoError(f"demo: {directory} is still there after its volume was deleted")
+    print(f"  PV {volume_name} deleted; directory {directory}: removed")
 
 
-def stop_provisioner(process: subprocess.Popen[bytes]) -> None:
-    step("Stopping the provisioner (SIGTERM: finish work, release the lease)")
-    process.send_signal(signal.SIGTERM)
-    print(f"  exit code {process.wait(30)}")
-
-
-def _poll(probe: Callable[[], T | None], description: str) -> T:
-    return wait_for(probe, 90, description)
-
-
-def _running_pod(cluster: LocalCluster, name: str) -> dict[str, Any] | None:
-    pod = call_json(cluster.core_v1().read_namespaced_pod, name, "default")
-    return pod if pod["status"].get("phase") == "Running" else None
-
-
-def stop_cluster(cluster: LocalCluster) -> None:
-    step("Stopping the cluster")
-    directory: Path = cluster.dir
-    cluster.stop()
-    print(f"  stopped; {directory} removed: {not directory.exists()}")
+def run(cluster: LocalCluster) -> None:
+    with step("Nodes"):
+        for node in call_json(cluster.core_v1().list_node)["items"]:
+            name = node["metadata"]["name"]
+            ready = next(c["status"] for c in node["status"]["conditions"] if c["type"] == "Ready")
+            print(f"  {name:<10} Ready={ready:<6} disk: {cluster.node_dir(name)}")
+    with step("pulumi up: namespace, RBAC, ConfigMap, provisioner Deployment, StorageClass"):
+        pulumi = Pulumi(cluster)
+        deploy(cluster, pulumi)
+    storage_class = yaml.safe_load(STACK_TEMPLATE.read_text(encoding="utf-8"))["config"][
+        "local-path-storage:storageClasses"
+    ][0]["name"]
+    with step("A claim for a pod: the scheduler picks a node, the deployed provisioner binds it"):
+        volume = claim_for_a_pod(cluster, storage_class)
+    with step("The volume's directory on the nodes' disks"):
+        directory = show_volume_directory(cluster, volume)
+    with step("Releasing: pod and claim deleted, the provisioner removes directory and PV"):
+        release(cluster, volume["metadata"]["name"], directory)
+    with step("pulumi destroy: everything the stack made is removed"):
+        pulumi("destroy", "--yes")
+        pulumi("stack", "rm", "--yes")
 
 
 def main() -> int:
+    started = time.monotonic()
+    code = 0
     try:
-        cluster = start_cluster()
+        with step(
+            "Starting the local cluster (etcd, kube-apiserver, controller-manager, scheduler, kwok)"
+        ):
+            cluster = LocalCluster.start(ClusterOptions(announce=False))
+            seconds = cluster.startup_seconds
+            print(f"  cluster ready in {seconds:.1f}s; kubeconfig {cluster.kubeconfig}")
     except ClusterError as error:
         print(error, file=sys.stderr)
         return 1
-    provisioner: subprocess.Popen[bytes] | None = None
     try:
-        show_nodes(cluster)
-        provisioner = deploy_provisioner(cluster, cluster.dir / "demo")
-        volume = claim_for_a_pod(cluster)
-        volume_name, directory = show_volume_directory(cluster, volume)
-        release(cluster, volume_name, directory)
-        stop_provisioner(provisioner)
-    except (ClusterError, TimeoutError) as error:
+        run(cluster)
+    except (DemoError, EngineUnavailableError, TimeoutError) as error:
         print(error, file=sys.stderr)
-        return 1
+        code = 1
     finally:
-        if provisioner is not None and provisioner.poll() is None:
-            provisioner.kill()
-            provisioner.wait(10)
-        stop_cluster(cluster)
-    return 0
+        with step("Stopping the cluster"):
+            directory: Path = cluster.dir
+            cluster.stop()
+            print(f"  stopped; {directory} removed: {not directory.exists()}")
+    print("\n== Time per step")
+    for title, seconds in timings:
+        print(f"  {seconds:6.1f}s  {title}")
+    print(f"  {time.monotonic() - started:6.1f}s  in all; exit code {code}")
+    return code
 
 
 if __name__ == "__main__":

@@ -27,6 +27,9 @@ import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE_VARIABLE = "LPS_PULUMI_BUNDLE"
@@ -206,6 +209,28 @@ def find_engine() -> PulumiEngine:
         _install_provider_plugin(root / "bin" / "pulumi", home, provider, provider_version)
         offline_provider = True
     return PulumiEngine(root, origin, home, offline_provider)
+
+
+def project_copy(destination: Path, stack: str, config: dict[str, Any]) -> Path:
+    """A copy of this project (Pulumi.yaml, __main__.py, one stack file) in `destination`,
+    whose Python language host runs the virtualenv running this code (it has the project
+    installed, so the program is this checkout's). Stacks made by the demo and the tests live
+    there: creating a stack with the passphrase provider writes an `encryptionsalt` into its
+    stack file, and the repository's own stacks must stay as they are."""
+    destination.mkdir(parents=True, exist_ok=True)
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text(encoding="utf-8"))
+    project["runtime"]["options"]["virtualenv"] = sys.prefix
+    (destination / "Pulumi.yaml").write_text(yaml.safe_dump(project), encoding="utf-8")
+    shutil.copy(ROOT / "__main__.py", destination / "__main__.py")
+    stack_dir = destination / project.get("stackConfigDir", ".")
+    stack_dir.mkdir(parents=True, exist_ok=True)
+    namespaced = {
+        (key if ":" in key else f"{project['name']}:{key}"): value for key, value in config.items()
+    }
+    (stack_dir / f"Pulumi.{stack}.yaml").write_text(
+        yaml.safe_dump({"config": namespaced}), encoding="utf-8"
+    )
+    return destination
 
 
 def default_state_dir() -> Path:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,7 +23,7 @@ from pulumi import automation as auto
 
 from components.naming import CONFIG_NAMESPACE
 from localcluster import LocalCluster, wait_for
-from scripts.pulumi_engine import PulumiEngine
+from scripts.pulumi_engine import PulumiEngine, project_copy
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSPHRASE = "engine-tests-only"  # a throw-away file backend under pytest's tmp
@@ -177,21 +175,6 @@ def base_config(
     }
 
 
-def _project_file(project_dir: Path) -> None:
-    project: dict[str, Any] = yaml.safe_load((ROOT / "Pulumi.yaml").read_text(encoding="utf-8"))
-    project["runtime"]["options"]["virtualenv"] = sys.prefix
-    (project_dir / "Pulumi.yaml").write_text(yaml.safe_dump(project), encoding="utf-8")
-
-
-def _stack_file(config: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "config": {
-            (key if ":" in key else f"{CONFIG_NAMESPACE}:{key}"): value
-            for key, value in config.items()
-        }
-    }
-
-
 class StackFactory:
     """Makes stacks for one test and destroys whatever they left at its end."""
 
@@ -216,13 +199,9 @@ class StackFactory:
         stack_config = dict(base_config(names) if config is None else config)
         if kubeconfig:
             stack_config["kubernetes:kubeconfig"] = str(self.cluster.kubeconfig)
-        project_dir = self.work_dir / f"project-{names.suffix}"
-        (project_dir / "stacks").mkdir(parents=True)
-        _project_file(project_dir)
-        shutil.copy(ROOT / "__main__.py", project_dir / "__main__.py")
         stack_name = f"e2e-{names.suffix}"
-        (project_dir / "stacks" / f"Pulumi.{stack_name}.yaml").write_text(
-            yaml.safe_dump(_stack_file(stack_config)), encoding="utf-8"
+        project_dir = project_copy(
+            self.work_dir / f"project-{names.suffix}", stack_name, stack_config
         )
         workspace = auto.LocalWorkspace(
             work_dir=str(project_dir), pulumi_command=self.command, env_vars=self.env
