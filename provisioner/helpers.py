@@ -106,6 +106,112 @@ def validate_helper_template(template: Mapping[str, Any], *, allow_unsafe: bool 
         _forbid(container.get(key), f"{where}.{key}", "must not be set: the helper is one command")
     _check_security_context(spec.get("securityContext"), "spec.securityContext", pod=True)
     _check_security_context(container.get("securityContext"), f"{where}.securityContext", pod=False)
+    # Beyond the named refusals above, only what is known to be harmless passes: a field a new
+    # Kubernetes version adds, or one that loosens isolation (runtimeClassName, hostUsers,
+    # seLinuxOptions, procMount, an Unconfined profile), must be looked at before it is allowed.
+    _allow_only(template, _TEMPLATE_KEYS, "")
+    _allow_only(template.get("metadata"), _METADATA_KEYS, "metadata")
+    for key in (template.get("metadata") or {}).get("annotations") or {}:
+        if str(key).startswith(_PROFILE_ANNOTATIONS):
+            raise _error(f"metadata.annotations[{key}]", f"must not be set; {_UNSAFE_HINT}")
+    _allow_only(spec, _POD_SPEC_KEYS, "spec")
+    _allow_only(container, _CONTAINER_KEYS, where)
+    for context, allowed, at in (
+        (spec.get("securityContext"), _POD_SECURITY_KEYS, "spec.securityContext"),
+        (container.get("securityContext"), _CONTAINER_SECURITY_KEYS, f"{where}.securityContext"),
+    ):
+        _allow_only(context, allowed, at)
+        if isinstance(context, dict):
+            for profile in ("seccompProfile", "appArmorProfile"):
+                kind = (context.get(profile) or {}).get("type")
+                if kind not in (None, "RuntimeDefault", "Localhost"):
+                    raise _error(
+                        f"{at}.{profile}.type",
+                        f"must be RuntimeDefault or Localhost, not {kind}; {_UNSAFE_HINT}",
+                    )
+
+
+_TEMPLATE_KEYS = frozenset({"apiVersion", "kind", "metadata", "spec"})
+_METADATA_KEYS = frozenset({"name", "namespace", "labels", "annotations", "generateName"})
+_PROFILE_ANNOTATIONS = (
+    "container.apparmor.security.beta.kubernetes.io/",
+    "seccomp.security.alpha.kubernetes.io/",
+    "container.seccomp.security.alpha.kubernetes.io/",
+)
+_POD_SPEC_KEYS = frozenset(
+    {
+        "containers",
+        "tolerations",
+        "priorityClassName",
+        "priority",
+        "preemptionPolicy",
+        "nodeSelector",
+        "affinity",
+        "topologySpreadConstraints",
+        "schedulerName",
+        "imagePullSecrets",
+        "securityContext",
+        "terminationGracePeriodSeconds",
+        "activeDeadlineSeconds",
+        "restartPolicy",
+        "automountServiceAccountToken",
+        "enableServiceLinks",
+        "dnsPolicy",
+        "dnsConfig",
+    }
+)
+_CONTAINER_KEYS = frozenset(
+    {
+        "name",
+        "image",
+        "imagePullPolicy",
+        "command",
+        "args",
+        "workingDir",
+        "env",
+        "resources",
+        "securityContext",
+        "terminationMessagePath",
+        "terminationMessagePolicy",
+    }
+)
+_POD_SECURITY_KEYS = frozenset(
+    {
+        "runAsUser",
+        "runAsGroup",
+        "runAsNonRoot",
+        "fsGroup",
+        "fsGroupChangePolicy",
+        "supplementalGroups",
+        "supplementalGroupsPolicy",
+        "seccompProfile",
+        "appArmorProfile",
+    }
+)
+_CONTAINER_SECURITY_KEYS = frozenset(
+    {
+        "runAsUser",
+        "runAsGroup",
+        "runAsNonRoot",
+        "readOnlyRootFilesystem",
+        "allowPrivilegeEscalation",
+        "privileged",
+        "capabilities",
+        "seccompProfile",
+        "appArmorProfile",
+    }
+)
+
+
+def _allow_only(section: Any, allowed: frozenset[str], where: str) -> None:
+    if not isinstance(section, dict):
+        return
+    for key in sorted(set(section) - allowed):
+        raise _error(
+            f"{where}.{key}" if where else key,
+            f"is not allowed in a helper template (allowed here: {', '.join(sorted(allowed))});"
+            f" {_UNSAFE_HINT}",
+        )
 
 
 def _forbid(value: Any, key: str, why: str) -> None:
@@ -127,6 +233,7 @@ def _check_security_context(context: Any, where: str, *, pod: bool) -> None:
     capabilities = context.get("capabilities")
     if isinstance(capabilities, dict):
         _forbid(capabilities.get("add"), f"{where}.capabilities.add", "must not add capabilities")
+        _allow_only(capabilities, frozenset({"add", "drop"}), f"{where}.capabilities")
     _forbid(
         context.get("allowPrivilegeEscalation"),
         f"{where}.allowPrivilegeEscalation",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from provisioner.claims import STORAGE_PROVISIONER, Provision, decide_claim_action
 from provisioner.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_NODE,
@@ -22,6 +23,7 @@ from provisioner.config import (
     parse_config_json,
     validate_storage_class_parameters,
 )
+from provisioner.records import ClaimRecord, NodeRecord, StorageClassRecord
 
 RANCHER_DEFAULT = {
     "nodePathMap": [{"node": DEFAULT_NODE, "paths": ["/opt/local-path-provisioner"]}]
@@ -552,6 +554,27 @@ def test_good_storage_class_parameters_pass(
     config: ProvisionerConfig, parameters: dict[str, str], annotations: dict[str, str]
 ) -> None:
     validate_storage_class_parameters("c", parameters, annotations, config)
+    # and a claim of such a class is provisioned with them
+    claim = ClaimRecord(
+        uid="u-1",
+        namespace="ns",
+        name="c",
+        resource_version="1",
+        annotations={STORAGE_PROVISIONER: "p", "mode": "0700"},
+        labels={"app": "web", "gid": "2000"},
+        storage_class_name="c",
+        selected_node="n2",
+        access_modes=("ReadWriteOnce",),
+        requested_storage="1Gi",
+    )
+    node = NodeRecord("n2", {"kubernetes.io/hostname": "n2", "topology.example.com/host": "h2"})
+    storage_class = StorageClassRecord(
+        "c", "p", parameters=parameters, annotations=annotations, binding_mode="Immediate"
+    )
+    decision = decide_claim_action(
+        claim, storage_class, config, set(), {"n2": node}, provisioner_name="p"
+    )
+    assert isinstance(decision, Provision), decision
 
 
 def test_bundle_with_rancher_defaults_loads() -> None:

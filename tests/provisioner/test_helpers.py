@@ -2,6 +2,7 @@
 provisioner.kube.helper_pod_outcome, tested in tests/provisioner/kube)."""
 
 import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -211,6 +212,13 @@ def test_hardening_fields_are_welcome() -> None:
     template["spec"]["containers"][0]["env"] = [{"name": "TZ", "value": "UTC"}]
     template["spec"]["containers"][0]["resources"] = {"limits": {"memory": "64Mi"}}
     validate_helper_template(template)
+    # and they reach the helper pod unchanged
+    pod = build(bundle=dataclasses.replace(BUNDLE, helper_pod_template=template))
+    container = pod["spec"]["containers"][0]
+    assert container["securityContext"] == template["spec"]["containers"][0]["securityContext"]
+    assert pod["spec"]["securityContext"] == {"fsGroup": 2000, "runAsNonRoot": True}
+    assert container["resources"] == {"limits": {"memory": "64Mi"}}
+    assert {"name": "TZ", "value": "UTC"} in container["env"]
 
 
 BUNDLE = load_config_bundle(
@@ -360,3 +368,53 @@ def test_helper_pod_names_are_short_and_deterministic() -> None:
     assert len(name) <= 63
     assert name == helper_pod_name("delete", long_name)
     assert name != helper_pod_name("delete", long_name + "y")
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "key"),
+    [
+        ("spec.runtimeClassName", "kata-unsafe", "spec.runtimeClassName"),
+        ("spec.hostUsers", True, "spec.hostUsers"),
+        ("spec.shareProcessNamespace", True, "spec.shareProcessNamespace"),
+        ("spec.hostAliases", [{"ip": "1.2.3.4"}], "spec.hostAliases"),
+        (f"{C}.securityContext.seLinuxOptions", {"type": "spc_t"}, "seLinuxOptions"),
+        (f"{C}.securityContext.procMount", "Unmasked", "procMount"),
+        ("spec.securityContext.seLinuxOptions", {"type": "spc_t"}, "seLinuxOptions"),
+        (f"{C}.ports", [{"containerPort": 80}], "spec.containers[0].ports"),
+        (f"{C}.stdin", True, "spec.containers[0].stdin"),
+    ],
+)
+def test_fields_not_on_the_allow_list_are_refused(path: str, value: Any, key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        validate_helper_template(with_(path, value))
+    assert key in str(caught.value)
+    assert "is not allowed in a helper template" in str(caught.value)
+    assert str(caught.value).endswith(HINT)
+    validate_helper_template(with_(path, value), allow_unsafe=True)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"{C}.securityContext.seccompProfile",
+        f"{C}.securityContext.appArmorProfile",
+        "spec.securityContext.seccompProfile",
+        "spec.securityContext.appArmorProfile",
+    ],
+)
+def test_unconfined_profiles_are_refused(path: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        validate_helper_template(with_(path, {"type": "Unconfined"}))
+    assert f"{path.replace('containers.0', 'containers[0]')}.type: must be RuntimeDefault" in str(
+        caught.value
+    )
+    validate_helper_template(with_(path, {"type": "RuntimeDefault"}))
+
+
+def test_legacy_profile_annotations_are_refused() -> None:
+    template = with_(
+        "metadata.annotations",
+        {"container.apparmor.security.beta.kubernetes.io/helper-pod": "unconfined"},
+    )
+    with pytest.raises(ConfigError, match="must not be set"):
+        validate_helper_template(template)
