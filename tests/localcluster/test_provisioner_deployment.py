@@ -1,11 +1,13 @@
 """End to end through the image table: the provisioner's Deployment, as components/ declares
-it (namespace, accounts, RBAC from components.rbac, ConfigMap, Deployment), runs the real
-`local-path-storage-provisioner` in a pod; a WaitForFirstConsumer claim binds and its
-directory appears on the node; releasing it removes the directory."""
+it (namespace, accounts, RBAC from components.rbac, ConfigMap, and the pod template of
+components/deployment.py itself), runs the real `local-path-storage-provisioner` in a pod; a
+WaitForFirstConsumer claim binds and its directory appears on the node; releasing it removes
+the directory."""
 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,6 +17,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from components import naming, rbac
+from components.args import ConfigMapFiles, ProvisionerDeploymentArgs
+from components.deployment import pod_template
 from localcluster import LocalCluster, wait_for
 from localcluster.raw_api import call_json, manifest
 from provisioner.config import (
@@ -26,7 +30,6 @@ from tests.localcluster.image_pods import container_status, is_ready, log_of
 
 pytestmark = pytest.mark.cluster
 
-IMAGE = naming.DEFAULT_IMAGE  # local-path-storage/provisioner:0.1.0, the image-table default
 NODE_PATH = "/opt/lps-deployed"
 
 
@@ -41,67 +44,16 @@ def _rules(rules: tuple[rbac.PolicyRule, ...]) -> list[dict[str, Any]]:
     ]
 
 
-def _pod_template(provisioner_name: str) -> dict[str, Any]:
-    """components/deployment.py's pod template, spelled as the API spells it."""
-    arguments = [
-        f"--provisioner-name={provisioner_name}",
-        f"--config={naming.CONFIG_DIRECTORY}/config.json",
-        f"--configmap-name={naming.CONFIG_MAP_NAME}",
-        f"--service-account-name={naming.HELPER_SERVICE_ACCOUNT}",
-        "--worker-threads=2",
-        "--metrics-port=8080",
-        "--leader-election",
-    ]
-    container = {
-        "name": "provisioner",
-        "image": IMAGE,
-        "command": ["local-path-storage-provisioner"],
-        "args": arguments,
-        "env": [
-            {
-                "name": "POD_NAMESPACE",
-                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
-            }
-        ],
-        "ports": [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}],
-        "livenessProbe": {
-            "httpGet": {"path": "/healthz", "port": "metrics"},
-            "initialDelaySeconds": 5,
-            "periodSeconds": 10,
-            "failureThreshold": 3,
-        },
-        "readinessProbe": {
-            "httpGet": {"path": "/readyz", "port": "metrics"},
-            "periodSeconds": 1,
-            "failureThreshold": 2,
-        },
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
-        "volumeMounts": [
-            {"name": "config", "mountPath": naming.CONFIG_DIRECTORY, "readOnly": True},
-            {"name": "tmp", "mountPath": "/tmp"},
-        ],
-    }
-    return {
-        "metadata": {"labels": {"app": "provisioner"}},
-        "spec": {
-            "serviceAccountName": naming.PROVISIONER_SERVICE_ACCOUNT,
-            "securityContext": {
-                "runAsNonRoot": True,
-                "runAsUser": 65532,
-                "runAsGroup": 65532,
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
-            "containers": [container],
-            "volumes": [
-                {"name": "config", "configMap": {"name": naming.CONFIG_MAP_NAME}},
-                {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}},
-            ],
-        },
-    }
+def _camel(value: Any) -> Any:
+    """Pulumi's snake_case input keys as the API spells them (`http_get` -> `httpGet`)."""
+    if isinstance(value, dict):
+        return {
+            re.sub(r"_([a-z])", lambda match: match.group(1).upper(), key): _camel(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_camel(item) for item in value]
+    return value
 
 
 class Installation:
@@ -114,6 +66,23 @@ class Installation:
         self.provisioner_name = f"deployed-{suffix}.lps.io/local-path"
         self.storage_class = f"deployed-{suffix}"
         self.cluster_scoped = naming.cluster_scoped_name(self.namespace)
+        config = {
+            "nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": [NODE_PATH]}]
+        }
+        files = ConfigMapFiles(
+            json.dumps(config),
+            DEFAULT_SETUP_SCRIPT,
+            DEFAULT_TEARDOWN_SCRIPT,
+            DEFAULT_HELPER_POD_YAML,
+        )
+        # The default image, local-path-storage/provisioner:0.1.0: the image table's entry.
+        self.args = ProvisionerDeploymentArgs(
+            config_files=files,
+            namespace=self.namespace,
+            provisioner_name=self.provisioner_name,
+            workers=2,
+        )
+        self.template = _camel(pod_template(self.args, "deployed"))
 
     def create(self) -> None:
         core, access = self.cluster.core_v1(), self.cluster.rbac_v1()
@@ -162,15 +131,7 @@ class Installation:
                 }
             ),
         )
-        config = {
-            "nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": [NODE_PATH]}]
-        }
-        data = {
-            "config.json": json.dumps(config),
-            "setup": DEFAULT_SETUP_SCRIPT,
-            "teardown": DEFAULT_TEARDOWN_SCRIPT,
-            "helperPod.yaml": DEFAULT_HELPER_POD_YAML,
-        }
+        data = self.args.config_files.to_data()
         core.create_namespaced_config_map(
             namespace, manifest({"metadata": {"name": naming.CONFIG_MAP_NAME}, "data": data})
         )
@@ -188,8 +149,8 @@ class Installation:
             "metadata": {"name": "local-path-storage-provisioner"},
             "spec": {
                 "replicas": 1,
-                "selector": {"matchLabels": {"app": "provisioner"}},
-                "template": _pod_template(self.provisioner_name),
+                "selector": {"matchLabels": naming.selector_labels("deployed")},
+                "template": self.template,
             },
         }
         client.AppsV1Api(self.cluster.admin_client).create_namespaced_deployment(
@@ -232,7 +193,8 @@ def test_the_deployed_provisioner_runs_in_its_pod_and_binds_a_claim(
     core, namespace = cluster.core_v1(), installation.namespace
 
     def provisioner_pod() -> dict[str, Any] | None:
-        pods = call_json(core.list_namespaced_pod, namespace, label_selector="app=provisioner")
+        selector = ",".join(f"{k}={v}" for k, v in naming.selector_labels("deployed").items())
+        pods = call_json(core.list_namespaced_pod, namespace, label_selector=selector)
         ready = [found for found in pods["items"] if is_ready(found)]
         return ready[0] if ready else None
 
