@@ -13,7 +13,7 @@ provider, no update check, and no automatic plugin downloads when the bundle's p
 installed.
 
     python -m scripts.pulumi_engine install   # find or install; prints what it uses
-    python -m scripts.pulumi_engine env       # shell `export` lines for running pulumi by hand
+    python3 -m scripts.pulumi_engine env      # `export` lines: that pulumi on PATH, by hand
 """
 
 from __future__ import annotations
@@ -28,8 +28,6 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE_VARIABLE = "LPS_PULUMI_BUNDLE"
@@ -88,18 +86,25 @@ class PulumiEngine:
         )
         return completed.stdout.strip()
 
-    def environment(self, state_dir: Path, passphrase: str) -> dict[str, str]:
-        """The variables every pulumi run gets (to merge over os.environ)."""
-        state_dir.mkdir(parents=True, exist_ok=True)
+    def environment(
+        self, state_dir: Path | None = None, passphrase: str | None = None
+    ) -> dict[str, str]:
+        """The variables every pulumi run gets (to merge over os.environ): the engine on PATH,
+        its private plugin cache, no update check, no plugin downloads when the bundle's
+        provider is installed; with `state_dir`, a file backend there; with `passphrase`,
+        the passphrase secrets provider's key."""
         variables = {
             "PATH": f"{self.root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
             "PULUMI_HOME": str(self.home),
-            "PULUMI_BACKEND_URL": state_dir.resolve().as_uri(),
-            "PULUMI_CONFIG_PASSPHRASE": passphrase,
             "PULUMI_SKIP_UPDATE_CHECK": "true",
         }
         if self.offline_provider:
             variables["PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION"] = "true"
+        if state_dir is not None:
+            state_dir.mkdir(parents=True, exist_ok=True)
+            variables["PULUMI_BACKEND_URL"] = state_dir.resolve().as_uri()
+        if passphrase is not None:
+            variables["PULUMI_CONFIG_PASSPHRASE"] = passphrase
         return variables
 
 
@@ -217,6 +222,8 @@ def project_copy(destination: Path, stack: str, config: dict[str, Any]) -> Path:
     installed, so the program is this checkout's). Stacks made by the demo and the tests live
     there: creating a stack with the passphrase provider writes an `encryptionsalt` into its
     stack file, and the repository's own stacks must stay as they are."""
+    import yaml  # noqa: PLC0415 - here, so `env` runs on any Python 3.11 without the virtualenv
+
     destination.mkdir(parents=True, exist_ok=True)
     project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text(encoding="utf-8"))
     project["runtime"]["options"]["virtualenv"] = sys.prefix
@@ -233,11 +240,6 @@ def project_copy(destination: Path, stack: str, config: dict[str, Any]) -> Path:
     return destination
 
 
-def default_state_dir() -> Path:
-    """The file backend of the demo and of stacks run by hand with `env`."""
-    return cache_dir() / "pulumi" / "state"
-
-
 def main(arguments: list[str]) -> int:
     command = arguments[0] if arguments else "install"
     if command not in ("install", "env"):
@@ -251,10 +253,9 @@ def main(arguments: list[str]) -> int:
     if command == "install":
         _say(f"using pulumi {engine.version()} from {engine.origin} ({engine.cli})")
         return 0
-    passphrase = os.environ.get("PULUMI_CONFIG_PASSPHRASE", "")
-    for key, value in engine.environment(default_state_dir(), passphrase).items():
-        if key != "PULUMI_CONFIG_PASSPHRASE":
-            print(f"export {key}={shlex.quote(value)}")
+    # No backend and no passphrase: those are the user's choice (see README).
+    for key, value in engine.environment().items():
+        print(f"export {key}={shlex.quote(value)}")
     return 0
 
 
