@@ -57,7 +57,7 @@ def editable_sources(prefix: Path) -> list[Path]:
 
 def outermost(paths: Iterable[Path]) -> tuple[Path, ...]:
     """The paths not inside another one of them (a mount of the outer one shows the inner)."""
-    unique = sorted({path.resolve() for path in paths}, key=lambda path: len(path.parts))
+    unique = sorted({path.resolve() for path in paths}, key=lambda path: (len(path.parts), path))
     kept: list[Path] = []
     for path in unique:
         if not any(path.is_relative_to(outer) for outer in kept):

@@ -162,10 +162,7 @@ class VolumeMaterializer:
             ]
         name = source.get("name") if kind == "configMap" else source.get("secretName")
         try:
-            if kind == "configMap":
-                obj = call_json(self.core.read_namespaced_config_map, name, self.namespace)
-            else:
-                obj = call_json(self.core.read_namespaced_secret, name, self.namespace)
+            obj = self._read(kind, str(name))
         except ApiException as error:
             if error.status == HTTP_NOT_FOUND and source.get("optional"):
                 return []
@@ -173,6 +170,22 @@ class VolumeMaterializer:
         return _object_files(
             obj, encoded=kind == "secret", items=source.get("items"), default_mode=mode
         )
+
+    def object_data(self, kind: str, name: str) -> dict[str, str] | None:
+        """A ConfigMap's or Secret's data as text (for the environment), None when absent."""
+        try:
+            obj = self._read(kind, name)
+        except ApiException as error:
+            if error.status == HTTP_NOT_FOUND:
+                return None
+            raise
+        files = _object_files(obj, encoded=kind == "secret", items=None, default_mode=0)
+        return {key: content.decode("utf-8", "replace") for key, content, _ in files}
+
+    def _read(self, kind: str, name: str) -> dict[str, Any]:
+        if kind == "configMap":
+            return call_json(self.core.read_namespaced_config_map, name, self.namespace)
+        return call_json(self.core.read_namespaced_secret, name, self.namespace)
 
     def _token(self, projection: dict[str, Any]) -> str:
         """A TokenRequest bound to the pod, reused until 80% of its life has passed."""

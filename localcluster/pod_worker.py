@@ -10,9 +10,7 @@ confirming delete. One pod's trouble stays in its own thread and is reported in 
 
 from __future__ import annotations
 
-import base64
 import shutil
-import tempfile
 import threading
 import time
 import traceback
@@ -29,13 +27,12 @@ from localcluster.atomic_writer import write_atomically
 from localcluster.cluster_dirs import pod_log_path
 from localcluster.container_run import ContainerRun
 from localcluster.event_log import EventLog, utc_now
-from localcluster.helper_pods import UnsupportedPodError, only_container, plan_sandbox
+from localcluster.helper_pods import SandboxPlan, UnsupportedPodError, only_container, plan_sandbox
 from localcluster.image_table import ImageRuntime
 from localcluster.pod_api import API_ERRORS, PodApi
 from localcluster.pod_env import MissingReferenceError, container_environment
 from localcluster.pod_network import PodNetwork
 from localcluster.pod_volumes import VolumeMaterializer, VolumeNotReadyError, prepare_host_paths
-from localcluster.raw_api import call_json
 
 RETRY_SECONDS = 2.0
 VOLUME_RESYNC_SECONDS = 60.0
@@ -84,6 +81,9 @@ class PodWorker:
         self._lock = threading.Lock()
         self._last_report = ""
         self.log_path = pod_log_path(context.cluster_dir, self.namespace, self.name, self.uid)
+        # Per-container roots, sandbox plans and the volumes' files, removed when it ends.
+        self.pod_dir = context.cluster_dir / "pods" / self.uid
+        self.materializer = VolumeMaterializer(context.core, pod, self.pod_dir / "volumes")
 
     # Signals from the runner.
     def update(self, pod: dict[str, Any]) -> None:
@@ -114,11 +114,8 @@ class PodWorker:
 
     # The pod's thread.
     def run(self) -> None:
-        pods_dir = self.context.cluster_dir / "pods"
-        pods_dir.mkdir(parents=True, exist_ok=True)
-        pod_dir = Path(tempfile.mkdtemp(prefix=f"{self.namespace}_{self.name}_", dir=pods_dir))
         try:
-            self._live(pod_dir)
+            self._live()
         except Exception:  # noqa: BLE001 - one pod's failure must not stop the runner
             self.log(f"worker error: {traceback.format_exc()}")
             self.waiting("RunContainerError", "local cluster runner error; see harness.log")
@@ -127,33 +124,30 @@ class PodWorker:
         finally:
             self.volumes_changed.set()
             self.network.stop()
-            shutil.rmtree(pod_dir, ignore_errors=True)
+            shutil.rmtree(self.pod_dir, ignore_errors=True)
             if self.deleting.is_set() and not self.gone.is_set():
                 self.context.api.force_delete(self.namespace, self.name, self.uid)
             self.finished.set()
             self.log("finished")
 
-    def _live(self, pod_dir: Path) -> None:
+    def _live(self) -> None:
+        self.pod_dir.mkdir(parents=True, exist_ok=True)
         self.report()
         self.network.start()
         if self.network.pause_pid is not None:
             self.context.on_process(self.network.pause_pid)
         self.sandbox_ready = True
-        materializer = VolumeMaterializer(self.context.core, self.pod, pod_dir / "volumes")
-        volumes = self._prepare_volumes(materializer)
+        volumes = self._prepare_volumes()
         if volumes is None:
             return
         threading.Thread(
-            target=self._refresh_volumes,
-            args=(materializer,),
-            name=f"pod-volumes-{self.name}",
-            daemon=True,
+            target=self._refresh_volumes, name=f"pod-volumes-{self.name}", daemon=True
         ).start()
-        self._restart_loop(pod_dir, volumes)
+        self._restart_loop(volumes)
         while self.sleep(3600):  # a finished pod stays until it is deleted
             pass
 
-    def _restart_loop(self, pod_dir: Path, volumes: Mapping[str, Path]) -> None:
+    def _restart_loop(self, volumes: Mapping[str, Path]) -> None:
         policy = self.pod["spec"].get("restartPolicy", "Always")
         in_a_row, last_restart = 0, time.monotonic()
         attempt = 0
@@ -173,7 +167,7 @@ class PodWorker:
                         return
                 last_restart = time.monotonic()
                 self.life.restart_count += 1
-            exit_code = self._start_container(pod_dir, volumes, attempt)
+            exit_code = self._start_container(volumes, attempt)
             attempt += 1
             if exit_code is None:
                 return
@@ -182,13 +176,11 @@ class PodWorker:
                 self.report()
                 return
 
-    def _start_container(
-        self, pod_dir: Path, volumes: Mapping[str, Path], attempt: int
-    ) -> int | None:
+    def _start_container(self, volumes: Mapping[str, Path], attempt: int) -> int | None:
         """One run of the container; its exit code, None when stopped for good."""
         while True:
             try:
-                plan = self._plan(pod_dir, volumes, attempt)
+                plan = self._plan(volumes, attempt)
                 break
             except (rules.ContainerConfigError, MissingReferenceError) as error:
                 self.waiting("CreateContainerConfigError", str(error))
@@ -196,23 +188,27 @@ class PodWorker:
                     return None
             except UnsupportedPodError as error:
                 return self._start_error(error.message, attempt)
-        plan_path = pod_dir / f"plan-{attempt}.json"
+        plan_path = self.pod_dir / f"plan-{attempt}.json"
         plan_path.write_text(plan.to_json(), encoding="utf-8")
         run = ContainerRun(self, plan_path, attempt)
         return run.run()
 
-    def _plan(self, pod_dir: Path, volumes: Mapping[str, Path], attempt: int) -> Any:
+    def _plan(self, volumes: Mapping[str, Path], attempt: int) -> SandboxPlan:
         container = only_container(self.pod)
         security = rules.security_settings(self.pod, container)
         defaults = rules.environment_defaults(
             self.context.runtime, self.context.api_port, security.user
         )
         env = container_environment(
-            container, self.name, pod=self.pod_with_ips(), defaults=defaults, lookup=self._lookup
+            container,
+            self.name,
+            pod=self.pod_with_ips(),
+            defaults=defaults,
+            lookup=self.materializer.object_data,
         )
         plan = plan_sandbox(
             self.pod,
-            root=pod_dir / f"root-{attempt}",
+            root=self.pod_dir / f"root-{attempt}",
             node_dir=self.context.node_dir,
             materialized=volumes,
             env=env,
@@ -241,34 +237,19 @@ class PodWorker:
         self.report()
         return 128
 
-    def _lookup(self, kind: str, name: str) -> Mapping[str, str] | None:
-        read = (
-            self.context.core.read_namespaced_config_map
-            if kind == "configMap"
-            else self.context.core.read_namespaced_secret
-        )
-        try:
-            data = call_json(read, name, self.namespace).get("data") or {}
-        except client.ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        if kind == "secret":
-            return {key: base64.b64decode(value).decode() for key, value in data.items()}
-        return {key: str(value) for key, value in data.items()}
-
     # Volumes.
-    def _prepare_volumes(self, materializer: VolumeMaterializer) -> dict[str, Path] | None:
+    def _prepare_volumes(self) -> dict[str, Path] | None:
         while not self.stopping():
             try:
                 prepare_host_paths(self.pod, self.context.node_dir)
-                return self._write_volumes(materializer)
+                return self._write_volumes()
             except VolumeNotReadyError as error:
                 self.waiting("ContainerCreating", f"volume not ready: {error}")
                 self.sleep(RETRY_SECONDS)
         return None
 
-    def _write_volumes(self, materializer: VolumeMaterializer) -> dict[str, Path]:
+    def _write_volumes(self) -> dict[str, Path]:
+        materializer = self.materializer
         materializer.pod = self.pod_with_ips()
         directories = {}
         for name, kind, source in materializer.materialized_volumes():
@@ -281,17 +262,17 @@ class PodWorker:
             directories[name] = directory
         return directories
 
-    def _refresh_volumes(self, materializer: VolumeMaterializer) -> None:
+    def _refresh_volumes(self) -> None:
         """Rewrites changed volumes: on a ConfigMap change, when a token is due, and every
         minute (Secrets, downward-API fields), as the kubelet's volume manager does."""
         while not self.stopping() and not self.finished.is_set():
-            due = materializer.seconds_to_token_refresh()
+            due = self.materializer.seconds_to_token_refresh()
             self.volumes_changed.wait(VOLUME_RESYNC_SECONDS if due is None else min(due, 60))
             self.volumes_changed.clear()
             if self.stopping() or self.finished.is_set():
                 return
             try:
-                self._write_volumes(materializer)
+                self._write_volumes()
             except (VolumeNotReadyError, *API_ERRORS) as error:
                 # As a kubelet: the last version written stays (e.g. a deleted ConfigMap).
                 self.log(f"volume refresh failed, keeping the last version: {error}")
