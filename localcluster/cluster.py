@@ -1,9 +1,10 @@
 """One local Kubernetes cluster: start it, use it, stop it, leaving nothing behind.
 
-Why: the provisioner must be tested against the real control plane, with fake nodes (kwok) and
-helper pods that really run. This ties the parts together: certificates and kubeconfigs, the
-component processes, the nodes and their directories, the helper-pod runner; it reports the
-start-up time, and stops everything by PID (also at interpreter exit and on SIGTERM/SIGHUP).
+Why: the provisioner must be tested against the real control plane, with fake nodes (kwok),
+helper pods that really run, and its own Deployment's pods really running. This ties the parts
+together: certificates and kubeconfigs, the component processes, the nodes and their
+directories, the helper-pod runner and the image-table runner; it reports the start-up time,
+and stops everything by PID (also at interpreter exit and on SIGTERM/SIGHUP).
 """
 
 from __future__ import annotations
