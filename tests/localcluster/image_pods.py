@@ -13,8 +13,8 @@ from localcluster import PROVISIONER_IMAGE_REPOSITORY, LocalCluster, wait_for
 IMAGE = f"{PROVISIONER_IMAGE_REPOSITORY}:test"
 
 # A small server: /readyz and /healthz answer 200 while the mounted ConfigMap's `ready` and
-# `alive` keys say "yes"; every version of the ConfigMap it sees (..data target, entries,
-# `message`) and SIGTERM are printed; `on-sigterm: exit` makes SIGTERM end it.
+# `alive` keys say "yes"; every state of the ConfigMap's directory it sees (..data target,
+# entries, `message`) and SIGTERM are printed; `on-sigterm: exit` makes SIGTERM end it.
 APP = r"""
 import http.server, json, os, signal, sys, threading, time
 CONFIG = "/etc/app"
@@ -36,11 +36,11 @@ def watch_config():
             target = os.readlink(os.path.join(CONFIG, "..data"))
         except OSError:
             target = None
-        if target != last:
-            entries = sorted(os.listdir(CONFIG))
+        entries = sorted(os.listdir(CONFIG))
+        if (target, entries) != last:
             seen = {"data": target, "entries": entries, "message": read("message")}
             print("config " + json.dumps(seen), flush=True)
-            last = target
+            last = (target, entries)
         time.sleep(0.05)
 threading.Thread(target=watch_config, daemon=True).start()
 class Handler(http.server.BaseHTTPRequestHandler):

@@ -98,7 +98,10 @@ def test_a_config_map_change_swaps_the_data_link_and_readiness_follows_the_probe
     patch = manifest({"data": {"message": "second", "ready": "yes"}})
     core.patch_namespaced_config_map("app", cluster_namespace, patch)
     second = wait_for_log_line(
-        cluster, created, "config ", lambda seen: seen["data"] != first["data"]
+        cluster,
+        created,
+        "config ",
+        lambda seen: seen["data"] != first["data"] and first["data"] not in seen["entries"],
     )
     assert second["message"] == "second"
     # The new version replaced the old one: one timestamped directory, the keys as links.
