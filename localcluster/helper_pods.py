@@ -69,6 +69,10 @@ class SandboxPlan:
     read_only_root: bool = False
     fresh_tmp: bool = True
     """A tmpfs at /tmp; real images bring their own /tmp, read-only with the root."""
+    hostname: str = ""
+    """The container's hostname (its own UTS namespace), as kubelet sets it: the pod's
+    spec.hostname, else its name. Programs use it as their identity (a leader election's
+    holder, a log line's source)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -161,7 +165,14 @@ def plan_sandbox(
         env=env,
         working_dir=container.get("workingDir") or "/",
         mounts=mounts,
+        hostname=pod_hostname(pod),
     )
+
+
+def pod_hostname(pod: Mapping[str, Any]) -> str:
+    """kubelet's choice: spec.hostname, else the pod's name, cut to 63 characters."""
+    name = pod.get("spec", {}).get("hostname") or pod.get("metadata", {}).get("name", "")
+    return str(name)[:63]
 
 
 def termination_message(log: bytes) -> str:

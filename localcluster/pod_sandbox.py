@@ -20,6 +20,7 @@ import ctypes
 import ctypes.util
 import json
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -194,6 +195,8 @@ def main(arguments: list[str]) -> int:
         arguments[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
     )
     try:
+        if plan.get("hostname"):
+            socket.sethostname(plan["hostname"])  # the sandbox has its own UTS namespace
         if plan.get("network_namespace"):
             join_network(plan["network_namespace"])
         build_root(plan)

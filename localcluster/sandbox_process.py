@@ -39,6 +39,7 @@ def sandbox_argv(plan_path: Path, start_failure_path: Path) -> list[str]:
     argv = [
         "unshare",
         "--mount",
+        "--uts",
         "--propagation",
         "private",
         "--",

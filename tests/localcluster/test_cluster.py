@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -172,14 +174,33 @@ def test_deleting_a_running_helper_kills_it_and_removes_the_pod(
     cluster: LocalCluster, cluster_namespace: str
 ) -> None:
     core = cluster.core_v1()
-    cluster.create_pod(cluster_namespace, helper_pod("sleeper", cluster.nodes[0], "sleep 300"))
+    node = cluster.nodes[0]
+    pid_file = f"/opt/lps/{cluster_namespace}/sleeper.pid"
+    # `$$$$`: Kubernetes expands `$$` in a command to `$`, so the shell sees `$$`, its PID.
+    script = f'mkdir -p "$(dirname {pid_file})"; echo $$$$ > {pid_file}; exec sleep 300'
+    cluster.create_pod(cluster_namespace, helper_pod("sleeper", node, script))
     cluster.wait_for_pod_phase(cluster_namespace, "sleeper", ("Running",))
+    on_disk = cluster.node_dir(node) / pid_file.lstrip("/")
+    pid = int(wait_for(lambda: on_disk.read_text() if on_disk.exists() else None, 30, "pid"))
+    assert Path(f"/proc/{pid}").exists()  # the sandbox shares the host's PID namespace
     core.delete_namespaced_pod("sleeper", cluster_namespace)
     wait_for(
         lambda: True if cluster.read_pod(cluster_namespace, "sleeper") is None else None,
         30,
         "the pod to be gone",
     )
+    assert not Path(f"/proc/{pid}").exists(), f"the container's process {pid} outlived its pod"
+
+
+def test_the_container_hostname_is_the_pod_name(
+    cluster: LocalCluster, cluster_namespace: str
+) -> None:
+    pod = helper_pod("named-host", cluster.nodes[0], 'hostname; echo "$HOSTNAME"')
+    cluster.create_pod(cluster_namespace, pod)
+    done = cluster.wait_for_pod_phase(cluster_namespace, "named-host", TERMINAL)
+    log = cluster.pod_log_path(cluster_namespace, "named-host", done["metadata"]["uid"])
+    assert log.read_text() == "named-host\nnamed-host\n"
+    assert socket.gethostname() != "named-host"  # the harness's own hostname is untouched
 
 
 def test_active_deadline_fails_the_helper(cluster: LocalCluster, cluster_namespace: str) -> None:
