@@ -127,6 +127,7 @@ def test_rbac_as_registered() -> None:
         "metadata": {
             "name": "local-path-storage:provisioner",
             "labels": result.one(CLUSTER_ROLE).inputs["metadata"]["labels"],
+            "annotations": {"pulumi.com/patchForce": "true"},
         },
         "rules": [
             {
@@ -309,7 +310,10 @@ def test_storage_classes_as_registered() -> None:
         "metadata": {
             "name": "local-path",
             "labels": classes["local-path"]["metadata"]["labels"],
-            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+            "annotations": {
+                "storageclass.kubernetes.io/is-default-class": "true",
+                "pulumi.com/patchForce": "true",
+            },
         },
         "provisioner": "local-path-storage.io/local-path",
         "reclaimPolicy": "Delete",
@@ -352,7 +356,23 @@ def test_provider_updates_config_maps_in_place() -> None:
     assert stack_run("dev").one(PROVIDER).inputs == {"enableConfigMapMutable": "true"}
 
 
-def test_render_mode_and_cluster_access_reach_the_provider() -> None:
+def test_cluster_access_reaches_the_provider() -> None:
+    config = {
+        **stack_file("dev")["config"],
+        "kubernetes:kubeconfig": "/tmp/kubeconfig",
+        "kubernetes:context": "local",
+    }
+    result = run_mocked(engine_config(config), run, stack="dev")
+    assert result.error is None
+    assert result.one(PROVIDER).inputs == {
+        "enableConfigMapMutable": "true",
+        "kubeconfig": "/tmp/kubeconfig",
+        "context": "local",
+    }
+
+
+def test_render_mode_reaches_the_provider_without_cluster_access() -> None:
+    """The provider refuses a kubeconfig in render mode; a rendering stack may keep one."""
     config = {
         **stack_file("dev")["config"],
         f"{CONFIG_NAMESPACE}:renderYamlToDirectory": "manifests-out",
@@ -364,8 +384,6 @@ def test_render_mode_and_cluster_access_reach_the_provider() -> None:
     assert result.one(PROVIDER).inputs == {
         "enableConfigMapMutable": "true",
         "renderYamlToDirectory": "manifests-out",
-        "kubeconfig": "/tmp/kubeconfig",
-        "context": "local",
     }
     assert result.outputs["renderedTo"] == "manifests-out"
 
