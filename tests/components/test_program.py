@@ -326,7 +326,10 @@ def test_storage_classes_as_registered() -> None:
         "nodePath": "/mnt/ssd",
         "nodeAffinityKey": "local-path-storage.io/ssd-host",
     }
-    assert classes["fast-ssd"]["metadata"]["annotations"] == {"defaultVolumeType": "local"}
+    assert classes["fast-ssd"]["metadata"]["annotations"] == {
+        "defaultVolumeType": "local",
+        "pulumi.com/patchForce": "true",
+    }
     assert classes["fast-ssd"]["mountOptions"] == ["noatime"]
     assert classes["shared"]["volumeBindingMode"] == "Immediate"
     assert classes["shared"]["metadata"]["annotations"] == {}
