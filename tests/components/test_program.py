@@ -332,7 +332,7 @@ def test_storage_classes_as_registered() -> None:
     }
     assert classes["fast-ssd"]["mountOptions"] == ["noatime"]
     assert classes["shared"]["volumeBindingMode"] == "Immediate"
-    assert classes["shared"]["metadata"]["annotations"] == {}
+    assert classes["shared"]["metadata"]["annotations"] == {"pulumi.com/patchForce": "true"}
 
 
 def test_allowed_topologies_as_registered() -> None:
