@@ -6,14 +6,12 @@ key before a single resource is registered (nothing to roll back, nothing half-p
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import pulumi
 import pulumi_kubernetes as kubernetes
-from pulumi.runtime.config import CONFIG, get_config_env
 
 from components.deployment import ProvisionerDeployment
 from components.settings import StackSettings, parse_settings
+from components.stack_config import StackConfig, read_stack_config
 from components.stack_values import SettingsError
 from components.storage_classes import StorageClasses
 
@@ -24,17 +22,11 @@ message": with it the engine prints that message alone, with no second `error:` 
 the program exited non-zero."""
 
 
-def read_stack_config() -> dict[str, str]:
-    """The whole config bag the engine passed (all namespaces): needed to refuse unknown keys,
-    which `pulumi.Config` cannot enumerate."""
-    return {**get_config_env(), **CONFIG.get()}
-
-
-def load_settings(raw_config: Mapping[str, str]) -> StackSettings:
+def load_settings(stack_config: StackConfig) -> StackSettings:
     """Parses stack config; a bad value becomes a RunError, which the engine prints as one
     `error:` line without a traceback."""
     try:
-        return parse_settings(raw_config)
+        return parse_settings(stack_config.values, stack_config.secret_keys)
     except SettingsError as error:
         raise pulumi.RunError(str(error)) from None
 

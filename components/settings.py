@@ -96,6 +96,48 @@ STRUCTURED_KEYS = (
 
 KNOWN_KEYS = frozenset(SCALAR_DEFAULTS) | frozenset(STRUCTURED_KEYS)
 
+_DEPLOYMENT_KEYS = frozenset(
+    {
+        "image",
+        "imagePullPolicy",
+        "replicas",
+        "logLevel",
+        "jsonLogs",
+        "workers",
+        "metricsPort",
+        "leaderElection",
+        "cpuRequest",
+        "memoryRequest",
+        "cpuLimit",
+        "memoryLimit",
+        "allowUnsafeHelperTemplate",
+    }
+)
+
+
+def _stored_in(key: str) -> str:
+    """Where a key's value ends up in plaintext, besides the stack's state."""
+    if key in _DEPLOYMENT_KEYS:
+        return "the provisioner Deployment"
+    if key == "storageClasses":
+        return "the StorageClasses"
+    if key in ("namespace", "provisionerName"):
+        return "object names, the Deployment and the StorageClasses"
+    if key == "renderYamlToDirectory":
+        return "the stack outputs"
+    return f"the ConfigMap {naming.CONFIG_MAP_NAME}"
+
+
+def secret_refused(key: str) -> str:
+    """The message for a value set with `pulumi config set --secret`: no Kubernetes object this
+    stack makes is a Secret, so it would be written in plaintext."""
+    return (
+        f"is a secret, but it would be stored in plaintext in {_stored_in(key)} and the stack's "
+        f"state; set it without --secret (`pulumi config set {key} ...`) and keep credentials "
+        "out of it"
+    )
+
+
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _QUALIFIED_NAME_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _QUANTITY = re.compile(r"\+?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+|[mkMGTPE]|[KMGTPE]i)?")
@@ -113,13 +155,16 @@ class StackSettings:
     """When set, write manifests to this directory instead of applying them to a cluster."""
 
 
-def parse_settings(raw_config: Mapping[str, str]) -> StackSettings:
+def parse_settings(
+    raw_config: Mapping[str, str], secret_keys: frozenset[str] = frozenset()
+) -> StackSettings:
     """Parses and validates the stack config; raises SettingsError naming the first bad key.
 
     `raw_config` is the engine's config bag: keys with their namespace (`ns:key`, other
-    namespaces are ignored), values as strings, structured values as JSON text.
+    namespaces are ignored), values as strings, structured values as JSON text. `secret_keys`
+    are the keys (without namespace) set as secrets, which are refused.
     """
-    values = _own_values(raw_config)
+    values = _own_values(raw_config, secret_keys)
     scalars = _Scalars(values)
     namespace = scalars.text("namespace", _check_dns_label("namespace name", 63))
     provisioner_name = scalars.text("provisionerName", _check_provisioner_name)
@@ -152,7 +197,7 @@ def parse_settings(raw_config: Mapping[str, str]) -> StackSettings:
     )
 
 
-def _own_values(raw_config: Mapping[str, str]) -> dict[str, str]:
+def _own_values(raw_config: Mapping[str, str], secret_keys: frozenset[str]) -> dict[str, str]:
     prefix = f"{naming.CONFIG_NAMESPACE}:"
     values = {}
     for full_key, value in raw_config.items():
@@ -162,6 +207,9 @@ def _own_values(raw_config: Mapping[str, str]) -> dict[str, str]:
         if key not in KNOWN_KEYS:
             raise SettingsError(key, unknown_key(key, tuple(sorted(KNOWN_KEYS))))
         values[key] = value
+    secret = sorted(secret_keys)
+    if secret:
+        raise SettingsError(secret[0], secret_refused(secret[0]))
     return values
 
 

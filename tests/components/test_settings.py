@@ -451,3 +451,31 @@ def test_bad_config_fails_with_one_line_naming_the_key(
     assert str(caught.value) == PREFIX + message
     assert "\n" not in str(caught.value)
     assert caught.value.key_path == message.split(": ", 1)[0]
+
+
+@pytest.mark.parametrize(
+    ("key", "stored_in"),
+    [
+        ("setupScript", "the ConfigMap local-path-config"),
+        ("nodePathMap", "the ConfigMap local-path-config"),
+        ("image", "the provisioner Deployment"),
+        ("storageClasses", "the StorageClasses"),
+    ],
+)
+def test_a_secret_value_is_refused_naming_where_it_would_be_plaintext(
+    key: str, stored_in: str
+) -> None:
+    with pytest.raises(SettingsError) as caught:
+        parse_settings(dev_with(), secret_keys=frozenset({key}))
+    assert str(caught.value) == (
+        f"{PREFIX}{key}: is a secret, but it would be stored in plaintext in {stored_in} and "
+        f"the stack's state; set it without --secret (`pulumi config set {key} ...`) and keep "
+        "credentials out of it"
+    )
+
+
+def test_an_unknown_key_is_named_before_a_secret_one() -> None:
+    raw = {**dev_with(), f"{CONFIG_NAMESPACE}:nodePathmap": "[]"}
+    with pytest.raises(SettingsError) as caught:
+        parse_settings(raw, secret_keys=frozenset({"setupScript"}))
+    assert caught.value.key_path == "nodePathmap"
