@@ -2,10 +2,10 @@
 
 Least privilege, written where a reviewer can read it in one screen and a test can pin it:
 cluster-wide, only what provisioning needs (claims, volumes, classes, nodes, events); in its
-own namespace, only helper pods and the leader-election Lease. No secrets,
-and no `pods/log`: a failed helper's log tail arrives in its termination message
-(`terminationMessagePolicy: FallbackToLogsOnError`, see docs/CONTRACTS.md). Helper pods run
-under a separate service account that is bound to nothing.
+own namespace, only helper pods, the leader-election Lease and reading its namespace and
+ReplicaSet. No secrets, and no `pods/log`: a failed helper's log tail arrives in its
+termination message (`terminationMessagePolicy: FallbackToLogsOnError`, see docs/CONTRACTS.md).
+Helper pods run under a separate service account that is bound to nothing.
 """
 
 from __future__ import annotations
@@ -50,6 +50,11 @@ NAMESPACE_RULES: tuple[PolicyRule, ...] = (
     # Leader election. Leases cannot be limited by name: `create` is never checked against
     # resourceNames.
     PolicyRule("coordination.k8s.io", ("leases",), ("get", "create", "update")),
+    # On SIGTERM: is the installation being removed (its namespace terminating, or the pod's
+    # ReplicaSet deleted with its Deployment)? Then it releases its PVs' finalizer. A Role's
+    # `namespaces` rule reaches only its own namespace object.
+    PolicyRule("", ("namespaces",), ("get",)),
+    PolicyRule("apps", ("replicasets",), ("get",)),
 )
 """Rights of the provisioner in its own namespace (a Role). No ConfigMap rule: the runtime reads
 its config from the mounted volume, and kubelet (not the provisioner) mounts it into helper

@@ -33,6 +33,7 @@ from provisioner.controller import Controller, ControllerSettings
 from provisioner.kube.client import KubeClients, KubeConfigError, create_clients
 from provisioner.kube.events import EventRecorder, ObjectReference
 from provisioner.kube.helper_pods import HelperPodRunner
+from provisioner.kube.installation_removal import release_finalizers, removal_reason
 from provisioner.kube.leader_election import LeaderElector, lease_name_for
 from provisioner.kube.metrics import Metrics
 from provisioner.kube.pod_events import PodEventHub
@@ -48,7 +49,11 @@ EXIT_CONTROLLER_FAILED = 1
 EXIT_BAD_SETUP = 2
 API_CHECK_INTERVAL = 5.0
 LEASE_RELEASE_SECONDS = 5.0
-STOP_BUDGET_SECONDS = CONTROLLER_STOP_BUDGET + LEASE_RELEASE_SECONDS + 2.0
+FINALIZER_RELEASE_SECONDS = 10.0
+"""When the installation is being removed: checking that, and taking our finalizer off our PVs."""
+STOP_BUDGET_SECONDS = (
+    CONTROLLER_STOP_BUDGET + LEASE_RELEASE_SECONDS + FINALIZER_RELEASE_SECONDS + 2.0
+)
 """SIGTERM to exit, at most (the rest of the stop is closing sockets)."""
 STALL_MARGIN_SECONDS = 120.0
 """Beyond two helper runs (setup and its cleanup, each cmdTimeoutSeconds at most): PV saves
@@ -213,6 +218,30 @@ class Provisioner:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
+    def _let_go_if_removed(self) -> None:
+        """Last, after this replica's work and lease: when the installation itself is being
+        removed, no provisioner will be left to remove our finalizer, so we do it now (every
+        replica does, so the last one to stop has the last word over a leader that re-added
+        it). The PVs and their directories stay."""
+        started = time.monotonic()
+        reason = removal_reason(self.clients, self.options.namespace, self.options.pod_name)
+        if reason is None:
+            return
+        budget = max(1.0, FINALIZER_RELEASE_SECONDS - (time.monotonic() - started))
+        outcome = release_finalizers(self.clients, self.options.provisioner_name, budget)
+        log.info(
+            "the installation is being removed (%s): released the finalizer of %d volumes;"
+            " they and their data stay",
+            reason,
+            len(outcome.released),
+        )
+        if outcome.left:
+            log.error(
+                "could not release the finalizer of %d volumes (remove it by hand): %s",
+                len(outcome.left),
+                ", ".join(outcome.left[:20]),
+            )
+
     def stop(self) -> None:
         self._stopping.set()
 
@@ -228,6 +257,7 @@ class Provisioner:
         self.controller.stop()
         if self.elector is not None:
             self.elector.stop(timeout=LEASE_RELEASE_SECONDS)
+        self._let_go_if_removed()
         self.recorder.stop()
         self.watcher.stop()
         self.server.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,9 @@ class Options:
     allow_unsafe_helper_template: bool
     debug: bool
     json_logs: bool
+    pod_name: str = ""
+    """This process's pod (the kubelet sets the hostname to it): on SIGTERM, its owner tells
+    whether the installation is being removed."""
 
 
 def _env_bool(value: str) -> bool:
@@ -158,6 +162,11 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) 
         help="trust helperPod.yaml without the safety checks [ALLOW_UNSAFE_HELPER_TEMPLATE]",
     )
     add(
+        "--pod-name",
+        default=env("POD_NAME", "") or socket.gethostname(),
+        help="this process's pod; default the hostname, which the kubelet sets to it [POD_NAME]",
+    )
+    add(
         "--debug",
         "-d",
         action="store_true",
@@ -196,4 +205,5 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) 
         allow_unsafe_helper_template=ns.allow_unsafe_helper_template,
         debug=ns.debug,
         json_logs=ns.json_logs,
+        pod_name=ns.pod_name,
     )

@@ -24,6 +24,8 @@ def test_namespace_rules_cover_helper_pods_and_the_lease_only() -> None:
     expected = (
         PolicyRule("", ("pods",), ("create", "get", "list", "watch", "delete")),
         PolicyRule("coordination.k8s.io", ("leases",), ("get", "create", "update")),
+        PolicyRule("", ("namespaces",), ("get",)),
+        PolicyRule("apps", ("replicasets",), ("get",)),
     )
     assert expected == NAMESPACE_RULES
 
