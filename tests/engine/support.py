@@ -157,6 +157,13 @@ class StackNames:
         )
 
 
+def shipped_stack_config(stack: str) -> dict[str, Any]:
+    """The config of one of the repository's stacks (`stacks/Pulumi.<stack>.yaml`), full keys."""
+    path = ROOT / "stacks" / f"Pulumi.{stack}.yaml"
+    config: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))["config"]
+    return config
+
+
 def base_config(
     names: StackNames, node_path: str = "/opt/local-path-provisioner"
 ) -> dict[str, Any]:

@@ -14,7 +14,13 @@ from pathlib import Path
 
 from localcluster import LocalCluster, wait_for
 from scripts.pulumi_engine import ROOT, PulumiEngine
-from tests.engine.support import Tenant, api_get, volume_location, wait_provisioner_ready
+from tests.engine.support import (
+    Tenant,
+    api_get,
+    shipped_stack_config,
+    volume_location,
+    wait_provisioner_ready,
+)
 
 MARKER = "<!-- The block below is run verbatim by tests/engine/test_readme_commands.py. -->"
 
@@ -77,12 +83,15 @@ def test_readme_deploy_commands_work_verbatim(
     assert not (checkout / ".venv").exists()
     env = user_shell(pulumi_engine, cluster, tmp_path / "home")
     block = readme_block()
+    dev = shipped_stack_config("dev")
+    namespace = dev["local-path-storage:namespace"]
+    class_name = dev["local-path-storage:storageClasses"][0]["name"]
     try:
         output = run_shell(block, checkout, env)
         assert "Finished installing dependencies" in output
         assert (tmp_path / "home" / ".config" / "local-path-storage" / "passphrase").stat().st_size
-        wait_provisioner_ready(cluster, "local-path-storage")
-        tenant = Tenant(cluster, "local-path")
+        wait_provisioner_ready(cluster, namespace)
+        tenant = Tenant(cluster, class_name)
         tenant.claim_with_consumer("readme")
         _, path, on_disk = volume_location(cluster, tenant.wait_bound("readme"))
         assert path.startswith("/opt/local-path-provisioner/")
@@ -99,4 +108,4 @@ def test_readme_deploy_commands_work_verbatim(
             checkout,
             env,
         )
-    assert api_get(cluster, "/apis/storage.k8s.io/v1/storageclasses/local-path") is None
+    assert api_get(cluster, f"/apis/storage.k8s.io/v1/storageclasses/{class_name}") is None
