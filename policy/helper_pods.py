@@ -1,0 +1,89 @@
+"""Helper pods mount the host's storage as root: three policies keep them as the provisioner
+built them, each lifted only by a stack that opts in (see pack.py's stack config keys).
+
+- `no-unsafe-helper-template`: the Deployment runs the provisioner with
+  `--allow-unsafe-helper-template`, which turns off its own allow-list for helper templates.
+- `unprivileged-helper-pod`: the ConfigMap's helperPod.yaml asks for more than the provisioner
+  needs. "More" is exactly what the runtime refuses without that flag
+  (provisioner.helpers.validate_helper_template): privileged, added capabilities, host
+  namespaces, root set explicitly, extra volumes, unconfined profiles and every field not known
+  to be harmless. One allow-list, the runtime's.
+- `pinned-helper-image`: the helper image has no tag or is `:latest`, so the code that runs
+  as root on every node changes whenever the registry's copy does.
+"""
+
+from __future__ import annotations
+
+import json
+
+from policy.resources import (
+    Resource,
+    config_map_files,
+    flag_value,
+    helper_template,
+    provisioner_containers,
+)
+from provisioner.config import ConfigError
+from provisioner.helpers import validate_helper_template
+
+UNSAFE_FLAG = "no-unsafe-helper-template"
+PRIVILEGED = "unprivileged-helper-pod"
+PINNED_IMAGE = "pinned-helper-image"
+
+
+def check_unsafe_flag(resource: Resource) -> list[str]:
+    return [
+        f"Deployment {resource.name} container {container.get('name')}: the provisioner runs "
+        "with --allow-unsafe-helper-template (stack config allowUnsafeHelperTemplate: true), "
+        "which lets any helperPod.yaml run as root on every node: set allowUnsafeHelperTemplate "
+        "to false, or accept the risk with local-path-storage-policy:allowUnsafeHelperTemplate"
+        for container in provisioner_containers(resource)
+        if flag_value(container, "allow-unsafe-helper-template", "ALLOW_UNSAFE_HELPER_TEMPLATE")
+    ]
+
+
+def check_privileged(resource: Resource) -> list[str]:
+    files = config_map_files(resource)
+    template = helper_template(files) if files is not None else None
+    if template is None:
+        return []
+    try:
+        validate_helper_template(template, allow_unsafe=False)
+    except ConfigError as error:
+        return [
+            f"ConfigMap {resource.name} {error}: the helper pod gets more than the provisioner "
+            "needs; remove it from helperPodTemplate, or accept the risk with "
+            "local-path-storage-policy:allowPrivilegedHelper"
+        ]
+    return []
+
+
+def image_problem(image: str) -> str | None:
+    """Why `image` is not pinned, or None. A digest pins it; else the last path component
+    needs a tag other than latest (a registry's `host:port/` is not a tag)."""
+    if "@" in image:
+        return None
+    last = image.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return f"{json.dumps(image)} has no tag, which means :latest"
+    if last.rsplit(":", 1)[1] == "latest":
+        return f"{json.dumps(image)} is :latest"
+    return None
+
+
+def check_pinned_image(resource: Resource) -> list[str]:
+    files = config_map_files(resource)
+    template = helper_template(files) if files is not None else None
+    messages = []
+    spec = (template or {}).get("spec") or {}
+    for index, container in enumerate(spec.get("containers") or ()):
+        image = container.get("image") if isinstance(container, dict) else None
+        problem = image_problem(image) if isinstance(image, str) else None
+        if problem is not None:
+            messages.append(
+                f"ConfigMap {resource.name} helperPod.yaml spec.containers[{index}].image: "
+                f"{problem}, so what runs as root on the nodes changes with the registry: set "
+                "helperImage to a fixed version or digest (busybox:1.37.0), or accept the risk "
+                "with local-path-storage-policy:allowUnpinnedHelperImage"
+            )
+    return messages

@@ -1,0 +1,43 @@
+"""The provisioner ConfigMap passes the runtime's own validation (provisioner.config): the
+model the provisioner loads at start and on every hot reload, so preview refuses exactly what
+the running provisioner would refuse, with the same message. No second copy of the rules.
+
+This program validates its stack config with the same model before it registers anything, so
+for its own stacks the policy is a second line. It matters where that first line is missing:
+another program or stack that builds the ConfigMap differently (a raw manifest, a Helm chart
+through Pulumi, a hand-written config.json), or a transformation that rewrites the ConfigMap
+after the program validated it. Without it, such a ConfigMap deploys and the provisioner
+refuses it: at start (exit 2, a crash loop) or on reload (the old config stays, an
+InvalidConfig event that nobody reads in a pull request).
+
+The helper template's safety checks are `unprivileged-helper-pod`'s (a stack may opt out of
+those); here the template is checked as the runtime checks it with
+--allow-unsafe-helper-template: it must still be a Pod with a helper container.
+"""
+
+from __future__ import annotations
+
+from policy.resources import Resource, config_map_files
+from provisioner.config import ConfigError, load_config_bundle
+
+NAME = "provisioner-config-valid"
+
+
+def check_resource(resource: Resource) -> list[str]:
+    files = config_map_files(resource)
+    if files is None:
+        return []
+    try:
+        load_config_bundle(
+            files["config.json"],
+            files.get("setup", ""),
+            files.get("teardown", ""),
+            files.get("helperPod.yaml", ""),
+            allow_unsafe_helper_template=True,
+        )
+    except ConfigError as error:
+        return [
+            f"ConfigMap {resource.name} {error}: the provisioner would refuse this ConfigMap "
+            "(exit 2 at start, or keep the old config on reload); fix the value named"
+        ]
+    return []
