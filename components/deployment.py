@@ -242,17 +242,28 @@ class ProvisionerDeployment(pulumi.ComponentResource):
         )
         deployment = kubernetes.apps.v1.Deployment(
             f"{name}-deployment",
-            metadata=metadata("local-path-storage-provisioner", "provisioner"),
+            metadata={
+                **metadata("local-path-storage-provisioner", "provisioner"),
+                "annotations": {
+                    **naming.FIELD_OWNERSHIP_ANNOTATIONS,
+                    **naming.FOREGROUND_DELETION_ANNOTATIONS,
+                },
+            },
             spec={
                 "replicas": args.replicas,
                 "selector": {"match_labels": naming.selector_labels(name)},
                 "template": pod_template(args, name),
             },
-            # The pod template names its ConfigMap and service account by their fixed names;
-            # the rights must be in place before the first pod starts.
             opts=pulumi.ResourceOptions(
                 parent=self,
+                # The pod template names its ConfigMap and service account by their fixed
+                # names; the rights must be in place before the first pod starts.
                 depends_on=[config_map, provisioner_account, cluster_role_binding, role_binding],
+                # A replacement (a new namespace) moves the leader-election Lease with it: the
+                # new pods cannot see the old ones' Lease, so the old Deployment and its pods
+                # (foreground deletion) must be gone before the new one is created, or two
+                # leaders would work the same claims.
+                delete_before_replace=True,
             ),
         )
         if args.replicas > 1:

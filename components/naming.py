@@ -39,6 +39,12 @@ FIELD_OWNERSHIP_ANNOTATIONS = {"pulumi.com/patchForce": "true"}
 another field manager (a `kubectl edit`, a hand-made patch) changed out of band, so a drifted
 stack is repaired by one `pulumi up` instead of failing on a server-side-apply conflict."""
 
+FOREGROUND_DELETION_ANNOTATIONS = {"pulumi.com/deletionPropagationPolicy": "foreground"}
+"""The kubernetes provider then deletes with foreground propagation and waits for the object
+to be gone: a Deployment is gone only once its ReplicaSets and pods are (pods after their
+graceful stop, which releases the Lease). The provider's default today, written down because
+the Deployment's delete-before-replace depends on it."""
+
 
 def cluster_scoped_name(namespace: str) -> str:
     """Name of the ClusterRole and ClusterRoleBinding: one pair per installation namespace, so

@@ -53,9 +53,34 @@ def kubernetes_provider(settings: StackSettings) -> kubernetes.Provider:
     )
 
 
+def provisioner_rename_warning(previous: str, current: str) -> str:
+    """What preview says when provisionerName changes on a deployed stack."""
+    return (
+        f"provisionerName changes from {previous!r} to {current!r}: volumes provisioned as "
+        f"{previous!r} will no longer be served (released ones keep their directory and PV); "
+        f"delete their claims first, or keep provisionerName {previous!r} "
+        '(components/README.md, "What a change does")'
+    )
+
+
+def warn_on_provisioner_rename(current: str) -> None:
+    """The runtime serves only volumes whose provisioned-by annotation is its name, so a rename
+    would orphan the old name's volumes without a word. The stack's own last outputs (a stack
+    reference to itself, read-only) hold the name deployed so far."""
+    this_stack = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
+    deployed = pulumi.StackReference("deployed-outputs", stack_name=this_stack)
+
+    def compare(previous: object) -> None:
+        if isinstance(previous, str) and previous and previous != current:
+            pulumi.log.warn(provisioner_rename_warning(previous, current))
+
+    deployed.get_output("provisionerName").apply(compare)
+
+
 def run() -> None:
     """Builds the whole stack from the current stack config."""
     settings = load_settings(read_stack_config())
+    warn_on_provisioner_rename(settings.deployment.provisioner_name)
     provider = kubernetes_provider(settings)
     with_provider = pulumi.ResourceOptions(providers=[provider])
     deployment = ProvisionerDeployment(INSTANCE_NAME, settings.deployment, with_provider)
