@@ -25,15 +25,18 @@ class PolicyRule:
     """Allowed verbs, e.g. ("get", "list", "watch")."""
 
 
+# Every write is the narrowest verb the runtime sends (provisioner/actions.py, kube/): claims
+# and volumes are only ever patched, never replaced (no `update`). `get` beside list/watch
+# reveals nothing that list does not.
 CLUSTER_RULES: tuple[PolicyRule, ...] = (
-    # Claims: watch ours, and clear the selected-node annotation to make the scheduler retry
-    # when the chosen node has gone.
-    PolicyRule("", ("persistentvolumeclaims",), ("get", "list", "watch", "update", "patch")),
-    # Volumes: create for claims, delete after teardown, update/patch for the finalizer.
+    # Claims: watch them; patch an annotation (the chosen base path, or clearing the selected
+    # node so the scheduler retries when that node has gone).
+    PolicyRule("", ("persistentvolumeclaims",), ("get", "list", "watch", "patch")),
+    # Volumes: create for claims, delete after teardown, patch for the finalizer.
     PolicyRule(
         "",
         ("persistentvolumes",),
-        ("get", "list", "watch", "create", "delete", "update", "patch"),
+        ("get", "list", "watch", "create", "delete", "patch"),
     ),
     PolicyRule("storage.k8s.io", ("storageclasses",), ("get", "list", "watch")),
     # Nodes: to know whether a selected node still exists, and its affinity label values.

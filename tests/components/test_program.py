@@ -8,6 +8,7 @@ from typing import Any
 import pulumi
 import pytest
 
+from components import rbac
 from components.naming import CONFIG_NAMESPACE
 from components.program import run
 from components.settings import parse_settings
@@ -102,6 +103,14 @@ def test_labels(stack: str) -> None:
         assert labels["app.kubernetes.io/managed-by"] == "pulumi"
 
 
+def registered_rule(rule: rbac.PolicyRule) -> dict[str, list[str]]:
+    return {
+        "apiGroups": [rule.api_group],
+        "resources": list(rule.resources),
+        "verbs": list(rule.verbs),
+    }
+
+
 def test_rbac_as_registered() -> None:
     result = stack_run("dev")
     assert result.one(CLUSTER_ROLE).inputs == {
@@ -112,40 +121,11 @@ def test_rbac_as_registered() -> None:
             "labels": result.one(CLUSTER_ROLE).inputs["metadata"]["labels"],
             "annotations": {"pulumi.com/patchForce": "true"},
         },
-        "rules": [
-            {
-                "apiGroups": [""],
-                "resources": ["persistentvolumeclaims"],
-                "verbs": ["get", "list", "watch", "update", "patch"],
-            },
-            {
-                "apiGroups": [""],
-                "resources": ["persistentvolumes"],
-                "verbs": ["get", "list", "watch", "create", "delete", "update", "patch"],
-            },
-            {
-                "apiGroups": ["storage.k8s.io"],
-                "resources": ["storageclasses"],
-                "verbs": ["get", "list", "watch"],
-            },
-            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-        ],
+        "rules": [registered_rule(rule) for rule in rbac.CLUSTER_RULES],
     }
     role = result.one(ROLE).inputs
     assert role["metadata"]["namespace"] == "local-path-storage-system"
-    assert role["rules"] == [
-        {
-            "apiGroups": [""],
-            "resources": ["pods"],
-            "verbs": ["create", "get", "list", "watch", "delete"],
-        },
-        {
-            "apiGroups": ["coordination.k8s.io"],
-            "resources": ["leases"],
-            "verbs": ["get", "create", "update"],
-        },
-    ]
+    assert role["rules"] == [registered_rule(rule) for rule in rbac.NAMESPACE_RULES]
     subject = {
         "kind": "ServiceAccount",
         "name": "local-path-storage-provisioner",

@@ -1,33 +1,39 @@
-"""The provisioner's rights, pinned rule by rule."""
+"""The provisioner's rights: least privilege as properties a change must keep, not a copy of
+the rules (tests/components/test_deployed_rbac.py runs the provisioner under them for real)."""
 
 from __future__ import annotations
 
 from components.rbac import CLUSTER_RULES, NAMESPACE_RULES, PolicyRule
 
-
-def test_cluster_rules_are_exactly_what_provisioning_needs() -> None:
-    expected = (
-        PolicyRule("", ("persistentvolumeclaims",), ("get", "list", "watch", "update", "patch")),
-        PolicyRule(
-            "",
-            ("persistentvolumes",),
-            ("get", "list", "watch", "create", "delete", "update", "patch"),
-        ),
-        PolicyRule("storage.k8s.io", ("storageclasses",), ("get", "list", "watch")),
-        PolicyRule("", ("nodes",), ("get", "list", "watch")),
-        PolicyRule("", ("events",), ("create", "patch")),
-    )
-    assert expected == CLUSTER_RULES
+WRITES = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 
 
-def test_namespace_rules_cover_helper_pods_and_the_lease_only() -> None:
-    expected = (
-        PolicyRule("", ("pods",), ("create", "get", "list", "watch", "delete")),
-        PolicyRule("coordination.k8s.io", ("leases",), ("get", "create", "update")),
-        PolicyRule("", ("namespaces",), ("get",)),
-        PolicyRule("apps", ("replicasets",), ("get",)),
-    )
-    assert expected == NAMESPACE_RULES
+def verbs(rules: tuple[PolicyRule, ...], resource: str) -> set[str]:
+    return {verb for rule in rules if resource in rule.resources for verb in rule.verbs}
+
+
+def written(rules: tuple[PolicyRule, ...]) -> set[str]:
+    return {resource for rule in rules if WRITES & set(rule.verbs) for resource in rule.resources}
+
+
+def test_cluster_wide_it_writes_only_volumes_claims_and_events() -> None:
+    assert written(CLUSTER_RULES) == {"persistentvolumes", "persistentvolumeclaims", "events"}
+
+
+def test_claims_and_volumes_are_patched_never_replaced() -> None:
+    # An update (PUT) of a tenant's claim could undo a concurrent change to it.
+    assert verbs(CLUSTER_RULES, "persistentvolumeclaims") & WRITES == {"patch"}
+    assert "update" not in verbs(CLUSTER_RULES, "persistentvolumes")
+
+
+def test_in_its_namespace_it_writes_only_helper_pods_and_its_lease() -> None:
+    assert written(NAMESPACE_RULES) == {"pods", "leases"}
+    assert not {"pods", "leases"} & {r for rule in CLUSTER_RULES for r in rule.resources}
+
+
+def test_nothing_is_deleted_in_bulk() -> None:
+    for rule in (*CLUSTER_RULES, *NAMESPACE_RULES):
+        assert "deletecollection" not in rule.verbs
 
 
 def test_no_secrets_no_logs_no_wildcards() -> None:
