@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from components.naming import DEFAULT_NAMESPACE
 from localcluster import ClusterError, ClusterOptions, LocalCluster, wait_for
 from localcluster.raw_api import call_json, manifest
 from scripts.pulumi_engine import ROOT, EngineUnavailableError, find_engine, project_copy
@@ -75,7 +76,7 @@ def deploy(cluster: LocalCluster, pulumi: Pulumi) -> dict[str, Any]:
     pulumi("stack", "init")
     pulumi("up", "--yes")
     namespace = yaml.safe_load(STACK_TEMPLATE.read_text(encoding="utf-8"))["config"].get(
-        "local-path-storage:namespace", "local-path-storage"
+        "local-path-storage:namespace", DEFAULT_NAMESPACE
     )
 
     def ready_pod() -> dict[str, Any] | None:
