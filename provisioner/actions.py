@@ -25,7 +25,7 @@ from provisioner.claims import (
     TeardownPlan,
 )
 from provisioner.config import ConfigBundle
-from provisioner.helpers import HelperAction, HelperTarget, build_helper_pod
+from provisioner.helpers import HelperAction, HelperTarget, build_helper_pod, helper_steps
 from provisioner.kube.client import KubeClients
 from provisioner.kube.events import EventRecorder, ObjectReference
 from provisioner.kube.helper_pods import HelperPodError, HelperPodRunner
@@ -93,14 +93,18 @@ class Actions:
         target: HelperTarget,
         bundle: ConfigBundle,
     ) -> float:
-        manifest = build_helper_pod(
-            action, target, bundle, self._helper.namespace, self._helper.service_account
-        )
-        try:
-            seconds = self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
-        except HelperPodError as error:
-            self._metrics.observe_helper_pod(action, "failed", error.duration or 0.0)
-            raise
+        seconds = 0.0
+        for step in helper_steps(action, target):
+            manifest = build_helper_pod(
+                step, target, bundle, self._helper.namespace, self._helper.service_account
+            )
+            try:
+                seconds += self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
+            except HelperPodError as error:
+                self._metrics.observe_helper_pod(
+                    action, "failed", seconds + (error.duration or 0.0)
+                )
+                raise
         self._metrics.observe_helper_pod(action, "succeeded", seconds)
         return seconds
 

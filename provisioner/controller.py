@@ -39,6 +39,7 @@ from provisioner.config import ConfigBundle
 from provisioner.helpers import (
     HELPER_POD_LABEL,
     HELPER_POD_LABEL_VALUE,
+    HELPER_STEPS,
     HelperAction,
     helper_pod_name,
 )
@@ -477,12 +478,12 @@ class Controller:
                 log.debug("volume %s: %s", name, reason)
 
     def _with_pod(self, action: HelperAction, volume_name: str, run: Callable[[], None]) -> None:
-        pod = helper_pod_name(action, volume_name)
-        self._in_flight_pods.add(pod)
+        pods = {helper_pod_name(step, volume_name) for step in HELPER_STEPS[action]}
+        self._in_flight_pods.update(pods)
         try:
             run()
         finally:
-            self._in_flight_pods.discard(pod)
+            self._in_flight_pods.difference_update(pods)
 
 
 def _helper_pod(obj: dict[str, Any]) -> dict[str, Any]:

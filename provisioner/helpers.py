@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import posixpath
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
@@ -31,6 +32,15 @@ DATA_VOLUME = "data"
 _UNSAFE_HINT = "remove it, or start the provisioner with --allow-unsafe-helper-template"
 
 HelperAction = Literal["create", "delete"]
+HelperStep = Literal["prepare", "create", "delete", "finish"]
+"""A helper pod's part in an action. `create` and `delete` run the setup and teardown code in
+force (a ConfigMap script or a custom command: arbitrary code); `prepare` and `finish` are the
+provisioner's own fixed scripts, which make and remove the volume's directory."""
+HELPER_STEPS: dict[HelperAction, tuple[HelperStep, ...]] = {
+    "create": ("prepare", "create"),
+    "delete": ("delete", "finish"),
+}
+"""Every step an action may take (see `helper_steps` for those a given volume takes)."""
 
 
 class HelperTarget(Protocol):
@@ -241,9 +251,9 @@ def _check_security_context(context: Any, where: str, *, pod: bool) -> None:
     )
 
 
-def helper_pod_name(action: HelperAction, volume_name: str) -> str:
-    """Deterministic per volume and action (a retry finds its pod), at most 63 characters."""
-    name = f"helper-{action}-{volume_name}"
+def helper_pod_name(step: HelperStep, volume_name: str) -> str:
+    """Deterministic per volume and step (a retry finds its pod), at most 63 characters."""
+    name = f"helper-{step}-{volume_name}"
     if len(name) <= 63:
         return name
     digest = hashlib.sha256(volume_name.encode()).hexdigest()[:10]
@@ -256,33 +266,113 @@ def _label_value(value: str) -> str:
     return f"{value[:52].rstrip('-._')}-{hashlib.sha256(value.encode()).hexdigest()[:10]}"
 
 
+BASE_VIEW = "/.local-path-storage/base"
+"""Where setup and teardown code sees the base path, read-only: how the guard checks that the
+directory mounted read-write at VOL_DIR is the real one."""
+BASE_VOLUME = "base"
+
+# The provisioner's own steps, with the base path mounted read-write at its own path. Neither
+# follows a symbolic link: a tenant owns what is inside its volume and can plant links there.
+PREPARE_SCRIPT = """\
+set -eu
+refuse() { echo "refusing $VOL_DIR: $1" >&2; exit 1; }
+case "$VOL_DIR" in "$LPS_BASE"/*) ;; *) refuse "it is not inside $LPS_BASE" ;; esac
+dir="$LPS_BASE"
+rest="${VOL_DIR#"$LPS_BASE"/}"
+while [ -n "$rest" ]; do
+  part="${rest%%/*}"
+  if [ "$part" = "$rest" ]; then rest=""; else rest="${rest#*/}"; fi
+  dir="$dir/$part"
+  if [ -L "$dir" ]; then refuse "$dir is a symbolic link"; fi
+  if [ ! -d "$dir" ]; then mkdir "$dir" || [ -d "$dir" ] || refuse "cannot create $dir"; fi
+done
+cd "$VOL_DIR"
+real="$(pwd -P)"
+if [ "$real" != "$VOL_DIR" ]; then refuse "its real path is $real"; fi
+"""
+FINISH_SCRIPT = """\
+set -eu
+refuse() { echo "refusing $VOL_DIR: $1" >&2; exit 1; }
+case "$VOL_DIR" in "$LPS_BASE"/*) ;; *) refuse "it is not inside $LPS_BASE" ;; esac
+dir="$LPS_BASE"
+rest="${VOL_DIR#"$LPS_BASE"/}"
+while [ -n "$rest" ]; do
+  part="${rest%%/*}"
+  if [ "$part" = "$rest" ]; then rest=""; else rest="${rest#*/}"; fi
+  dir="$dir/$part"
+  if [ -L "$dir" ]; then refuse "$dir is a symbolic link"; fi
+  if [ ! -e "$dir" ]; then exit 0; fi
+done
+rmdir "$VOL_DIR" 2>/dev/null || refuse "the teardown left $(ls -A "$VOL_DIR" | wc -l) entries in it"
+"""
+# Runs before the setup or teardown code, in its pod: VOL_DIR must be the real directory, seen
+# through the read-only base path without a symbolic link, and the read-write mount at VOL_DIR
+# must be that very directory (device and inode), not one a link redirected the host mount to.
+# rancher's teardown `rm -rf "$VOL_DIR"` cannot remove the mount point itself: once its content
+# is gone, the teardown has done its part and the `finish` step removes the directory.
+GUARD_SCRIPT = """\
+set -u
+refuse() { echo "refusing $VOL_DIR: $1" >&2; exit 1; }
+case "$VOL_DIR" in "$LPS_BASE"/*) ;; *) refuse "it is not inside $LPS_BASE" ;; esac
+view="$LPS_BASE_VIEW${VOL_DIR#"$LPS_BASE"}"
+cd "$view" 2>/dev/null || refuse "it is not a directory"
+real="$(pwd -P)"
+case "$real" in
+  "$view") ;;
+  "$LPS_BASE_VIEW"/*) refuse "its real path is $LPS_BASE${real#"$LPS_BASE_VIEW"}" ;;
+  *) refuse "its real path is outside $LPS_BASE" ;;
+esac
+if [ "$(stat -c %d:%i .)" != "$(stat -c %d:%i "$VOL_DIR")" ]; then
+  refuse "the directory mounted at it is another one"
+fi
+cd /
+if [ -n "${LPS_COMMAND:-}" ]; then "$LPS_COMMAND" "$@"; else /bin/sh -c "$LPS_SCRIPT" "$0" "$@"; fi
+status=$?
+if [ "$status" -ne 0 ] && [ "$0" = teardown ] && [ -z "$(ls -A "$VOL_DIR")" ]; then exit 0; fi
+exit "$status"
+"""
+
+
+def helper_steps(action: HelperAction, target: HelperTarget) -> tuple[HelperStep, ...]:
+    """The pods an action takes, in order. A volume directly in its base path needs no
+    `prepare`: the kubelet makes one directory in the base path, where no tenant can plant a
+    link; a nested one's parents are made by `prepare`, one component at a time."""
+    if action == "create":
+        nested = posixpath.dirname(target.path) != target.base_path
+        return ("prepare", "create") if nested else ("create",)
+    return ("delete", "finish")
+
+
 def build_helper_pod(
-    action: HelperAction,
+    step: HelperStep,
     target: HelperTarget,
     bundle: ConfigBundle,
     namespace: str,
     service_account: str,
 ) -> dict[str, Any]:
-    """The helper pod manifest. A node-local helper is bound to the volume's node; a shared
-    filesystem helper is left to the scheduler, which weighs taints and readiness as for any
-    pod (rancher pins it to a node of its own choosing)."""
+    """The helper pod manifest for one step. A node-local helper is bound to the volume's node;
+    a shared filesystem helper is left to the scheduler, which weighs taints and readiness as
+    for any pod (rancher pins it to a node of its own choosing).
+
+    What the pod can write: `prepare` and `finish`, the provisioner's fixed scripts, the base
+    path; `create` and `delete`, the setup and teardown code in force, only VOL_DIR (the base
+    path is read-only at BASE_VIEW, for the guard). rancher mounts the volume's parent
+    read-write for all of it."""
     if not target.base_path or not is_strictly_inside(target.path, target.base_path):
         raise ValueError(
             f"volume path {target.path!r} is not strictly inside its base path {target.base_path!r}"
         )
     config = bundle.config
-    custom = config.setup_command if action == "create" else config.teardown_command
-    script = "setup" if action == "create" else "teardown"
     pod = copy.deepcopy(bundle.helper_pod_template)
     meta = pod.get("metadata") or {}
     labels = {
         **(meta.get("labels") or {}),
         HELPER_POD_LABEL: HELPER_POD_LABEL_VALUE,
-        HELPER_ACTION_LABEL: action,
+        HELPER_ACTION_LABEL: step,
         HELPER_VOLUME_LABEL: _label_value(target.volume_name),
     }
     pod["metadata"] = {
-        "name": helper_pod_name(action, target.volume_name),
+        "name": helper_pod_name(step, target.volume_name),
         "namespace": namespace,
         "labels": labels,
     }
@@ -304,15 +394,8 @@ def build_helper_pod(
                 "effect": "NoSchedule",
             }
         ]
-    # The base path, not the volume's parent (rancher mounts the parent): kubelet resolves a
-    # hostPath on the host, so a parent reached through a symlink a user planted in an earlier
-    # volume would mount whatever it points at. Below the base path, the helper's own mount
-    # namespace resolves links, and they cannot leave it.
-    volumes = [
-        {"name": DATA_VOLUME, "hostPath": {"path": target.base_path, "type": "DirectoryOrCreate"}}
-    ]
-    mounts = [{"name": DATA_VOLUME, "mountPath": target.base_path}]
-    ours = {DATA_VOLUME}
+    volumes, mounts = _mounts(step, target)
+    ours = {DATA_VOLUME, BASE_VOLUME}
     spec["volumes"] = [v for v in spec.get("volumes") or () if v.get("name") not in ours] + volumes
     container = spec["containers"][0]
     container["volumeMounts"] = [
@@ -325,23 +408,68 @@ def build_helper_pod(
         "VOL_USER": target.vol_user,
         "VOL_GROUP": target.vol_group,
         "VOL_PERM": target.vol_perm,
+        "LPS_BASE": target.base_path,
     }
+    container["command"], container["args"] = _command(step, target, bundle, env)
     kept = [e for e in container.get("env") or () if e.get("name") not in env]
     container["env"] = kept + [{"name": k, "value": v} for k, v in env.items()]
-    # The validated script in force, not the ConfigMap's current file: a version the
-    # provisioner refused must never be what runs. `sh -c TEXT NAME ARGS` gives the script the
-    # same $0-$N as rancher's `sh /script/NAME ARGS`.
-    text = bundle.setup_script if action == "create" else bundle.teardown_script
-    container["command"] = [custom] if custom else ["/bin/sh", "-c", text, script]
-    container["args"] = [
-        "-p",
-        target.path,
-        "-s",
-        str(target.size_bytes),
-        "-m",
-        target.volume_mode,
-        "-a",
-        action,
-    ]
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     return pod
+
+
+def _mounts(
+    step: HelperStep, target: HelperTarget
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The step's volumes and their mounts."""
+    # Every hostPath is the base path or VOL_DIR, never the volume's parent (rancher's): the
+    # kubelet resolves a hostPath on the host, so a parent reached through a link a tenant
+    # planted would mount whatever it points at. VOL_DIR itself may be such a redirect; the
+    # guard refuses it before any code runs.
+    base: dict[str, Any] = {"path": target.base_path, "type": "DirectoryOrCreate"}
+    volumes: list[dict[str, Any]]
+    mounts: list[dict[str, Any]]
+    if step in ("prepare", "finish"):
+        volumes = [{"name": BASE_VOLUME, "hostPath": base}]
+        mounts = [{"name": BASE_VOLUME, "mountPath": target.base_path}]
+    else:
+        made_by_prepare = step == "create" and "prepare" in helper_steps("create", target)
+        volumes = [
+            {"name": BASE_VOLUME, "hostPath": base},
+            {
+                "name": DATA_VOLUME,
+                "hostPath": {
+                    "path": target.path,
+                    "type": "Directory" if made_by_prepare else "DirectoryOrCreate",
+                },
+            },
+        ]
+        mounts = [
+            {"name": BASE_VOLUME, "mountPath": BASE_VIEW, "readOnly": True},
+            {"name": DATA_VOLUME, "mountPath": target.path},
+        ]
+    return volumes, mounts
+
+
+def _command(
+    step: HelperStep, target: HelperTarget, bundle: ConfigBundle, env: dict[str, str]
+) -> tuple[list[str], list[str]]:
+    """The step's command and arguments; adds what the guard needs to `env`."""
+    args = ["-p", target.path, "-s", str(target.size_bytes), "-m", target.volume_mode]
+    if step in ("prepare", "finish"):
+        text = PREPARE_SCRIPT if step == "prepare" else FINISH_SCRIPT
+        return ["/bin/sh", "-c", text, step], []
+    action: HelperAction = "create" if step == "create" else "delete"
+    config = bundle.config
+    custom = config.setup_command if action == "create" else config.teardown_command
+    # The validated script in force, not the ConfigMap's current file: a version the
+    # provisioner refused must never be what runs. The guard then calls it as rancher does,
+    # `sh -c SCRIPT setup -p PATH -s SIZE -m MODE -a ACTION` (or the command with those
+    # arguments), with the same $0-$N as rancher's `sh /script/setup ARGS`.
+    env["LPS_BASE_VIEW"] = BASE_VIEW
+    if custom:
+        env["LPS_COMMAND"] = custom
+    else:
+        script_text = bundle.setup_script if action == "create" else bundle.teardown_script
+        env["LPS_SCRIPT"] = script_text
+    script = "setup" if action == "create" else "teardown"
+    return ["/bin/sh", "-c", GUARD_SCRIPT, script], [*args, "-a", action]

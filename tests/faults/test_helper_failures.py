@@ -42,7 +42,7 @@ FLAKY_SETUP = """#!/bin/sh
 set -eu
 case "$VOL_DIR" in
   *_flaky-*)
-    marker="$(dirname "$VOL_DIR")/.$(basename "$VOL_DIR").tried"
+    marker="$VOL_DIR/.first-try.tried"
     if [ ! -e "$marker" ]; then
       touch "$marker"
       echo "first try for $VOL_DIR fails on purpose" >&2
@@ -50,7 +50,7 @@ case "$VOL_DIR" in
     fi
     ;;
 esac
-mkdir -m 0777 -p "$VOL_DIR"
+chmod 0777 "$VOL_DIR"
 """
 
 
@@ -83,9 +83,9 @@ def test_a_setup_failing_its_first_try_is_reported_and_retried_until_bound(
     assert metric(metrics, "controller_persistentvolumeclaim_provision_failed_total") == len(flaky)
     assert metric(metrics, "controller_persistentvolumeclaim_provision_total") == 25
     markers = sorted(
-        path.name.split("_")[-1].removesuffix(".tried")
+        path.parent.name.split("_")[-1]
         for node_dir in node_directories(setup.cluster).values()
-        for path in (node_dir / base.lstrip("/")).glob(".*.tried")
+        for path in (node_dir / base.lstrip("/")).glob("*/.first-try.tried")
     )
     assert markers == flaky, "each flaky claim failed exactly its first try"
 

@@ -4,6 +4,9 @@ provisioner.kube.helper_pod_outcome, tested in tests/provisioner/kube)."""
 import copy
 import dataclasses
 import json
+import os
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,10 +21,15 @@ from provisioner.config import (
     load_config_bundle,
 )
 from provisioner.helpers import (
+    BASE_VIEW,
+    FINISH_SCRIPT,
+    GUARD_SCRIPT,
     HELPER_POD_LABEL,
     HELPER_POD_LABEL_VALUE,
+    PREPARE_SCRIPT,
     build_helper_pod,
     helper_pod_name,
+    helper_steps,
     parse_helper_template,
     validate_helper_template,
 )
@@ -265,14 +273,20 @@ def test_helper_pod_forces_what_the_template_may_not_choose() -> None:
     assert spec["restartPolicy"] == "Never"
     assert spec["activeDeadlineSeconds"] == 90
     assert spec["priorityClassName"] == "system-node-critical"  # kept from the template
-    # The base path, never the volume's parent: a hostPath is resolved on the host, so a
-    # parent reached through a planted symlink would mount whatever it points at.
+    # The setup code writes only VOL_DIR; it sees the base path read-only, for the guard. Never
+    # the volume's parent: a hostPath is resolved on the host, so a parent reached through a
+    # planted symlink would mount whatever it points at.
     assert spec["volumes"] == [
-        {"name": "data", "hostPath": {"path": "/opt/lp", "type": "DirectoryOrCreate"}},
+        {"name": "base", "hostPath": {"path": "/opt/lp", "type": "DirectoryOrCreate"}},
+        {"name": "data", "hostPath": {"path": "/opt/lp/ns/claim", "type": "Directory"}},
     ]
-    assert container["volumeMounts"] == [{"name": "data", "mountPath": "/opt/lp"}]
-    # The validated script in force, inline: never the ConfigMap's current file.
-    assert container["command"] == ["/bin/sh", "-c", DEFAULT_SETUP_SCRIPT, "setup"]
+    assert container["volumeMounts"] == [
+        {"name": "base", "mountPath": BASE_VIEW, "readOnly": True},
+        {"name": "data", "mountPath": "/opt/lp/ns/claim"},
+    ]
+    # The validated script in force, inline (never the ConfigMap's current file), called by the
+    # guard in rancher's shape.
+    assert container["command"] == ["/bin/sh", "-c", GUARD_SCRIPT, "setup"]
     assert container["args"] == [
         "-p",
         "/opt/lp/ns/claim",
@@ -290,6 +304,9 @@ def test_helper_pod_forces_what_the_template_may_not_choose() -> None:
         "VOL_USER": "1000",
         "VOL_GROUP": "2000",
         "VOL_PERM": "0750",
+        "LPS_BASE": "/opt/lp",
+        "LPS_BASE_VIEW": BASE_VIEW,
+        "LPS_SCRIPT": DEFAULT_SETUP_SCRIPT,
     }
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert container["image"] == "busybox"
@@ -298,8 +315,29 @@ def test_helper_pod_forces_what_the_template_may_not_choose() -> None:
 def test_teardown_runs_the_teardown_script() -> None:
     pod = build("delete")
     assert pod["metadata"]["name"] == "helper-delete-pvc-1111"
-    command = pod["spec"]["containers"][0]["command"]
-    assert command == ["/bin/sh", "-c", DEFAULT_TEARDOWN_SCRIPT, "teardown"]
+    container = pod["spec"]["containers"][0]
+    assert container["command"] == ["/bin/sh", "-c", GUARD_SCRIPT, "teardown"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["LPS_SCRIPT"] == DEFAULT_TEARDOWN_SCRIPT
+
+
+def test_steps_make_and_remove_the_directory_with_fixed_scripts() -> None:
+    assert helper_steps("create", TARGET) == ("prepare", "create")
+    flat = TeardownPlan(
+        "pvc-4", "/opt/lp/pvc-4_ns_c", "n", "Filesystem", 0, True, False, base_path="/opt/lp"
+    )
+    assert helper_steps("create", flat) == ("create",)
+    assert helper_steps("delete", flat) == ("delete", "finish")
+    for step, script in (("prepare", PREPARE_SCRIPT), ("finish", FINISH_SCRIPT)):
+        pod = build(step)
+        container = pod["spec"]["containers"][0]
+        assert pod["metadata"]["name"] == f"helper-{step}-pvc-1111"
+        assert container["command"] == ["/bin/sh", "-c", script, step]
+        assert container["volumeMounts"] == [{"name": "base", "mountPath": "/opt/lp"}]
+        assert "LPS_SCRIPT" not in {e["name"] for e in container["env"]}
+    # Without a prepare step the kubelet makes the one directory in the base path.
+    volumes = build("create", target=flat)["spec"]["volumes"]
+    assert volumes[1]["hostPath"] == {"path": "/opt/lp/pvc-4_ns_c", "type": "DirectoryOrCreate"}
 
 
 def test_configured_commands_replace_the_scripts() -> None:
@@ -316,9 +354,14 @@ def test_configured_commands_replace_the_scripts() -> None:
         DEFAULT_HELPER_POD_YAML,
     )
     pod = build("delete", bundle=bundle)
-    assert pod["spec"]["containers"][0]["command"] == ["/bin/lp-teardown"]
-    assert [v["name"] for v in pod["spec"]["volumes"]] == ["data"]
-    assert [m["name"] for m in pod["spec"]["containers"][0]["volumeMounts"]] == ["data"]
+    container = pod["spec"]["containers"][0]
+    # The command gets no more reach than a script: VOL_DIR read-write, behind the guard.
+    assert container["command"] == ["/bin/sh", "-c", GUARD_SCRIPT, "teardown"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["LPS_COMMAND"] == "/bin/lp-teardown"
+    assert "LPS_SCRIPT" not in env
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["base", "data"]
+    assert container["volumeMounts"][0]["readOnly"] is True
 
 
 def test_template_env_survives_but_cannot_override_ours() -> None:
@@ -418,3 +461,44 @@ def test_legacy_profile_annotations_are_refused() -> None:
     )
     with pytest.raises(ConfigError, match="must not be set"):
         validate_helper_template(template)
+
+
+def run_guard(mounted: Path, base: Path, view: Path, script: str) -> tuple[int, str]:
+    """The guard as the helper runs it: VOL_DIR is `mounted`, the base path `base`, seen
+    read-only at `view`."""
+    done = subprocess.run(
+        ["/bin/sh", "-c", GUARD_SCRIPT, "setup", "-p", str(mounted)],
+        env={
+            "PATH": os.environ["PATH"],
+            "VOL_DIR": str(mounted),
+            "LPS_BASE": str(base),
+            "LPS_BASE_VIEW": str(view),
+            "LPS_SCRIPT": script,
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_the_guard_runs_the_code_only_on_the_real_directory(tmp_path: Path) -> None:
+    base = tmp_path / "base"
+    (base / "victim").mkdir(parents=True)
+    (base / "own").mkdir()
+    script = 'echo "ran $0 $*"'
+    # The mount is the directory itself (here: the same path, as a bind mount would be).
+    assert run_guard(base / "own", base, base, script) == (0, f"ran setup -p {base}/own\n")
+    # A link in the base path redirected the host mount: refused before the code runs.
+    (base / "evil").symlink_to("victim")
+    code, output = run_guard(base / "evil", base, base, script)
+    assert code == 1
+    assert f"its real path is {base}/victim" in output
+    assert "ran" not in output
+    # What is mounted at VOL_DIR is another directory than the one seen in the base path.
+    mount = tmp_path / "mount"
+    (mount / "own").mkdir(parents=True)
+    code, output = run_guard(mount / "own", mount, base, script)
+    assert code == 1
+    assert "the directory mounted at it is another one" in output
+    assert "ran" not in output
