@@ -96,7 +96,7 @@ spec:
       effect: NoSchedule
   containers:
   - name: helper-pod
-    image: busybox
+    image: busybox:1.37.0
     imagePullPolicy: IfNotPresent
 """
 DEFAULT_NODE_AFFINITY_KEY = "kubernetes.io/hostname"

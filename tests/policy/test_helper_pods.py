@@ -75,9 +75,13 @@ def test_image_pinning(image: str, problem: str | None) -> None:
 
 
 def test_an_unpinned_helper_image_is_reported_with_the_fix() -> None:
-    [message] = check_pinned_image(config_map(helper_pod=DEFAULT_HELPER_POD_YAML))
+    [message] = check_pinned_image(config_map(helper_pod=helper_pod(image="busybox")))
     assert message.startswith(
         'ConfigMap local-path-config helperPod.yaml spec.containers[0].image: "busybox" has no tag'
     )
     assert "set helperImage to a fixed version" in message
     assert check_pinned_image(config_map()) == []
+
+
+def test_the_default_helper_template_is_pinned() -> None:
+    assert check_pinned_image(config_map(helper_pod=DEFAULT_HELPER_POD_YAML)) == []

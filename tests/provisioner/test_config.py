@@ -584,7 +584,7 @@ def test_bundle_with_rancher_defaults_loads() -> None:
         DEFAULT_TEARDOWN_SCRIPT,
         DEFAULT_HELPER_POD_YAML,
     )
-    assert bundle.helper_pod_template["spec"]["containers"][0]["image"] == "busybox"
+    assert bundle.helper_pod_template["spec"]["containers"][0]["image"] == "busybox:1.37.0"
     assert bundle.setup_script == DEFAULT_SETUP_SCRIPT
 
 

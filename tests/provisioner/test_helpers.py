@@ -309,7 +309,7 @@ def test_helper_pod_forces_what_the_template_may_not_choose() -> None:
         "LPS_SCRIPT": DEFAULT_SETUP_SCRIPT,
     }
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    assert container["image"] == "busybox"
+    assert container["image"] == "busybox:1.37.0"
 
 
 def test_teardown_runs_the_teardown_script() -> None:
