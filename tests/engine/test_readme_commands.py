@@ -33,6 +33,15 @@ def readme_block() -> str:
     return match.group(1)
 
 
+def readme_guardrails_preview() -> str:
+    """The first command of the README's guardrails section."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Guardrails in every preview", 1)[1]
+    match = re.search(r"```sh\n(pulumi preview [^\n]*?)\s*(#[^\n]*)?\n", section)
+    assert match is not None, "the guardrails section starts with a pulumi preview"
+    return match.group(1)
+
+
 def checkout_copy(destination: Path) -> Path:
     """The repository's tracked files, as a clone would have them."""
     listed = subprocess.run(
@@ -100,6 +109,18 @@ def test_readme_deploy_commands_work_verbatim(
         wait_for(
             lambda: None if on_disk.exists() else True, 60, "the released volume's directory to go"
         )
+        # The guardrails section's preview, verbatim: the pack runs in the .venv that
+        # `pulumi install` made, and the shipped dev stack passes it.
+        guarded = run_shell(
+            'export PULUMI_CONFIG_PASSPHRASE_FILE="$HOME/.config/local-path-storage/passphrase"\n'
+            + readme_guardrails_preview()
+            + "\n",
+            checkout,
+            env,
+        )
+        assert "Policy Packs run:" in guarded, guarded[-3000:]
+        assert "local-path-storage|local|policy" in guarded, guarded[-3000:]
+        assert "[mandatory]" not in guarded, guarded[-3000:]
     finally:
         # The README's removal command, in the same shell set-up.
         run_shell(
