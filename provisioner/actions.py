@@ -28,7 +28,7 @@ from provisioner.config import ConfigBundle
 from provisioner.helpers import HelperAction, HelperTarget, build_helper_pod, helper_steps
 from provisioner.kube.client import KubeClients
 from provisioner.kube.events import EventRecorder, ObjectReference
-from provisioner.kube.helper_pods import HelperPodError, HelperPodRunner
+from provisioner.kube.helper_pods import HelperPodError, HelperPodFailed, HelperPodRunner
 from provisioner.kube.metrics import Metrics
 from provisioner.records import ClaimRecord
 from provisioner.volumes import build_persistent_volume, foreign_volume_problem
@@ -104,9 +104,23 @@ class Actions:
                 self._metrics.observe_helper_pod(
                     action, "failed", seconds + (error.duration or 0.0)
                 )
+                if step == "create" and isinstance(error, HelperPodFailed):
+                    self._remove_empty_directory(target, bundle)
                 raise
         self._metrics.observe_helper_pod(action, "succeeded", seconds)
         return seconds
+
+    def _remove_empty_directory(self, target: HelperTarget, bundle: ConfigBundle) -> None:
+        """A setup that ran and failed leaves no directory made for it: the `finish` step
+        removes it if the setup code left it empty (a retry makes it again). One whose image
+        never started is not followed by another pod of that image."""
+        manifest = build_helper_pod(
+            "finish", target, bundle, self._helper.namespace, self._helper.service_account
+        )
+        try:
+            self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
+        except HelperPodError as error:
+            log.warning("removing %s after its failed setup: %s", target.path, error)
 
     def provision(self, plan: ProvisionPlan, bundle: ConfigBundle) -> None:
         claim, class_name = plan.claim, plan.storage_class.name

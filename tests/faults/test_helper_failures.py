@@ -91,7 +91,9 @@ def test_a_setup_failing_its_first_try_is_reported_and_retried_until_bound(
 
 
 def never_starting_helper() -> str:
-    return DEFAULT_HELPER_POD_YAML.replace("image: busybox", f"image: {NEVER_STARTS_IMAGE}")
+    template = re.sub(r"image: \S+", f"image: {NEVER_STARTS_IMAGE}", DEFAULT_HELPER_POD_YAML)
+    assert NEVER_STARTS_IMAGE in template.split(), template
+    return template
 
 
 def test_a_helper_image_that_never_starts_is_reported_backed_off_and_given_up(

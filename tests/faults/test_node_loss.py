@@ -46,7 +46,8 @@ SELECTED_NODE = "volume.kubernetes.io/selected-node"
 # A node whose disk is broken: setup fails there while the marker is in its base path.
 BROKEN_DISK_SETUP = """#!/bin/sh
 set -eu
-if [ -e "$(dirname "$VOL_DIR")/.broken" ]; then
+# The base path, as setup code sees it: read-only, at LPS_BASE_VIEW.
+if [ -e "$LPS_BASE_VIEW/.broken" ]; then
   echo "disk broken on this node" >&2
   exit 5
 fi
