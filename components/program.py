@@ -66,7 +66,12 @@ def provisioner_rename_warning(previous: str, current: str) -> str:
 def warn_on_provisioner_rename(current: str) -> None:
     """The runtime serves only volumes whose provisioned-by annotation is its name, so a rename
     would orphan the old name's volumes without a word. The stack's own last outputs (a stack
-    reference to itself, read-only) hold the name deployed so far."""
+    reference to itself, read-only) hold the name deployed so far. Only in a preview: an update
+    writes that very checkpoint while it runs, and reading it then races the write (the file
+    backend answers "failed to load checkpoint: EOF"); the warning belongs to the preview that
+    reviewers read anyway."""
+    if not pulumi.runtime.is_dry_run():
+        return
     this_stack = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
     deployed = pulumi.StackReference("deployed-outputs", stack_name=this_stack)
 

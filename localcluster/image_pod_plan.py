@@ -65,7 +65,10 @@ def environment_defaults(runtime: ImageRuntime, api_port: int, user: int | None)
     the service variables."""
     path = ":".join([*(str(directory) for directory in runtime.path), DEFAULT_PATH])
     home = "/root" if user in (None, 0) else "/"
-    return {"PATH": path, "HOME": home, **service_environment(api_port)}
+    python_path = (
+        {"PYTHONPATH": ":".join(map(str, runtime.python_path))} if runtime.python_path else {}
+    )
+    return {"PATH": path, "HOME": home, **python_path, **service_environment(api_port)}
 
 
 @dataclass(frozen=True)

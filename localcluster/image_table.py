@@ -6,7 +6,8 @@ image repository to host directories that stand in for the image's filesystem, m
 read-only at their own paths in the pod's root, and the ones put first on PATH. The default
 entry, `local-path-storage/provisioner` (any tag or digest), is the Python environment running
 the harness: its virtualenv, the interpreter installation it was made from, and the checkouts
-its editable installs point at, so the pod runs the code of this working tree.
+its editable installs point at, and this checkout first on PYTHONPATH, so the pod runs the code
+of this working tree even when the shared virtualenv's editable install points at another clone.
 """
 
 from __future__ import annotations
@@ -20,16 +21,20 @@ from pathlib import Path
 from typing import Any
 
 PROVISIONER_IMAGE_REPOSITORY = "local-path-storage/provisioner"
+# The checkout holding this harness (and the provisioner it runs).
+CHECKOUT = Path(__file__).resolve().parents[1]
 _EDITABLE_MAPPING = re.compile(r"^MAPPING\s*(?::[^=]*)?=\s*(\{.*?\})\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
 class ImageRuntime:
     """What stands in for one image: host directories mounted read-only at their own paths
-    (`mounts`) and the ones put first on the container's PATH (`path`)."""
+    (`mounts`), the ones put first on the container's PATH (`path`) and on its PYTHONPATH
+    (`python_path`)."""
 
     path: tuple[Path, ...] = ()
     mounts: tuple[Path, ...] = ()
+    python_path: tuple[Path, ...] = ()
 
     @classmethod
     def directory(cls, binaries: Path) -> ImageRuntime:
@@ -71,7 +76,9 @@ def python_environment(prefix: Path | None = None, base_prefix: Path | None = No
     base = base_prefix or Path(sys.base_prefix)
     # The venv's `python` is a symlink into the base installation: both must be visible.
     return ImageRuntime(
-        path=(venv / "bin",), mounts=outermost([venv, base, *editable_sources(venv)])
+        path=(venv / "bin",),
+        mounts=outermost([venv, base, CHECKOUT, *editable_sources(venv)]),
+        python_path=(CHECKOUT,),
     )
 
 

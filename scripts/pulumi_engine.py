@@ -216,6 +216,17 @@ def find_engine() -> PulumiEngine:
     return PulumiEngine(root, origin, home, offline_provider)
 
 
+def copy_entry_point(source: Path, destination: Path) -> None:
+    """Copies a Pulumi entry point (the program's or the policy pack's) so that it imports this
+    checkout's packages first: the shared virtualenv's editable install points at whichever
+    checkout bootstrapped it last, and a copy made by one clone must never run another's code."""
+    destination.write_text(
+        f"import sys\n\nsys.path.insert(0, {str(ROOT)!r})  # the checkout that made this copy\n\n"
+        + source.read_text(encoding="utf-8"),
+        encoding="utf-8",
+    )
+
+
 def project_copy(destination: Path, stack: str, config: dict[str, Any]) -> Path:
     """A copy of this project (Pulumi.yaml, __main__.py, one stack file) in `destination`,
     whose Python language host runs the virtualenv running this code (it has the project
@@ -228,7 +239,7 @@ def project_copy(destination: Path, stack: str, config: dict[str, Any]) -> Path:
     project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text(encoding="utf-8"))
     project["runtime"]["options"]["virtualenv"] = sys.prefix
     (destination / "Pulumi.yaml").write_text(yaml.safe_dump(project), encoding="utf-8")
-    shutil.copy(ROOT / "__main__.py", destination / "__main__.py")
+    copy_entry_point(ROOT / "__main__.py", destination / "__main__.py")
     stack_dir = destination / project.get("stackConfigDir", ".")
     stack_dir.mkdir(parents=True, exist_ok=True)
     namespaced = {

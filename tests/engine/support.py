@@ -60,8 +60,18 @@ class Outcome:
         return counts
 
     def changed(self) -> list[Change]:
-        """Every step other than `same` (and other than reads of the stack itself)."""
-        return [change for change in self.changes if change.op not in ("same", "read")]
+        """Every step other than `same`, other than the preview's read of the stack's own last
+        outputs and the default `pulumi` provider that read uses (components/program.py): an
+        update does not read them, so a preview always plans that provider anew; the CLI does
+        not show default providers, and `--expect-no-changes` does not count them."""
+        return [
+            change
+            for change in self.changes
+            if change.op not in ("same", "read") and (change.type, change.name) != READER
+        ]
+
+
+READER = ("pulumi:providers:pulumi", "default")
 
 
 class EngineStack:

@@ -28,9 +28,8 @@ def test_destroy_removes_the_stack_and_keeps_bound_volumes_and_their_data(
     (on_disk / "data.txt").write_text("the tenant's data\n", encoding="utf-8")
 
     destroyed = stack.destroy()
-    # 14 objects and components, the kubernetes provider and the provider of the stack's read
-    # of its own outputs; that read is discarded (it made nothing).
-    assert destroyed.ops() == {"delete": 15, "discard": 1}
+    # The stack, its 2 components, 10 objects and the kubernetes provider.
+    assert destroyed.ops() == {"delete": 14}
 
     cluster_role = f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{names.namespace}:provisioner"
     binding = (

@@ -68,6 +68,8 @@ def test_the_default_entry_is_this_python_environment_and_extra_entries_add_to_i
     assert any(Path(sys.base_prefix).resolve().is_relative_to(path) for path in mounted)
     checkout = Path(__file__).resolve().parents[2]
     assert any(checkout.is_relative_to(path) for path in mounted), "the editable checkout"
+    # This checkout's code first, whichever clone the shared virtualenv's editable install names.
+    assert default.python_path == (checkout,)
     assert table.runtime_for(_pod("example.com/tools:2")) == ImageRuntime((tmp_path,), (tmp_path,))
     assert table.runtime_for(_pod("busybox")) is None
 
@@ -79,7 +81,9 @@ def test_outermost_keeps_only_paths_not_inside_another(tmp_path: Path) -> None:
         (tmp_path / "a").resolve(),
         (tmp_path / "c").resolve(),
     )
-    assert python_environment(tmp_path, tmp_path).mounts == (tmp_path.resolve(),)
+    # A venv made from the base installation it sits in is one mount, beside this checkout.
+    checkout = Path(__file__).resolve().parents[2]
+    assert python_environment(tmp_path, tmp_path).mounts == (checkout, tmp_path.resolve())
 
 
 def test_every_pod_stage_skips_image_table_pods() -> None:
@@ -136,6 +140,9 @@ def test_environment_defaults_put_the_image_first_and_point_at_the_relay() -> No
     defaults = environment_defaults(ImageRuntime(path=(Path("/venv/bin"),)), 6443, 65532)
     assert defaults["PATH"].startswith("/venv/bin:")
     assert defaults["HOME"] == "/"
+    assert "PYTHONPATH" not in defaults
+    with_code = environment_defaults(ImageRuntime(python_path=(Path("/src"), Path("/lib"))), 1, 0)
+    assert with_code["PYTHONPATH"] == "/src:/lib"
     assert defaults["KUBERNETES_SERVICE_HOST"] == "127.0.0.1"
     assert (
         defaults["KUBERNETES_SERVICE_PORT"] == defaults["KUBERNETES_SERVICE_PORT_HTTPS"] == "6443"
