@@ -40,6 +40,8 @@ Handler = Callable[[str, R | None, R | None], None]
 DEFAULT_RESYNC_PERIOD = 15 * 60.0
 DEFAULT_PAGE_SIZE = 500
 LIST_REQUEST_TIMEOUT = 60.0
+# How long past a watch's own server-side timeout we keep reading before calling it dead.
+WATCH_READ_MARGIN = 30.0
 CONNECT_TIMEOUT = 10.0
 
 
@@ -168,7 +170,8 @@ class Informer(Generic[R]):
     def progress_bound(self) -> float:
         """The longest a healthy informer goes without a sign of progress: a watch that hears
         nothing until its timeout, the read timeout after it, a list, and the longest backoff."""
-        return float(self._watch_timeout_range[1] + 30 + LIST_REQUEST_TIMEOUT + self._backoff[1])
+        longest_watch = self._watch_timeout_range[1] + WATCH_READ_MARGIN
+        return float(longest_watch + LIST_REQUEST_TIMEOUT + self._backoff[1])
 
     def liveness(self) -> str | None:
         """None while started and making progress; otherwise what is wrong."""
@@ -288,7 +291,7 @@ class Informer(Generic[R]):
                 timeout_seconds=timeout,
                 **self._selectors,
                 _preload_content=False,
-                _request_timeout=(CONNECT_TIMEOUT, timeout + 30),
+                _request_timeout=(CONNECT_TIMEOUT, timeout + WATCH_READ_MARGIN),
             )
         except ApiException as e:
             if e.status == watch_stream.HTTP_GONE:
