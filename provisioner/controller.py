@@ -393,7 +393,13 @@ class Controller:
             )
             match decision:
                 case Provision(plan):
-                    self._paths.reserve(plan.volume_name, plan.location, plan.path)
+                    self._paths.reserve(
+                        plan.volume_name,
+                        plan.location,
+                        plan.path,
+                        size_bytes=plan.size_bytes,
+                        node=plan.node_name or "",
+                    )
                 case WaitForPath(_, blockers):
                     for blocker in blockers:
                         self._waiting.setdefault(blocker, set()).add(uid)
