@@ -43,6 +43,7 @@ from provisioner.helpers import (
     HelperAction,
     helper_pod_name,
 )
+from provisioner.kube.capacity_publisher import CapacityPublisher
 from provisioner.kube.client import KubeClients
 from provisioner.kube.helper_pods import HelperPodError
 from provisioner.kube.informer import Informer, name_key, uid_key
@@ -60,6 +61,7 @@ from provisioner.records import (
     storage_class_record,
     volume_record,
 )
+from provisioner.storage_capacity import HOSTNAME_LABEL, CapacityObject, desired_capacities
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,8 @@ class ControllerSettings:
     resync_period: float = 900.0
     backoff_base: float = 1.0
     backoff_max: float = 300.0
+    capacity_min_interval: float = 1.0
+    """The CSIStorageCapacity publisher writes at most once per this many seconds."""
 
 
 class _InformerNames:
@@ -164,6 +168,14 @@ class Controller:
         self._busy: dict[str, tuple[Key, float]] = {}
         self._workers: list[threading.Thread] = []
         self._started = False
+        self.capacity = CapacityPublisher(
+            clients,
+            namespace=settings.helper_namespace,
+            provisioner_name=settings.provisioner_name,
+            desired=self._desired_capacities,
+            metrics=metrics,
+            min_interval=settings.capacity_min_interval,
+        )
         self._register_handlers()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -211,6 +223,7 @@ class Controller:
             worker = threading.Thread(target=self._work, name=f"worker-{number}", daemon=True)
             worker.start()
             self._workers.append(worker)
+        self.capacity.start()
         self._started = True
 
     def stop(self, drain_seconds: float = DRAIN_SECONDS) -> None:
@@ -219,6 +232,7 @@ class Controller:
         left behind, within a few more seconds: its worker dies with the process, and whoever
         leads next redoes the action. Bounded by `STOP_BUDGET_SECONDS` in all."""
         deadline = time.monotonic() + drain_seconds
+        self.capacity.stop()
         self._queue.shutdown()
         for worker in self._workers:
             worker.join(max(0.0, deadline - time.monotonic()))
@@ -235,8 +249,22 @@ class Controller:
         for informer in self.informers:
             informer.stop(timeout=1.0)
 
+    def _desired_capacities(self, driver_wants_capacity: bool) -> dict[str, CapacityObject]:
+        """The CSIStorageCapacity set for the current config, nodes, classes and book."""
+        with self._paths_lock:
+            entries = self._paths.entries()
+        return desired_capacities(
+            self._config().config,
+            [record for _, record in self.classes.items()],
+            dict(self.nodes.items()),
+            entries,
+            provisioner_name=self._settings.provisioner_name,
+            driver_wants_capacity=driver_wants_capacity,
+        )
+
     def enqueue_everything(self) -> None:
         """After a config change every pending claim and our volumes get another look."""
+        self.capacity.poke()
         for uid, claim in self.claims.items():
             if not claim.volume_name and is_our_claim(claim, self._settings.provisioner_name):
                 self._queue.add((CLAIM, uid))
@@ -266,10 +294,14 @@ class Controller:
                     self._queue.add((CLAIM, uid))
             if new is not None and new.annotations.get(PROVISIONED_BY) == name:
                 self._queue.add((VOLUME, key))
+            if _budget_changed(old, new, name):
+                self.capacity.poke()
 
         def on_class(
             key: str, old: StorageClassRecord | None, new: StorageClassRecord | None
         ) -> None:
+            if any(c is not None and c.provisioner == name for c in (old, new)):
+                self.capacity.poke()
             if new is None or new.provisioner != name:
                 return
             for uid, claim in self.claims.items():
@@ -278,7 +310,10 @@ class Controller:
 
         def on_node(key: str, old: NodeRecord | None, new: NodeRecord | None) -> None:
             if new is not None and old is not None:
+                if new.labels.get(HOSTNAME_LABEL) != old.labels.get(HOSTNAME_LABEL):
+                    self.capacity.poke()
                 return
+            self.capacity.poke()
             # A node came or went: claims waiting for it are affected, and so may be any of our
             # volumes (with a custom nodeAffinityKey the label value is not the node name).
             for uid, claim in self.claims.items():
@@ -304,7 +339,7 @@ class Controller:
 
         self.claims.add_event_handler(on_claim, on_claim, None)
         self.volumes.add_event_handler(on_volume, on_volume, on_volume)
-        self.classes.add_event_handler(on_class, on_class, None)
+        self.classes.add_event_handler(on_class, on_class, on_class)
         self.nodes.add_event_handler(on_node, on_node, on_node)
         self.helper_pods.add_event_handler(on_helper_pod, on_helper_pod, on_helper_pod)
 
@@ -414,6 +449,8 @@ class Controller:
                 except BaseException:
                     self._release(plan.volume_name)
                     raise
+                finally:
+                    self.capacity.poke()
             case WaitForPath(reason):
                 log.info("claim %s/%s waits: %s", claim.namespace, claim.name, reason)
                 self._actions.wait_for_path(claim, reason)
@@ -490,6 +527,15 @@ class Controller:
             run()
         finally:
             self._in_flight_pods.difference_update(pods)
+
+
+def _budget_changed(old: VolumeRecord | None, new: VolumeRecord | None, name: str) -> bool:
+    """Whether a PV event can change what our paths have free: one of ours came, went, or
+    changed size."""
+    ours = [v for v in (old, new) if v is not None and v.annotations.get(PROVISIONED_BY) == name]
+    if not ours:
+        return False
+    return old is None or new is None or old.capacity != new.capacity
 
 
 def _helper_pod(obj: dict[str, Any]) -> dict[str, Any]:
