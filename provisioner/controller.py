@@ -36,6 +36,13 @@ from provisioner.claims import (
     record_volume,
 )
 from provisioner.config import ConfigBundle
+from provisioner.expansion import (
+    Expand,
+    FinishExpansion,
+    NoExpansion,
+    RefuseExpansion,
+    decide_expansion,
+)
 from provisioner.helpers import (
     HELPER_POD_LABEL,
     HELPER_POD_LABEL_VALUE,
@@ -278,7 +285,10 @@ class Controller:
         name = self._settings.provisioner_name
 
         def on_claim(key: str, old: ClaimRecord | None, new: ClaimRecord | None) -> None:
-            if new is not None and not new.volume_name and is_our_claim(new, name):
+            if new is None:
+                return
+            unbound_ours = not new.volume_name and is_our_claim(new, name)
+            if unbound_ours or (new.volume_name and self._may_expand(new)):
                 self._queue.add((CLAIM, key))
 
         def on_volume(key: str, old: VolumeRecord | None, new: VolumeRecord | None) -> None:
@@ -409,9 +419,52 @@ class Controller:
         else:
             self._collect_helper_pod(name)
 
+    def _may_expand(self, claim: ClaimRecord) -> bool:
+        """Cheap filter: the claim asks for more than its PV of ours has, or its status lags."""
+        volume = self.volumes.get(claim.volume_name)
+        if (
+            volume is None
+            or volume.annotations.get(PROVISIONED_BY) != self._settings.provisioner_name
+        ):
+            return False
+        sizes = (claim.requested_storage, claim.status_capacity, volume.capacity)
+        return sizes[0] != sizes[2] or sizes[1] != sizes[2]
+
+    def _reconcile_expansion(self, claim: ClaimRecord) -> None:
+        bundle = self._config()
+        with self._paths_lock:
+            decision = decide_expansion(
+                claim,
+                self.volumes.get(claim.volume_name),
+                self.classes.get(claim.storage_class_name or ""),
+                bundle.config,
+                provisioner_name=self._settings.provisioner_name,
+                paths=self._paths,
+            )
+            if isinstance(decision, Expand):
+                # Counted at once, so no provision takes the room before the PV shows it.
+                self._paths.resize(decision.volume_name, decision.size_bytes)
+        match decision:
+            case Expand():
+                log.info(
+                    "claim %s/%s: expanding to %s", claim.namespace, claim.name, decision.capacity
+                )
+                self._actions.expand(claim, decision)
+                self.capacity.poke()
+            case FinishExpansion(capacity):
+                self._actions.finish_expansion(claim, capacity)
+            case RefuseExpansion(reason):
+                log.info("claim %s/%s: expansion refused: %s", claim.namespace, claim.name, reason)
+                self._actions.refuse_expansion(claim, reason)
+            case NoExpansion(reason):
+                log.debug("claim %s/%s: %s", claim.namespace, claim.name, reason)
+
     def _reconcile_claim(self, uid: str) -> None:
         claim = self.claims.get(uid)
         if claim is None:
+            return
+        if claim.volume_name:
+            self._reconcile_expansion(claim)
             return
         bundle = self._config()
         nodes = dict(self.nodes.items())

@@ -39,6 +39,8 @@ class ClaimRecord:
     has_data_source: bool = False
     volume_name: str = ""
     being_deleted: bool = False
+    status_capacity: str | None = None
+    """status.capacity.storage: what the claim has been told it has."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,7 @@ class StorageClassRecord:
     binding_mode: str = "Immediate"
     mount_options: tuple[str, ...] = ()
     annotations: Mapping[str, str] = field(default_factory=dict)
+    allow_volume_expansion: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +118,7 @@ def claim_record(obj: Mapping[str, Any]) -> ClaimRecord:
         has_data_source=bool(spec.get("dataSource") or spec.get("dataSourceRef")),
         volume_name=spec.get("volumeName") or "",
         being_deleted=meta.get("deletionTimestamp") is not None,
+        status_capacity=((obj.get("status") or {}).get("capacity") or {}).get("storage"),
     )
 
 
@@ -162,6 +166,7 @@ def storage_class_record(obj: Mapping[str, Any]) -> StorageClassRecord:
         binding_mode=obj.get("volumeBindingMode") or "Immediate",
         mount_options=tuple(obj.get("mountOptions") or ()),
         annotations=_strings(meta.get("annotations")),
+        allow_volume_expansion=bool(obj.get("allowVolumeExpansion")),
     )
 
 
