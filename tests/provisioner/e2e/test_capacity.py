@@ -126,3 +126,45 @@ def test_objects_of_removed_classes_are_deleted_and_only_ours_touched(
         ]
     ]
     assert "someone-elses" in names
+
+
+def test_size_limits_and_expansion_granted_and_refused(
+    make_setup: Callable[..., ProvisionerSetup],
+) -> None:
+    setup = make_setup(ConfigFiles(config=BUDGETS))
+    setup.start()
+    ranged = setup.create_class(
+        "ranged", parameters={"minSize": "1Gi", "maxSize": "4Gi"}, binding_mode="Immediate"
+    )
+    setup.create_claim("tiny", ranged, size="100Mi")
+    event = setup.wait_event("tiny", "ProvisioningFailed")
+    assert "outside the size range" in event["message"] and "1Gi .. 4Gi" in event["message"]
+    bad = setup.create_class("bad", parameters={"maxSize": "lots"}, binding_mode="Immediate")
+    setup.create_claim("bad", bad)
+    assert "parameters.maxSize" in setup.wait_event("bad", "ProvisioningFailed")["message"]
+
+    grow = setup.create_class("grow")
+    call_json(setup.storage.patch_storage_class, grow, {"allowVolumeExpansion": True})
+    setup.create_claim("g", grow, size="1Gi")
+    setup.create_consumer("g", "g", {"kubernetes.io/hostname": "node-2"})
+    volume = setup.wait_bound("g")
+    name = volume["metadata"]["name"]
+    setup.core.patch_namespaced_persistent_volume_claim(
+        "g", setup.namespace, {"spec": {"resources": {"requests": {"storage": "3Gi"}}}}
+    )
+    setup.wait_event("g", "VolumeResizeSuccessful")
+    current = setup.volume(name)
+    assert current is not None and current["spec"]["capacity"]["storage"] == "3Gi"
+    eventually(
+        lambda: setup.claim("g")["status"]["capacity"]["storage"] == "3Gi" or None,
+        10,
+        "claim status capacity",
+    )
+    # 20Gi does not fit node-2's 10Gi budget: refused, nothing changes.
+    setup.core.patch_namespaced_persistent_volume_claim(
+        "g", setup.namespace, {"spec": {"resources": {"requests": {"storage": "20Gi"}}}}
+    )
+    refused = setup.wait_event("g", "VolumeResizeFailed")
+    assert "has no base path with room" in refused["message"]
+    current = setup.volume(name)
+    assert current is not None and current["spec"]["capacity"]["storage"] == "3Gi"
