@@ -25,6 +25,7 @@ from provisioner.claims import (
     TeardownPlan,
 )
 from provisioner.config import ConfigBundle
+from provisioner.expansion import Expand
 from provisioner.helpers import HelperAction, HelperTarget, build_helper_pod, helper_steps
 from provisioner.kube.client import KubeClients
 from provisioner.kube.events import EventRecorder, ObjectReference
@@ -241,6 +242,37 @@ class Actions:
             "ProvisioningFailed",
             f"{reason}: removed {SELECTED_NODE} so that the scheduler picks a node again",
         )
+
+    def resize_volume_quota(self, expansion: Expand) -> None:
+        """Where a filesystem quota on the volume's directory is raised to the new size before
+        the API objects say it is granted. Without quota enforcement a directory needs no
+        node-side step, so this does nothing yet."""
+
+    def expand(self, claim: ClaimRecord, expansion: Expand) -> None:
+        """Grow the volume as the external-resizer does: the PV's capacity, then the claim's
+        status.capacity (status subresource), then the event."""
+        self.resize_volume_quota(expansion)
+        self._patch(
+            f"/api/v1/persistentvolumes/{expansion.volume_name}",
+            {"spec": {"capacity": {"storage": expansion.capacity}}},
+            MERGE,
+        )
+        self.finish_expansion(claim, expansion.capacity)
+
+    def finish_expansion(self, claim: ClaimRecord, capacity: str) -> None:
+        self._patch(
+            f"/api/v1/namespaces/{claim.namespace}/persistentvolumeclaims/{claim.name}/status",
+            {"status": {"capacity": {"storage": capacity}}},
+            MERGE,
+        )
+        self._recorder.normal(
+            claim_reference(claim),
+            "VolumeResizeSuccessful",
+            f"resize volume {claim.volume_name} to {capacity} succeeded",
+        )
+
+    def refuse_expansion(self, claim: ClaimRecord, reason: str) -> None:
+        self._recorder.warning(claim_reference(claim), "VolumeResizeFailed", reason)
 
     def teardown(self, plan: TeardownPlan, class_name: str, bundle: ConfigBundle) -> None:
         started = time.monotonic()

@@ -15,6 +15,10 @@ tests/provisioner/test_claims.py):
   the teardown resumes if the node returns; a PV the admin deletes while its node is gone has
   our finalizer removed without cleanup, as nothing can be cleaned.
 - A claim with a selector, a data source or volumeMode Block is rejected for shared paths too.
+- Budgets (`capacity` on a base path, see `budgets`): only paths with room for the claim are
+  candidates; when the selected node has none, the claim goes back to the scheduler
+  (Reschedule), as for a node that is gone. A claim outside the class's minSize/maxSize is
+  rejected before any node is chosen.
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+from provisioner.budgets import committed_bytes, no_room_reason, path_rooms, paths_with_room
 from provisioner.config import (
     DEFAULT_NODE_AFFINITY_KEY,
     ConfigError,
     ProvisionerConfig,
     allow_unsafe_path_pattern,
     check_perm,
+    size_range,
     validate_storage_class_parameters,
     volume_type_of,
 )
@@ -47,6 +53,7 @@ from provisioner.paths import (
     render_pattern,
     resolve_volume_path,
 )
+from provisioner.quantities import format_bytes
 from provisioner.records import (
     ClaimRecord,
     NodeRecord,
@@ -147,7 +154,8 @@ class WaitForPath:
 
 @dataclass(frozen=True, slots=True)
 class Reschedule:
-    """The selected node is gone: remove the selected-node annotation, Warning event."""
+    """The selected node is gone, or has no base path with room for the claim: remove the
+    selected-node annotation, Warning event."""
 
     reason: str
 
@@ -201,11 +209,34 @@ def volume_path_state(volume: VolumeRecord) -> PathState:
     return RELEASED if volume.phase == "Released" else LIVE
 
 
+def volume_node_name(volume: VolumeRecord) -> str:
+    """The node we recorded on the PV; for older PVs, the hostname affinity's value."""
+    recorded = volume.annotations.get(NODE_ANNOTATION) or volume.annotations.get(
+        RANCHER_NODE_ANNOTATION
+    )
+    if recorded:
+        return recorded
+    key, value = volume_location(volume)
+    return value if key == DEFAULT_NODE_AFFINITY_KEY else ""
+
+
+def volume_size_bytes(volume: VolumeRecord) -> int:
+    try:
+        return quantity_to_bytes(volume.capacity or "0")
+    except ValueError:
+        return 0
+
+
 def record_volume(book: PathBook, volume: VolumeRecord) -> None:
     """Puts one of our PVs into the book (one with no path holds no directory)."""
     if volume.path is not None:
         book.record_volume(
-            volume.name, volume_location(volume), volume.path, volume_path_state(volume)
+            volume.name,
+            volume_location(volume),
+            volume.path,
+            volume_path_state(volume),
+            size_bytes=volume_size_bytes(volume),
+            node=volume_node_name(volume),
         )
 
 
@@ -257,6 +288,9 @@ def decide_claim_action(
         return Reject("volumeMode Block is not supported: local paths are directories")
     if claim.requested_storage is None:
         return Reject("spec.resources.requests.storage is required")
+    outside = _outside_size_range(claim.requested_storage, storage_class)
+    if outside is not None:
+        return Reject(outside)
     storage = config.storage_for(storage_class.name)
     if storage is None:
         return Reject(f"config.json has no storageClassConfigs entry for {storage_class.name}")
@@ -290,6 +324,8 @@ def decide_claim_action(
             provisioner_name=provisioner_name,
             paths=paths,
         )
+    except NoRoom as error:
+        return Reschedule(str(error))
     except (ConfigError, PathPatternError, ValueError) as error:
         return Reject(str(error))
     blockers = paths.overlapping(plan.volume_name, plan.location, plan.path) if paths else []
@@ -301,6 +337,44 @@ def decide_claim_action(
             tuple(entry.volume_name for entry in blockers),
         )
     return Provision(plan)
+
+
+class NoRoom(Exception):  # noqa: N818 (reads as a sentence at the raise site)
+    """No base path of the selected node has room for the claim: the text says sizes and
+    budgets."""
+
+
+def _outside_size_range(requested: str, storage_class: StorageClassRecord) -> str | None:
+    """Why the request is outside the class's minSize/maxSize, or None when it is inside."""
+    try:
+        low, high = size_range(storage_class.parameters)
+    except ConfigError as error:
+        return f"StorageClass {storage_class.name}: {error}"
+    try:
+        size = quantity_to_bytes(requested)
+    except ValueError as error:
+        return str(error)
+    if (low is not None and size < low) or (high is not None and size > high):
+        shown = f"{format_bytes(low) if low is not None else '0'} .. " + (
+            format_bytes(high) if high is not None else "unlimited"
+        )
+        return (
+            f"requested {requested} is outside the size range of StorageClass"
+            f" {storage_class.name} (minSize .. maxSize: {shown}): request a size in that range"
+        )
+    return None
+
+
+def candidate_base_paths(
+    config: ProvisionerConfig, storage_class: StorageClassRecord, node_name: str
+) -> list[str]:
+    """The base paths a volume of the class may use on the node (the class's nodePath
+    parameter narrows them to one), before budgets are looked at."""
+    candidates = config.paths_for(storage_class.name, node_name) or []
+    node_path = storage_class.parameters.get("nodePath")
+    if node_path is not None:
+        return [node_path] if node_path in candidates else []
+    return candidates
 
 
 def _plan(
@@ -346,12 +420,28 @@ def _plan(
                 f" {node.name if node else '?'}"
             )
         candidates = [parameters["nodePath"]]
+    assert claim.requested_storage is not None
+    size = quantity_to_bytes(claim.requested_storage)
+    if node is not None and not shared:
+        capacities = config.capacities_for(storage_class.name, node.name)
+        if any(capacities.get(path) is not None for path in candidates):
+            entries = paths.entries() if paths else []
+            rooms = path_rooms(
+                capacities, candidates, committed_bytes(entries, node.name, candidates)
+            )
+            roomy = paths_with_room(rooms, size)
+            if not roomy:
+                raise NoRoom(no_room_reason(node.name, size, rooms))
+            candidates = roomy
     recorded = claim.annotations.get(BASE_PATH_ANNOTATION)
     if recorded in candidates:
         base_path, record = recorded, False
     else:
         counts = {p: paths.count_inside(location, p) for p in candidates} if paths else {}
-        base_path, record = choose_base_path(sorted(candidates), counts), len(candidates) > 1
+        base_path = choose_base_path(sorted(candidates), counts)
+        # A recorded path that has lost its room is replaced on the claim, so a retry after
+        # the room comes back cannot go back to it while a directory exists on the new one.
+        record = len(candidates) > 1 or recorded is not None
     fields = PatternFields(
         volume_name_for(claim), claim.namespace, claim.name, claim.labels, claim.annotations
     )
@@ -370,7 +460,6 @@ def _plan(
             raise ValueError(f"{key}Pattern renders a NUL or line break")
     if rendered["perm"]:
         check_perm(rendered["perm"], "permPattern")
-    assert claim.requested_storage is not None
     return ProvisionPlan(
         volume_name=volume_name_for(claim),
         provisioner_name=provisioner_name,
@@ -381,7 +470,7 @@ def _plan(
         base_path=base_path,
         path=path,
         volume_type=volume_type,
-        size_bytes=quantity_to_bytes(claim.requested_storage),
+        size_bytes=size,
         vol_user=rendered["user"],
         vol_group=rendered["group"],
         vol_perm=rendered["perm"],
@@ -490,10 +579,7 @@ def _teardown(
         if others:
             names = ", ".join(entry.volume_name for entry in others)
             return RefuseUnsafePath(f"path {volume.path} is also used by {names}{fix}")
-    try:
-        size = quantity_to_bytes(volume.capacity or "0")
-    except ValueError:
-        size = 0
+    size = volume_size_bytes(volume)
     return Teardown(
         TeardownPlan(
             volume_name=volume.name,

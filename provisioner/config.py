@@ -14,6 +14,10 @@ Where we are stricter than rancher, on purpose:
 - cmdTimeoutSeconds must be positive (rancher silently turns 0 or less into 120).
 - setupCommand/teardownCommand must be one executable: rancher runs them without a shell.
 - Unknown StorageClass parameters and an unparsable allowUnsafePathPattern are refused.
+
+Our addition: a base path may be an object `{"path": "/data", "capacity": "100Gi"}`, the most
+the provisioner commits to that path (the sum of the capacities of the PVs it made there).
+A plain string is a path without a budget, as in rancher.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from provisioner.paths import (
     is_strictly_inside,
     render_pattern,
 )
+from provisioner.quantities import parse_size
 
 DEFAULT_NODE = "DEFAULT_PATH_FOR_NON_LISTED_NODES"
 # The default scripts never follow a symbolic link: a tenant owns its volume's directory and
@@ -108,7 +113,10 @@ STORAGE_CLASS_PARAMETERS = (
     "userPattern",
     "groupPattern",
     "permPattern",
+    "minSize",
+    "maxSize",
 )
+SIZE_PARAMETERS = ("minSize", "maxSize")
 VOLUME_TYPES = {"hostpath": "hostPath", "local": "local"}
 _TOP_KEYS = (
     "nodePathMap",
@@ -121,6 +129,7 @@ _TOP_KEYS = (
 )
 _CLASS_KEYS = ("nodePathMap", "sharedFileSystemPath")
 _ENTRY_KEYS = ("node", "paths")
+_BASE_PATH_KEYS = ("path", "capacity")
 _GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True}
 _GO_BOOLS |= {"0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
 _OCTAL_MODE = re.compile(r"0?[0-7]{3,4}")
@@ -141,9 +150,67 @@ class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", frozen=True, populate_by_name=True)
 
 
+class BasePath(_Strict):
+    """A base path with a budget: `capacity` is a Kubernetes quantity (None: no budget)."""
+
+    path: str
+    capacity: str | None = None
+
+    @property
+    def capacity_bytes(self) -> int | None:
+        return None if self.capacity is None else parse_size(self.capacity, "capacity")
+
+
 class NodePathMapEntry(_Strict):
     node: str
-    paths: list[str] = Field(default_factory=list)
+    paths: list[str | BasePath] = Field(default_factory=list)
+    """Each a path (no budget, as rancher) or a BasePath with its capacity."""
+
+    @field_validator("paths", mode="before")
+    @classmethod
+    def _paths_or_objects(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            return value  # pydantic says "must be a list"
+        return [_base_path_item(item, k) for k, item in enumerate(value)]
+
+    @property
+    def path_names(self) -> list[str]:
+        return [path_of(item) for item in self.paths]
+
+    def capacities(self) -> dict[str, int | None]:
+        """Each base path's budget in bytes; None for a path without one."""
+        return {
+            path_of(item): item.capacity_bytes if isinstance(item, BasePath) else None
+            for item in self.paths
+        }
+
+
+def path_of(item: str | BasePath) -> str:
+    return item.path if isinstance(item, BasePath) else item
+
+
+def _base_path_item(item: Any, index: int) -> Any:
+    """A string stays a string (written back as one); an object becomes a checked BasePath."""
+    where = f"[{index}]"
+    if isinstance(item, (str, BasePath)):
+        return item
+    if not isinstance(item, dict):
+        raise ConfigError(
+            where,
+            f"must be a string or an object such as"
+            f' {{"path": "/data", "capacity": "100Gi"}} (got {json.dumps(item)[:60]})',
+        )
+    fields = _canonical_keys(item, _BASE_PATH_KEYS, where)
+    if "path" not in fields:
+        raise ConfigError(f"{where}.path", 'is required: the directory, such as "/data"')
+    if not isinstance(fields["path"], str):
+        raise ConfigError(f"{where}.path", f"must be a string (got {json.dumps(fields['path'])})")
+    if "capacity" in fields:
+        try:
+            parse_size(fields["capacity"], "capacity")
+        except ValueError as error:
+            raise ConfigError(f"{where}.capacity", str(error).removeprefix("capacity: ")) from None
+    return BasePath(path=fields["path"], capacity=fields.get("capacity"))
 
 
 class StorageClassConfig(_Strict):
@@ -245,7 +312,7 @@ class ProvisionerConfig(_Strict):
         ]
         for prefix, storage in storages:
             for i, entry in enumerate(storage.node_path_map):
-                for k, path in enumerate(entry.paths):
+                for k, path in enumerate(entry.path_names):
                     found.append((f"{prefix}nodePathMap[{i}].paths[{k}]", path))
             if storage.shared_filesystem_path is not None:
                 found.append((f"{prefix}sharedFileSystemPath", storage.shared_filesystem_path))
@@ -269,9 +336,31 @@ class ProvisionerConfig(_Strict):
             return None
         if storage.shared_filesystem_path is not None:
             return [storage.shared_filesystem_path]
-        entries = {entry.node: entry.paths for entry in storage.node_path_map}
-        paths = entries.get(node, entries.get(DEFAULT_NODE))
-        return list(paths) if paths else None
+        entry = self._entry_for(storage, node)
+        return entry.path_names if entry is not None and entry.paths else None
+
+    def capacities_for(self, class_name: str, node: str) -> dict[str, int | None]:
+        """Budget in bytes of each base path serving the class on the node (None: no budget).
+        A shared filesystem path has no budget."""
+        storage = self.storage_for(class_name)
+        entry = None if storage is None else self._entry_for(storage, node)
+        return {} if entry is None else entry.capacities()
+
+    @staticmethod
+    def _entry_for(storage: StorageClassConfig, node: str) -> NodePathMapEntry | None:
+        entries = {entry.node: entry for entry in storage.node_path_map}
+        return entries.get(node, entries.get(DEFAULT_NODE))
+
+    def declares_capacity(self) -> bool:
+        """Whether any base path, top level or per class, has a budget."""
+        storages = [*self.storage_class_configs.values(), self.storage_for("")]
+        return any(
+            isinstance(item, BasePath) and item.capacity is not None
+            for storage in storages
+            if storage is not None
+            for entry in storage.node_path_map
+            for item in entry.paths
+        )
 
     def shared_path_for(self, class_name: str) -> str | None:
         storage = self.storage_for(class_name)
@@ -279,7 +368,7 @@ class ProvisionerConfig(_Strict):
 
     def all_base_paths(self) -> set[str]:
         storages = [*self.storage_class_configs.values(), self.storage_for("")]
-        paths = {path for s in storages if s for e in s.node_path_map for path in e.paths}
+        paths = {path for s in storages if s for e in s.node_path_map for path in e.path_names}
         return paths | {
             s.shared_filesystem_path for s in storages if s and s.shared_filesystem_path
         }
@@ -305,7 +394,7 @@ def _check_storage(entries: list[NodePathMapEntry], shared: str | None) -> None:
             )
         seen_nodes[entry.node] = i
         seen_paths: dict[str, int] = {}
-        for k, path in enumerate(entry.paths):
+        for k, path in enumerate(entry.path_names):
             _check_base_path(path, f"nodePathMap[{i}].paths[{k}]")
             if path in seen_paths:
                 raise ConfigError(
@@ -419,6 +508,8 @@ def _join(*parts: str | int) -> str:
             text += f"[{part}]"
         elif i > 0 and parts[i - 1] == "storageClassConfigs":
             text += f"[{json.dumps(part)}]"
+        elif part.startswith("["):
+            text += part
         elif part:
             text += f".{part}" if text else part
     return text
@@ -538,7 +629,7 @@ def validate_storage_class_parameters(
     unsafe = allow_unsafe_path_pattern(parameters, annotations)
     if (node_path := parameters.get("nodePath")) is not None:
         _check_base_path(node_path, "parameters.nodePath")
-        configured = {p for e in storage.node_path_map for p in e.paths}
+        configured = {p for e in storage.node_path_map for p in e.path_names}
         configured |= {storage.shared_filesystem_path} if storage.shared_filesystem_path else set()
         if node_path not in configured:
             raise ConfigError(
@@ -559,6 +650,7 @@ def validate_storage_class_parameters(
                 raise ConfigError(f"parameters.{key}", str(error)) from None
             if key == "permPattern" and "{{" not in parameters[key]:
                 check_perm(parameters[key], "parameters.permPattern")
+    size_range(parameters)
     key_name = parameters.get("nodeAffinityKey")
     if key_name is not None and not is_label_key(key_name):
         raise ConfigError(
@@ -573,6 +665,28 @@ def validate_storage_class_parameters(
                 "local volumes need node affinity,"
                 " which a sharedFileSystemPath class does not give: use hostPath",
             )
+
+
+def size_range(parameters: Mapping[str, str]) -> tuple[int | None, int | None]:
+    """The class's (minSize, maxSize) in bytes, None where unset; ConfigError naming the
+    parameter when one is not a quantity or the range is empty."""
+    bounds: list[int | None] = []
+    for key in SIZE_PARAMETERS:
+        if key not in parameters:
+            bounds.append(None)
+            continue
+        try:
+            bounds.append(parse_size(parameters[key], f"parameters.{key}"))
+        except ValueError as error:
+            raise ConfigError(f"parameters.{key}", str(error).split(": ", 1)[1]) from None
+    low, high = bounds
+    if low is not None and high is not None and low > high:
+        raise ConfigError(
+            "parameters.minSize",
+            f"{parameters['minSize']} is larger than maxSize {parameters['maxSize']}:"
+            " swap or correct them",
+        )
+    return low, high
 
 
 def check_perm(value: str, key: str) -> None:

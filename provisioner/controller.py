@@ -36,6 +36,13 @@ from provisioner.claims import (
     record_volume,
 )
 from provisioner.config import ConfigBundle
+from provisioner.expansion import (
+    Expand,
+    FinishExpansion,
+    NoExpansion,
+    RefuseExpansion,
+    decide_expansion,
+)
 from provisioner.helpers import (
     HELPER_POD_LABEL,
     HELPER_POD_LABEL_VALUE,
@@ -43,6 +50,7 @@ from provisioner.helpers import (
     HelperAction,
     helper_pod_name,
 )
+from provisioner.kube.capacity_publisher import CapacityPublisher
 from provisioner.kube.client import KubeClients
 from provisioner.kube.helper_pods import HelperPodError
 from provisioner.kube.informer import Informer, name_key, uid_key
@@ -60,6 +68,7 @@ from provisioner.records import (
     storage_class_record,
     volume_record,
 )
+from provisioner.storage_capacity import HOSTNAME_LABEL, CapacityObject, desired_capacities
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +98,8 @@ class ControllerSettings:
     resync_period: float = 900.0
     backoff_base: float = 1.0
     backoff_max: float = 300.0
+    capacity_min_interval: float = 1.0
+    """The CSIStorageCapacity publisher writes at most once per this many seconds."""
 
 
 class _InformerNames:
@@ -164,6 +175,14 @@ class Controller:
         self._busy: dict[str, tuple[Key, float]] = {}
         self._workers: list[threading.Thread] = []
         self._started = False
+        self.capacity = CapacityPublisher(
+            clients,
+            namespace=settings.helper_namespace,
+            provisioner_name=settings.provisioner_name,
+            desired=self._desired_capacities,
+            metrics=metrics,
+            min_interval=settings.capacity_min_interval,
+        )
         self._register_handlers()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -211,6 +230,7 @@ class Controller:
             worker = threading.Thread(target=self._work, name=f"worker-{number}", daemon=True)
             worker.start()
             self._workers.append(worker)
+        self.capacity.start()
         self._started = True
 
     def stop(self, drain_seconds: float = DRAIN_SECONDS) -> None:
@@ -219,6 +239,7 @@ class Controller:
         left behind, within a few more seconds: its worker dies with the process, and whoever
         leads next redoes the action. Bounded by `STOP_BUDGET_SECONDS` in all."""
         deadline = time.monotonic() + drain_seconds
+        self.capacity.stop()
         self._queue.shutdown()
         for worker in self._workers:
             worker.join(max(0.0, deadline - time.monotonic()))
@@ -235,8 +256,22 @@ class Controller:
         for informer in self.informers:
             informer.stop(timeout=1.0)
 
+    def _desired_capacities(self, driver_wants_capacity: bool) -> dict[str, CapacityObject]:
+        """The CSIStorageCapacity set for the current config, nodes, classes and book."""
+        with self._paths_lock:
+            entries = self._paths.entries()
+        return desired_capacities(
+            self._config().config,
+            [record for _, record in self.classes.items()],
+            dict(self.nodes.items()),
+            entries,
+            provisioner_name=self._settings.provisioner_name,
+            driver_wants_capacity=driver_wants_capacity,
+        )
+
     def enqueue_everything(self) -> None:
         """After a config change every pending claim and our volumes get another look."""
+        self.capacity.poke()
         for uid, claim in self.claims.items():
             if not claim.volume_name and is_our_claim(claim, self._settings.provisioner_name):
                 self._queue.add((CLAIM, uid))
@@ -250,7 +285,10 @@ class Controller:
         name = self._settings.provisioner_name
 
         def on_claim(key: str, old: ClaimRecord | None, new: ClaimRecord | None) -> None:
-            if new is not None and not new.volume_name and is_our_claim(new, name):
+            if new is None:
+                return
+            unbound_ours = not new.volume_name and is_our_claim(new, name)
+            if unbound_ours or (new.volume_name and self._may_expand(new)):
                 self._queue.add((CLAIM, key))
 
         def on_volume(key: str, old: VolumeRecord | None, new: VolumeRecord | None) -> None:
@@ -266,10 +304,14 @@ class Controller:
                     self._queue.add((CLAIM, uid))
             if new is not None and new.annotations.get(PROVISIONED_BY) == name:
                 self._queue.add((VOLUME, key))
+            if _budget_changed(old, new, name):
+                self.capacity.poke()
 
         def on_class(
             key: str, old: StorageClassRecord | None, new: StorageClassRecord | None
         ) -> None:
+            if any(c is not None and c.provisioner == name for c in (old, new)):
+                self.capacity.poke()
             if new is None or new.provisioner != name:
                 return
             for uid, claim in self.claims.items():
@@ -278,7 +320,10 @@ class Controller:
 
         def on_node(key: str, old: NodeRecord | None, new: NodeRecord | None) -> None:
             if new is not None and old is not None:
+                if new.labels.get(HOSTNAME_LABEL) != old.labels.get(HOSTNAME_LABEL):
+                    self.capacity.poke()
                 return
+            self.capacity.poke()
             # A node came or went: claims waiting for it are affected, and so may be any of our
             # volumes (with a custom nodeAffinityKey the label value is not the node name).
             for uid, claim in self.claims.items():
@@ -304,7 +349,7 @@ class Controller:
 
         self.claims.add_event_handler(on_claim, on_claim, None)
         self.volumes.add_event_handler(on_volume, on_volume, on_volume)
-        self.classes.add_event_handler(on_class, on_class, None)
+        self.classes.add_event_handler(on_class, on_class, on_class)
         self.nodes.add_event_handler(on_node, on_node, on_node)
         self.helper_pods.add_event_handler(on_helper_pod, on_helper_pod, on_helper_pod)
 
@@ -374,9 +419,52 @@ class Controller:
         else:
             self._collect_helper_pod(name)
 
+    def _may_expand(self, claim: ClaimRecord) -> bool:
+        """Cheap filter: the claim asks for more than its PV of ours has, or its status lags."""
+        volume = self.volumes.get(claim.volume_name)
+        if (
+            volume is None
+            or volume.annotations.get(PROVISIONED_BY) != self._settings.provisioner_name
+        ):
+            return False
+        sizes = (claim.requested_storage, claim.status_capacity, volume.capacity)
+        return sizes[0] != sizes[2] or sizes[1] != sizes[2]
+
+    def _reconcile_expansion(self, claim: ClaimRecord) -> None:
+        bundle = self._config()
+        with self._paths_lock:
+            decision = decide_expansion(
+                claim,
+                self.volumes.get(claim.volume_name),
+                self.classes.get(claim.storage_class_name or ""),
+                bundle.config,
+                provisioner_name=self._settings.provisioner_name,
+                paths=self._paths,
+            )
+            if isinstance(decision, Expand):
+                # Counted at once, so no provision takes the room before the PV shows it.
+                self._paths.resize(decision.volume_name, decision.size_bytes)
+        match decision:
+            case Expand():
+                log.info(
+                    "claim %s/%s: expanding to %s", claim.namespace, claim.name, decision.capacity
+                )
+                self._actions.expand(claim, decision)
+                self.capacity.poke()
+            case FinishExpansion(capacity):
+                self._actions.finish_expansion(claim, capacity)
+            case RefuseExpansion(reason):
+                log.info("claim %s/%s: expansion refused: %s", claim.namespace, claim.name, reason)
+                self._actions.refuse_expansion(claim, reason)
+            case NoExpansion(reason):
+                log.debug("claim %s/%s: %s", claim.namespace, claim.name, reason)
+
     def _reconcile_claim(self, uid: str) -> None:
         claim = self.claims.get(uid)
         if claim is None:
+            return
+        if claim.volume_name:
+            self._reconcile_expansion(claim)
             return
         bundle = self._config()
         nodes = dict(self.nodes.items())
@@ -393,7 +481,13 @@ class Controller:
             )
             match decision:
                 case Provision(plan):
-                    self._paths.reserve(plan.volume_name, plan.location, plan.path)
+                    self._paths.reserve(
+                        plan.volume_name,
+                        plan.location,
+                        plan.path,
+                        size_bytes=plan.size_bytes,
+                        node=plan.node_name or "",
+                    )
                 case WaitForPath(_, blockers):
                     for blocker in blockers:
                         self._waiting.setdefault(blocker, set()).add(uid)
@@ -408,6 +502,8 @@ class Controller:
                 except BaseException:
                     self._release(plan.volume_name)
                     raise
+                finally:
+                    self.capacity.poke()
             case WaitForPath(reason):
                 log.info("claim %s/%s waits: %s", claim.namespace, claim.name, reason)
                 self._actions.wait_for_path(claim, reason)
@@ -484,6 +580,15 @@ class Controller:
             run()
         finally:
             self._in_flight_pods.difference_update(pods)
+
+
+def _budget_changed(old: VolumeRecord | None, new: VolumeRecord | None, name: str) -> bool:
+    """Whether a PV event can change what our paths have free: one of ours came, went, or
+    changed size."""
+    ours = [v for v in (old, new) if v is not None and v.annotations.get(PROVISIONED_BY) == name]
+    if not ours:
+        return False
+    return old is None or new is None or old.capacity != new.capacity
 
 
 def _helper_pod(obj: dict[str, Any]) -> dict[str, Any]:

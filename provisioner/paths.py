@@ -255,6 +255,11 @@ class PathEntry:
     location: Location
     path: str
     state: PathState
+    size_bytes: int = 0
+    """The volume's capacity (the claim's request while provisioning): what it costs its base
+    path's budget until its PV is gone."""
+    node: str = ""
+    """The node holding the path ("" on a shared filesystem or when unknown)."""
 
     def describe(self) -> str:
         shown = {
@@ -298,21 +303,44 @@ class PathBook:
         return list(self._entries.values())
 
     def record_volume(
-        self, volume_name: str, location: Location, path: str, state: PathState
+        self,
+        volume_name: str,
+        location: Location,
+        path: str,
+        state: PathState,
+        *,
+        size_bytes: int = 0,
+        node: str = "",
     ) -> None:
         """A PV as the informer sees it (LIVE or RELEASED). A teardown in flight or done keeps
         its state: the PV's own updates must not make it eligible again."""
         current = self._entries.get(volume_name)
         if current is not None and current.state in (TEARING_DOWN, TORN_DOWN):
             state = current.state
-        self._entries[volume_name] = PathEntry(volume_name, location, path, state)
+        self._entries[volume_name] = PathEntry(volume_name, location, path, state, size_bytes, node)
 
     def forget(self, volume_name: str) -> None:
         """The PV is gone (or never was ours): its path is free."""
         self._entries.pop(volume_name, None)
 
-    def reserve(self, volume_name: str, location: Location, path: str) -> None:
-        self._entries[volume_name] = PathEntry(volume_name, location, path, PROVISIONING)
+    def reserve(
+        self,
+        volume_name: str,
+        location: Location,
+        path: str,
+        *,
+        size_bytes: int = 0,
+        node: str = "",
+    ) -> None:
+        self._entries[volume_name] = PathEntry(
+            volume_name, location, path, PROVISIONING, size_bytes, node
+        )
+
+    def resize(self, volume_name: str, size_bytes: int) -> None:
+        """An expansion was granted: the budget counts the new size before the PV shows it."""
+        entry = self._entries.get(volume_name)
+        if entry is not None:
+            self._entries[volume_name] = replace(entry, size_bytes=size_bytes)
 
     def cancel_reservation(self, volume_name: str) -> None:
         """The provision failed: free the path unless a PV has meanwhile replaced the entry."""

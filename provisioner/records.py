@@ -8,19 +8,15 @@ records and the pure decisions in `claims` never see a client object.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-BETA_STORAGE_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
+from provisioner.quantities import quantity_to_bytes
 
-_QUANTITY = re.compile(
-    r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+|[numkMGTPE])?"
-)
-_BINARY_POWERS = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
-_DECIMAL_EXPONENTS = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+__all__ = ["quantity_to_bytes"]  # re-exported: the decisions read sizes through records
+
+BETA_STORAGE_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +39,8 @@ class ClaimRecord:
     has_data_source: bool = False
     volume_name: str = ""
     being_deleted: bool = False
+    status_capacity: str | None = None
+    """status.capacity.storage: what the claim has been told it has."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +79,7 @@ class StorageClassRecord:
     binding_mode: str = "Immediate"
     mount_options: tuple[str, ...] = ()
     annotations: Mapping[str, str] = field(default_factory=dict)
+    allow_volume_expansion: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,21 +88,6 @@ class NodeRecord:
     labels: Mapping[str, str] = field(default_factory=dict)
     ready: bool = True
     unschedulable: bool = False
-
-
-def quantity_to_bytes(quantity: str) -> int:
-    """A Kubernetes quantity ("1Gi", "500M", "1.5e3") in bytes, rounded up as Quantity.Value()."""
-    match = _QUANTITY.fullmatch(quantity.strip())
-    if match is None:
-        raise ValueError(f"{quantity!r} is not a Kubernetes quantity")
-    number, suffix = Decimal(match.group(1)), match.group(2) or ""
-    if suffix in _BINARY_POWERS:
-        value = number * 1024 ** _BINARY_POWERS[suffix]
-    elif suffix[:1] in ("e", "E") and len(suffix) > 1:
-        value = number.scaleb(int(suffix[1:]))
-    else:
-        value = number.scaleb(_DECIMAL_EXPONENTS.get(suffix, 0))
-    return int(value.to_integral_value(rounding=ROUND_CEILING))
 
 
 def _strings(value: Any) -> dict[str, str]:
@@ -134,6 +118,7 @@ def claim_record(obj: Mapping[str, Any]) -> ClaimRecord:
         has_data_source=bool(spec.get("dataSource") or spec.get("dataSourceRef")),
         volume_name=spec.get("volumeName") or "",
         being_deleted=meta.get("deletionTimestamp") is not None,
+        status_capacity=((obj.get("status") or {}).get("capacity") or {}).get("storage"),
     )
 
 
@@ -181,6 +166,7 @@ def storage_class_record(obj: Mapping[str, Any]) -> StorageClassRecord:
         binding_mode=obj.get("volumeBindingMode") or "Immediate",
         mount_options=tuple(obj.get("mountOptions") or ()),
         annotations=_strings(meta.get("annotations")),
+        allow_volume_expansion=bool(obj.get("allowVolumeExpansion")),
     )
 
 

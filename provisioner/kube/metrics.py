@@ -79,6 +79,13 @@ class Metrics:
             ["result"],
             registry=registry,
         )
+        self.csi_storage_capacity_writes_total = Counter(
+            "local_path_csistoragecapacity_writes_total",
+            "CSIStorageCapacity objects written by the capacity publisher, by operation"
+            " (create, update, delete).",
+            ["operation"],
+            registry=registry,
+        )
         self.leader = Gauge(
             "leader_election_master_status",
             "1 while this instance holds the leader lease.",

@@ -364,7 +364,8 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], str]] = [
         "unknown parameter",
         {"storageClasses": one_class(parameters={"nodepath": "/opt/local-path-provisioner"})},
         "storageClasses[0].parameters.nodepath: unknown parameter (known: nodePath, pathPattern, "
-        "nodeAffinityKey, allowUnsafePathPattern, userPattern, groupPattern, permPattern)",
+        "nodeAffinityKey, allowUnsafePathPattern, userPattern, groupPattern, permPattern, minSize,"
+        " maxSize)",
     ),
     (
         "provisioner name",

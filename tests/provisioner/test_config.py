@@ -129,7 +129,11 @@ BAD_CONFIGS: list[tuple[object, str]] = [
         "nodePathMaps: unknown key (expected one of: nodePathMap, sharedFileSystemPath,"
         " storageClassConfigs, setupCommand, teardownCommand, resizeCommand, cmdTimeoutSeconds)",
     ),
-    ({"nodePathMap": local(("a", [5]))}, "nodePathMap[0].paths[0]: must be a string (got 5)"),
+    (
+        {"nodePathMap": local(("a", [5]))},
+        'nodePathMap[0].paths[0]: must be a string or an object such as {"path": "/data",'
+        ' "capacity": "100Gi"} (got 5)',
+    ),
     ({"nodePathMap": local(("a", "/x"))}, 'nodePathMap[0].paths: must be a list (got "/x")'),
     ({"nodePathMap": {"node": "a"}}, 'nodePathMap: must be a list (got {"node": "a"})'),
     ({"nodePathMap": ["a"]}, 'nodePathMap[0]: must be an object (got "a")'),
@@ -499,7 +503,7 @@ BAD_PARAMETERS: list[tuple[ProvisionerConfig, dict[str, str], dict[str, str], st
         {"nodepath": "/opt/lp"},
         {},
         "parameters.nodepath: unknown parameter (known: nodePath, pathPattern, nodeAffinityKey,"
-        " allowUnsafePathPattern, userPattern, groupPattern, permPattern)",
+        " allowUnsafePathPattern, userPattern, groupPattern, permPattern, minSize, maxSize)",
     ),
     (
         parse_config_json('{"storageClassConfigs": {"other": {"sharedFileSystemPath": "/n"}}}'),
