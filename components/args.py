@@ -89,6 +89,12 @@ class ProvisionerDeploymentArgs:
     """Trust helperPod.yaml without the safety checks (trusted administrators only)."""
     resources: ContainerResources = field(default_factory=ContainerResources)
     """Container requests and limits."""
+    deploy_csi_driver: bool = False
+    """Deploy a CSIDriver named after the provisioner with storageCapacity: true, so the
+    kube-scheduler reads the CSIStorageCapacity objects the provisioner publishes and places
+    pods only on nodes with room. The stack sets it when capacityAwareScheduling is true, a
+    path declares a capacity and the provisioner name can name a CSIDriver
+    (components/capacity_scheduling.py)."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The provisioner itself: namespace, service accounts, RBAC, ConfigMap, Deployment, PDB.
+"""The provisioner itself: namespace, service accounts, RBAC, ConfigMap, Deployment, PDB, and
+the CSIDriver that makes the kube-scheduler read its published capacities.
 
 A config change updates the ConfigMap and nothing else: the ConfigMap is mounted as a
 directory (no subPath), kubelet swaps its symlink, and the runtime's hot reload picks it up
@@ -90,7 +91,8 @@ def pod_template(args: ProvisionerDeploymentArgs, instance: str) -> core.PodTemp
     spec: core.PodSpecArgsDict = {
         "service_account_name": naming.PROVISIONER_SERVICE_ACCOUNT,
         # Above the provisioner's bounded stop on SIGTERM (provisioner.app.STOP_BUDGET_SECONDS,
-        # 40 s: drain, helper pods, lease release), so the Lease is released before any SIGKILL.
+        # 50 s: drain, helper pods, lease release, and our finalizers released when the
+        # installation is being removed), so all of it is done before any SIGKILL.
         "termination_grace_period_seconds": TERMINATION_GRACE_PERIOD_SECONDS,
         "security_context": {
             "run_as_non_root": True,
@@ -121,6 +123,19 @@ def pod_template(args: ProvisionerDeploymentArgs, instance: str) -> core.PodTemp
             }
         }
     return {"metadata": {"labels": naming.labels(instance, "provisioner")}, "spec": spec}
+
+
+def csi_driver_spec() -> kubernetes.storage.v1.CSIDriverSpecArgsDict:
+    """What the kube-scheduler reads (storageCapacity) and what keeps kubelet and the
+    attach/detach controller out of our volumes' way: nothing to attach, no pod info to pass,
+    persistent volumes only (they are hostPath or local, never CSI, so no node plugin is
+    asked for them)."""
+    return {
+        "storage_capacity": True,
+        "attach_required": False,
+        "pod_info_on_mount": False,
+        "volume_lifecycle_modes": ["Persistent"],
+    }
 
 
 def _policy_rule(rule: rbac.PolicyRule) -> access.PolicyRuleArgsDict:
@@ -266,6 +281,19 @@ class ProvisionerDeployment(pulumi.ComponentResource):
                 delete_before_replace=True,
             ),
         )
+        if args.deploy_csi_driver:
+            # Named as the StorageClasses' provisioner: that is how the scheduler finds it.
+            # Cluster-scoped, so a rename replaces it (a new name is a new object).
+            kubernetes.storage.v1.CSIDriver(
+                f"{name}-csidriver",
+                metadata={
+                    "name": args.provisioner_name,
+                    "labels": naming.labels(name, "scheduling"),
+                    "annotations": naming.FIELD_OWNERSHIP_ANNOTATIONS,
+                },
+                spec=csi_driver_spec(),
+                opts=child,
+            )
         if args.replicas > 1:
             kubernetes.policy.v1.PodDisruptionBudget(
                 f"{name}-pdb",

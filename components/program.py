@@ -85,6 +85,8 @@ def warn_on_provisioner_rename(current: str) -> None:
 def run() -> None:
     """Builds the whole stack from the current stack config."""
     settings = load_settings(read_stack_config())
+    for warning in settings.warnings:
+        pulumi.log.warn(warning)
     warn_on_provisioner_rename(settings.deployment.provisioner_name)
     provider = kubernetes_provider(settings)
     with_provider = pulumi.ResourceOptions(providers=[provider])

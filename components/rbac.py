@@ -1,8 +1,9 @@
 """The provisioner's Kubernetes rights, as plain data.
 
 Least privilege, written where a reviewer can read it in one screen and a test can pin it:
-cluster-wide, only what provisioning needs (claims, volumes, classes, nodes, events); in its
-own namespace, only helper pods, the leader-election Lease and reading its namespace and
+cluster-wide, only what provisioning needs (claims, volumes, classes, nodes, events, and
+reading its own CSIDriver); in its own namespace, only helper pods, the leader-election Lease,
+the CSIStorageCapacity objects it publishes for the scheduler, and reading its namespace and
 ReplicaSet. No secrets, and no `pods/log`: a failed helper's log tail arrives in its
 termination message (`terminationMessagePolicy: FallbackToLogsOnError`, see docs/CONTRACTS.md).
 Helper pods run under a separate service account that is bound to nothing.
@@ -32,6 +33,8 @@ CLUSTER_RULES: tuple[PolicyRule, ...] = (
     # Claims: watch them; patch an annotation (the chosen base path, or clearing the selected
     # node so the scheduler retries when that node has gone).
     PolicyRule("", ("persistentvolumeclaims",), ("get", "list", "watch", "patch")),
+    # Expansion: a granted resize is recorded in the claim's status capacity.
+    PolicyRule("", ("persistentvolumeclaims/status",), ("patch",)),
     # Volumes: create for claims, delete after teardown, patch for the finalizer.
     PolicyRule(
         "",
@@ -42,6 +45,9 @@ CLUSTER_RULES: tuple[PolicyRule, ...] = (
     # Nodes: to know whether a selected node still exists, and its affinity label values.
     PolicyRule("", ("nodes",), ("get", "list", "watch")),
     PolicyRule("", ("events",), ("create", "patch")),
+    # Capacity-aware scheduling: whether the CSIDriver that makes the scheduler read our
+    # CSIStorageCapacity objects is deployed (the stack deploys it; the runtime never writes it).
+    PolicyRule("storage.k8s.io", ("csidrivers",), ("get",)),
 )
 """Cluster-wide rights of the provisioner's service account (a ClusterRole)."""
 
@@ -58,6 +64,14 @@ NAMESPACE_RULES: tuple[PolicyRule, ...] = (
     # `namespaces` rule reaches only its own namespace object.
     PolicyRule("", ("namespaces",), ("get",)),
     PolicyRule("apps", ("replicasets",), ("get",)),
+    # Capacity-aware scheduling: one CSIStorageCapacity per node and class, kept current and
+    # removed for nodes or classes that went away. The scheduler reads them from any
+    # namespace, so ours is enough.
+    PolicyRule(
+        "storage.k8s.io",
+        ("csistoragecapacities",),
+        ("get", "list", "watch", "create", "update", "patch", "delete"),
+    ),
 )
 """Rights of the provisioner in its own namespace (a Role). No ConfigMap rule: the runtime reads
 its config from the mounted volume, and kubelet (not the provisioner) mounts it into helper

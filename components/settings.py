@@ -29,6 +29,7 @@ from components.args import (
     ProvisionerDeploymentArgs,
     StorageClassesArgs,
 )
+from components.capacity_scheduling import csi_driver_name_problem, declares_capacity
 from components.class_settings import parse_storage_classes
 from components.stack_values import (
     DNS_SUBDOMAIN,
@@ -80,6 +81,7 @@ SCALAR_DEFAULTS: Mapping[str, str | int | bool] = {
     "setupCommand": "",
     "teardownCommand": "",
     "cmdTimeoutSeconds": 120,
+    "capacityAwareScheduling": True,
 }
 """Scalar keys and their defaults; Pulumi.yaml declares the same keys with the same defaults
 (a test holds them equal), so `pulumi config` shows them and the engine checks their types."""
@@ -125,6 +127,8 @@ def _stored_in(key: str) -> str:
         return "object names, the Deployment and the StorageClasses"
     if key == "renderYamlToDirectory":
         return "the stack outputs"
+    if key == "capacityAwareScheduling":
+        return "the stack's CSIDriver"
     return f"the ConfigMap {naming.CONFIG_MAP_NAME}"
 
 
@@ -153,6 +157,8 @@ class StackSettings:
     """The StorageClasses it serves."""
     render_yaml_to_directory: str | None
     """When set, write manifests to this directory instead of applying them to a cluster."""
+    warnings: tuple[str, ...] = ()
+    """Deployable, but worth a line in the preview (each names its stack config key)."""
 
 
 def parse_settings(
@@ -168,7 +174,12 @@ def parse_settings(
     scalars = _Scalars(values)
     namespace = scalars.text("namespace", _check_dns_label("namespace name", 63))
     provisioner_name = scalars.text("provisionerName", _check_provisioner_name)
-    config_files, config = _config_files(values, scalars)
+    config_files, config, document = _config_files(values, scalars)
+    wants_csi_driver = scalars.boolean("capacityAwareScheduling") and declares_capacity(document)
+    name_problem = csi_driver_name_problem(provisioner_name) if wants_csi_driver else None
+    warnings = (
+        () if name_problem is None else (str(SettingsError("provisionerName", name_problem)),)
+    )
     deployment = ProvisionerDeploymentArgs(
         config_files=config_files,
         namespace=namespace,
@@ -188,12 +199,14 @@ def parse_settings(
             cpu_limit=scalars.optional_text("cpuLimit", _check_quantity),
             memory_limit=scalars.optional_text("memoryLimit", _check_quantity),
         ),
+        deploy_csi_driver=wants_csi_driver and name_problem is None,
     )
     classes = parse_storage_classes(values.get("storageClasses"), config)
     return StackSettings(
         deployment=deployment,
         storage_classes=StorageClassesArgs(classes=classes, provisioner_name=provisioner_name),
         render_yaml_to_directory=scalars.optional_text("renderYamlToDirectory", None),
+        warnings=warnings,
     )
 
 
@@ -299,8 +312,9 @@ def _check_quantity(value: str) -> str | None:
 
 def _config_files(
     values: Mapping[str, str], scalars: _Scalars
-) -> tuple[ConfigMapFiles, ProvisionerConfig]:
-    """config.json, the scripts and helperPod.yaml, validated together by provisioner.config."""
+) -> tuple[ConfigMapFiles, ProvisionerConfig, dict[str, Any]]:
+    """config.json, the scripts and helperPod.yaml, validated together by provisioner.config;
+    also config.json as the stack gave it."""
     document: dict[str, Any] = {}
     for key in STRUCTURED_CONFIG_JSON_KEYS:
         if key in values:
@@ -328,7 +342,7 @@ def _config_files(
         teardown=teardown,
         helper_pod_yaml=helper_pod_yaml,
     )
-    return files, bundle.config
+    return files, bundle.config, document
 
 
 def _helper_pod_yaml(value: str | None) -> str:

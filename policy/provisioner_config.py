@@ -7,8 +7,9 @@ for its own stacks the policy is a second line. It matters where that first line
 another program or stack that builds the ConfigMap differently (a raw manifest, a Helm chart
 through Pulumi, a hand-written config.json), or a transformation that rewrites the ConfigMap
 after the program validated it. Without it, such a ConfigMap deploys and the provisioner
-refuses it: at start (exit 2, a crash loop) or on reload (the old config stays, an
-InvalidConfig event that nobody reads in a pull request).
+refuses it: at start (it stays up but not ready and provisions nothing until the ConfigMap
+is fixed) or on reload (the old config stays), with an InvalidConfig event that nobody reads in
+a pull request.
 
 The helper template's safety checks are `unprivileged-helper-pod`'s (a stack may opt out of
 those); here the template is checked as the runtime checks it with
@@ -38,6 +39,6 @@ def check_resource(resource: Resource) -> list[str]:
     except ConfigError as error:
         return [
             f"ConfigMap {resource.name} {error}: the provisioner would refuse this ConfigMap "
-            "(exit 2 at start, or keep the old config on reload); fix the value named"
+            "(provision nothing from start, or keep the old config on reload); fix the value named"
         ]
     return []

@@ -66,14 +66,24 @@ def _lower_keys(value: Any) -> dict[str, Any]:
     )
 
 
+def _path_entry(entry: Any, key: str) -> tuple[str, str] | None:
+    """A `paths` entry is a path, or an object `{"path": ..., "capacity": ...}` whose `path`
+    is checked the same way (a budget does not make a system directory safe)."""
+    if isinstance(entry, str):
+        return key, entry
+    path = _lower_keys(entry).get("path")
+    return (f"{key}.path", path) if isinstance(path, str) else None
+
+
 def config_json_paths(document: Any, where: str = "config.json") -> Iterator[tuple[str, str]]:
     """(key path, base path) of every nodePathMap path and sharedFileSystemPath, top level
     and per class."""
     keys = _lower_keys(document)
     for index, entry in enumerate(keys.get("nodepathmap") or ()):
         for position, path in enumerate(_lower_keys(entry).get("paths") or ()):
-            if isinstance(path, str):
-                yield f"{where}.nodePathMap[{index}].paths[{position}]", path
+            found = _path_entry(path, f"{where}.nodePathMap[{index}].paths[{position}]")
+            if found is not None:
+                yield found
     shared = keys.get("sharedfilesystempath")
     if isinstance(shared, str) and shared:
         yield f"{where}.sharedFileSystemPath", shared

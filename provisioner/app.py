@@ -10,6 +10,12 @@ so a standby takes over at once, and exits 0. A lost lease is not a shutdown: th
 at once, without draining, as client-go does, because another replica is already working and
 may have adopted the helper pods this one's workers follow. A controller that cannot start or
 sync exits 1 too, and /healthz fails when the election, the informers or the work loop wedge.
+
+An invalid config at start-up does not end the process (as a Deployment that would be a crash
+loop hiding the reason): it stays alive and not ready, /readyz and an InvalidConfig Warning on
+the ConfigMap name the key at fault, and it neither campaigns for the lease nor works until the
+config watcher loads a valid version, so a replica with a good config keeps leading meanwhile.
+Invalid flags and an unusable kubeconfig still exit 2: no ConfigMap edit can fix those.
 """
 
 from __future__ import annotations
@@ -88,6 +94,8 @@ class Provisioner:
         self._stopping = threading.Event()
         self._exit_code = EXIT_OK
         self._leading = threading.Event()
+        self._began = threading.Event()
+        self._begin_lock = threading.RLock()  # stop() may run in a signal handler mid-_begin
         self.watcher = ConfigWatcher(
             options.config_path,
             options.helper_pod_file,
@@ -148,6 +156,8 @@ class Provisioner:
     # -- probes ----------------------------------------------------------------------------------
 
     def readiness(self) -> tuple[bool, str]:
+        if not self.watcher.has_config():
+            return False, self._config_problem()
         if not self._api.reachable():
             return False, "the Kubernetes API is not reachable"
         if self.elector is not None and not self.elector.is_leader:
@@ -159,6 +169,8 @@ class Provisioner:
     def liveness(self) -> tuple[bool, str]:
         """Alive while the election campaigns or leads and the leader's informers and workers
         make progress; a wedged process fails /healthz and the kubelet restarts it."""
+        if not self._began.is_set():
+            return True, "waiting for a valid configuration"
         if self.elector is not None and not self._stopping.is_set() and not self.elector.running:
             return False, "the leader election has stopped"
         stall_after = 2 * self.watcher.current.config.cmd_timeout_seconds + STALL_MARGIN_SECONDS
@@ -169,19 +181,36 @@ class Provisioner:
 
     # -- config reload -------------------------------------------------------------------------
 
+    def _config_problem(self) -> str:
+        return (
+            f"no valid configuration in ConfigMap {self.options.namespace}/"
+            f"{self.options.configmap_name}, so not provisioning: {self.watcher.waiting_for};"
+            " fix that key and this replica starts within seconds"
+        )
+
     def _config_reloaded(self, bundle: ConfigBundle) -> None:
         self.metrics.config_reload_total.labels("success").inc()
-        if self._leading.is_set():
+        if not self._began.is_set():
+            log.info("a valid configuration arrived: starting")
+            self._begin()
+        elif self._leading.is_set():
             self.controller.enqueue_everything()
 
     def _config_refused(self, error: ConfigError) -> None:
         self.metrics.config_reload_total.labels("invalid").inc()
+        if self.watcher.has_config():
+            message = f"refused the new configuration, the last valid one stays in force: {error}"
+        else:
+            message = f"refused the new configuration, still not provisioning: {error}"
+        self._warn_invalid_config(message)
+
+    def _warn_invalid_config(self, message: str) -> None:
         self.recorder.warning(
             ObjectReference(
                 kind="ConfigMap", name=self.options.configmap_name, namespace=self.options.namespace
             ),
             "InvalidConfig",
-            f"refused the new configuration, the last valid one stays in force: {error}",
+            message,
         )
 
     # -- leadership ------------------------------------------------------------------------------
@@ -243,15 +272,37 @@ class Provisioner:
             )
 
     def stop(self) -> None:
-        self._stopping.set()
+        with self._begin_lock:
+            self._stopping.set()
+
+    def _begin(self) -> None:
+        """Campaign (or, without election, lead) once there is a valid config; exactly once,
+        from `run` or from the watcher's thread when the first valid version arrives."""
+        with self._begin_lock:
+            if self._began.is_set() or self._stopping.is_set():
+                return
+            self._began.set()
+            if self.elector is not None:
+                self.elector.start()
+            else:
+                self._start_leading()
 
     def run(self) -> int:
         self.server.start()
-        self.watcher.start()
-        if self.elector is not None:
-            self.elector.start()
+        if self.watcher.has_config():
+            self._begin()
         else:
-            self._start_leading()
+            log.error(
+                "invalid configuration in %s: %s; staying up, not ready and not provisioning"
+                " until a valid version is mounted",
+                self.options.config_path.parent,
+                self.watcher.waiting_for,
+            )
+            self.metrics.config_reload_total.labels("invalid").inc()
+            self._warn_invalid_config(
+                f"no valid configuration at start-up, not provisioning: {self.watcher.waiting_for}"
+            )
+        self.watcher.start()
         self._stopping.wait()
         log.info("shutting down: no new work, finishing running reconciles")
         self.controller.stop()
@@ -269,9 +320,6 @@ def run(options: Options) -> int:
     configure_logging(debug=options.debug, json_lines=options.json_logs)
     try:
         provisioner = Provisioner(options)
-    except ConfigError as error:
-        log.error("invalid configuration in %s: %s", options.config_path.parent, error)
-        return EXIT_BAD_SETUP
     except KubeConfigError as error:
         log.error("cannot reach Kubernetes: %s", error)
         return EXIT_BAD_SETUP

@@ -5,6 +5,9 @@ atomically but without any notification we could subscribe to from a pod. A stat
 files once a second costs nothing and bounds the delay; rancher polls every 30 s.
 An invalid new version is refused (logged, counted, reported to `on_invalid`) and the last
 valid bundle stays in force: a typo in the ConfigMap must never stop provisioning.
+An invalid version at start-up leaves the watcher without a config (`waiting_for` says why)
+rather than failing: as a Deployment, exiting would be a crash loop that hides the reason, so
+the process stays up, not ready, and the first valid version is reported to `on_reloaded`.
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ def _fingerprint(paths: list[Path]) -> Fingerprint:
         except OSError:
             entries.append((str(path), -1, -1, -1))
     return tuple(entries)
+
+
+class NoValidConfigError(RuntimeError):
+    """The config was asked for before any valid version was loaded."""
 
 
 class ConfigWatcher:
@@ -60,10 +67,32 @@ class ConfigWatcher:
             config_path.parent / "teardown",
             helper_pod_file or config_path.parent / "helperPod.yaml",
         ]
-        # The first load must succeed: without any valid config there is nothing to keep.
-        self._fingerprint = _fingerprint(self._paths)
-        self.current = self._load()
+        self._current: ConfigBundle | None = None
+        self.waiting_for: ConfigError | None = None
+        """Why there is no config in force yet: the start-up version was invalid."""
         self._last_refused: Fingerprint | None = None
+        fingerprint = _fingerprint(self._paths)
+        try:
+            self._current = self._load()
+        except ConfigError as error:
+            # `()` matches no real fingerprint, so any change is looked at again.
+            self._fingerprint: Fingerprint = ()
+            self._last_refused = fingerprint
+            self.waiting_for = error
+        else:
+            self._fingerprint = fingerprint
+
+    def has_config(self) -> bool:
+        return self._current is not None
+
+    @property
+    def current(self) -> ConfigBundle:
+        """The config in force; `NoValidConfigError` before the first valid version (see
+        `has_config()`): callers that work on it start only once there is one."""
+        bundle = self._current
+        if bundle is None:
+            raise NoValidConfigError(f"no valid configuration loaded yet: {self.waiting_for}")
+        return bundle
 
     def _load(self) -> ConfigBundle:
         return load_config_directory(
@@ -91,14 +120,19 @@ class ConfigWatcher:
         except ConfigError as error:
             # Remember the refused version so one bad edit yields one warning, not one a second.
             self._last_refused = fingerprint
-            log.warning("refused new configuration, keeping the last valid one: %s", error)
+            if self._current is None:
+                self.waiting_for = error
+                log.warning("refused new configuration, still none valid: %s", error)
+            else:
+                log.warning("refused new configuration, keeping the last valid one: %s", error)
             self._on_invalid(error)
             return
         self._fingerprint = fingerprint
         self._last_refused = None
-        if bundle == self.current:
+        if bundle == self._current:
             return
-        self.current = bundle
+        self._current = bundle
+        self.waiting_for = None
         log.info("configuration reloaded from %s", self._config_path.parent)
         self._on_reloaded(bundle)
 

@@ -17,7 +17,34 @@ def written(rules: tuple[PolicyRule, ...]) -> set[str]:
 
 
 def test_cluster_wide_it_writes_only_volumes_claims_and_events() -> None:
-    assert written(CLUSTER_RULES) == {"persistentvolumes", "persistentvolumeclaims", "events"}
+    assert written(CLUSTER_RULES) == {
+        "persistentvolumes",
+        "persistentvolumeclaims",
+        "persistentvolumeclaims/status",
+        "events",
+    }
+
+
+def test_a_claims_status_is_only_patched_for_a_granted_expansion() -> None:
+    assert verbs(CLUSTER_RULES, "persistentvolumeclaims/status") == {"patch"}
+
+
+def test_the_csi_driver_is_only_read_the_stack_deploys_it() -> None:
+    assert verbs(CLUSTER_RULES, "csidrivers") == {"get"}
+    assert "csidrivers" not in {r for rule in NAMESPACE_RULES for r in rule.resources}
+
+
+def test_capacities_are_published_in_its_own_namespace_only() -> None:
+    assert verbs(NAMESPACE_RULES, "csistoragecapacities") == {
+        "get",
+        "list",
+        "watch",
+        "create",
+        "update",
+        "patch",
+        "delete",
+    }
+    assert not verbs(CLUSTER_RULES, "csistoragecapacities")
 
 
 def test_claims_and_volumes_are_patched_never_replaced() -> None:
@@ -26,9 +53,10 @@ def test_claims_and_volumes_are_patched_never_replaced() -> None:
     assert "update" not in verbs(CLUSTER_RULES, "persistentvolumes")
 
 
-def test_in_its_namespace_it_writes_only_helper_pods_and_its_lease() -> None:
-    assert written(NAMESPACE_RULES) == {"pods", "leases"}
-    assert not {"pods", "leases"} & {r for rule in CLUSTER_RULES for r in rule.resources}
+def test_in_its_namespace_it_writes_only_helper_pods_its_lease_and_capacities() -> None:
+    own = {"pods", "leases", "csistoragecapacities"}
+    assert written(NAMESPACE_RULES) == own
+    assert not own & {r for rule in CLUSTER_RULES for r in rule.resources}
 
 
 def test_nothing_is_deleted_in_bulk() -> None:

@@ -62,6 +62,26 @@ def test_a_kubelet_directory_fails_preview_with_the_path_and_the_fix(
     assert "choose a dedicated data directory" in output
 
 
+def test_a_kubelet_directory_with_a_budget_fails_preview_too(policy_stack: PolicyStack) -> None:
+    """The path object form (needs the runtime model that accepts it): a capacity does not
+    make a system directory safe."""
+    budgeted = {
+        "nodePathMap": [
+            {
+                "node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",
+                "paths": [{"path": "/var/lib/kubelet/volumes", "capacity": "10Gi"}],
+            }
+        ]
+    }
+    passed, output = policy_stack.run({**PINNED_HELPER, **budgeted})
+    assert not passed
+    assert mandatory(output) == ["safe-storage-paths"]
+    assert (
+        'config.json.nodePathMap[0].paths[0].path: "/var/lib/kubelet/volumes" lies in the '
+        "system directory /var/lib/kubelet" in output
+    )
+
+
 @pytest.mark.parametrize(
     ("changes", "policy", "words", "opt_in"),
     [

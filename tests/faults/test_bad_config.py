@@ -4,12 +4,14 @@ Each must be refused with an InvalidConfig Warning on the ConfigMap and a log li
 the key at fault, while the last valid configuration stays in force: a claim made after all of
 them still lands under the good base path. The variants are spread over four provisioners (each
 half of the config.json ones, each half of the helperPod.yaml ones) because the event recorder,
-like client-go's, lets one object have 25 events before rate-limiting it.
+like client-go's, lets one object have 25 events before rate-limiting it. An invalid config at
+start-up keeps the process up, not ready and idle until the ConfigMap is fixed.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,8 +24,10 @@ from provisioner.config import DEFAULT_HELPER_POD_YAML, DEFAULT_NODE
 from tests.faults.support import (
     assert_no_orphan_directories,
     create_claims_with_consumers,
+    lease_holder,
     metric,
     our_volumes,
+    purge,
     unique_base_path,
     wait_all_bound,
     wait_no_helper_pods,
@@ -296,8 +300,15 @@ def invalid_config_events(setup: ProvisionerSetup) -> dict[str, tuple[int, str]]
     }
 
 
+KEPT_LAST_VALID = "refused the new configuration, the last valid one stays in force"
+
+
 def push_and_expect_refusal(
-    setup: ProvisionerSetup, replica: ProvisionerProcess, files: ConfigFiles, fragment: str
+    setup: ProvisionerSetup,
+    replica: ProvisionerProcess,
+    files: ConfigFiles,
+    fragment: str,
+    expected_start: str = KEPT_LAST_VALID,
 ) -> str:
     """Pushes the files; returns the refusal's event message (new event or a higher count)."""
     before = invalid_config_events(setup)
@@ -310,7 +321,7 @@ def push_and_expect_refusal(
         return None
 
     message = wait_for(refused, 20, f"an InvalidConfig event containing {fragment!r}", 0.2)
-    assert message.startswith("refused the new configuration, the last valid one stays in force")
+    assert message.startswith(expected_start), message
     logged = [line for line in replica.log().splitlines() if "refused new configuration" in line]
     assert any(fragment in line for line in logged), f"no log line containing {fragment!r}"
     return message
@@ -407,3 +418,70 @@ def test_a_refused_setup_script_is_not_what_helper_pods_run(
     volume = bind_one(setup, storage_class, "after-refusal")
     directory = setup.node_path(volume_node(volume), volume_path(volume))
     assert directory.is_dir(), "the last valid setup script did not run: the refused one did"
+
+
+def wait_not_ready_saying(replica: ProvisionerProcess, fragment: str) -> str:
+    def not_ready() -> str | None:
+        assert replica.alive(), f"the provisioner exited:\n{replica.log()[-3000:]}"
+        status, body = replica.probe("/readyz")
+        return body if status == 503 and fragment in body else None
+
+    return wait_for(not_ready, 30, f"/readyz to answer 503 naming {fragment!r}", 0.2)
+
+
+@pytest.mark.parametrize(
+    ("bad", "fragment"),
+    [
+        (ConfigFiles(config=paths("opt/relative")), "nodePathMap[0].paths[0]"),
+        (
+            ConfigFiles(helper_pod=helper_pod("  hostNetwork: true\n")),
+            "helperPod.yaml: spec.hostNetwork: must not be true",
+        ),
+    ],
+    ids=["config-json", "helper-template"],
+)
+def test_an_invalid_config_at_start_up_waits_not_ready_until_it_is_fixed(
+    make_setup: Callable[..., ProvisionerSetup], bad: ConfigFiles, fragment: str
+) -> None:
+    good_base = unique_base_path("startfixed")
+    setup = make_setup(bad)
+    replica = setup.start(wait_ready=False)
+    body = wait_not_ready_saying(replica, fragment)
+    assert f"ConfigMap {setup.namespace}/{CONFIGMAP}" in body
+    assert replica.probe("/healthz")[0] == 200, "a waiting replica must not be restarted"
+
+    def warned() -> str | None:
+        messages = [message for _, message in invalid_config_events(setup).values()]
+        return next((message for message in messages if fragment in message), None)
+
+    message = wait_for(warned, 20, f"an InvalidConfig event containing {fragment!r}", 0.2)
+    assert message.startswith("no valid configuration at start-up, not provisioning")
+
+    # Without a valid config it neither leads nor works: a claim waits, no PV is made.
+    storage_class = setup.create_class("startfixed")
+    create_claims_with_consumers(setup, storage_class, ["made-while-invalid"])
+    time.sleep(3)
+    assert setup.phase("made-while-invalid") == "Pending"
+    assert not our_volumes(setup)
+    assert lease_holder(setup) == ""
+
+    # A second bad version is refused too, still naming its key; then the fix starts it.
+    push_and_expect_refusal(
+        setup,
+        replica,
+        ConfigFiles(config=paths("/")),
+        'nodePathMap[0].paths[0]: "/" is the root',
+        expected_start="refused the new configuration, still not provisioning",
+    )
+    assert replica.probe("/readyz")[0] == 503
+    fixed = ConfigFiles(config=default_config(good_base))
+    try:
+        setup.update_config(fixed)
+        setup.wait_ready(replica, timeout=30)
+        volume = setup.wait_bound("made-while-invalid", timeout=120)
+        assert volume_path(volume).startswith(good_base + "/")
+        assert metric(replica.metrics(), "local_path_config_reload_total", result="success") == 1
+        assert replica.alive()
+    finally:
+        setup.stop_all()
+        purge(setup, fixed)

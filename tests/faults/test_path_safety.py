@@ -401,10 +401,14 @@ def test_nested_base_paths_are_refused_at_start(
     base = unique_base_path("nested")
     setup = make_setup(ConfigFiles(config=config_for(base, f"{base}/inner")))
     replica = setup.start(wait_ready=False)
-    try:
-        replica.process.wait(30)
-    finally:
-        code = replica.stop()
-    assert code == 2
-    assert f'"{base}/inner" lies inside the base path "{base}"' in replica.log()
+    reason = f'"{base}/inner" lies inside the base path "{base}"'
+
+    def not_ready_saying_why() -> bool | None:
+        assert replica.alive(), "an invalid config at start-up must not end the process"
+        status, body = replica.probe("/readyz")
+        return True if status == 503 and reason in body else None
+
+    wait_for(not_ready_saying_why, 30, "/readyz to refuse the nested base paths")
+    assert reason in replica.log()
+    assert replica.stop() == 0
     assert not our_volumes(setup)

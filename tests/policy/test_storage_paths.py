@@ -92,3 +92,39 @@ def test_class_node_path() -> None:
 def test_a_good_config_map_and_unrelated_json_pass() -> None:
     assert check_resource(config_map()) == []
     assert check_resource(config_map("not json")) == []
+
+
+def test_a_system_path_in_the_object_form_is_refused_with_its_key() -> None:
+    config = {
+        "nodePathMap": [
+            {
+                "node": "n",
+                "paths": [
+                    {"path": "/mnt/data", "capacity": "100Gi"},
+                    {"path": "/var/lib/kubelet/data", "capacity": "10Gi"},
+                ],
+            }
+        ],
+        "storageClassConfigs": {
+            "c": {"nodePathMap": [{"node": "n", "paths": [{"Path": "/etc/c", "capacity": "1Gi"}]}]}
+        },
+    }
+    messages = check_resource(config_map(config))
+    assert len(messages) == 2
+    assert messages[0].startswith(
+        "ConfigMap local-path-config config.json.nodePathMap[0].paths[1].path: "
+        '"/var/lib/kubelet/data" lies in the system directory /var/lib/kubelet'
+    )
+    assert messages[1].startswith(
+        "ConfigMap local-path-config "
+        'config.json.storageClassConfigs.c.nodePathMap[0].paths[0].path: "/etc/c" lies in'
+    )
+
+
+def test_object_and_string_entries_with_data_directories_pass() -> None:
+    config = {
+        "nodePathMap": [
+            {"node": "n", "paths": ["/opt/a", {"path": "/mnt/b", "capacity": "100Gi"}]},
+        ]
+    }
+    assert check_resource(config_map(config)) == []

@@ -2,6 +2,7 @@
 symlinks through `..data`, which kubelet swaps atomically to a new timestamped directory."""
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from provisioner.config import (
     ConfigBundle,
     ConfigError,
 )
-from provisioner.config_watch import ConfigWatcher
+from provisioner.config_watch import ConfigWatcher, NoValidConfigError
 
 
 def config_json(path: str) -> str:
@@ -156,8 +157,43 @@ def test_an_unsafe_helper_template_is_refused(mounted: MountedConfigMap) -> None
 
 def test_a_missing_file_at_start_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(config_json("/opt/x"))
-    with pytest.raises(ConfigError, match=r"setup: cannot read .*setup"):
-        make_watcher(tmp_path, [], [])
+    watcher = make_watcher(tmp_path, [], [])
+    assert not watcher.has_config()
+    assert watcher.waiting_for is not None
+    assert re.match(r"setup: cannot read .*setup", str(watcher.waiting_for))
+    with pytest.raises(NoValidConfigError, match=r"setup: cannot read .*setup"):
+        _ = watcher.current
+
+
+def test_an_invalid_version_at_start_waits_for_the_first_valid_one(tmp_path: Path) -> None:
+    mounted = MountedConfigMap(tmp_path)
+    good_files = {
+        "setup": DEFAULT_SETUP_SCRIPT,
+        "teardown": DEFAULT_TEARDOWN_SCRIPT,
+        "helperPod.yaml": DEFAULT_HELPER_POD_YAML,
+    }
+    mounted.publish(**{"config.json": config_json("opt/relative"), **good_files})
+    reloaded: list[ConfigBundle] = []
+    refused: list[ConfigError] = []
+    watcher = make_watcher(mounted.root, reloaded, refused)
+    assert not watcher.has_config()
+    assert "nodePathMap[0].paths[0]" in str(watcher.waiting_for)
+    # The start-up refusal is the caller's to report; an unchanged mount is not refused again.
+    watcher.check_now()
+    assert refused == []
+
+    mounted.publish(**{"config.json": config_json("/"), **good_files})
+    watcher.check_now()
+    assert len(refused) == 1
+    assert not watcher.has_config()
+    assert "is the root directory" in str(watcher.waiting_for)
+
+    mounted.publish(**{"config.json": config_json("/opt/fixed"), **good_files})
+    watcher.check_now()
+    assert watcher.has_config()
+    assert watcher.waiting_for is None
+    assert base_paths(watcher.current) == {"/opt/fixed"}
+    assert [base_paths(bundle) for bundle in reloaded] == [{"/opt/fixed"}]
 
 
 def test_the_watch_thread_picks_up_a_change(mounted: MountedConfigMap) -> None:
