@@ -9,37 +9,17 @@ would leave every pod of our classes unschedulable: it is deployed only when bot
 A CSIDriver's name is a DNS subdomain of at most 63 characters (no "/"), stricter than a
 provisioner name: with a name it cannot take, there is nothing the scheduler could find, and
 preview says so instead of failing (the provisioner still keeps to the budgets itself).
-Pure functions on the stack's config.json document, tested without the engine.
+A pure function, tested without the engine; whether a path declares a capacity is the
+runtime model's `ProvisionerConfig.declares_capacity`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
 
 from components.stack_values import DNS_SUBDOMAIN
 
 CSI_DRIVER_NAME_LIMIT = 63
-
-
-def _lower_keys(value: object) -> Mapping[str, Any]:
-    """config.json keys match case-insensitively, as the runtime reads them."""
-    if not isinstance(value, Mapping):
-        return {}
-    return {str(key).lower(): item for key, item in value.items()}
-
-
-def declares_capacity(document: object) -> bool:
-    """Whether any nodePathMap path of config.json (top level or of a class) is the object
-    form with a `capacity`."""
-    keys = _lower_keys(document)
-    for entry in keys.get("nodepathmap") or ():
-        for path in _lower_keys(entry).get("paths") or ():
-            if "capacity" in _lower_keys(path):
-                return True
-    classes = _lower_keys(keys.get("storageclassconfigs"))
-    return any(declares_capacity(config) for config in classes.values())
 
 
 def csi_driver_name_problem(provisioner_name: str) -> str | None:

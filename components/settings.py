@@ -29,7 +29,7 @@ from components.args import (
     ProvisionerDeploymentArgs,
     StorageClassesArgs,
 )
-from components.capacity_scheduling import csi_driver_name_problem, declares_capacity
+from components.capacity_scheduling import csi_driver_name_problem
 from components.class_settings import parse_storage_classes
 from components.stack_values import (
     DNS_SUBDOMAIN,
@@ -174,8 +174,9 @@ def parse_settings(
     scalars = _Scalars(values)
     namespace = scalars.text("namespace", _check_dns_label("namespace name", 63))
     provisioner_name = scalars.text("provisionerName", _check_provisioner_name)
-    config_files, config, document = _config_files(values, scalars)
-    wants_csi_driver = scalars.boolean("capacityAwareScheduling") and declares_capacity(document)
+    config_files, config = _config_files(values, scalars)
+    # The runtime's own model says whether a path has a budget: one reader of that fact.
+    wants_csi_driver = scalars.boolean("capacityAwareScheduling") and config.declares_capacity()
     name_problem = csi_driver_name_problem(provisioner_name) if wants_csi_driver else None
     warnings = (
         () if name_problem is None else (str(SettingsError("provisionerName", name_problem)),)
@@ -312,7 +313,7 @@ def _check_quantity(value: str) -> str | None:
 
 def _config_files(
     values: Mapping[str, str], scalars: _Scalars
-) -> tuple[ConfigMapFiles, ProvisionerConfig, dict[str, Any]]:
+) -> tuple[ConfigMapFiles, ProvisionerConfig]:
     """config.json, the scripts and helperPod.yaml, validated together by provisioner.config;
     also config.json as the stack gave it."""
     document: dict[str, Any] = {}
@@ -342,7 +343,7 @@ def _config_files(
         teardown=teardown,
         helper_pod_yaml=helper_pod_yaml,
     )
-    return files, bundle.config, document
+    return files, bundle.config
 
 
 def _helper_pod_yaml(value: str | None) -> str:
