@@ -4,12 +4,20 @@ over M nodes with the helper pods run for real; then all of them deleted.
 Burst figures: time until every claim is Bound; per-claim latency (creation to Bound, from the
 claim watch); the provisioner's API requests per volume (audit log, by its user agent); its CPU
 seconds and peak RSS. Release: time until every PV and every directory is gone.
+
+With capacity on (ours only), the burst starts once the initial CSIStorageCapacity objects are
+published (one per node and class), so the figures count what the burst itself costs: the
+CSIStorageCapacity writes per volume from the audit log (create/update/patch/delete on
+csistoragecapacities by ours' user agent), cross-checked with ours' own counter
+`local_path_csistoragecapacity_writes_total` read before and after the same window.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import time
+import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -18,6 +26,7 @@ from typing import Any
 
 from bench.api import RawApi
 from bench.audit import AuditLog
+from bench.capacity import CLAIM_SIZE, WRITES_METRIC, capacity_writes, counter_total
 from bench.implementations import Implementation, RunningProvisioner
 from bench.process_stats import ProcessMonitor
 from bench.stats import Latencies
@@ -25,6 +34,7 @@ from bench.timeline import ObjectTimeline
 from bench.workspace import (
     BURST_CLASS,
     CLAIM_NAMESPACE,
+    CLASSES,
     PROVISIONER_NAMESPACE,
     Workspace,
     volume_directories,
@@ -59,6 +69,13 @@ class BurstResult:
     release_seconds: float
     release_requests_per_volume: float
     release_requests: dict[str, int] = field(default_factory=dict)
+    capacity_objects: int = 0
+    """CSIStorageCapacity objects published before the burst (capacity on only)."""
+    capacity_writes_per_volume: float = 0.0
+    """Writes on csistoragecapacities by the provisioner in the burst (audit log)."""
+    capacity_writes_metric_per_volume: float = math.nan
+    """The same from ours' counter (NaN for the reference, which has none)."""
+    release_capacity_writes_per_volume: float = 0.0
 
 
 def _claim(name: str) -> dict[str, Any]:
@@ -67,7 +84,7 @@ def _claim(name: str) -> dict[str, Any]:
         "spec": {
             "storageClassName": BURST_CLASS,
             "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": "1Gi"}},
+            "resources": {"requests": {"storage": CLAIM_SIZE}},
         },
     }
 
@@ -108,6 +125,37 @@ def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def _metric_writes(provisioner: RunningProvisioner) -> float:
+    """Ours' CSIStorageCapacity write counter, summed over operations (NaN: the reference)."""
+    if provisioner.implementation.reference:
+        return math.nan
+    url = f"http://127.0.0.1:{provisioner.port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return counter_total(response.read().decode(), WRITES_METRIC)
+
+
+def _wait_for_capacities(api: RawApi, timeout: float) -> int:
+    """Until ours has published one CSIStorageCapacity per node and class; how many."""
+    path = f"/apis/storage.k8s.io/v1/namespaces/{PROVISIONER_NAMESPACE}/csistoragecapacities"
+    expected = len(api.get("/api/v1/nodes").get("items") or ()) * len(CLASSES)
+    _wait(
+        lambda: len(api.get(path).get("items") or ()) >= expected,
+        timeout,
+        f"{expected} CSIStorageCapacity objects",
+    )
+    return expected
+
+
+def _capacity_baseline(api: RawApi, provisioner: RunningProvisioner) -> tuple[int, float]:
+    """Before the burst's window opens: with capacity on, wait for the initial objects (and
+    let the last of their writes land); the objects published and ours' write counter."""
+    objects = 0
+    if provisioner.implementation.capacity:
+        objects = _wait_for_capacities(api, 60)
+        time.sleep(SETTLE_SECONDS)
+    return objects, _metric_writes(provisioner)
+
+
 def _helper_runs(helpers: ObjectTimeline, action: str) -> dict[str, float]:
     """Volume UID -> seconds from the helper pod's creation to its end, for one action."""
     runs: dict[str, float] = {}
@@ -138,6 +186,19 @@ def _stages(
     }
 
 
+def _overheads(
+    latencies: dict[str, float], uids: dict[str, str], runs: dict[str, float]
+) -> Latencies:
+    """Per claim: its latency minus its own setup helper's run."""
+    return Latencies.of(
+        [
+            latency - runs[uids[name]]
+            for name, latency in latencies.items()
+            if uids.get(name) in runs
+        ]
+    )
+
+
 def run_burst(
     workspace: Workspace,
     api: RawApi,
@@ -150,7 +211,6 @@ def run_burst(
     py_spy: Path | None = None,
     timeout: float,
 ) -> BurstResult:
-    cluster = workspace.cluster
     claims_path = f"/api/v1/namespaces/{CLAIM_NAMESPACE}/persistentvolumeclaims"
     pods_path = f"/api/v1/namespaces/{CLAIM_NAMESPACE}/pods"
     claim_timeline = ObjectTimeline(
@@ -168,6 +228,7 @@ def run_burst(
     )
     try:
         ready = provisioner.wait_ready()
+        capacity_objects, metric_before = _capacity_baseline(api, provisioner)
         monitor = ProcessMonitor(provisioner.pid).start()
         cpu_before = monitor.cpu_seconds()
         names = [f"claim-{index:05d}" for index in range(claims)]
@@ -192,16 +253,12 @@ def run_burst(
         time.sleep(SETTLE_SECONDS)
         quiet = time.time()
         cpu_seconds = monitor.cpu_seconds() - cpu_before
+        metric_after = _metric_writes(provisioner)
         requests = audit.count(started, quiet, implementation.user_agent_prefix)
         cluster_writes = audit.count(started, last_bound).writes
         latencies = {name: bound[name] - created[name] for name in names}
         stages = _stages(claim_timeline, volume_timeline, created)
         runs = _helper_runs(helper_timeline, "create")
-        overheads = [
-            latency - runs[claim_timeline.uid[name]]
-            for name, latency in latencies.items()
-            if claim_timeline.uid.get(name) in runs
-        ]
 
         release_started = time.time()
 
@@ -212,7 +269,7 @@ def run_burst(
         with ThreadPoolExecutor(concurrency) as pool:
             list(pool.map(delete, names))
         _wait(
-            lambda: volume_timeline.live() == 0 and volume_directories(cluster) == 0,
+            lambda: volume_timeline.live() == 0 and volume_directories(workspace.cluster) == 0,
             timeout,
             "every PV and directory gone",
         )
@@ -235,7 +292,7 @@ def run_burst(
         bind_seconds=last_bound - started,
         latency=Latencies.of(list(latencies.values())),
         helper_run=Latencies.of(list(runs.values())),
-        overhead=Latencies.of(overheads),
+        overhead=_overheads(latencies, claim_timeline.uid, runs),
         requests_per_volume=requests.total / claims,
         requests=dict(requests.by_kind.most_common()),
         stages=stages,
@@ -245,4 +302,8 @@ def run_burst(
         release_seconds=released - release_started,
         release_requests_per_volume=release_requests.total / claims,
         release_requests=dict(release_requests.by_kind.most_common()),
+        capacity_objects=capacity_objects,
+        capacity_writes_per_volume=capacity_writes(requests) / claims,
+        capacity_writes_metric_per_volume=(metric_after - metric_before) / claims,
+        release_capacity_writes_per_volume=capacity_writes(release_requests) / claims,
     )

@@ -1,5 +1,7 @@
-"""The provisioners under test, as processes: ours (`python -m provisioner`) and the Go
-reference (rancher/local-path-provisioner) with its defaults and tuned like ours.
+"""The provisioners under test, as processes: ours (`python -m provisioner`), also with
+capacity on (burst only: a budget on its base path and a CSIDriver asking for capacity, see
+`bench.capacity`), and the Go reference (rancher/local-path-provisioner) with its defaults and
+tuned like ours.
 
 Readiness is read from each one's log, at the line each prints once its informers have synced:
 ours "caches synced", the reference library's "Started provisioner controller".
@@ -18,10 +20,10 @@ from pathlib import Path
 
 import psutil
 
+from bench.capacity import declares_capacity
 from bench.workspace import (
     CONFIGMAP,
     HELPER_SERVICE_ACCOUNT,
-    PROVISIONER_NAME,
     PROVISIONER_NAMESPACE,
     Workspace,
 )
@@ -49,14 +51,18 @@ class Implementation:
     tuned: bool
     user_agent_prefix: str
     ready_line: str
+    capacity: bool = False
+    """Ours with capacity on: its burst runs in the capacity workspace; it has no scale run."""
 
     def command(self, workspace: Workspace, port: int) -> list[str]:
         kubeconfig = str(workspace.cluster.kubeconfig)
+        if self.capacity != (workspace.capacity_budget is not None):
+            raise ValueError(f"{self.label} run in the wrong workspace")
         if not self.reference:
             return [
                 sys.executable, "-m", "provisioner", "start",
                 "--kubeconfig", kubeconfig,
-                "--provisioner-name", PROVISIONER_NAME,
+                "--provisioner-name", workspace.provisioner_name,
                 "--namespace", PROVISIONER_NAMESPACE,
                 "--config", str(workspace.config_file),
                 "--configmap-name", CONFIGMAP,
@@ -67,11 +73,14 @@ class Implementation:
                 "--kube-api-qps", str(TUNED["qps"]),
                 "--kube-api-burst", str(TUNED["burst"]),
             ]  # fmt: skip
+        if declares_capacity(workspace.config_file.read_text()):
+            # The reference does not understand the object form of a path.
+            raise ValueError("the reference never gets a config.json with capacities")
         command = [
             str(REFERENCE_BINARY), "start",
             "--kubeconfig", kubeconfig,
             "--config", str(workspace.config_file),
-            "--provisioner-name", PROVISIONER_NAME,
+            "--provisioner-name", workspace.provisioner_name,
             "--namespace", PROVISIONER_NAMESPACE,
             "--helper-image", "busybox",
             "--configmap-name", CONFIGMAP,
@@ -91,6 +100,15 @@ class Implementation:
 OURS = Implementation(
     "ours", "ours", False, True, "local-path-storage-provisioner/", "caches synced"
 )
+OURS_CAPACITY = Implementation(
+    "ours-capacity",
+    "ours (capacity on)",
+    False,
+    True,
+    "local-path-storage-provisioner/",
+    "caches synced",
+    capacity=True,
+)
 REFERENCE_DEFAULT = Implementation(
     "reference-default",
     "reference (defaults)",
@@ -107,7 +125,7 @@ REFERENCE_TUNED = Implementation(
     "local-path-provisioner-",
     "Started provisioner controller",
 )
-ALL = (OURS, REFERENCE_DEFAULT, REFERENCE_TUNED)
+ALL = (OURS, OURS_CAPACITY, REFERENCE_DEFAULT, REFERENCE_TUNED)
 
 
 class RunningProvisioner:
@@ -127,7 +145,8 @@ class RunningProvisioner:
         self._log = log_path.open("wb")
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         env["PYTHONUNBUFFERED"] = "1"
-        command = implementation.command(workspace, pick_free_ports(1)[0])
+        self.port = pick_free_ports(1)[0]  # ours' /metrics port (the reference's health port)
+        command = implementation.command(workspace, self.port)
         self.profiled = py_spy is not None and not implementation.reference
         if py_spy is not None and self.profiled:
             self.profile_path = log_path.with_suffix(".py-spy.txt")

@@ -45,7 +45,8 @@ def parse_options(argv: Sequence[str]) -> BenchOptions:
         "--only",
         choices=[implementation.key for implementation in ALL],
         action="append",
-        help="run only these implementations (repeatable; default all three)",
+        help="run only these implementations (repeatable; default all four; ours-capacity is "
+        "ours with a budget on its base path and a CSIDriver asking for capacity, burst only)",
     )
     add(
         "--scenario",

@@ -21,7 +21,8 @@ from bench.runner import RunResults
 from bench.scale import ScaleResult
 from bench.stats import ratio
 
-IMPLEMENTATIONS = ("ours", "reference-default", "reference-tuned")
+IMPLEMENTATIONS = ("ours", "ours-capacity", "reference-default", "reference-tuned")
+"""Report columns, in order; ours-capacity is ours with capacity on (burst only)."""
 NAN = math.nan
 
 BurstFigure = Callable[[BurstResult], float]
@@ -49,6 +50,21 @@ BURST_FIGURES: tuple[tuple[str, str, BurstFigure], ...] = (
     ("burst: provisioner peak RSS", "MiB", lambda b: b.peak_rss_mib),
     ("release: time until PVs and dirs gone", "s", lambda b: b.release_seconds),
     ("release: API requests per volume", "req", lambda b: b.release_requests_per_volume),
+    (
+        "burst: CSIStorageCapacity writes per volume",
+        "req",
+        lambda b: b.capacity_writes_per_volume,
+    ),
+    (
+        "  same, from ours' writes counter",
+        "req",
+        lambda b: b.capacity_writes_metric_per_volume,
+    ),
+    (
+        "release: CSIStorageCapacity writes per volume",
+        "req",
+        lambda b: b.release_capacity_writes_per_volume,
+    ),
 )
 SCALE_FIGURES: tuple[tuple[str, str, ScaleFigure], ...] = (
     ("scale: time to ready", "s", lambda s: s.ready_seconds),
@@ -83,6 +99,7 @@ def _figure_row(name: str, unit: str, values: dict[str, float]) -> dict[str, Any
         **{key: values.get(key, NAN) for key in IMPLEMENTATIONS},
         "ours/default": ratio(ours, values.get("reference-default", NAN)),
         "ours/tuned": ratio(ours, values.get("reference-tuned", NAN)),
+        "capacity/ours": ratio(values.get("ours-capacity", NAN), ours),
     }
 
 
@@ -163,6 +180,7 @@ def build_report(
                 "ours": results.floor.seconds,
                 "ours/default": NAN,
                 "ours/tuned": NAN,
+                "capacity/ours": NAN,
             }
         )
     return {
@@ -213,12 +231,16 @@ def format_table(headers: list[str], rows: list[list[str]], markdown: bool = Fal
 
 
 def figures_table(report: dict[str, Any], markdown: bool = False) -> str:
-    headers = ["figure", "unit", "ours", "ref default", "ref tuned", "ours/default", "ours/tuned"]
+    headers = [
+        "figure", "unit", "ours", "ours cap on", "ref default", "ref tuned",
+        "ours/default", "ours/tuned", "cap on/off",
+    ]  # fmt: skip
+    ratios = ("ours/default", "ours/tuned", "capacity/ours")
     rows = [
         [
             row["figure"],
             row["unit"],
-            *(_number(row.get(key)) for key in (*IMPLEMENTATIONS, "ours/default", "ours/tuned")),
+            *(_number(row.get(key)) for key in (*IMPLEMENTATIONS, *ratios)),
         ]
         for row in report["figures"]
     ]

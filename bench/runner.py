@@ -1,5 +1,6 @@
 """Runs the scenarios in order, each implementation on a fresh cluster for the burst, one
-after the other, and the scale data set once for all of them (they only read it)."""
+after the other, and the scale data set once for all of them (they only read it). Ours with
+capacity on runs the burst only, in its own workspace (`prepare_workspace(capacity_budget=)`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from bench.api import RawApi
 from bench.audit import start_audited_cluster
 from bench.burst import BurstResult, run_burst
+from bench.capacity import burst_budget
 from bench.floor import run_floor
 from bench.implementations import OURS
 from bench.options import BenchOptions
@@ -47,7 +49,8 @@ def run_bursts(options: BenchOptions, work_dir: Path, results: RunResults) -> No
         )
         api = RawApi.for_cluster(cluster, pool_size=options.concurrency + 8)
         try:
-            workspace = prepare_workspace(cluster, api, cluster_dir)
+            budget = burst_budget(options.claims) if implementation.capacity else None
+            workspace = prepare_workspace(cluster, api, cluster_dir, budget)
             started = time.monotonic()
             burst = run_burst(
                 workspace,
@@ -66,6 +69,12 @@ def run_bursts(options: BenchOptions, work_dir: Path, results: RunResults) -> No
                 f"{burst.bind_seconds:.1f}s, released in {burst.release_seconds:.1f}s "
                 f"({time.monotonic() - started:.0f}s in all)"
             )
+            if implementation.capacity:
+                say(
+                    f"burst: {implementation.label}: {burst.capacity_writes_per_volume:.3g} "
+                    "CSIStorageCapacity writes per volume (audit), "
+                    f"{burst.capacity_writes_metric_per_volume:.3g} (metric)"
+                )
             if implementation is OURS:
                 seconds = run_floor(api, burst.cluster_writes, options.concurrency)
                 results.floor = FloorResult(burst.cluster_writes, options.concurrency, seconds)
@@ -76,6 +85,9 @@ def run_bursts(options: BenchOptions, work_dir: Path, results: RunResults) -> No
 
 
 def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> None:
+    implementations = [i for i in options.implementations if not i.capacity]
+    if not implementations:
+        return
     say(f"scale: starting a fresh cluster, making {options.scale_volumes} bound volumes")
     cluster_dir = work_dir / "scale"
     cluster, audit = start_audited_cluster(
@@ -88,7 +100,7 @@ def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> No
             workspace, api, options.scale_volumes, 2 * options.concurrency
         )
         say(f"scale: data set made in {results.dataset.seconds:.0f}s")
-        for implementation in options.implementations:
+        for implementation in implementations:
             scale = run_scale(
                 workspace,
                 audit,

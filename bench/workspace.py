@@ -2,6 +2,9 @@
 service account, ConfigMap (config.json, setup, teardown, helperPod.yaml), config directory on
 disk and StorageClasses, under one provisioner name.
 
+Ours with capacity on (`capacity_budget`) gets its own provisioner name (a valid CSIDriver
+name), a budget on its base path and the CSIDriver; see `bench.capacity`. Never the reference.
+
 The helper template carries the harness's helper label, so the harness runs rancher's helper
 pods for real too (rancher keeps a template's labels; ours adds the label itself anyway).
 """
@@ -15,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from bench.api import RawApi
+from bench.capacity import CAPACITY_PROVISIONER_NAME, capacity_config, csi_driver
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE, LocalCluster
 from provisioner.config import (
     DEFAULT_HELPER_POD_YAML,
@@ -30,6 +34,7 @@ CONFIGMAP = "local-path-config"
 BASE_PATH = "/opt/local-path-provisioner"
 BURST_CLASS = "bench-local-path"
 SCALE_CLASS = "bench-local-path-retain"
+CLASSES = ((BURST_CLASS, "Delete"), (SCALE_CLASS, "Retain"))
 
 
 def _labelled_helper_template() -> str:
@@ -46,6 +51,9 @@ HELPER_POD_YAML = _labelled_helper_template()
 class Workspace:
     cluster: LocalCluster
     config_dir: Path
+    provisioner_name: str = PROVISIONER_NAME
+    capacity_budget: str | None = None
+    """The budget on the base path when capacity is on (ours only), else None."""
 
     @property
     def config_file(self) -> Path:
@@ -56,8 +64,12 @@ class Workspace:
         return self.config_dir / "helperPod.yaml"
 
 
-def config_files() -> dict[str, str]:
-    config = {"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": [BASE_PATH]}]}
+def config_files(capacity_budget: str | None = None) -> dict[str, str]:
+    config: dict[str, object] = {
+        "nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": [BASE_PATH]}]
+    }
+    if capacity_budget is not None:
+        config = capacity_config(BASE_PATH, capacity_budget)
     return {
         "config.json": json.dumps(config),
         "setup": DEFAULT_SETUP_SCRIPT,
@@ -66,8 +78,12 @@ def config_files() -> dict[str, str]:
     }
 
 
-def prepare_workspace(cluster: LocalCluster, api: RawApi, work_dir: Path) -> Workspace:
-    files = config_files()
+def prepare_workspace(
+    cluster: LocalCluster, api: RawApi, work_dir: Path, capacity_budget: str | None = None
+) -> Workspace:
+    """With `capacity_budget`, the capacity-on workspace: budget, own name and CSIDriver."""
+    name = PROVISIONER_NAME if capacity_budget is None else CAPACITY_PROVISIONER_NAME
+    files = config_files(capacity_budget)
     config_dir = work_dir / "config"
     config_dir.mkdir(parents=True, exist_ok=True)
     for key, text in files.items():
@@ -80,17 +96,19 @@ def prepare_workspace(cluster: LocalCluster, api: RawApi, work_dir: Path) -> Wor
         {"metadata": {"name": HELPER_SERVICE_ACCOUNT}, "automountServiceAccountToken": False},
     )
     api.create(f"{namespaced}/configmaps", {"metadata": {"name": CONFIGMAP}, "data": files})
-    for name, policy in ((BURST_CLASS, "Delete"), (SCALE_CLASS, "Retain")):
+    for class_name, policy in CLASSES:
         api.create(
             "/apis/storage.k8s.io/v1/storageclasses",
             {
-                "metadata": {"name": name},
-                "provisioner": PROVISIONER_NAME,
+                "metadata": {"name": class_name},
+                "provisioner": name,
                 "reclaimPolicy": policy,
                 "volumeBindingMode": "WaitForFirstConsumer",
             },
         )
-    return Workspace(cluster, config_dir)
+    if capacity_budget is not None:
+        api.create("/apis/storage.k8s.io/v1/csidrivers", csi_driver(name))
+    return Workspace(cluster, config_dir, name, capacity_budget)
 
 
 def volume_directories(cluster: LocalCluster) -> int:
