@@ -71,6 +71,10 @@ def decide_expansion(
         return NoExpansion(str(error))
     current = volume_size_bytes(volume)
     if requested <= current:
+        # No status capacity yet: the PV controller is still binding the claim (it sets the
+        # capacity with the Bound phase), which is not ours to finish.
+        if claim.status_capacity is None:
+            return NoExpansion("the claim is still being bound")
         status = _bytes_or_zero(claim.status_capacity)
         if status < current and volume.capacity:
             return FinishExpansion(volume.capacity)

@@ -1,10 +1,14 @@
 """Keeps our CSIStorageCapacity objects equal to the desired set, with few writes.
 
 Volumes come and go in bursts (200 claims in a few seconds); a write per event would cost more
-API calls than the provisioning. So events only `poke()`: the publisher wakes at most once per
-`min_interval`, recomputes the whole desired set from the controller's state, lists the
-objects carrying our owner label, and writes only the differences (`capacity_changes`). A
-periodic run (`resync`) repairs objects someone else changed or deleted. Runs on the leader
+API calls than the provisioning. So events only `poke()`, and the publisher recomputes the
+whole desired set from the controller's state and writes only the differences
+(`capacity_changes`) against what it last published. Its window adapts: a lone change after a
+quiet spell is published within `min_interval`; while changes keep coming the window doubles
+up to `max_interval`, so a burst costs a handful of passes whatever its size, and what the
+scheduler sees is never older than `max_interval`. Reads are kept off the hot path too: the
+objects carrying our owner label and our CSIDriver are read at start, after a conflict, and on
+each `resync`, which also repairs objects someone else changed or deleted. Runs on the leader
 only: the controller starts and stops it.
 """
 
@@ -38,6 +42,15 @@ DesiredCapacities = Callable[[bool], Mapping[str, CapacityObject]]
 """Given whether our CSIDriver asks for capacity, the desired objects by name."""
 
 
+def next_window(window: float, waited: float, min_interval: float, max_interval: float) -> float:
+    """The publisher's next window, given the current one and how long it waited for this
+    change since its last pass: a wait longer than the window means changes had stopped (back
+    to the shortest window), a shorter one means a burst goes on (twice as long, capped)."""
+    if waited > window:
+        return min_interval
+    return min(window * 2, max_interval)
+
+
 class CapacityPublisher:
     def __init__(
         self,
@@ -48,6 +61,7 @@ class CapacityPublisher:
         desired: DesiredCapacities,
         metrics: Metrics,
         min_interval: float = 1.0,
+        max_interval: float = 4.0,
         resync: float = 60.0,
     ) -> None:
         self._clients = clients
@@ -56,7 +70,12 @@ class CapacityPublisher:
         self._desired = desired
         self._writes = metrics.csi_storage_capacity_writes_total
         self._min_interval = min_interval
+        self._max_interval = max_interval
         self._resync = resync
+        # What we last published (by name) and whether our CSIDriver asks for capacity, as
+        # read at the last full pass; None forces a full pass (list and driver read).
+        self._published: dict[str, CapacityObject | None] | None = None
+        self._driver_wants = False
         self._poked = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -78,51 +97,67 @@ class CapacityPublisher:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
-        last = 0.0
+        last = -self._resync
+        window = self._min_interval
+        next_full = 0.0
         while not self._stopped.is_set():
-            self._poked.wait(self._resync)
+            self._poked.wait(max(0.0, next_full - time.monotonic()))
             if self._stopped.is_set():
                 return
-            # Let a burst of pokes gather: one publication per interval at most.
-            time.sleep(max(0.0, last + self._min_interval - time.monotonic()))
+            now = time.monotonic()
+            if self._poked.is_set():
+                window = next_window(window, now - last, self._min_interval, self._max_interval)
+                # Let the rest of a burst gather: one pass per window at most.
+                time.sleep(max(0.0, last + window - now))
             self._poked.clear()
             last = time.monotonic()
+            full = last >= next_full
             try:
-                self.publish_once()
+                self.publish_once(full=full)
+                if full:
+                    next_full = last + self._resync
             except (ApiException, HTTPError, OSError) as error:
                 log.warning("publishing CSIStorageCapacity failed, retrying: %s", error)
+                self._published = None
                 self._poked.set()
             except Exception:
                 log.exception("publishing CSIStorageCapacity failed, retrying")
+                self._published = None
                 self._poked.set()
 
-    def publish_once(self) -> int:
-        """One reconciliation; returns the number of writes."""
-        desired = self._desired(self._driver_wants_capacity())
-        selector = f"{CAPACITY_OWNER_LABEL}={owner_label_value(self._provisioner_name)}"
-        listed = self._clients.request_json(
-            "GET", self._collection, query={"labelSelector": selector}
-        )
-        current = {
-            str(item["metadata"]["name"]): capacity_object_from_api(item)
-            for item in listed.get("items") or ()
-        }
-        changes = capacity_changes(desired, current)
+    def publish_once(self, *, full: bool = True) -> int:
+        """One reconciliation; returns the number of writes. A full one reads our CSIDriver and
+        lists our objects; otherwise what we last published stands for them."""
+        if full or self._published is None:
+            self._driver_wants = self._driver_wants_capacity()
+            selector = f"{CAPACITY_OWNER_LABEL}={owner_label_value(self._provisioner_name)}"
+            listed = self._clients.request_json(
+                "GET", self._collection, query={"labelSelector": selector}
+            )
+            self._published = {
+                str(item["metadata"]["name"]): capacity_object_from_api(item)
+                for item in listed.get("items") or ()
+            }
+        desired = self._desired(self._driver_wants)
+        published = self._published
+        changes = capacity_changes(desired, published)
         for name in changes.delete:
-            self._write("delete", "DELETE", f"{self._collection}/{name}")
+            if self._write("delete", "DELETE", f"{self._collection}/{name}"):
+                published.pop(name, None)
         for wanted in changes.create:
             body = capacity_manifest(
                 wanted, namespace=self._namespace, provisioner_name=self._provisioner_name
             )
-            self._write("create", "POST", self._collection, body=body)
+            if self._write("create", "POST", self._collection, body=body):
+                published[wanted.name] = wanted
         for wanted in changes.update:
             body = capacity_manifest(
                 wanted, namespace=self._namespace, provisioner_name=self._provisioner_name
             )
             patch = {key: body[key] for key in ("capacity", "maximumVolumeSize")}
-            self._write(
-                "update", "PATCH", f"{self._collection}/{wanted.name}", body=patch, merge=True
-            )
+            path = f"{self._collection}/{wanted.name}"
+            if self._write("update", "PATCH", path, body=patch, merge=True):
+                published[wanted.name] = wanted
         if changes:
             log.info(
                 "CSIStorageCapacity: %d created, %d updated, %d deleted",
@@ -140,17 +175,21 @@ class CapacityPublisher:
         *,
         body: object = None,
         merge: bool = False,
-    ) -> None:
+    ) -> bool:
+        """Whether the write took; a conflict or a missing object means someone else wrote
+        (an old leader, a user): the next pass is a full one that sees what they did."""
         self._writes.labels(operation=operation).inc()
         try:
             self._clients.request_json(
                 method, path, body=body, content_type=MERGE if merge else None
             )
         except ApiException as error:
-            # Another writer (an old leader) got there first: the next run sees the result.
             if error.status not in (HTTP_NOT_FOUND, HTTP_CONFLICT):
                 raise
+            self._published = None
             self._poked.set()
+            return False
+        return True
 
     def _driver_wants_capacity(self) -> bool:
         """Whether our CSIDriver has storageCapacity: true (the scheduler then needs objects
