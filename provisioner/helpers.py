@@ -273,18 +273,31 @@ BASE_VOLUME = "base"
 
 # The provisioner's own steps, with the base path mounted read-write at its own path. Neither
 # follows a symbolic link: a tenant owns what is inside its volume and can plant links there.
+# `finish` also removes the parents a pathPattern made (`<base>/<namespace>` for
+# "{{ .PVC.Namespace }}/{{ .PVC.Name }}"), deepest first, while they are empty, never the base
+# path. A sibling's `prepare` may find such a parent, then see it removed before it makes its
+# own directory in it (the parent was empty until then): `mkdir` fails, and it walks again.
+# Once the sibling's directory exists the parent is not empty and no `finish` removes it.
 PREPARE_SCRIPT = """\
 set -eu
 refuse() { echo "refusing $VOL_DIR: $1" >&2; exit 1; }
 case "$VOL_DIR" in "$LPS_BASE"/*) ;; *) refuse "it is not inside $LPS_BASE" ;; esac
-dir="$LPS_BASE"
-rest="${VOL_DIR#"$LPS_BASE"/}"
-while [ -n "$rest" ]; do
-  part="${rest%%/*}"
-  if [ "$part" = "$rest" ]; then rest=""; else rest="${rest#*/}"; fi
-  dir="$dir/$part"
-  if [ -L "$dir" ]; then refuse "$dir is a symbolic link"; fi
-  if [ ! -d "$dir" ]; then mkdir "$dir" || [ -d "$dir" ] || refuse "cannot create $dir"; fi
+make_path() {
+  dir="$LPS_BASE"
+  rest="${VOL_DIR#"$LPS_BASE"/}"
+  while [ -n "$rest" ]; do
+    part="${rest%%/*}"
+    if [ "$part" = "$rest" ]; then rest=""; else rest="${rest#*/}"; fi
+    dir="$dir/$part"
+    if [ -L "$dir" ]; then refuse "$dir is a symbolic link"; fi
+    if [ ! -d "$dir" ]; then mkdir "$dir" 2>/dev/null || [ -d "$dir" ] || return 1; fi
+  done
+}
+attempt=1
+until make_path; do
+  if [ "$attempt" -ge 5 ]; then refuse "cannot create $dir"; fi
+  echo "$dir: its parent vanished (a sibling's teardown removed it empty); again" >&2
+  attempt=$((attempt + 1))
 done
 cd "$VOL_DIR"
 real="$(pwd -P)"
@@ -295,15 +308,25 @@ set -eu
 refuse() { echo "refusing $VOL_DIR: $1" >&2; exit 1; }
 case "$VOL_DIR" in "$LPS_BASE"/*) ;; *) refuse "it is not inside $LPS_BASE" ;; esac
 dir="$LPS_BASE"
+deepest="$LPS_BASE"
 rest="${VOL_DIR#"$LPS_BASE"/}"
 while [ -n "$rest" ]; do
   part="${rest%%/*}"
   if [ "$part" = "$rest" ]; then rest=""; else rest="${rest#*/}"; fi
   dir="$dir/$part"
   if [ -L "$dir" ]; then refuse "$dir is a symbolic link"; fi
-  if [ ! -e "$dir" ]; then exit 0; fi
+  if [ ! -e "$dir" ]; then break; fi
+  deepest="$dir"
 done
-rmdir "$VOL_DIR" 2>/dev/null || refuse "the teardown left $(ls -A "$VOL_DIR" | wc -l) entries in it"
+if [ "$deepest" = "$VOL_DIR" ]; then
+  left="$(ls -A "$VOL_DIR" | wc -l)"
+  rmdir "$VOL_DIR" 2>/dev/null || refuse "the teardown left $left entries in it"
+  deepest="${VOL_DIR%/*}"
+fi
+while [ "$deepest" != "$LPS_BASE" ]; do
+  if [ -L "$deepest" ] || ! rmdir "$deepest" 2>/dev/null; then break; fi
+  deepest="${deepest%/*}"
+done
 """
 # Runs before the setup or teardown code, in its pod: VOL_DIR must be the real directory, seen
 # through the read-only base path without a symbolic link, and the read-write mount at VOL_DIR
