@@ -385,38 +385,18 @@ def build_helper_pod(
         raise ValueError(
             f"volume path {target.path!r} is not strictly inside its base path {target.base_path!r}"
         )
-    config = bundle.config
-    pod = copy.deepcopy(bundle.helper_pod_template)
-    meta = pod.get("metadata") or {}
-    labels = {
-        **(meta.get("labels") or {}),
-        HELPER_POD_LABEL: HELPER_POD_LABEL_VALUE,
-        HELPER_ACTION_LABEL: step,
-        HELPER_VOLUME_LABEL: _label_value(target.volume_name),
-    }
-    pod["metadata"] = {
-        "name": helper_pod_name(step, target.volume_name),
-        "namespace": namespace,
-        "labels": labels,
-    }
-    if meta.get("annotations"):
-        pod["metadata"]["annotations"] = meta["annotations"]
+    pod = helper_pod_frame(
+        bundle,
+        namespace,
+        service_account,
+        name=helper_pod_name(step, target.volume_name),
+        labels={
+            HELPER_ACTION_LABEL: step,
+            HELPER_VOLUME_LABEL: _label_value(target.volume_name),
+        },
+        node_name=target.node_name,
+    )
     spec = pod["spec"]
-    spec.pop("serviceAccount", None)
-    if target.node_name:
-        spec["nodeName"] = target.node_name
-    spec["serviceAccountName"] = service_account
-    spec["automountServiceAccountToken"] = False
-    spec["restartPolicy"] = "Never"
-    spec["activeDeadlineSeconds"] = config.cmd_timeout_seconds
-    if spec.get("tolerations") is None:
-        spec["tolerations"] = [
-            {
-                "key": "node.kubernetes.io/disk-pressure",
-                "operator": "Exists",
-                "effect": "NoSchedule",
-            }
-        ]
     volumes, mounts = _mounts(step, target)
     ours = {DATA_VOLUME, BASE_VOLUME}
     spec["volumes"] = [v for v in spec.get("volumes") or () if v.get("name") not in ours] + volumes
@@ -437,6 +417,50 @@ def build_helper_pod(
     kept = [e for e in container.get("env") or () if e.get("name") not in env]
     container["env"] = kept + [{"name": k, "value": v} for k, v in env.items()]
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    return pod
+
+
+def helper_pod_frame(
+    bundle: ConfigBundle,
+    namespace: str,
+    service_account: str,
+    *,
+    name: str,
+    labels: Mapping[str, str],
+    node_name: str | None,
+) -> dict[str, Any]:
+    """The template with what every helper pod is forced to be: ours (labels), bound to its
+    node, under the rightless service account without a token, never restarted, and killed at
+    cmdTimeoutSeconds. The caller adds the volumes, the command and the environment."""
+    pod = copy.deepcopy(bundle.helper_pod_template)
+    meta = pod.get("metadata") or {}
+    pod["metadata"] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {
+            **(meta.get("labels") or {}),
+            HELPER_POD_LABEL: HELPER_POD_LABEL_VALUE,
+            **labels,
+        },
+    }
+    if meta.get("annotations"):
+        pod["metadata"]["annotations"] = meta["annotations"]
+    spec = pod["spec"]
+    spec.pop("serviceAccount", None)
+    if node_name:
+        spec["nodeName"] = node_name
+    spec["serviceAccountName"] = service_account
+    spec["automountServiceAccountToken"] = False
+    spec["restartPolicy"] = "Never"
+    spec["activeDeadlineSeconds"] = bundle.config.cmd_timeout_seconds
+    if spec.get("tolerations") is None:
+        spec["tolerations"] = [
+            {
+                "key": "node.kubernetes.io/disk-pressure",
+                "operator": "Exists",
+                "effect": "NoSchedule",
+            }
+        ]
     return pod
 
 
