@@ -12,6 +12,7 @@ import pytest
 from provisioner.config import parse_config_json
 from provisioner.node_scripts import LIST_SCRIPT, REMOVE_SCRIPT
 from provisioner.orphans import (
+    EntryKind,
     ListedEntry,
     ListingError,
     NodeListing,
@@ -32,13 +33,13 @@ from provisioner.records import NodeRecord, VolumeRecord
 NAME = "lps.io/local-path"
 
 
-def listing(*entries: tuple[str, str, int], missing: tuple[str, ...] = ()) -> NodeListing:
+def listing(*entries: tuple[str, EntryKind, int], missing: tuple[str, ...] = ()) -> NodeListing:
     return NodeListing(
         "n1",
         "/data",
         10_000,
         tuple(ListedEntry(p, k, m) for p, k, m in entries),
-        missing,  # type: ignore[arg-type]
+        missing,
     )
 
 
