@@ -23,6 +23,7 @@ import yaml
 
 from provisioner.config import ConfigBundle, ConfigError
 from provisioner.paths import is_strictly_inside
+from provisioner.quota import quota_environment
 
 HELPER_POD_LABEL = "local-path-storage.io/helper-pod"
 HELPER_POD_LABEL_VALUE = "true"
@@ -332,7 +333,8 @@ done
 # through the read-only base path without a symbolic link, and the read-write mount at VOL_DIR
 # must be that very directory (device and inode), not one a link redirected the host mount to.
 # rancher's teardown `rm -rf "$VOL_DIR"` cannot remove the mount point itself: once its content
-# is gone, the teardown has done its part and the `finish` step removes the directory.
+# is gone, the teardown has done its part and the `finish` step removes the directory. After a
+# setup that succeeded, the quota step (see `quota`) limits the directory where it can.
 GUARD_SCRIPT = """\
 set -u
 refuse() { echo "refusing $VOL_DIR: $1" >&2; exit 1; }
@@ -351,6 +353,9 @@ fi
 cd /
 if [ -n "${LPS_COMMAND:-}" ]; then "$LPS_COMMAND" "$@"; else /bin/sh -c "$LPS_SCRIPT" "$0" "$@"; fi
 status=$?
+if [ "$status" -eq 0 ] && [ -n "${LPS_QUOTA_SCRIPT:-}" ]; then
+  /bin/sh -c "$LPS_QUOTA_SCRIPT" quota || status=$?
+fi
 if [ "$status" -ne 0 ] && [ "$0" = teardown ] && [ -z "$(ls -A "$VOL_DIR")" ]; then exit 0; fi
 exit "$status"
 """
@@ -513,6 +518,8 @@ def _command(
     # `sh -c SCRIPT setup -p PATH -s SIZE -m MODE -a ACTION` (or the command with those
     # arguments), with the same $0-$N as rancher's `sh /script/setup ARGS`.
     env["LPS_BASE_VIEW"] = BASE_VIEW
+    if action == "create":
+        env.update(quota_environment(target.volume_name, target.size_bytes))
     if custom:
         env["LPS_COMMAND"] = custom
     else:
