@@ -21,6 +21,7 @@ from provisioner.paths import is_strictly_inside
 
 RESULT_PATH = "/tmp/local-path-storage-result"
 """The helper's terminationMessagePath: what it writes there becomes its termination message."""
+REMOVE_ORPHAN_ACTION = "remove-orphan"
 RESULT_BUDGET_BYTES = 3900
 """Below the kubelet's 4096 bytes, with room for the `truncated` and `end` lines."""
 
@@ -150,11 +151,11 @@ def build_orphan_removal_pod(
         namespace,
         service_account,
         name=_pod_name("helper-orphan", node, path),
-        labels={HELPER_ACTION_LABEL: "remove-orphan"},
+        labels={HELPER_ACTION_LABEL: REMOVE_ORPHAN_ACTION},
         node_name=node,
     )
     env = {"LPS_BASE": base_path, "VOL_DIR": path, "LPS_MIN_AGE": str(min_age_seconds)}
-    _finish(pod, base_path, REMOVE_SCRIPT, "remove-orphan", env, read_only=False)
+    _finish(pod, base_path, REMOVE_SCRIPT, REMOVE_ORPHAN_ACTION, env, read_only=False)
     return pod
 
 

@@ -14,41 +14,21 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from provisioner.config import ConfigBundle, ConfigError, load_config_bundle, load_config_directory
-from provisioner.helpers import HELPER_ACTION_LABEL, HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
 from provisioner.kube.client import KubeClients, KubeConfigError, create_clients
-from provisioner.kube.helper_pods import HelperPodError, HelperPodRunner
-from provisioner.node_scripts import build_listing_pod, build_orphan_removal_pod
+from provisioner.kube.helper_pods import HelperPodRunner
 from provisioner.options import DEFAULT_PROVISIONER_NAME
-from provisioner.orphans import (
-    MINIMUM_AGE_SECONDS,
-    ListingError,
-    MissingDirectory,
-    Orphan,
-    Owner,
-    base_paths_by_node,
-    find_missing,
-    find_orphans,
-    helper_pod_owners,
-    owned_relative_paths,
-    parse_duration,
-    parse_listing,
-    still_orphan,
-    volume_owners,
-)
-from provisioner.records import node_record, volume_record
+from provisioner.orphan_scan import OrphanScan, Report, orphan_key, read_holdings
+from provisioner.orphans import MINIMUM_AGE_SECONDS, parse_duration
 
-EXIT_CLEAN = 0
-EXIT_FOUND = 1
 EXIT_BAD_SETUP = 2
-EXIT_PARTIAL = 3
 
 
 @dataclass(frozen=True)
@@ -132,142 +112,6 @@ def parse_orphan_options(
     )
 
 
-@dataclass
-class Report:
-    orphans: list[Orphan] = field(default_factory=list)
-    missing: list[MissingDirectory] = field(default_factory=list)
-    removed: dict[str, str] = field(default_factory=dict)
-    """Orphan path -> "removed" or why it was kept."""
-    problems: list[str] = field(default_factory=list)
-
-    def exit_code(self) -> int:
-        if self.problems:
-            return EXIT_PARTIAL
-        kept = [o for o in self.orphans if self.removed.get(_key(o)) != "removed"]
-        return EXIT_FOUND if kept or self.missing else EXIT_CLEAN
-
-
-def _key(orphan: Orphan) -> str:
-    return f"{orphan.node}:{orphan.path}"
-
-
-class OrphanScan:
-    """Lists every node's base paths through helper pods and judges the result; shared by the
-    CLI and the provisioner's periodic scan."""
-
-    def __init__(
-        self,
-        clients: KubeClients,
-        bundle: ConfigBundle,
-        *,
-        namespace: str,
-        service_account: str,
-        provisioner_name: str,
-    ) -> None:
-        self._clients = clients
-        self._bundle = bundle
-        self._namespace = namespace
-        self._service_account = service_account
-        self._provisioner_name = provisioner_name
-        self._runner = HelperPodRunner(clients)
-
-    def owners(self) -> tuple[list[Owner], dict[str, Any]]:
-        nodes = {
-            record.name: record
-            for record in map(node_record, self._list("/api/v1/nodes"))
-            if record.name
-        }
-        volumes = [volume_record(item) for item in self._list("/api/v1/persistentvolumes")]
-        pods = [
-            pod
-            for pod in self._list(
-                "/api/v1/pods", label_selector=f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}"
-            )
-            if (pod.get("metadata") or {}).get("labels", {}).get(HELPER_ACTION_LABEL)
-            != "remove-orphan"
-        ]
-        owners = volume_owners(volumes, nodes, self._provisioner_name) + helper_pod_owners(pods)
-        return owners, nodes
-
-    def scan(self, only_nodes: Sequence[str] = ()) -> Report:
-        report = Report()
-        owners, nodes = self.owners()
-        unknown = sorted(set(only_nodes) - set(nodes))
-        for name in unknown:
-            report.problems.append(f"node {name} does not exist")
-        wanted = [n for n in nodes if not only_nodes or n in only_nodes]
-        config = self._bundle.config
-        shared = {
-            path
-            for name in list(config.storage_class_configs) or [""]
-            if (path := config.shared_path_for(name)) is not None
-        }
-        for node, base_paths in base_paths_by_node(config, wanted).items():
-            for base_path in base_paths:
-                manifest = build_listing_pod(
-                    self._bundle,
-                    self._namespace,
-                    self._service_account,
-                    node=node,
-                    base_path=base_path,
-                    owned=owned_relative_paths(owners, node, base_path),
-                )
-                try:
-                    _, message = self._runner.run_for_message(
-                        manifest, float(config.cmd_timeout_seconds)
-                    )
-                    listing = parse_listing(node, base_path, message, shared=base_path in shared)
-                except (HelperPodError, ListingError) as error:
-                    report.problems.append(f"listing {base_path} on {node}: {error}")
-                    continue
-                if listing.truncated:
-                    report.problems.append(
-                        f"listing {base_path} on {node} was cut short (too many entries):"
-                        " remove what is shown and run again"
-                    )
-                if listing.skipped:
-                    report.problems.append(
-                        f"{listing.skipped} entries under {base_path} on {node} have a line"
-                        " break in their name: not listed; look at them by hand"
-                    )
-                report.orphans += find_orphans(listing, owners)
-                report.missing += find_missing(listing, owners)
-        return report
-
-    def remove(self, report: Report, older_than_seconds: int) -> None:
-        """Removes the report's directory orphans old enough, after looking at the PVs and
-        helper pods once more: one that appeared since the listing keeps its path."""
-        owners, _ = self.owners()
-        for orphan in report.orphans:
-            key = _key(orphan)
-            if not orphan.removable:
-                report.removed[key] = f"kept: a {orphan.kind}, remove it by hand if unwanted"
-                continue
-            if orphan.age_seconds < older_than_seconds:
-                report.removed[key] = "kept: younger than --older-than"
-                continue
-            if not still_orphan(orphan, owners):
-                report.removed[key] = "kept: a PV or helper pod holds it now"
-                continue
-            manifest = build_orphan_removal_pod(
-                self._bundle,
-                self._namespace,
-                self._service_account,
-                node=orphan.node,
-                base_path=orphan.base_path,
-                path=orphan.path,
-                min_age_seconds=older_than_seconds,
-            )
-            try:
-                self._runner.run(manifest, float(self._bundle.config.cmd_timeout_seconds))
-                report.removed[key] = "removed"
-            except HelperPodError as error:
-                report.removed[key] = f"kept: {error}"
-
-    def _list(self, path: str, **query: str) -> list[dict[str, Any]]:
-        return list(self._clients.request_json("GET", path, query=query or None)["items"])
-
-
 def load_bundle(clients: KubeClients, options: OrphanOptions) -> ConfigBundle:
     if options.config_path is not None:
         return load_config_directory(options.config_path.parent, config_file=options.config_path)
@@ -291,7 +135,7 @@ def load_bundle(clients: KubeClients, options: OrphanOptions) -> ConfigBundle:
 def render_table(report: Report, out: TextIO) -> None:
     rows = [("NODE", "PATH", "KIND", "AGE", "STATE")]
     for orphan in report.orphans:
-        state = report.removed.get(_key(orphan), "orphan")
+        state = report.removed.get(orphan_key(orphan), "orphan")
         rows.append((orphan.node, orphan.path, orphan.kind, _age(orphan.age_seconds), state))
     for missing in report.missing:
         rows.append((missing.node, missing.path, "-", "-", f"missing: PV {missing.volume_name}"))
@@ -315,7 +159,7 @@ def render_json(report: Report, out: TextIO) -> None:
                 "path": o.path,
                 "kind": o.kind,
                 "ageSeconds": o.age_seconds,
-                "state": report.removed.get(_key(o), "orphan"),
+                "state": report.removed.get(orphan_key(o), "orphan"),
             }
             for o in report.orphans
         ],
@@ -344,15 +188,15 @@ def main(argv: Sequence[str]) -> int:
     try:
         bundle = load_bundle(clients, options)
         scan = OrphanScan(
-            clients,
+            HelperPodRunner(clients),
             bundle,
             namespace=options.namespace,
             service_account=options.service_account,
-            provisioner_name=options.provisioner_name,
         )
-        report = scan.scan(options.nodes)
+        report = scan.scan(read_holdings(clients, options.provisioner_name), options.nodes)
         if options.delete:
-            scan.remove(report, options.older_than_seconds)
+            holdings = read_holdings(clients, options.provisioner_name)
+            scan.remove(report, holdings, options.older_than_seconds)
     except ConfigError as error:
         print(f"invalid configuration: {error}", file=sys.stderr)
         return EXIT_BAD_SETUP
