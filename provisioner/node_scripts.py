@@ -114,13 +114,15 @@ def build_listing_pod(
     node: str,
     base_path: str,
     owned: Sequence[str],
+    caller: str = "scan",
 ) -> dict[str, Any]:
-    """The read-only listing of `base_path` on `node`; `owned` relative to it."""
+    """The read-only listing of `base_path` on `node`; `owned` relative to it. `caller` keeps
+    the pod names of the provisioner's scan and of the command apart."""
     pod = helper_pod_frame(
         bundle,
         namespace,
         service_account,
-        name=_pod_name("helper-list", node, base_path),
+        name=_pod_name(f"helper-list-{caller}", node, base_path),
         labels={HELPER_ACTION_LABEL: "list"},
         node_name=node,
     )

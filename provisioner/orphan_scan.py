@@ -104,7 +104,9 @@ class OrphanScan:
         *,
         namespace: str,
         service_account: str,
+        caller: str = "scan",
     ) -> None:
+        self._caller = caller
         self._runner = runner
         self._bundle = bundle
         self._namespace = namespace
@@ -131,6 +133,7 @@ class OrphanScan:
                     node=node,
                     base_path=base_path,
                     owned=owned_relative_paths(owners, node, base_path),
+                    caller=self._caller,
                 )
                 try:
                     _, message = self._runner.run_for_message(

@@ -192,6 +192,7 @@ def main(argv: Sequence[str]) -> int:
             bundle,
             namespace=options.namespace,
             service_account=options.service_account,
+            caller="cli",
         )
         report = scan.scan(read_holdings(clients, options.provisioner_name), options.nodes)
         if options.delete:

@@ -11,10 +11,15 @@ from collections.abc import Callable
 import pytest
 import yaml
 
-from provisioner.config import DEFAULT_HELPER_POD_YAML
+from provisioner.claims import TeardownPlan
+from provisioner.config import DEFAULT_HELPER_POD_YAML, load_config_bundle
 from provisioner.helpers import BASE_VIEW
+from provisioner.kube.client import create_clients
+from provisioner.kube.helper_pods import HelperPodRunner
 from provisioner.quota import project_id_for
+from provisioner.resize import build_resize_helper_pod
 from tests.provisioner.e2e.support import (
+    HELPER_SERVICE_ACCOUNT,
     ConfigFiles,
     ProvisionerSetup,
     default_config,
@@ -90,3 +95,53 @@ def test_without_project_quotas_the_setup_carries_on(
     pattern = f"{setup.namespace}_helper-create-{volume['metadata']['name']}_*.log"
     said = "".join(path.read_text() for path in logs.glob(pattern))
     assert "no-quota " in said, f"the setup helper did not look for a quota: {said!r}"
+
+
+def test_the_resize_entry_sets_the_new_limit_through_a_helper_pod(
+    make_setup: Callable[..., ProvisionerSetup],
+) -> None:
+    """What expansion calls: `build_resize_helper_pod`, run to completion, says what it did."""
+    base = f"/opt/resize-{uuid.uuid4().hex[:6]}"
+    tools = f"{BASE_VIEW}/.tools"
+    template = yaml.safe_load(DEFAULT_HELPER_POD_YAML)
+    template["spec"]["containers"][0]["env"] = [
+        {"name": "PATH", "value": f"{tools}:/usr/sbin:/usr/bin:/sbin:/bin"},
+        {"name": "LPS_MOUNTINFO", "value": f"{tools}/mountinfo"},
+    ]
+    files = ConfigFiles(config=default_config(base), helper_pod=yaml.safe_dump(template))
+    setup = make_setup(files)
+    host_tools = setup.node_path(NODE, f"{base}/.tools")
+    host_tools.mkdir(parents=True)
+    (host_tools / "xfs_quota").write_text(STAND_IN.replace("$VOL_DIR/.xfs_quota-argv", "/dev/null"))
+    (host_tools / "xfs_quota").chmod(0o755)
+    (host_tools / "mountinfo").write_text(
+        f"40 1 7:7 / {base} rw,relatime - xfs /dev/loop7 rw,attr2,inode64,prjquota\n"
+    )
+    setup.start()
+    storage_class = setup.create_class("resize")
+    setup.create_claim("grow", storage_class, size="1Gi")
+    setup.create_consumer("grow", "grow", node_selector={"kubernetes.io/hostname": NODE})
+    volume = setup.wait_bound("grow")
+    target = TeardownPlan(
+        volume_name=volume["metadata"]["name"],
+        path=volume_path(volume),
+        node_name=NODE,
+        volume_mode="Filesystem",
+        size_bytes=1024**3,
+        delete_volume=False,
+        remove_finalizer=False,
+        base_path=base,
+    )
+    bundle = load_config_bundle(
+        json.dumps(files.config), files.setup, files.teardown, files.helper_pod
+    )
+    manifest = build_resize_helper_pod(
+        target, 3 * 1024**3, bundle, setup.namespace, HELPER_SERVICE_ACCOUNT
+    )
+    clients = create_clients(str(setup.cluster.kubeconfig))
+    try:
+        _, message = HelperPodRunner(clients).run_for_message(manifest, 60)
+    finally:
+        clients.close()
+    project = project_id_for(target.volume_name)
+    assert message.strip() == f"quota {project} {3 * 1024**3}"
