@@ -23,6 +23,8 @@ NEVER_STARTS_IMAGE = "lps.invalid/never-starts:0"
 # kubelet's FallbackToLogsOnError keeps the last 80 lines, at most 2048 bytes of them.
 TERMINATION_MESSAGE_MAX_LINES = 80
 TERMINATION_MESSAGE_MAX_BYTES = 2048
+# kubelet reads at most 4096 bytes of a container's termination-message file.
+TERMINATION_MESSAGE_FILE_MAX_BYTES = 4096
 # A container that could not start (bad mount, no such command) is reported as containerd
 # does: exit code 128, reason StartError.
 START_ERROR_EXIT_CODE = 128
@@ -167,6 +169,25 @@ def plan_sandbox(
         mounts=mounts,
         hostname=pod_hostname(pod),
     )
+
+
+def termination_message_mount(container: Mapping[str, Any], source: Path) -> Mount | None:
+    """The bind mount a kubelet makes of the container's termination-message file, for an
+    explicit `terminationMessagePath` outside /dev (the sandbox's /dev is the host's own, so
+    the default /dev/termination-log is not emulated): what the container writes there becomes
+    its termination message, on success as on failure."""
+    path = container.get("terminationMessagePath")
+    if not isinstance(path, str) or not path.startswith("/"):
+        return None
+    target = posixpath.normpath(path)
+    if target == "/dev" or target.startswith("/dev/"):
+        return None
+    return Mount(source=str(source), target=target)
+
+
+def termination_file_message(written: bytes) -> str:
+    """What a kubelet reports of a termination-message file: its first 4096 bytes."""
+    return written[:TERMINATION_MESSAGE_FILE_MAX_BYTES].decode("utf-8", "replace")
 
 
 def pod_hostname(pod: Mapping[str, Any]) -> str:

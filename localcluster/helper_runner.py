@@ -14,6 +14,7 @@ documented ways to read it.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import threading
@@ -34,6 +35,8 @@ from localcluster.helper_pods import (
     START_ERROR_EXIT_CODE,
     UnsupportedPodError,
     plan_sandbox,
+    termination_file_message,
+    termination_message_mount,
 )
 from localcluster.pod_api import PodRunnerBase
 from localcluster.pod_volumes import VolumeMaterializer, VolumeNotReadyError, prepare_host_paths
@@ -177,6 +180,13 @@ class HelperPodRunner(PodRunnerBase):
             now = utc_now()
             self._report_start_error(pod, now, now, error.message, error.reason)
             return
+        message_mount = termination_message_mount(
+            pod["spec"]["containers"][0], pod_dir / "termination-log"
+        )
+        if message_mount is not None:
+            Path(message_mount.source).touch()
+            mounts = sorted([*plan.mounts, message_mount], key=lambda m: m.target.count("/"))
+            plan = dataclasses.replace(plan, mounts=mounts)
         for mount in plan.mounts:  # subPath directories are created on demand, as kubelet does
             source = Path(mount.source)
             if not source.exists():
@@ -197,7 +207,9 @@ class HelperPodRunner(PodRunnerBase):
         elif outcome.start_failure:
             self._report_start_error(pod, started_at, utc_now(), outcome.start_failure, None)
         else:
-            self._report_terminated(pod, run, outcome, started_at)
+            written = pod_dir / "termination-log"
+            message = termination_file_message(written.read_bytes()) if written.exists() else ""
+            self._report_terminated(pod, run, outcome, started_at, message)
 
     def _started(self, run: _PodRun, pid: int) -> None:
         self.started_pids.append(pid)
@@ -205,8 +217,15 @@ class HelperPodRunner(PodRunnerBase):
 
     # Reporting to the API.
     def _report_terminated(
-        self, pod: dict[str, Any], run: _PodRun, outcome: SandboxOutcome, started_at: str
+        self,
+        pod: dict[str, Any],
+        run: _PodRun,
+        outcome: SandboxOutcome,
+        started_at: str,
+        written_message: str = "",
     ) -> None:
+        """`written_message`: what the container wrote to its termination-message file, which
+        a kubelet reports in preference to the log tail."""
         log_path = pod_log_path(self.cluster_dir, run.namespace, run.name, run.uid)
         log = log_path.read_bytes() if log_path.exists() else b""
         container = pod["spec"]["containers"][0]
@@ -218,7 +237,7 @@ class HelperPodRunner(PodRunnerBase):
                 pod,
                 exit_code=code,
                 reason=status.exit_reason(code),
-                message=status.failure_message(container, code, log),
+                message=written_message or status.failure_message(container, code, log),
                 started_at=started_at,
                 finished_at=utc_now(),
                 pod_reason="DeadlineExceeded" if deadline else None,

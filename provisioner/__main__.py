@@ -1,4 +1,5 @@
-"""`python -m provisioner [start] [flags]` and the `local-path-storage-provisioner` script."""
+"""`python -m provisioner [start] [flags]`, `python -m provisioner orphans [flags]` and the
+`local-path-storage-provisioner` script."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ from provisioner.options import parse_options
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["orphans"]:
+        from provisioner import orphans_cli  # noqa: PLC0415 (the controller's start needs none of it)
+
+        sys.exit(orphans_cli.main(sys.argv[2:]))
     sys.exit(run(parse_options(sys.argv[1:])))
 
 

@@ -44,6 +44,7 @@ from provisioner.kube.leader_election import LeaderElector, lease_name_for
 from provisioner.kube.metrics import Metrics
 from provisioner.kube.pod_events import PodEventHub
 from provisioner.logs import configure_logging
+from provisioner.node_scan import NodeScanner, ScanSources
 from provisioner.options import Options
 from provisioner.server import ProbeServer
 
@@ -134,6 +135,21 @@ class Provisioner:
             actions,
             self.metrics,
             pod_events=pod_events,
+        )
+        self.node_scanner = NodeScanner(
+            HelperPodRunner(self.clients, pod_events=pod_events),
+            ScanSources(
+                volumes=lambda: [v for _, v in self.controller.volumes.items()],
+                nodes=lambda: [n for _, n in self.controller.nodes.items()],
+                helper_pods=lambda: [p for _, p in self.controller.helper_pods.items()],
+                config=lambda: self.watcher.current,
+            ),
+            self.metrics,
+            self.recorder,
+            provisioner_name=options.provisioner_name,
+            namespace=options.namespace,
+            service_account=options.helper_service_account,
+            interval_seconds=options.node_scan_interval,
         )
         self._api = _ApiReachability(self.clients)
         self.elector: LeaderElector | None = None
@@ -229,6 +245,7 @@ class Provisioner:
             self.stop()
             return
         self._leading.set()
+        self.node_scanner.start()
 
     def _stopped_leading(self) -> None:
         self.metrics.leader.labels(self.options.provisioner_name).set(0)
@@ -305,6 +322,7 @@ class Provisioner:
         self.watcher.start()
         self._stopping.wait()
         log.info("shutting down: no new work, finishing running reconciles")
+        self.node_scanner.stop()
         self.controller.stop()
         if self.elector is not None:
             self.elector.stop(timeout=LEASE_RELEASE_SECONDS)

@@ -23,6 +23,7 @@ import yaml
 
 from provisioner.config import ConfigBundle, ConfigError
 from provisioner.paths import is_strictly_inside
+from provisioner.quota import quota_environment
 
 HELPER_POD_LABEL = "local-path-storage.io/helper-pod"
 HELPER_POD_LABEL_VALUE = "true"
@@ -273,18 +274,31 @@ BASE_VOLUME = "base"
 
 # The provisioner's own steps, with the base path mounted read-write at its own path. Neither
 # follows a symbolic link: a tenant owns what is inside its volume and can plant links there.
+# `finish` also removes the parents a pathPattern made (`<base>/<namespace>` for
+# "{{ .PVC.Namespace }}/{{ .PVC.Name }}"), deepest first, while they are empty, never the base
+# path. A sibling's `prepare` may find such a parent, then see it removed before it makes its
+# own directory in it (the parent was empty until then): `mkdir` fails, and it walks again.
+# Once the sibling's directory exists the parent is not empty and no `finish` removes it.
 PREPARE_SCRIPT = """\
 set -eu
 refuse() { echo "refusing $VOL_DIR: $1" >&2; exit 1; }
 case "$VOL_DIR" in "$LPS_BASE"/*) ;; *) refuse "it is not inside $LPS_BASE" ;; esac
-dir="$LPS_BASE"
-rest="${VOL_DIR#"$LPS_BASE"/}"
-while [ -n "$rest" ]; do
-  part="${rest%%/*}"
-  if [ "$part" = "$rest" ]; then rest=""; else rest="${rest#*/}"; fi
-  dir="$dir/$part"
-  if [ -L "$dir" ]; then refuse "$dir is a symbolic link"; fi
-  if [ ! -d "$dir" ]; then mkdir "$dir" || [ -d "$dir" ] || refuse "cannot create $dir"; fi
+make_path() {
+  dir="$LPS_BASE"
+  rest="${VOL_DIR#"$LPS_BASE"/}"
+  while [ -n "$rest" ]; do
+    part="${rest%%/*}"
+    if [ "$part" = "$rest" ]; then rest=""; else rest="${rest#*/}"; fi
+    dir="$dir/$part"
+    if [ -L "$dir" ]; then refuse "$dir is a symbolic link"; fi
+    if [ ! -d "$dir" ]; then mkdir "$dir" 2>/dev/null || [ -d "$dir" ] || return 1; fi
+  done
+}
+attempt=1
+until make_path; do
+  if [ "$attempt" -ge 5 ]; then refuse "cannot create $dir"; fi
+  echo "$dir: its parent vanished (a sibling's teardown removed it empty); again" >&2
+  attempt=$((attempt + 1))
 done
 cd "$VOL_DIR"
 real="$(pwd -P)"
@@ -295,21 +309,32 @@ set -eu
 refuse() { echo "refusing $VOL_DIR: $1" >&2; exit 1; }
 case "$VOL_DIR" in "$LPS_BASE"/*) ;; *) refuse "it is not inside $LPS_BASE" ;; esac
 dir="$LPS_BASE"
+deepest="$LPS_BASE"
 rest="${VOL_DIR#"$LPS_BASE"/}"
 while [ -n "$rest" ]; do
   part="${rest%%/*}"
   if [ "$part" = "$rest" ]; then rest=""; else rest="${rest#*/}"; fi
   dir="$dir/$part"
   if [ -L "$dir" ]; then refuse "$dir is a symbolic link"; fi
-  if [ ! -e "$dir" ]; then exit 0; fi
+  if [ ! -e "$dir" ]; then break; fi
+  deepest="$dir"
 done
-rmdir "$VOL_DIR" 2>/dev/null || refuse "the teardown left $(ls -A "$VOL_DIR" | wc -l) entries in it"
+if [ "$deepest" = "$VOL_DIR" ]; then
+  left="$(ls -A "$VOL_DIR" | wc -l)"
+  rmdir "$VOL_DIR" 2>/dev/null || refuse "the teardown left $left entries in it"
+  deepest="${VOL_DIR%/*}"
+fi
+while [ "$deepest" != "$LPS_BASE" ]; do
+  if [ -L "$deepest" ] || ! rmdir "$deepest" 2>/dev/null; then break; fi
+  deepest="${deepest%/*}"
+done
 """
 # Runs before the setup or teardown code, in its pod: VOL_DIR must be the real directory, seen
 # through the read-only base path without a symbolic link, and the read-write mount at VOL_DIR
 # must be that very directory (device and inode), not one a link redirected the host mount to.
 # rancher's teardown `rm -rf "$VOL_DIR"` cannot remove the mount point itself: once its content
-# is gone, the teardown has done its part and the `finish` step removes the directory.
+# is gone, the teardown has done its part and the `finish` step removes the directory. After a
+# setup that succeeded, the quota step (see `quota`) limits the directory where it can.
 GUARD_SCRIPT = """\
 set -u
 refuse() { echo "refusing $VOL_DIR: $1" >&2; exit 1; }
@@ -328,6 +353,9 @@ fi
 cd /
 if [ -n "${LPS_COMMAND:-}" ]; then "$LPS_COMMAND" "$@"; else /bin/sh -c "$LPS_SCRIPT" "$0" "$@"; fi
 status=$?
+if [ "$status" -eq 0 ] && [ -n "${LPS_QUOTA_SCRIPT:-}" ]; then
+  /bin/sh -c "$LPS_QUOTA_SCRIPT" quota || status=$?
+fi
 if [ "$status" -ne 0 ] && [ "$0" = teardown ] && [ -z "$(ls -A "$VOL_DIR")" ]; then exit 0; fi
 exit "$status"
 """
@@ -362,38 +390,18 @@ def build_helper_pod(
         raise ValueError(
             f"volume path {target.path!r} is not strictly inside its base path {target.base_path!r}"
         )
-    config = bundle.config
-    pod = copy.deepcopy(bundle.helper_pod_template)
-    meta = pod.get("metadata") or {}
-    labels = {
-        **(meta.get("labels") or {}),
-        HELPER_POD_LABEL: HELPER_POD_LABEL_VALUE,
-        HELPER_ACTION_LABEL: step,
-        HELPER_VOLUME_LABEL: _label_value(target.volume_name),
-    }
-    pod["metadata"] = {
-        "name": helper_pod_name(step, target.volume_name),
-        "namespace": namespace,
-        "labels": labels,
-    }
-    if meta.get("annotations"):
-        pod["metadata"]["annotations"] = meta["annotations"]
+    pod = helper_pod_frame(
+        bundle,
+        namespace,
+        service_account,
+        name=helper_pod_name(step, target.volume_name),
+        labels={
+            HELPER_ACTION_LABEL: step,
+            HELPER_VOLUME_LABEL: _label_value(target.volume_name),
+        },
+        node_name=target.node_name,
+    )
     spec = pod["spec"]
-    spec.pop("serviceAccount", None)
-    if target.node_name:
-        spec["nodeName"] = target.node_name
-    spec["serviceAccountName"] = service_account
-    spec["automountServiceAccountToken"] = False
-    spec["restartPolicy"] = "Never"
-    spec["activeDeadlineSeconds"] = config.cmd_timeout_seconds
-    if spec.get("tolerations") is None:
-        spec["tolerations"] = [
-            {
-                "key": "node.kubernetes.io/disk-pressure",
-                "operator": "Exists",
-                "effect": "NoSchedule",
-            }
-        ]
     volumes, mounts = _mounts(step, target)
     ours = {DATA_VOLUME, BASE_VOLUME}
     spec["volumes"] = [v for v in spec.get("volumes") or () if v.get("name") not in ours] + volumes
@@ -414,6 +422,50 @@ def build_helper_pod(
     kept = [e for e in container.get("env") or () if e.get("name") not in env]
     container["env"] = kept + [{"name": k, "value": v} for k, v in env.items()]
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    return pod
+
+
+def helper_pod_frame(
+    bundle: ConfigBundle,
+    namespace: str,
+    service_account: str,
+    *,
+    name: str,
+    labels: Mapping[str, str],
+    node_name: str | None,
+) -> dict[str, Any]:
+    """The template with what every helper pod is forced to be: ours (labels), bound to its
+    node, under the rightless service account without a token, never restarted, and killed at
+    cmdTimeoutSeconds. The caller adds the volumes, the command and the environment."""
+    pod = copy.deepcopy(bundle.helper_pod_template)
+    meta = pod.get("metadata") or {}
+    pod["metadata"] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {
+            **(meta.get("labels") or {}),
+            HELPER_POD_LABEL: HELPER_POD_LABEL_VALUE,
+            **labels,
+        },
+    }
+    if meta.get("annotations"):
+        pod["metadata"]["annotations"] = meta["annotations"]
+    spec = pod["spec"]
+    spec.pop("serviceAccount", None)
+    if node_name:
+        spec["nodeName"] = node_name
+    spec["serviceAccountName"] = service_account
+    spec["automountServiceAccountToken"] = False
+    spec["restartPolicy"] = "Never"
+    spec["activeDeadlineSeconds"] = bundle.config.cmd_timeout_seconds
+    if spec.get("tolerations") is None:
+        spec["tolerations"] = [
+            {
+                "key": "node.kubernetes.io/disk-pressure",
+                "operator": "Exists",
+                "effect": "NoSchedule",
+            }
+        ]
     return pod
 
 
@@ -466,6 +518,8 @@ def _command(
     # `sh -c SCRIPT setup -p PATH -s SIZE -m MODE -a ACTION` (or the command with those
     # arguments), with the same $0-$N as rancher's `sh /script/setup ARGS`.
     env["LPS_BASE_VIEW"] = BASE_VIEW
+    if action == "create":
+        env.update(quota_environment(target.volume_name, target.size_bytes))
     if custom:
         env["LPS_COMMAND"] = custom
     else:

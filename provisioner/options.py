@@ -41,6 +41,8 @@ class Options:
     allow_unsafe_helper_template: bool
     debug: bool
     json_logs: bool
+    node_scan_interval: float = 3600.0
+    """Seconds between the leader's node scans (orphan and usage metrics); 0 turns them off."""
     pod_name: str = ""
     """This process's pod (the kubelet sets the hostname to it): on SIGTERM, its owner tells
     whether the installation is being removed."""
@@ -167,6 +169,14 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) 
         help="this process's pod; default the hostname, which the kubelet sets to it [POD_NAME]",
     )
     add(
+        "--node-scan-interval",
+        type=float,
+        default=float(env("NODE_SCAN_INTERVAL", "3600")),
+        help="seconds between the leader's scans of the nodes for orphans and volume usage"
+        " (metrics, and a Warning on a claim whose volume outgrew its size); 0 turns them off"
+        " [NODE_SCAN_INTERVAL]",
+    )
+    add(
         "--debug",
         "-d",
         action="store_true",
@@ -180,6 +190,8 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) 
         help="one JSON object per log line [JSON_LOGS]",
     )
     ns = parser.parse_args(list(argv))
+    if ns.node_scan_interval < 0:
+        parser.error("--node-scan-interval must be 0 (off) or a number of seconds")
     if ns.workers < 1:
         parser.error(f"--worker-threads must be at least 1, got {ns.workers}")
     for flag in ("provisioning_retry_count", "deletion_retry_count"):
@@ -206,4 +218,5 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) 
         debug=ns.debug,
         json_logs=ns.json_logs,
         pod_name=ns.pod_name,
+        node_scan_interval=ns.node_scan_interval,
     )

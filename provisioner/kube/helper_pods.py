@@ -91,6 +91,11 @@ class HelperPodRunner:
         """Create the pod (namespace and name from its metadata), wait for it to succeed, delete
         it. Returns the seconds it took; raises a `HelperPodError` otherwise (the pod is deleted
         in every case). API errors while following the pod are ridden out until the timeout."""
+        return self.run_for_message(manifest, timeout)[0]
+
+    def run_for_message(self, manifest: Mapping[str, Any], timeout: float) -> tuple[float, str]:
+        """As `run`, and also the termination message the succeeded container left (what a
+        helper that reports a result writes to its terminationMessagePath)."""
         started = self._clock.monotonic()
         deadline = started + timeout
         pod = copy.deepcopy(dict(manifest))
@@ -102,8 +107,8 @@ class HelperPodRunner:
         label = f"{namespace}/{name}"
         try:
             current = self._create_or_adopt(pod, label, deadline, timeout)
-            self._wait_for_completion(current, label, deadline, timeout)
-            return self._clock.monotonic() - started
+            final = self._wait_for_completion(current, label, deadline, timeout)
+            return self._clock.monotonic() - started, PodState.of(final).message
         except HelperPodError as e:
             e.duration = self._clock.monotonic() - started
             raise
@@ -145,7 +150,8 @@ class HelperPodRunner:
 
     def _wait_for_completion(
         self, pod: dict[str, Any], label: str, deadline: float, timeout: float
-    ) -> None:
+    ) -> dict[str, Any]:
+        """The pod as last seen, once it succeeded."""
         progress = PodProgress(label, deadline, timeout, self._grace, self._clock)
         wake_at = progress.next_look(pod)
         while wake_at is not None:
@@ -162,6 +168,7 @@ class HelperPodRunner:
                     label, None, "Deleted", "the pod was deleted before it finished"
                 ) from e
             wake_at = progress.next_look(pod)
+        return pod
 
     def _wait_until_deleted(
         self, pod: dict[str, Any], label: str, deadline: float, timeout: float

@@ -86,6 +86,25 @@ class Metrics:
             ["operation"],
             registry=registry,
         )
+        self.orphan_directories = Gauge(
+            "local_path_orphan_directories",
+            "Entries under a base path no PV owns, by node, at the last node scan.",
+            ["node"],
+            registry=registry,
+        )
+        self.volumes_missing_directory = Gauge(
+            "local_path_volumes_missing_directory",
+            "Our PVs whose directory the last node scan did not find, by node.",
+            ["node"],
+            registry=registry,
+        )
+        self.volume_used_bytes = Gauge(
+            "local_path_volume_used_bytes",
+            "Bytes a volume's directory uses (du, one filesystem, no links followed), at the"
+            " last node scan.",
+            ["volume", "node", "storage_class"],
+            registry=registry,
+        )
         self.leader = Gauge(
             "leader_election_master_status",
             "1 while this instance holds the leader lease.",

@@ -33,6 +33,7 @@ from provisioner.helpers import (
     parse_helper_template,
     validate_helper_template,
 )
+from provisioner.quota import quota_environment
 
 HINT = "remove it, or start the provisioner with --allow-unsafe-helper-template"
 DEFAULT = yaml.safe_load(DEFAULT_HELPER_POD_YAML)
@@ -307,6 +308,8 @@ def test_helper_pod_forces_what_the_template_may_not_choose() -> None:
         "LPS_BASE": "/opt/lp",
         "LPS_BASE_VIEW": BASE_VIEW,
         "LPS_SCRIPT": DEFAULT_SETUP_SCRIPT,
+        # After a setup that succeeded, the guard sets a project quota where one is enforced.
+        **quota_environment("pvc-1111", 1024),
     }
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert container["image"] == "busybox:1.37.0"

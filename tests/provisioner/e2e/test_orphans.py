@@ -1,0 +1,155 @@
+"""`python -m provisioner orphans` on the real cluster: planted directories and a planted symbolic
+link under a base path, a live volume, and a PV whose directory went missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.provisioner.e2e.support import (
+    CONFIGMAP,
+    HELPER_SERVICE_ACCOUNT,
+    REPO,
+    ConfigFiles,
+    ProvisionerSetup,
+    default_config,
+    volume_path,
+)
+
+pytestmark = pytest.mark.cluster
+NODE = "node-1"
+TWO_DAYS = 2 * 86400
+
+
+def orphans_cli(setup: ProvisionerSetup, *flags: str) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "provisioner",
+            "orphans",
+            "--kubeconfig",
+            str(setup.cluster.kubeconfig),
+            "--namespace",
+            setup.namespace,
+            "--configmap-name",
+            CONFIGMAP,
+            "--provisioner-name",
+            setup.name,
+            "--service-account-name",
+            HELPER_SERVICE_ACCOUNT,
+            "--node",
+            NODE,
+            *flags,
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def plant_old(path: Path) -> None:
+    then = time.time() - TWO_DAYS
+    os.utime(path, (then, then), follow_symlinks=False)
+
+
+def by_path(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {entry["path"]: entry for entry in document["orphans"]}
+
+
+def test_orphans_are_listed_then_removed_and_nothing_else_is_touched(
+    make_setup: Callable[..., ProvisionerSetup],
+) -> None:
+    base = f"/opt/orphans-{uuid.uuid4().hex[:6]}"
+    setup = make_setup(ConfigFiles(config=default_config(base)))
+    setup.start()
+    storage_class = setup.create_class("orphans", reclaim_policy="Retain")
+    volumes = {}
+    for claim in ("live", "lost"):
+        setup.create_claim(claim, storage_class)
+        setup.create_consumer(claim, claim, node_selector={"kubernetes.io/hostname": NODE})
+        volumes[claim] = setup.wait_bound(claim)
+    live = setup.node_path(NODE, volume_path(volumes["live"]))
+    (live / "tenant-dir").mkdir()
+    (live / "tenant-link").symlink_to("/")
+    plant_old(live)
+    lost = setup.node_path(NODE, volume_path(volumes["lost"]))
+    lost.rmdir()
+
+    host_base = setup.node_path(NODE, base)
+    old = host_base / "old-orphan"
+    (old / "deep").mkdir(parents=True)
+    (old / "deep" / "data.bin").write_bytes(b"x" * 100)
+    plant_old(old)
+    young = host_base / "young-orphan"
+    young.mkdir()
+    outside = setup.node_path(NODE, "/srv/not-ours")
+    outside.mkdir(parents=True)
+    (outside / "precious.txt").write_text("keep")
+    (outside / "old-dir").mkdir()
+    plant_old(outside / "old-dir")
+    link = host_base / "planted-link"
+    link.symlink_to(outside)
+    plant_old(link)
+    stray = host_base / "stray-file"
+    stray.write_text("?")
+    plant_old(stray)
+
+    code, out, err = orphans_cli(setup, "--output", "json")
+    assert code == 1, err
+    document = json.loads(out)
+    listed = by_path(document)
+    assert set(listed) == {
+        f"{base}/old-orphan",
+        f"{base}/young-orphan",
+        f"{base}/planted-link",
+        f"{base}/stray-file",
+    }, "a live volume, its content or a link's target was listed"
+    assert listed[f"{base}/planted-link"]["kind"] == "symlink"
+    assert listed[f"{base}/old-orphan"]["kind"] == "directory"
+    assert listed[f"{base}/old-orphan"]["ageSeconds"] >= TWO_DAYS - 60
+    assert listed[f"{base}/young-orphan"]["ageSeconds"] < 600
+    assert document["missing"] == [
+        {
+            "volume": volumes["lost"]["metadata"]["name"],
+            "node": NODE,
+            "path": volume_path(volumes["lost"]),
+        }
+    ]
+    assert document["problems"] == []
+    assert old.is_dir(), "listing removed something"
+
+    code, out, err = orphans_cli(setup)
+    assert code == 1, err
+    assert "old-orphan" in out and "missing: PV" in out and "NODE" in out
+
+    code, out, err = orphans_cli(setup, "--delete", "--older-than", "1h", "--output", "json")
+    assert code == 1, err  # the young one, the link, the file and the missing PV remain
+    states = {path: entry["state"] for path, entry in by_path(json.loads(out)).items()}
+    assert states[f"{base}/old-orphan"] == "removed"
+    assert states[f"{base}/young-orphan"].startswith("kept: younger")
+    assert states[f"{base}/planted-link"].startswith("kept: a symlink")
+    assert not old.exists()
+    assert young.is_dir()
+    assert link.is_symlink()
+    assert (outside / "precious.txt").read_text() == "keep"
+    assert (outside / "old-dir").is_dir()
+    assert (live / "tenant-dir").is_dir() and (live / "tenant-link").is_symlink()
+
+    code, _, err = orphans_cli(setup, "--delete", "--older-than", "1m")
+    assert code == 2
+    assert "--older-than must be at least 10m" in err
