@@ -32,6 +32,7 @@ from provisioner.kube.events import EventRecorder, ObjectReference
 from provisioner.kube.helper_pods import HelperPodError, HelperPodFailed, HelperPodRunner
 from provisioner.kube.metrics import Metrics
 from provisioner.records import ClaimRecord
+from provisioner.resize import build_resize_helper_pod
 from provisioner.volumes import build_persistent_volume, foreign_volume_problem
 
 log = logging.getLogger(__name__)
@@ -243,15 +244,38 @@ class Actions:
             f"{reason}: removed {SELECTED_NODE} so that the scheduler picks a node again",
         )
 
-    def resize_volume_quota(self, expansion: Expand) -> None:
-        """Where a filesystem quota on the volume's directory is raised to the new size before
-        the API objects say it is granted. Without quota enforcement a directory needs no
-        node-side step, so this does nothing yet."""
+    def resize_volume_quota(self, expansion: Expand, bundle: ConfigBundle) -> None:
+        """Raise the volume's hard quota to the new size before the API objects say it is
+        granted: a helper on the node does it where the filesystem enforces project quotas and
+        does nothing elsewhere (its message says which). A failure fails the expansion."""
+        if not expansion.base_path:
+            log.info(
+                "volume %s: no configured base path holds %s; no quota to raise",
+                expansion.volume_name,
+                expansion.path,
+            )
+            return
+        manifest = build_resize_helper_pod(
+            expansion,
+            expansion.size_bytes,
+            bundle,
+            self._helper.namespace,
+            self._helper.service_account,
+        )
+        timeout = float(bundle.config.cmd_timeout_seconds)
+        try:
+            seconds, message = self._runner.run_for_message(manifest, timeout)
+        except HelperPodError as error:
+            self._metrics.observe_helper_pod("resize", "failed", error.duration or 0.0)
+            raise ActionFailed(f"raising the quota of {expansion.path}: {error}") from error
+        self._metrics.observe_helper_pod("resize", "succeeded", seconds)
+        log.info("volume %s: %s", expansion.volume_name, message.strip() or "resized")
 
-    def expand(self, claim: ClaimRecord, expansion: Expand) -> None:
-        """Grow the volume as the external-resizer does: the PV's capacity, then the claim's
-        status.capacity (status subresource), then the event."""
-        self.resize_volume_quota(expansion)
+    def expand(self, claim: ClaimRecord, expansion: Expand, bundle: ConfigBundle) -> None:
+        """Grow the volume as the external-resizer does: the quota on the node (where there is
+        one), the PV's capacity, then the claim's status.capacity (status subresource), then
+        the event."""
+        self.resize_volume_quota(expansion, bundle)
         self._patch(
             f"/api/v1/persistentvolumes/{expansion.volume_name}",
             {"spec": {"capacity": {"storage": expansion.capacity}}},

@@ -34,6 +34,7 @@ from provisioner.claims import (
     decide_volume_action,
     is_our_claim,
     record_volume,
+    volume_size_bytes,
 )
 from provisioner.config import ConfigBundle
 from provisioner.expansion import (
@@ -432,15 +433,17 @@ class Controller:
 
     def _reconcile_expansion(self, claim: ClaimRecord) -> None:
         bundle = self._config()
+        volume = self.volumes.get(claim.volume_name)
         with self._paths_lock:
             decision = decide_expansion(
                 claim,
-                self.volumes.get(claim.volume_name),
+                volume,
                 self.classes.get(claim.storage_class_name or ""),
                 bundle.config,
                 provisioner_name=self._settings.provisioner_name,
                 paths=self._paths,
             )
+            granted_bytes = volume_size_bytes(volume) if volume is not None else 0
             if isinstance(decision, Expand):
                 # Counted at once, so no provision takes the room before the PV shows it.
                 self._paths.resize(decision.volume_name, decision.size_bytes)
@@ -449,7 +452,13 @@ class Controller:
                 log.info(
                     "claim %s/%s: expanding to %s", claim.namespace, claim.name, decision.capacity
                 )
-                self._actions.expand(claim, decision)
+                try:
+                    self._actions.expand(claim, decision, bundle)
+                except Exception:
+                    # Not granted: the budget gives back what was counted for it above.
+                    with self._paths_lock:
+                        self._paths.resize(decision.volume_name, granted_bytes)
+                    raise
                 self.capacity.poke()
             case FinishExpansion(capacity):
                 self._actions.finish_expansion(claim, capacity)

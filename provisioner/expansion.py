@@ -24,12 +24,21 @@ from provisioner.records import ClaimRecord, StorageClassRecord, VolumeRecord
 
 @dataclass(frozen=True, slots=True)
 class Expand:
+    """Grow the volume; also the target of the helper that raises its quota (`HelperTarget`)."""
+
     volume_name: str
     capacity: str
     """The new size, as the claim requested it."""
     size_bytes: int
     node_name: str
     path: str
+    base_path: str = ""
+    """The configured base path holding the volume ("" when none holds it any more: no quota
+    can be raised then)."""
+    volume_mode: str = "Filesystem"
+    vol_user: str = ""
+    vol_group: str = ""
+    vol_perm: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +94,10 @@ def decide_expansion(
     if refused is not None:
         return RefuseExpansion(refused)
     assert volume.path is not None and claim.requested_storage is not None
-    return Expand(
-        volume.name, claim.requested_storage, requested, volume_node_name(volume), volume.path
-    )
+    node = volume_node_name(volume)
+    bases = config.capacities_for(claim.storage_class_name or "", node)
+    base = next((b for b in bases if is_strictly_inside(volume.path, b)), "")
+    return Expand(volume.name, claim.requested_storage, requested, node, volume.path, base)
 
 
 def _refusal(

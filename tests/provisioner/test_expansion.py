@@ -63,7 +63,7 @@ def decide(claim: ClaimRecord, volume: VolumeRecord = VOLUME, **kwargs: Any) -> 
 
 def test_a_larger_request_with_room_is_granted() -> None:
     decision = decide(dataclasses.replace(CLAIM, requested_storage="2Gi"))
-    assert decision == Expand("pvc-1", "2Gi", 2 * GI, "n1", "/data/pvc-1")
+    assert decision == Expand("pvc-1", "2Gi", 2 * GI, "n1", "/data/pvc-1", base_path="/data")
 
 
 def test_a_claim_being_bound_is_not_an_interrupted_expansion() -> None:
