@@ -193,7 +193,10 @@ class CapacityPublisher:
 
     def _driver_wants_capacity(self) -> bool:
         """Whether our CSIDriver has storageCapacity: true (the scheduler then needs objects
-        for every node, budget or not)."""
+        for every node, budget or not). A name with a `/` cannot name a CSIDriver (a DNS
+        subdomain), so there is none to read: asking would read a subresource path instead."""
+        if "/" in self._provisioner_name:
+            return False
         try:
             driver = self._clients.request_json(
                 "GET", f"/apis/storage.k8s.io/v1/csidrivers/{self._provisioner_name}"
