@@ -32,6 +32,9 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+# ConfigError is part of this module's interface (docs/CONTRACTS.md): re-exported.
+from provisioner.config_error import ConfigError as ConfigError  # noqa: PLC0414
+from provisioner.helper_template import parse_helper_template
 from provisioner.paths import (
     PathPatternError,
     PatternFields,
@@ -135,15 +138,6 @@ _GO_BOOLS |= {"0": False, "f": False, "F": False, "FALSE": False, "false": False
 _OCTAL_MODE = re.compile(r"0?[0-7]{3,4}")
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
-class ConfigError(ValueError):
-    """A config problem: `key_path` says where, `message` what is wrong and what to do."""
-
-    def __init__(self, key_path: str, message: str, *, source: str | None = None) -> None:
-        self.key_path, self.message, self.source = key_path, message, source
-        prefix = f"{source}: " if source else ""
-        super().__init__(f"{prefix}{key_path}: {message}" if key_path else f"{prefix}{message}")
 
 
 class _Strict(BaseModel):
@@ -730,12 +724,7 @@ def load_config_bundle(
                 key,
                 f"the {key} script is empty and config.json sets no {key}Command: give one of them",
             )
-    # helpers imports this module for ConfigError and ConfigBundle, hence the late import.
-    from provisioner import helpers  # noqa: PLC0415
-
-    template = helpers.parse_helper_template(
-        helper_pod_yaml, allow_unsafe=allow_unsafe_helper_template
-    )
+    template = parse_helper_template(helper_pod_yaml, allow_unsafe=allow_unsafe_helper_template)
     return ConfigBundle(config, setup_script, teardown_script, template)
 
 

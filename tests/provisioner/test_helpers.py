@@ -20,6 +20,7 @@ from provisioner.config import (
     ConfigError,
     load_config_bundle,
 )
+from provisioner.helper_template import parse_helper_template, validate_helper_template
 from provisioner.helpers import (
     BASE_VIEW,
     FINISH_SCRIPT,
@@ -30,8 +31,6 @@ from provisioner.helpers import (
     build_helper_pod,
     helper_pod_name,
     helper_steps,
-    parse_helper_template,
-    validate_helper_template,
 )
 from provisioner.quota import quota_environment
 
