@@ -171,6 +171,9 @@ class Controller:
         self._paths_lock = threading.Lock()
         # Claims told to wait, by the volume they wait for: woken when it leaves the book.
         self._waiting: dict[str, set[str]] = {}
+        # Claims whose expansion was refused for want of room: looked at again when a volume
+        # goes and gives its budget back.
+        self._expansions_waiting_for_room: set[str] = set()
         self._in_flight_pods: set[str] = set()
         # What each worker is on and since when: the work loop's heartbeat for /healthz.
         self._busy: dict[str, tuple[Key, float]] = {}
@@ -287,6 +290,8 @@ class Controller:
 
         def on_claim(key: str, old: ClaimRecord | None, new: ClaimRecord | None) -> None:
             if new is None:
+                with self._paths_lock:
+                    self._expansions_waiting_for_room.discard(key)
                 return
             unbound_ours = not new.volume_name and is_our_claim(new, name)
             if unbound_ours or (new.volume_name and self._may_expand(new)):
@@ -297,7 +302,8 @@ class Controller:
             with self._paths_lock:
                 if new is None:
                     self._paths.forget(key)
-                    waiting = self._waiting.pop(key, set())
+                    waiting = self._waiting.pop(key, set()) | self._expansions_waiting_for_room
+                    self._expansions_waiting_for_room = set()
                 elif new.annotations.get(PROVISIONED_BY) == name:
                     record_volume(self._paths, new)
             if new is None:
@@ -444,6 +450,10 @@ class Controller:
                 paths=self._paths,
             )
             granted_bytes = volume_size_bytes(volume) if volume is not None else 0
+            if isinstance(decision, RefuseExpansion) and decision.waits_for_room:
+                self._expansions_waiting_for_room.add(claim.uid)
+            else:
+                self._expansions_waiting_for_room.discard(claim.uid)
             if isinstance(decision, Expand):
                 # Counted at once, so no provision takes the room before the PV shows it.
                 self._paths.resize(decision.volume_name, decision.size_bytes)
@@ -462,7 +472,7 @@ class Controller:
                 self.capacity.poke()
             case FinishExpansion(capacity):
                 self._actions.finish_expansion(claim, capacity)
-            case RefuseExpansion(reason):
+            case RefuseExpansion(reason, _):
                 log.info("claim %s/%s: expansion refused: %s", claim.namespace, claim.name, reason)
                 self._actions.refuse_expansion(claim, reason)
             case NoExpansion(reason):

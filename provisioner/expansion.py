@@ -51,6 +51,9 @@ class FinishExpansion:
 @dataclass(frozen=True, slots=True)
 class RefuseExpansion:
     reason: str
+    waits_for_room: bool = False
+    """Refused only for want of room in the path's budget: worth another look when a volume
+    there goes (other refusals change only with the claim or its class)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +95,7 @@ def decide_expansion(
         claim, volume, storage_class, config, requested=requested, current=current, paths=paths
     )
     if refused is not None:
-        return RefuseExpansion(refused)
+        return refused
     assert volume.path is not None and claim.requested_storage is not None
     node = volume_node_name(volume)
     bases = config.capacities_for(claim.storage_class_name or "", node)
@@ -109,18 +112,22 @@ def _refusal(
     requested: int,
     current: int,
     paths: PathBook | None,
-) -> str | None:
+) -> RefuseExpansion | None:
     wanted = f"growing {volume.name} from {format_bytes(current)} to {format_bytes(requested)}"
     if storage_class is None or not storage_class.allow_volume_expansion:
-        return f"{wanted}: StorageClass {claim.storage_class_name} does not allowVolumeExpansion"
+        return RefuseExpansion(
+            f"{wanted}: StorageClass {claim.storage_class_name} does not allowVolumeExpansion"
+        )
     try:
         _, high = size_range(storage_class.parameters)
     except ConfigError as error:
-        return f"{wanted}: StorageClass {storage_class.name}: {error}"
+        return RefuseExpansion(f"{wanted}: StorageClass {storage_class.name}: {error}")
     if high is not None and requested > high:
-        return f"{wanted}: above maxSize {format_bytes(high)} of StorageClass {storage_class.name}"
+        return RefuseExpansion(
+            f"{wanted}: above maxSize {format_bytes(high)} of StorageClass {storage_class.name}"
+        )
     if volume.path is None:
-        return f"{wanted}: the PV has no path"
+        return RefuseExpansion(f"{wanted}: the PV has no path")
     node = volume_node_name(volume)
     capacities = config.capacities_for(storage_class.name, node)
     base = next((b for b in capacities if is_strictly_inside(volume.path, b)), None)
@@ -130,7 +137,8 @@ def _refusal(
     committed = committed_bytes(entries, node, [base])
     rooms = path_rooms(capacities, [base], committed)
     if not rooms[0].fits(requested - current):
-        return f"{wanted}: " + no_room_reason(node, requested - current, rooms)
+        reason = f"{wanted}: " + no_room_reason(node, requested - current, rooms)
+        return RefuseExpansion(reason, waits_for_room=True)
     return None
 
 

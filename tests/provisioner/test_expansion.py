@@ -87,6 +87,7 @@ def test_a_class_without_allow_volume_expansion_refuses() -> None:
     decision = decide(dataclasses.replace(CLAIM, requested_storage="2Gi"), storage_class=fixed)
     assert isinstance(decision, RefuseExpansion)
     assert "does not allowVolumeExpansion" in decision.reason
+    assert not decision.waits_for_room
 
 
 def test_above_max_size_refuses() -> None:
@@ -107,6 +108,7 @@ def test_a_path_without_room_refuses_and_names_the_budget() -> None:
     decision = decide(dataclasses.replace(CLAIM, requested_storage="2Gi"), paths=book)
     assert isinstance(decision, RefuseExpansion), decision
     assert "pvc-1" in decision.reason
+    assert decision.waits_for_room
 
 
 def test_someone_elses_volume_is_never_expanded() -> None:

@@ -168,3 +168,31 @@ def test_size_limits_and_expansion_granted_and_refused(
     assert "has no base path with room" in refused["message"]
     current = setup.volume(name)
     assert current is not None and current["spec"]["capacity"]["storage"] == "3Gi"
+
+
+def test_an_expansion_refused_for_room_is_granted_when_a_volume_gives_its_budget_back(
+    make_setup: Callable[..., ProvisionerSetup],
+) -> None:
+    setup = make_setup(ConfigFiles(config=BUDGETS))
+    setup.start()
+    grow = setup.create_class("grow")
+    call_json(setup.storage.patch_storage_class, grow, {"allowVolumeExpansion": True})
+    for claim in ("a", "b"):
+        setup.create_claim(claim, grow, size="4Gi")
+        setup.create_consumer(claim, claim, {"kubernetes.io/hostname": "node-2"})
+    name = setup.wait_bound("a")["metadata"]["name"]
+    other = setup.wait_bound("b")["metadata"]["name"]
+
+    # 8Gi of node-2's 10Gi taken: growing a to 7Gi needs 3Gi more, only 2Gi are free.
+    setup.core.patch_namespaced_persistent_volume_claim(
+        "a", setup.namespace, {"spec": {"resources": {"requests": {"storage": "7Gi"}}}}
+    )
+    assert "has no base path with room" in setup.wait_event("a", "VolumeResizeFailed")["message"]
+
+    # b goes: its 4Gi come back, and a's request is granted without a change to the claim.
+    setup.core.delete_namespaced_pod("b", setup.namespace, grace_period_seconds=0)
+    setup.core.delete_namespaced_persistent_volume_claim("b", setup.namespace)
+    wait_gone(lambda: setup.volume(other), 60, f"{other} to be deleted")
+    setup.wait_event("a", "VolumeResizeSuccessful")
+    current = setup.volume(name)
+    assert current is not None and current["spec"]["capacity"]["storage"] == "7Gi"
