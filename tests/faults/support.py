@@ -24,9 +24,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE, LocalCluster, wait_for
 from localcluster.raw_api import call_json, manifest
+from provisioner.app import Provisioner
 from provisioner.config import ConfigError, parse_config_json
 from provisioner.kube.leader_election import lease_name_for
+from provisioner.options import parse_options
 from tests.provisioner.e2e.support import (
+    CONFIGMAP,
+    HELPER_SERVICE_ACCOUNT,
     ConfigFiles,
     ProvisionerSetup,
     volume_node,
@@ -46,6 +50,28 @@ def unique_base_path(label: str) -> str:
 
 
 # -- creating load ---------------------------------------------------------------------------
+
+
+def in_process_provisioner(setup: ProvisionerSetup, cluster: LocalCluster) -> Provisioner:
+    """A provisioner for `setup` built in this process (not yet running: call `run()` on a
+    thread), so a test can reach into its API client; no leader election, probes on a free
+    port."""
+    options = parse_options(
+        [
+            "start",
+            f"--kubeconfig={cluster.kubeconfig}",
+            f"--provisioner-name={setup.name}",
+            f"--namespace={setup.namespace}",
+            f"--config={setup.config_dir / 'config.json'}",
+            f"--configmap-name={CONFIGMAP}",
+            f"--service-account-name={HELPER_SERVICE_ACCOUNT}",
+            "--metrics-address=127.0.0.1",
+            "--metrics-port=0",
+            "--no-leader-election",
+        ],
+        environ={},
+    )
+    return Provisioner(options)
 
 
 def create_claims_with_consumers(

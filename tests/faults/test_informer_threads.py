@@ -17,14 +17,10 @@ import pytest
 
 from localcluster import LocalCluster, wait_for
 from localcluster.raw_api import manifest
-from provisioner.app import Provisioner
 from provisioner.config import DEFAULT_NODE
 from provisioner.helpers import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
-from provisioner.options import parse_options
-from tests.faults.support import unique_base_path
+from tests.faults.support import in_process_provisioner, unique_base_path
 from tests.provisioner.e2e.support import (
-    CONFIGMAP,
-    HELPER_SERVICE_ACCOUNT,
     ConfigFiles,
     ProvisionerSetup,
     wait_gone,
@@ -42,22 +38,7 @@ def test_informer_threads_only_list_and_watch(
     setup = make_setup(
         ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [base]}]})
     )
-    options = parse_options(
-        [
-            "start",
-            f"--kubeconfig={cluster.kubeconfig}",
-            f"--provisioner-name={setup.name}",
-            f"--namespace={setup.namespace}",
-            f"--config={setup.config_dir / 'config.json'}",
-            f"--configmap-name={CONFIGMAP}",
-            f"--service-account-name={HELPER_SERVICE_ACCOUNT}",
-            "--metrics-address=127.0.0.1",
-            "--metrics-port=0",
-            "--no-leader-election",
-        ],
-        environ={},
-    )
-    provisioner = Provisioner(options)
+    provisioner = in_process_provisioner(setup, cluster)
     calls: list[tuple[str, str, str]] = []
     api_client: Any = provisioner.clients.api_client
     original = api_client.call_api

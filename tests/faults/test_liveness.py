@@ -24,11 +24,8 @@ from provisioner import app as app_module
 from provisioner.app import Provisioner
 from provisioner.config import DEFAULT_NODE
 from provisioner.kube import informer as informer_module
-from provisioner.options import parse_options
-from tests.faults.support import unique_base_path
+from tests.faults.support import in_process_provisioner, unique_base_path
 from tests.provisioner.e2e.support import (
-    CONFIGMAP,
-    HELPER_SERVICE_ACCOUNT,
     ConfigFiles,
     ProvisionerSetup,
 )
@@ -80,22 +77,7 @@ def healthz(provisioner: Provisioner) -> tuple[int, str]:
 def running(
     setup: ProvisionerSetup, cluster: LocalCluster, tune: Callable[[Provisioner], None]
 ) -> Iterator[tuple[Provisioner, Wedge]]:
-    options = parse_options(
-        [
-            "start",
-            f"--kubeconfig={cluster.kubeconfig}",
-            f"--provisioner-name={setup.name}",
-            f"--namespace={setup.namespace}",
-            f"--config={setup.config_dir / 'config.json'}",
-            f"--configmap-name={CONFIGMAP}",
-            f"--service-account-name={HELPER_SERVICE_ACCOUNT}",
-            "--metrics-address=127.0.0.1",
-            "--metrics-port=0",
-            "--no-leader-election",
-        ],
-        environ={},
-    )
-    provisioner = Provisioner(options)
+    provisioner = in_process_provisioner(setup, cluster)
     wedge = Wedge(provisioner)
     tune(provisioner)
     runner = threading.Thread(target=provisioner.run, name="provisioner-main", daemon=True)
