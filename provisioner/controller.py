@@ -290,26 +290,18 @@ class Controller:
 
         def on_claim(key: str, old: ClaimRecord | None, new: ClaimRecord | None) -> None:
             if new is None:
-                with self._paths_lock:
-                    self._expansions_waiting_for_room.discard(key)
+                self._forget_claim(key)
                 return
             unbound_ours = not new.volume_name and is_our_claim(new, name)
             if unbound_ours or (new.volume_name and self._may_expand(new)):
                 self._queue.add((CLAIM, key))
 
         def on_volume(key: str, old: VolumeRecord | None, new: VolumeRecord | None) -> None:
-            waiting: set[str] = set()
-            with self._paths_lock:
-                if new is None:
-                    self._paths.forget(key)
-                    waiting = self._waiting.pop(key, set()) | self._expansions_waiting_for_room
-                    self._expansions_waiting_for_room = set()
-                elif new.annotations.get(PROVISIONED_BY) == name:
-                    record_volume(self._paths, new)
             if new is None:
-                for uid in waiting:
-                    self._queue.add((CLAIM, uid))
-            if new is not None and new.annotations.get(PROVISIONED_BY) == name:
+                self._volume_gone(key)
+            elif new.annotations.get(PROVISIONED_BY) == name:
+                with self._paths_lock:
+                    record_volume(self._paths, new)
                 self._queue.add((VOLUME, key))
             if _budget_changed(old, new, name):
                 self.capacity.poke()
@@ -533,6 +525,20 @@ class Controller:
                 self._actions.reschedule(claim, reason)
             case Ignore(reason):
                 log.debug("claim %s/%s: %s", claim.namespace, claim.name, reason)
+
+    def _volume_gone(self, volume_name: str) -> None:
+        """A PV went: its path and its budget are free, and whoever waited for them (a claim
+        for an overlapping path, an expansion refused for want of room) looks again."""
+        with self._paths_lock:
+            self._paths.forget(volume_name)
+            waiting = self._waiting.pop(volume_name, set()) | self._expansions_waiting_for_room
+            self._expansions_waiting_for_room = set()
+        for uid in waiting:
+            self._queue.add((CLAIM, uid))
+
+    def _forget_claim(self, uid: str) -> None:
+        with self._paths_lock:
+            self._expansions_waiting_for_room.discard(uid)
 
     def _release(self, volume_name: str) -> None:
         """A provision failed: its path is free again, and whoever waited for it looks again."""

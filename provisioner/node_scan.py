@@ -35,6 +35,8 @@ from provisioner.usage import (
 
 log = logging.getLogger(__name__)
 
+FIRST_SCAN_DELAY_SECONDS = 300.0
+
 OUTGREW_CAPACITY = "VolumeOutgrewCapacity"
 
 
@@ -86,12 +88,15 @@ class NodeScanner:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
-        while not self._stopping.is_set():
+        # Not at once: a new leader first works off what waited for it (a restart after a
+        # crash, a failover), and the scan's pods would only compete with that work.
+        first_delay = min(self._interval, FIRST_SCAN_DELAY_SECONDS)
+        while not self._stopping.wait(first_delay):
+            first_delay = self._interval
             try:
                 self.scan_once()
             except Exception:
                 log.exception("the node scan failed; trying again at the next interval")
-            self._stopping.wait(self._interval)
 
     def scan_once(self) -> None:
         bundle = self._sources.config()

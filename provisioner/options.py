@@ -173,7 +173,8 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) 
         type=float,
         default=float(env("NODE_SCAN_INTERVAL", "3600")),
         help="seconds between the leader's scans of the nodes for orphans and volume usage"
-        " (metrics, and a Warning on a claim whose volume outgrew its size); 0 turns them off"
+        " (metrics, and a Warning on a claim whose volume outgrew its size), the first one"
+        " 5 minutes after it starts leading (or one interval if shorter); 0 turns them off"
         " [NODE_SCAN_INTERVAL]",
     )
     add(
