@@ -25,6 +25,14 @@ def pod_log_path(cluster_dir: Path, namespace: str, name: str, uid: str) -> Path
     return cluster_dir / "pod-logs" / f"{namespace}_{name}_{uid}.log"
 
 
+def init_container_log_path(
+    cluster_dir: Path, namespace: str, name: str, uid: str, container: str
+) -> Path:
+    """Where one init container's output is kept: apart from the main container's, as a
+    kubelet keeps each container's log (its termination message is its own log tail)."""
+    return cluster_dir / "pod-logs" / f"{namespace}_{name}_{uid}.init-{container}.log"
+
+
 def make_cluster_dir(parent: Path | None) -> Path:
     """A new, empty cluster directory with an owner record."""
     directory = Path(tempfile.mkdtemp(prefix=PREFIX, dir=parent))

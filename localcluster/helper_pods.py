@@ -106,6 +106,18 @@ def only_container(pod: Mapping[str, Any]) -> dict[str, Any]:
     return container
 
 
+def helper_containers(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The containers of a helper pod in the order a kubelet runs them: its init containers one
+    after another, then its one main container (helper pods have no sidecars)."""
+    spec = pod.get("spec", {})
+    containers = spec.get("containers") or []
+    if len(containers) != 1:
+        raise UnsupportedPodError(
+            "UnsupportedPod", "the local cluster runs helper pods with exactly one container"
+        )
+    return [*(spec.get("initContainers") or []), containers[0]]
+
+
 def plan_sandbox(
     pod: Mapping[str, Any],
     *,
@@ -114,12 +126,14 @@ def plan_sandbox(
     materialized: Mapping[str, Path],
     env: Mapping[str, str] | None = None,
     image: ImageRuntime | None = None,
+    container: Mapping[str, Any] | None = None,
 ) -> SandboxPlan:
-    """The sandbox for the pod's container: command, environment (`env`, else computed from
-    the pod alone), working directory, the `image`'s directories read-only at their own
-    paths, and one bind mount per volume mount (hostPath from the node's directory, other
-    kinds from the directories in `materialized`, keyed by volume name)."""
-    container = only_container(pod)
+    """The sandbox for one of the pod's containers (`container`, else its only one): command,
+    environment (`env`, else computed from the pod alone), working directory, the `image`'s
+    directories read-only at their own paths, and one bind mount per volume mount of that
+    container (hostPath from the node's directory, other kinds from the directories in
+    `materialized`, keyed by volume name)."""
+    container = container if container is not None else only_container(pod)
     name = pod["metadata"]["name"]
     env = dict(env) if env is not None else container_environment(container, name, pod=pod)
     command = [expand_variables(str(part), env) for part in container.get("command") or []]

@@ -18,6 +18,7 @@ import dataclasses
 import shutil
 import tempfile
 import threading
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -26,14 +27,16 @@ from typing import Any
 from kubernetes import client
 
 from localcluster import helper_pod_status as status
-from localcluster.cluster_dirs import pod_log_path
+from localcluster.cluster_dirs import init_container_log_path, pod_log_path
 from localcluster.event_log import EventLog, utc_now
 from localcluster.helper_pods import (
     HELPER_POD_LABEL,
     HELPER_POD_LABEL_VALUE,
     NEVER_STARTS_IMAGE,
     START_ERROR_EXIT_CODE,
+    SandboxPlan,
     UnsupportedPodError,
+    helper_containers,
     plan_sandbox,
     termination_file_message,
     termination_message_mount,
@@ -124,10 +127,14 @@ class HelperPodRunner(PodRunnerBase):
         run = _PodRun(pod)
         with self._lock:
             self._runs[uid] = run
-        containers = spec.get("containers") or [{}]
-        if containers[0].get("image") == NEVER_STARTS_IMAGE:
+        # The first container to run (an init container, if the pod has any) waits for its image.
+        initial = [*(spec.get("initContainers") or []), *(spec.get("containers") or [{}])][0]
+        if initial.get("image") == NEVER_STARTS_IMAGE:
             self._report_waiting(
-                pod, "ImagePullBackOff", f'Back-off pulling image "{NEVER_STARTS_IMAGE}"'
+                pod,
+                "ImagePullBackOff",
+                f'Back-off pulling image "{NEVER_STARTS_IMAGE}"',
+                init_index=0 if spec.get("initContainers") else None,
             )
             run.finished.set()
             return
@@ -168,9 +175,19 @@ class HelperPodRunner(PodRunnerBase):
     def _execute(self, pod: dict[str, Any], run: _PodRun, pod_dir: Path) -> None:
         node_dir = self.node_dir(pod["spec"]["nodeName"])
         try:
+            containers = helper_containers(pod)
             prepare_host_paths(pod, node_dir)
             volumes = VolumeMaterializer(self.core, pod, pod_dir / "volumes").materialize()
-            plan = plan_sandbox(pod, root=pod_dir / "root", node_dir=node_dir, materialized=volumes)
+            plans = [
+                plan_sandbox(
+                    pod,
+                    root=pod_dir / f"root-{index}",
+                    node_dir=node_dir,
+                    materialized=volumes,
+                    container=container,
+                )
+                for index, container in enumerate(containers)
+            ]
         except VolumeNotReadyError as error:
             self._report_waiting(pod, "ContainerCreating", f"volume not ready: {error}")
             with self._lock:  # forgotten, so the next resync tries again
@@ -180,9 +197,85 @@ class HelperPodRunner(PodRunnerBase):
             now = utc_now()
             self._report_start_error(pod, now, now, error.message, error.reason)
             return
-        message_mount = termination_message_mount(
-            pod["spec"]["containers"][0], pod_dir / "termination-log"
-        )
+        # activeDeadlineSeconds counts from the pod's start, across all its containers.
+        deadline = pod["spec"].get("activeDeadlineSeconds")
+        ends_at = time.monotonic() + deadline if deadline else None
+        init_done: list[dict[str, Any]] = []
+        for index, (container, planned) in enumerate(zip(containers, plans, strict=True)):
+            main = index == len(containers) - 1
+            container_dir = pod_dir / f"container-{index}"
+            container_dir.mkdir()
+            log_path = (
+                pod_log_path(self.cluster_dir, run.namespace, run.name, run.uid)
+                if main
+                else init_container_log_path(
+                    self.cluster_dir, run.namespace, run.name, run.uid, container["name"]
+                )
+            )
+            plan = self._with_termination_file(planned, container, container_dir)
+            plan_path = container_dir / "plan.json"
+            plan_path.write_text(plan.to_json(), encoding="utf-8")
+            started_at = utc_now()
+            if main:
+                self.api.patch_status(pod, status.running_status(pod, started_at, init_done))
+            else:
+                self.api.patch_status(pod, status.init_running_status(pod, started_at, init_done))
+            outcome = run_sandbox(
+                plan_path,
+                log_path,
+                deadline_seconds=None if ends_at is None else max(0.1, ends_at - time.monotonic()),
+                cancelled=run.cancelled,
+                on_started=lambda pid: self._started(run, pid),
+            )
+            if outcome is None:
+                self.log.write(
+                    f"{run.namespace}/{run.name}: killed (pod deleted or cluster stopping)"
+                )
+                return
+            written = container_dir / "termination-log"
+            message = termination_file_message(written.read_bytes()) if written.exists() else ""
+            if main:
+                if outcome.start_failure:
+                    self._report_start_error(
+                        pod, started_at, utc_now(), outcome.start_failure, None
+                    )
+                else:
+                    self._report_terminated(
+                        pod, run, outcome, started_at, message, init_done=init_done
+                    )
+                return
+            terminated = self._init_outcome(
+                pod,
+                container,
+                outcome,
+                started_at=started_at,
+                written_message=message,
+                log_path=log_path,
+            )
+            if terminated["exitCode"] != 0 or outcome.deadline_exceeded:
+                self.log.write(
+                    f"{run.namespace}/{run.name}: init container {container['name']} exited "
+                    f"with {terminated['exitCode']}"
+                )
+                deadline_hit = outcome.deadline_exceeded
+                self.api.patch_status(
+                    pod,
+                    status.init_failed_status(
+                        pod,
+                        init_done,
+                        terminated,
+                        pod_reason="DeadlineExceeded" if deadline_hit else None,
+                        pod_message=status.DEADLINE_EXCEEDED_MESSAGE if deadline_hit else None,
+                    ),
+                )
+                return
+            init_done.append(terminated)
+
+    @staticmethod
+    def _with_termination_file(
+        plan: SandboxPlan, container: Mapping[str, Any], container_dir: Path
+    ) -> SandboxPlan:
+        message_mount = termination_message_mount(container, container_dir / "termination-log")
         if message_mount is not None:
             Path(message_mount.source).touch()
             mounts = sorted([*plan.mounts, message_mount], key=lambda m: m.target.count("/"))
@@ -191,25 +284,33 @@ class HelperPodRunner(PodRunnerBase):
             source = Path(mount.source)
             if not source.exists():
                 source.mkdir(parents=True)
-        plan_path = pod_dir / "plan.json"
-        plan_path.write_text(plan.to_json(), encoding="utf-8")
-        started_at = utc_now()
-        self.api.patch_status(pod, status.running_status(pod, started_at))
-        outcome = run_sandbox(
-            plan_path,
-            pod_log_path(self.cluster_dir, run.namespace, run.name, run.uid),
-            deadline_seconds=pod["spec"].get("activeDeadlineSeconds"),
-            cancelled=run.cancelled,
-            on_started=lambda pid: self._started(run, pid),
-        )
-        if outcome is None:
-            self.log.write(f"{run.namespace}/{run.name}: killed (pod deleted or cluster stopping)")
-        elif outcome.start_failure:
-            self._report_start_error(pod, started_at, utc_now(), outcome.start_failure, None)
+        return plan
+
+    @staticmethod
+    def _init_outcome(
+        pod: dict[str, Any],
+        container: Mapping[str, Any],
+        outcome: SandboxOutcome,
+        *,
+        started_at: str,
+        written_message: str,
+        log_path: Path,
+    ) -> dict[str, Any]:
+        """The terminated state an init container's run leaves."""
+        if outcome.start_failure:
+            code, reason, message = START_ERROR_EXIT_CODE, "StartError", outcome.start_failure
         else:
-            written = pod_dir / "termination-log"
-            message = termination_file_message(written.read_bytes()) if written.exists() else ""
-            self._report_terminated(pod, run, outcome, started_at, message)
+            log = log_path.read_bytes() if log_path.exists() else b""
+            code, reason = outcome.exit_code, status.exit_reason(outcome.exit_code)
+            message = written_message or status.failure_message(container, code, log)
+        return status.terminated_state(
+            pod,
+            exit_code=code,
+            reason=reason,
+            message=message,
+            started_at=started_at,
+            finished_at=utc_now(),
+        )
 
     def _started(self, run: _PodRun, pid: int) -> None:
         self.started_pids.append(pid)
@@ -223,6 +324,8 @@ class HelperPodRunner(PodRunnerBase):
         outcome: SandboxOutcome,
         started_at: str,
         written_message: str = "",
+        *,
+        init_done: list[dict[str, Any]] | None = None,
     ) -> None:
         """`written_message`: what the container wrote to its termination-message file, which
         a kubelet reports in preference to the log tail."""
@@ -242,6 +345,7 @@ class HelperPodRunner(PodRunnerBase):
                 finished_at=utc_now(),
                 pod_reason="DeadlineExceeded" if deadline else None,
                 pod_message=status.DEADLINE_EXCEEDED_MESSAGE if deadline else None,
+                init_done=init_done,
             ),
         )
 
@@ -268,10 +372,14 @@ class HelperPodRunner(PodRunnerBase):
             ),
         )
 
-    def _report_waiting(self, pod: dict[str, Any], reason: str, message: str) -> None:
+    def _report_waiting(
+        self, pod: dict[str, Any], reason: str, message: str, *, init_index: int | None = None
+    ) -> None:
         uid = pod["metadata"]["uid"]
         with self._lock:
             if self._waiting_reported.get(uid) == message:
                 return
             self._waiting_reported[uid] = message
-        self.api.patch_status(pod, status.waiting_status(pod, utc_now(), reason, message))
+        self.api.patch_status(
+            pod, status.waiting_status(pod, utc_now(), reason, message, init_index=init_index)
+        )

@@ -31,10 +31,15 @@ HelperStep = Literal["prepare", "create", "delete", "finish"]
 force (a ConfigMap script or a custom command: arbitrary code); `prepare` and `finish` are the
 provisioner's own fixed scripts, which make and remove the volume's directory."""
 HELPER_STEPS: dict[HelperAction, tuple[HelperStep, ...]] = {
-    "create": ("prepare", "create"),
-    "delete": ("delete", "finish"),
+    "create": ("prepare", "create", "finish"),
+    "delete": ("delete",),
 }
-"""Every step an action may take (see `helper_steps` for those a given volume takes)."""
+"""Every step an action may take, each its own pod (see `helper_steps` for those a given volume
+takes; a `create` whose setup failed takes `finish` to remove the directory it left empty). The
+`delete` pod also runs the fixed `finish` script, in its main container (see
+`build_helper_pod`)."""
+TEARDOWN_CONTAINER = "teardown"
+FINISH_CONTAINER = "finish"
 
 
 class HelperTarget(Protocol):
@@ -176,7 +181,7 @@ def helper_steps(action: HelperAction, target: HelperTarget) -> tuple[HelperStep
     if action == "create":
         nested = posixpath.dirname(target.path) != target.base_path
         return ("prepare", "create") if nested else ("create",)
-    return ("delete", "finish")
+    return ("delete",)
 
 
 def build_helper_pod(
@@ -190,10 +195,11 @@ def build_helper_pod(
     a shared filesystem helper is left to the scheduler, which weighs taints and readiness as
     for any pod (rancher pins it to a node of its own choosing).
 
-    What the pod can write: `prepare` and `finish`, the provisioner's fixed scripts, the base
-    path; `create` and `delete`, the setup and teardown code in force, only VOL_DIR (the base
-    path is read-only at BASE_VIEW, for the guard). rancher mounts the volume's parent
-    read-write for all of it."""
+    What each container can write: `prepare` and `finish`, the provisioner's fixed scripts, the
+    base path; `create` and `delete`, the setup and teardown code in force, only VOL_DIR (the
+    base path is read-only at BASE_VIEW, for the guard). A `delete` pod runs the teardown code
+    in an init container and `finish` after it in the main container, each with its own
+    mounts. rancher mounts the volume's parent read-write for all of it."""
     if not target.base_path or not is_strictly_inside(target.path, target.base_path):
         raise ValueError(
             f"volume path {target.path!r} is not strictly inside its base path {target.base_path!r}"
@@ -213,7 +219,36 @@ def build_helper_pod(
     volumes, mounts = _mounts(step, target)
     ours = {DATA_VOLUME, BASE_VOLUME}
     spec["volumes"] = [v for v in spec.get("volumes") or () if v.get("name") not in ours] + volumes
-    container = spec["containers"][0]
+    template_container = spec["containers"][0]
+    container = _step_container(step, target, bundle, template_container, mounts)
+    if step != "delete":
+        spec["containers"][0] = container
+        return pod
+    # One pod per teardown, two containers: the teardown code, which may reach only VOL_DIR,
+    # runs first as an init container; the fixed `finish` step, which needs the base path
+    # read-write to remove the directory and the empty parents a pattern made, runs after it
+    # in the main container, only if the teardown succeeded (a kubelet runs init containers in
+    # order and fails the pod at the first that fails, the main one never started).
+    _, finish_mounts = _mounts("finish", target)
+    finish = _step_container("finish", target, bundle, template_container, finish_mounts)
+    spec["initContainers"] = [
+        *(spec.get("initContainers") or ()),
+        {**container, "name": TEARDOWN_CONTAINER},
+    ]
+    spec["containers"][0] = {**finish, "name": FINISH_CONTAINER}
+    return pod
+
+
+def _step_container(
+    step: HelperStep,
+    target: HelperTarget,
+    bundle: ConfigBundle,
+    template_container: Mapping[str, Any],
+    mounts: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The template's container running one step: its mounts, command and environment."""
+    container = copy.deepcopy(dict(template_container))
+    ours = {DATA_VOLUME, BASE_VOLUME}
     container["volumeMounts"] = [
         m for m in container.get("volumeMounts") or () if m.get("name") not in ours
     ] + mounts
@@ -230,7 +265,7 @@ def build_helper_pod(
     kept = [e for e in container.get("env") or () if e.get("name") not in env]
     container["env"] = kept + [{"name": k, "value": v} for k, v in env.items()]
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
-    return pod
+    return container
 
 
 def helper_pod_frame(

@@ -70,8 +70,7 @@ class PodState:
     def of(cls, pod: Mapping[str, Any]) -> PodState:
         status = pod.get("status") or {}
         phase = str(status.get("phase") or "Pending")
-        statuses = status.get("containerStatuses") or []
-        state = (statuses[0].get("state") or {}) if statuses else {}
+        state = _current_container_state(status)
         terminated = state.get("terminated")
         waiting = state.get("waiting") or {}
         if terminated:
@@ -93,6 +92,18 @@ class PodState:
         if self.waiting_reason:
             return f"{self.phase}, waiting: {self.waiting_reason}"
         return self.phase
+
+
+def _current_container_state(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The state of the container the pod is at: the first init container that has not
+    succeeded (running, waiting, or the one whose failure failed the pod), else the main one.
+    A teardown pod runs the user's code in an init container, so its failure is read there."""
+    for init in status.get("initContainerStatuses") or ():
+        state = init.get("state") or {}
+        if (state.get("terminated") or {}).get("exitCode") != 0:
+            return dict(state)
+    statuses = status.get("containerStatuses") or []
+    return dict(statuses[0].get("state") or {}) if statuses else {}
 
 
 class PodProgress:

@@ -317,10 +317,43 @@ def test_helper_pod_forces_what_the_template_may_not_choose() -> None:
 def test_teardown_runs_the_teardown_script() -> None:
     pod = build("delete")
     assert pod["metadata"]["name"] == "helper-delete-pvc-1111"
-    container = pod["spec"]["containers"][0]
+    # The teardown code runs first, in an init container (see the test below for the rest).
+    container = pod["spec"]["initContainers"][0]
     assert container["command"] == ["/bin/sh", "-c", GUARD_SCRIPT, "teardown"]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["LPS_SCRIPT"] == DEFAULT_TEARDOWN_SCRIPT
+
+
+def test_one_teardown_pod_runs_the_teardown_code_then_the_fixed_finish_apart_from_it() -> None:
+    """One pod per released volume instead of two: the teardown code in an init container
+    with only VOL_DIR read-write, then `finish` in the main container with the base path
+    read-write, which a kubelet starts only once the teardown succeeded."""
+    pod = build("delete")
+    spec = pod["spec"]
+    assert [c["name"] for c in spec["initContainers"]] == ["teardown"]
+    assert [c["name"] for c in spec["containers"]] == ["finish"]
+    teardown, finish = spec["initContainers"][0], spec["containers"][0]
+    assert spec["volumes"] == [
+        {"name": "base", "hostPath": {"path": "/opt/lp", "type": "DirectoryOrCreate"}},
+        {"name": "data", "hostPath": {"path": "/opt/lp/ns/claim", "type": "DirectoryOrCreate"}},
+    ]
+    assert teardown["volumeMounts"] == [
+        {"name": "base", "mountPath": BASE_VIEW, "readOnly": True},
+        {"name": "data", "mountPath": "/opt/lp/ns/claim"},
+    ]
+    assert finish["volumeMounts"] == [{"name": "base", "mountPath": "/opt/lp"}]
+    assert finish["command"] == ["/bin/sh", "-c", FINISH_SCRIPT, "finish"]
+    assert finish["args"] == []
+    finish_env = {e["name"]: e["value"] for e in finish["env"]}
+    assert (finish_env["VOL_DIR"], finish_env["LPS_BASE"]) == ("/opt/lp/ns/claim", "/opt/lp")
+    assert "LPS_SCRIPT" not in finish_env
+    for container in (teardown, finish):
+        assert container["image"] == "busybox:1.37.0"
+        assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    # The pod as a whole still gets what every helper is forced to be.
+    assert spec["restartPolicy"] == "Never"
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["activeDeadlineSeconds"] == 90
 
 
 def test_steps_make_and_remove_the_directory_with_fixed_scripts() -> None:
@@ -329,7 +362,7 @@ def test_steps_make_and_remove_the_directory_with_fixed_scripts() -> None:
         "pvc-4", "/opt/lp/pvc-4_ns_c", "n", "Filesystem", 0, True, False, base_path="/opt/lp"
     )
     assert helper_steps("create", flat) == ("create",)
-    assert helper_steps("delete", flat) == ("delete", "finish")
+    assert helper_steps("delete", flat) == ("delete",)
     for step, script in (("prepare", PREPARE_SCRIPT), ("finish", FINISH_SCRIPT)):
         pod = build(step)
         container = pod["spec"]["containers"][0]
@@ -356,7 +389,7 @@ def test_configured_commands_replace_the_scripts() -> None:
         DEFAULT_HELPER_POD_YAML,
     )
     pod = build("delete", bundle=bundle)
-    container = pod["spec"]["containers"][0]
+    container = pod["spec"]["initContainers"][0]
     # The command gets no more reach than a script: VOL_DIR read-write, behind the guard.
     assert container["command"] == ["/bin/sh", "-c", GUARD_SCRIPT, "teardown"]
     env = {e["name"]: e["value"] for e in container["env"]}

@@ -322,3 +322,31 @@ def test_spec_hash_ignores_key_order() -> None:
     changed = copy.deepcopy(MANIFEST)
     changed["spec"]["nodeName"] = "node-2"
     assert spec_hash(changed) != spec_hash(MANIFEST)
+
+
+def test_pod_state_reads_the_init_container_the_pod_is_at() -> None:
+    """A teardown pod runs the user's code in an init container: its failure, or its wait for
+    an image, is the pod's state, not the main container's PodInitializing."""
+    initializing = {"waiting": {"reason": "PodInitializing"}}
+    failed_init = {
+        "phase": "Failed",
+        "initContainerStatuses": [
+            {"state": {"terminated": {"exitCode": 2, "reason": "Error", "message": "rm: busy\n"}}}
+        ],
+        "containerStatuses": [{"state": initializing}],
+    }
+    assert PodState.of({"status": failed_init}) == PodState("Failed", 2, "Error", "rm: busy\n")
+    pulling = {
+        "phase": "Pending",
+        "initContainerStatuses": [{"state": {"waiting": {"reason": "ImagePullBackOff"}}}],
+        "containerStatuses": [{"state": initializing}],
+    }
+    assert PodState.of({"status": pulling}).waiting_reason == "ImagePullBackOff"
+    main_failed = {
+        "phase": "Failed",
+        "initContainerStatuses": [{"state": {"terminated": {"exitCode": 0}}}],
+        "containerStatuses": [
+            {"state": {"terminated": {"exitCode": 1, "reason": "Error", "message": "left 2\n"}}}
+        ],
+    }
+    assert PodState.of({"status": main_failed}) == PodState("Failed", 1, "Error", "left 2\n")
