@@ -32,7 +32,7 @@ from typing import Any, Generic, TypeVar
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from provisioner.kube import watch_stream
+from provisioner.kube import list_stream, watch_stream
 from provisioner.kube.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
@@ -278,8 +278,8 @@ class Informer(Generic[R]):
                 _preload_content=False,
                 _request_timeout=(CONNECT_TIMEOUT, LIST_REQUEST_TIMEOUT),
             )
-            page = watch_stream.read_json(response)
-            for obj in page.get("items") or ():
+            page: dict[str, Any] = {}
+            for obj in list_stream.iter_list_items(response, page):
                 watch_stream.strip_managed_fields(obj)
                 record = self._to_record(obj)
                 if record is not None:
