@@ -108,6 +108,8 @@ def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> No
                 results.dataset = dataset
             say(f"scale: data set of {volumes} made in {dataset.seconds:.0f}s")
             by_implementation = results.scaling.setdefault(volumes, {})
+            log_dir = cluster_dir / str(volumes)
+            log_dir.mkdir(parents=True, exist_ok=True)
             for implementation in implementations:
                 scale = run_scale(
                     workspace,
@@ -115,7 +117,7 @@ def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> No
                     implementation,
                     volumes=volumes,
                     idle_seconds=options.idle_seconds,
-                    log_dir=cluster_dir / str(volumes),
+                    log_dir=log_dir,
                     py_spy=options.py_spy,
                 )
                 by_implementation[implementation.key] = scale
