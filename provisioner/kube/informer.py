@@ -6,7 +6,8 @@ from the raw response, with managedFields dropped, and are discarded as soon as 
 made: 10,000 volumes must sync in seconds and fit in a small memory budget.
 
 Semantics follow client-go's reflector and shared informer:
-- list in pages of 500, then watch from the list's resourceVersion with bookmarks;
+- list in pages of 500 (the watch cache answers a first list in one response, decoded item by
+  item as it arrives), then watch from the list's resourceVersion with bookmarks;
 - the first list is served from the apiserver's watch cache (resourceVersion "0",
   NotOlderThan): it may be a moment old, which the watch from its resourceVersion makes good,
   and it spares etcd (and us) a quorum read of every object at start;
