@@ -17,6 +17,8 @@ class BenchOptions:
     claims: int
     nodes: int
     scale_volumes: int
+    scale_sizes: tuple[int, ...]
+    """Every data-set size of the scaling table, ascending; includes scale_volumes."""
     concurrency: int
     idle_seconds: float
     implementations: tuple[Implementation, ...]
@@ -29,6 +31,16 @@ class BenchOptions:
     py_spy: Path | None
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text}") from e
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"sizes must be positive: {text}")
+    return sizes
+
+
 def parse_options(argv: Sequence[str]) -> BenchOptions:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
@@ -39,6 +51,14 @@ def parse_options(argv: Sequence[str]) -> BenchOptions:
     add("--claims", type=int, help="claims in the burst (default 200; --quick 20)")
     add("--nodes", type=int, default=4, help="fake nodes per cluster (default 4)")
     add("--scale-volumes", type=int, help="bound volumes for the scale run (default 10000)")
+    add(
+        "--scale-sizes",
+        type=_sizes,
+        default=(),
+        help="also start each implementation over these numbers of volumes, comma-separated "
+        "(e.g. 1000,10000,50000), for the scaling table; one cluster, its data set grown in "
+        "turn",
+    )
     add("--concurrency", type=int, default=8, help="client threads of the bench and the floor")
     add("--idle-seconds", type=float, default=10.0, help="idle CPU window after ready")
     add(
@@ -73,10 +93,12 @@ def parse_options(argv: Sequence[str]) -> BenchOptions:
     add("--timeout", type=float, default=900.0, help="seconds any one wait may take")
     args = parser.parse_args(list(argv))
     chosen = tuple(i for i in ALL if not args.only or i.key in args.only)
+    scale_volumes = args.scale_volumes or (300 if args.quick else 10_000)
     return BenchOptions(
         claims=args.claims or (20 if args.quick else 200),
         nodes=args.nodes,
-        scale_volumes=args.scale_volumes or (300 if args.quick else 10_000),
+        scale_volumes=scale_volumes,
+        scale_sizes=tuple(sorted({scale_volumes, *args.scale_sizes})),
         concurrency=args.concurrency,
         idle_seconds=args.idle_seconds,
         implementations=chosen,

@@ -192,6 +192,7 @@ def build_report(
             "claims": options.claims,
             "nodes": options.nodes,
             "scale_volumes": options.scale_volumes,
+            "scale_sizes": list(options.scale_sizes),
             "concurrency": options.concurrency,
             "idle_seconds": options.idle_seconds,
             "quick": options.quick,
@@ -203,6 +204,10 @@ def build_report(
         "floor": asdict(results.floor) if results.floor else None,
         "scale_dataset": asdict(results.dataset) if results.dataset else None,
         "scale": {key: asdict(value) for key, value in results.scale.items()},
+        "scaling": {
+            str(volumes): {key: asdict(value) for key, value in runs.items()}
+            for volumes, runs in results.scaling.items()
+        },
     }
 
 
@@ -272,6 +277,34 @@ def requests_table(report: dict[str, Any], markdown: bool = False) -> str:
     return format_table(["requests per volume", *IMPLEMENTATIONS], rows, markdown)
 
 
+SCALING_FIGURES = (
+    ("ready", "s", "ready_seconds"),
+    ("steady RSS", "MiB", "steady_rss_mib"),
+    ("peak RSS", "MiB", "peak_rss_mib"),
+)
+
+
+def scaling_table(report: dict[str, Any], markdown: bool = False) -> str:
+    """Start-up time and memory by data-set size: how each implementation's cost grows."""
+    runs: dict[str, dict[str, Any]] = report.get("scaling") or {}
+    keys = [key for key in IMPLEMENTATIONS if any(key in by_key for by_key in runs.values())]
+    headers = ["volumes"]
+    for name, unit, _ in SCALING_FIGURES:
+        headers += [f"{name} ({unit}): {key}" for key in keys]
+        if "ours" in keys and "reference-tuned" in keys:
+            headers.append(f"{name}: ours/tuned")
+    rows = []
+    for volumes, by_key in sorted(runs.items(), key=lambda item: int(item[0])):
+        row = [volumes]
+        for _, _, field_name in SCALING_FIGURES:
+            values = {key: by_key[key][field_name] if key in by_key else NAN for key in keys}
+            row += [_number(values[key]) for key in keys]
+            if "ours" in keys and "reference-tuned" in keys:
+                row.append(_number(ratio(values["ours"], values["reference-tuned"])))
+        rows.append(row)
+    return format_table(headers, rows, markdown)
+
+
 def print_report(report: dict[str, Any]) -> None:
     options = report["options"]
     print(
@@ -283,6 +316,9 @@ def print_report(report: dict[str, Any]) -> None:
     print(requests_table(report))
     print()
     print(targets_table(report))
+    if report.get("scaling"):
+        print()
+        print(scaling_table(report))
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -292,6 +328,7 @@ def markdown(report: dict[str, Any]) -> str:
             figures_table(report, markdown=True),
             requests_table(report, markdown=True),
             targets_table(report, markdown=True),
+            *([scaling_table(report, markdown=True)] if report.get("scaling") else []),
         ]
     )
 

@@ -34,6 +34,9 @@ class RunResults:
     floor: FloorResult | None = None
     dataset: DatasetResult | None = None
     scale: dict[str, ScaleResult] = field(default_factory=dict)
+    """At options.scale_volumes, by implementation."""
+    scaling: dict[int, dict[str, ScaleResult]] = field(default_factory=dict)
+    """Every size of options.scale_sizes, by number of volumes, then implementation."""
 
 
 def say(message: str) -> None:
@@ -88,7 +91,7 @@ def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> No
     implementations = [i for i in options.implementations if not i.capacity]
     if not implementations:
         return
-    say(f"scale: starting a fresh cluster, making {options.scale_volumes} bound volumes")
+    say(f"scale: starting a fresh cluster for {', '.join(map(str, options.scale_sizes))} volumes")
     cluster_dir = work_dir / "scale"
     cluster, audit = start_audited_cluster(
         default_node_specs(options.nodes), cluster_dir, options.controller_manager_qps
@@ -96,25 +99,35 @@ def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> No
     api = RawApi.for_cluster(cluster, pool_size=2 * options.concurrency + 8)
     try:
         workspace = prepare_workspace(cluster, api, cluster_dir)
-        results.dataset = create_dataset(
-            workspace, api, options.scale_volumes, 2 * options.concurrency
-        )
-        say(f"scale: data set made in {results.dataset.seconds:.0f}s")
-        for implementation in implementations:
-            scale = run_scale(
-                workspace,
-                audit,
-                implementation,
-                volumes=options.scale_volumes,
-                idle_seconds=options.idle_seconds,
-                log_dir=cluster_dir,
-                py_spy=options.py_spy,
-            )
-            results.scale[implementation.key] = scale
-            say(
-                f"scale: {implementation.label}: ready in {scale.ready_seconds:.2f}s, "
-                f"steady RSS {scale.steady_rss_mib:.0f} MiB"
-            )
+        existing = 0
+        for volumes in options.scale_sizes:
+            say(f"scale: making bound volumes {existing} to {volumes}")
+            dataset = create_dataset(workspace, api, volumes, 2 * options.concurrency, existing)
+            existing = volumes
+            if volumes == options.scale_volumes:
+                results.dataset = dataset
+            say(f"scale: data set of {volumes} made in {dataset.seconds:.0f}s")
+            by_implementation = results.scaling.setdefault(volumes, {})
+            log_dir = cluster_dir / str(volumes)
+            log_dir.mkdir(parents=True, exist_ok=True)
+            for implementation in implementations:
+                scale = run_scale(
+                    workspace,
+                    audit,
+                    implementation,
+                    volumes=volumes,
+                    idle_seconds=options.idle_seconds,
+                    log_dir=log_dir,
+                    py_spy=options.py_spy,
+                )
+                by_implementation[implementation.key] = scale
+                if volumes == options.scale_volumes:
+                    results.scale[implementation.key] = scale
+                say(
+                    f"scale: {implementation.label} over {volumes}: ready in "
+                    f"{scale.ready_seconds:.2f}s, steady RSS {scale.steady_rss_mib:.0f} MiB, "
+                    f"peak {scale.peak_rss_mib:.0f} MiB"
+                )
     finally:
         api.close()
         cluster.stop()

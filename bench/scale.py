@@ -110,10 +110,12 @@ def _volume_objects(index: int, node: str) -> tuple[str, dict[str, Any], dict[st
 
 
 def create_dataset(
-    workspace: Workspace, api: RawApi, volumes: int, concurrency: int
+    workspace: Workspace, api: RawApi, volumes: int, concurrency: int, existing: int = 0
 ) -> DatasetResult:
+    """Make volumes number `existing` to `volumes - 1` (the scaling runs grow one data set)."""
     cluster = workspace.cluster
-    cluster.create_namespace(SCALE_NAMESPACE)
+    if existing == 0:
+        cluster.create_namespace(SCALE_NAMESPACE)
     claims_path = f"/api/v1/namespaces/{SCALE_NAMESPACE}/persistentvolumeclaims"
 
     def make(index: int) -> None:
@@ -146,7 +148,7 @@ def create_dataset(
 
     started = time.monotonic()
     with ThreadPoolExecutor(concurrency) as pool:
-        list(pool.map(make, range(volumes)))
+        list(pool.map(make, range(existing, volumes)))
     wait_all_bound(api, claims_path, volumes)
     return DatasetResult(volumes, time.monotonic() - started)
 

@@ -141,25 +141,28 @@ class Controller:
             metrics=metrics.queue_metrics("provisioner"),
         )
         informer = functools.partial(Informer, resync_period=settings.resync_period)
-        core, storage = clients.core, clients.storage
+        lists = clients.list_function
         self.claims: Informer[ClaimRecord] = informer(
             "claims",
-            core.list_persistent_volume_claim_for_all_namespaces,
+            lists("/api/v1/persistentvolumeclaims"),
             to_record=claim_record,
             key=uid_key,
         )
         self.volumes: Informer[VolumeRecord] = informer(
-            "volumes", core.list_persistent_volume, to_record=volume_record, key=name_key
+            "volumes", lists("/api/v1/persistentvolumes"), to_record=volume_record, key=name_key
         )
         self.classes: Informer[StorageClassRecord] = informer(
-            "classes", storage.list_storage_class, to_record=storage_class_record, key=name_key
+            "classes",
+            lists("/apis/storage.k8s.io/v1/storageclasses"),
+            to_record=storage_class_record,
+            key=name_key,
         )
         self.nodes: Informer[NodeRecord] = informer(
-            "nodes", core.list_node, to_record=node_record, key=name_key
+            "nodes", lists("/api/v1/nodes"), to_record=node_record, key=name_key
         )
         self.helper_pods: Informer[dict[str, Any]] = informer(
             "helper-pods",
-            functools.partial(core.list_namespaced_pod, settings.helper_namespace),
+            lists(f"/api/v1/namespaces/{settings.helper_namespace}/pods"),
             to_record=_helper_pod,
             label_selector=f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}",
         )

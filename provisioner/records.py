@@ -4,12 +4,18 @@ Caches of typed client models for 10,000 volumes and claims cost seconds and hun
 the decisions need a dozen fields each. The builders take the API's JSON form (camelCase
 dicts, as a raw list or watch returns them) and keep only those fields, so the shell can cache
 records and the pure decisions in `claims` never see a client object.
+
+Most of what a record keeps repeats from object to object (annotation and label keys, class
+and node names, access modes, sizes): those strings and small tuples are shared (interned), so
+10,000 records hold one copy each instead of 10,000. Names, UIDs and paths are unique and kept
+as they are.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from sys import intern
 from typing import Any
 
 from provisioner.quantities import quantity_to_bytes
@@ -90,8 +96,32 @@ class NodeRecord:
     unschedulable: bool = False
 
 
+# Distinct tuples seen (access modes, affinity values, finalizers): few in any real cluster;
+# past this many, new ones are simply not shared.
+_MAX_SHARED_TUPLES = 4096
+_shared_tuples: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
+def _shared(value: Any) -> str:
+    return intern(str(value))
+
+
+def _optional_shared(value: Any) -> str | None:
+    return None if value is None else intern(str(value))
+
+
 def _strings(value: Any) -> dict[str, str]:
-    return {str(k): str(v) for k, v in (value or {}).items()}
+    return {intern(str(k)): intern(str(v)) for k, v in (value or {}).items()}
+
+
+def _shared_tuple(values: Any) -> tuple[str, ...]:
+    strings = tuple(intern(str(v)) for v in values or ())
+    shared = _shared_tuples.get(strings)
+    if shared is not None:
+        return shared
+    if len(_shared_tuples) < _MAX_SHARED_TUPLES:
+        _shared_tuples[strings] = strings
+    return strings
 
 
 def claim_record(obj: Mapping[str, Any]) -> ClaimRecord:
@@ -104,21 +134,23 @@ def claim_record(obj: Mapping[str, Any]) -> ClaimRecord:
     storage = requests.get("storage")
     return ClaimRecord(
         uid=str(meta.get("uid", "")),
-        namespace=str(meta.get("namespace", "")),
+        namespace=_shared(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
         resource_version=str(meta.get("resourceVersion", "")),
         annotations=annotations,
         labels=_strings(meta.get("labels")),
-        storage_class_name=class_name,
+        storage_class_name=_optional_shared(class_name),
         selected_node=annotations.get("volume.kubernetes.io/selected-node") or None,
-        access_modes=tuple(spec.get("accessModes") or ()),
-        requested_storage=None if storage is None else str(storage),
-        volume_mode=spec.get("volumeMode") or "Filesystem",
+        access_modes=_shared_tuple(spec.get("accessModes")),
+        requested_storage=_optional_shared(storage),
+        volume_mode=_shared(spec.get("volumeMode") or "Filesystem"),
         has_selector=spec.get("selector") is not None,
         has_data_source=bool(spec.get("dataSource") or spec.get("dataSourceRef")),
         volume_name=spec.get("volumeName") or "",
         being_deleted=meta.get("deletionTimestamp") is not None,
-        status_capacity=((obj.get("status") or {}).get("capacity") or {}).get("storage"),
+        status_capacity=_optional_shared(
+            ((obj.get("status") or {}).get("capacity") or {}).get("storage")
+        ),
     )
 
 
@@ -131,7 +163,7 @@ def volume_record(obj: Mapping[str, Any]) -> VolumeRecord:
         path, volume_type = spec["local"].get("path"), "local"
     required = ((spec.get("nodeAffinity") or {}).get("required") or {}).get("nodeSelectorTerms")
     affinity = tuple(
-        (str(expression.get("key", "")), tuple(expression.get("values") or ()))
+        (_shared(expression.get("key", "")), _shared_tuple(expression.get("values")))
         for term in required or ()
         for expression in term.get("matchExpressions") or ()
         if expression.get("operator") == "In"
@@ -140,19 +172,21 @@ def volume_record(obj: Mapping[str, Any]) -> VolumeRecord:
     return VolumeRecord(
         name=str(meta.get("name", "")),
         annotations=_strings(meta.get("annotations")),
-        phase=str((obj.get("status") or {}).get("phase", "")),
-        reclaim_policy=spec.get("persistentVolumeReclaimPolicy") or "Delete",
-        storage_class_name=spec.get("storageClassName") or "",
+        phase=_shared((obj.get("status") or {}).get("phase", "")),
+        reclaim_policy=_shared(spec.get("persistentVolumeReclaimPolicy") or "Delete"),
+        storage_class_name=_shared(spec.get("storageClassName") or ""),
         path=path,
         volume_type=volume_type,
         affinity=affinity,
-        finalizers=tuple(meta.get("finalizers") or ()),
+        finalizers=_shared_tuple(meta.get("finalizers")),
         being_deleted=meta.get("deletionTimestamp") is not None,
         claim_ref=None
         if not ref
-        else ClaimReference(ref.get("namespace", ""), ref.get("name", ""), ref.get("uid", "")),
-        capacity=(spec.get("capacity") or {}).get("storage"),
-        volume_mode=spec.get("volumeMode") or "Filesystem",
+        else ClaimReference(
+            _shared(ref.get("namespace", "")), ref.get("name", ""), ref.get("uid", "")
+        ),
+        capacity=_optional_shared((spec.get("capacity") or {}).get("storage")),
+        volume_mode=_shared(spec.get("volumeMode") or "Filesystem"),
     )
 
 

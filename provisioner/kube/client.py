@@ -1,6 +1,11 @@
 """API client setup: where the credentials come from, one rate limiter every request passes
 through, and a user agent that names us in the apiserver's audit log.
 
+The informers list and watch through `KubeClients.list_function`, raw: the generated API
+classes (`core`, `storage`, ...) are built on first use only, because importing one builds
+hundreds of pydantic model classes (about a second and 15 MiB at start-up) that the running
+provisioner never needs.
+
 Besides the typed API objects, `KubeClients.request_json` sends plain dicts and returns plain
 dicts. The generated client validates every body into its pydantic models and writes datetimes
 with `isoformat()`, which drops the fraction when it is zero: a Lease's MicroTime then fails to
@@ -14,6 +19,7 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -98,23 +104,85 @@ class JsonRequester(Protocol):
     ) -> dict[str, Any]: ...
 
 
-@dataclass
-class KubeClients:
+# The list and watch parameters the informers and the helper-pod runner pass, by the generated
+# client's argument names, and their names on the wire.
+_LIST_PARAMETERS = {
+    "_continue": "continue",
+    "limit": "limit",
+    "resource_version": "resourceVersion",
+    "resource_version_match": "resourceVersionMatch",
+    "label_selector": "labelSelector",
+    "field_selector": "fieldSelector",
+    "watch": "watch",
+    "allow_watch_bookmarks": "allowWatchBookmarks",
+    "timeout_seconds": "timeoutSeconds",
+}
+
+
+@dataclass(frozen=True)
+class ListFunction:
+    """A list (or, with watch=True, watch) call of one collection, e.g. `/api/v1/nodes`, that
+    takes the generated client's arguments and returns the raw urllib3 response, as the
+    generated `list_*` methods do with `_preload_content=False` (non-2xx raises ApiException)."""
+
     api_client: k8s.ApiClient
-    core: k8s.CoreV1Api
-    storage: k8s.StorageV1Api
-    coordination: k8s.CoordinationV1Api
-    events: k8s.EventsV1Api
+    path: str
+
+    def __call__(
+        self,
+        *,
+        _preload_content: bool = False,
+        _request_timeout: Timeout | None = None,
+        **parameters: Any,
+    ) -> Any:
+        if _preload_content:
+            raise ValueError("a ListFunction only returns raw responses")
+        query = [
+            (_LIST_PARAMETERS[name], value)
+            for name, value in parameters.items()
+            if value is not None
+        ]
+        request = self.api_client.param_serialize(
+            method="GET",
+            resource_path=self.path,
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        response: Any = self.api_client.call_api(*request, _request_timeout=_request_timeout)
+        if not 200 <= response.status <= 299:
+            response.read()
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        return response.response
+
+
+class KubeClients:
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self.api_client = api_client
 
     @classmethod
     def from_api_client(cls, api_client: k8s.ApiClient) -> KubeClients:
-        return cls(
-            api_client=api_client,
-            core=k8s.CoreV1Api(api_client),
-            storage=k8s.StorageV1Api(api_client),
-            coordination=k8s.CoordinationV1Api(api_client),
-            events=k8s.EventsV1Api(api_client),
-        )
+        return cls(api_client)
+
+    @cached_property
+    def core(self) -> k8s.CoreV1Api:
+        return k8s.CoreV1Api(self.api_client)
+
+    @cached_property
+    def storage(self) -> k8s.StorageV1Api:
+        return k8s.StorageV1Api(self.api_client)
+
+    @cached_property
+    def coordination(self) -> k8s.CoordinationV1Api:
+        return k8s.CoordinationV1Api(self.api_client)
+
+    @cached_property
+    def events(self) -> k8s.EventsV1Api:
+        return k8s.EventsV1Api(self.api_client)
+
+    def list_function(self, path: str) -> ListFunction:
+        """The raw list/watch call of the collection at `path` (see `ListFunction`)."""
+        return ListFunction(self.api_client, path)
 
     def request_json(
         self,

@@ -227,8 +227,7 @@ class HelperPodRunner:
         try:
             response = cast(
                 watch_stream.RawResponse,
-                self._clients.core.list_namespaced_pod(
-                    namespace,
+                self._clients.list_function(_pods(namespace))(
                     field_selector=f"metadata.name={name}",
                     watch=True,
                     resource_version=resource_version,

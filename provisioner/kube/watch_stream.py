@@ -35,15 +35,6 @@ class RawResponse(Protocol):
     def release_conn(self) -> None: ...
 
 
-def read_json(response: RawResponse) -> dict[str, Any]:
-    """The whole body of a finished response, decoded; the connection goes back to the pool."""
-    try:
-        decoded: dict[str, Any] = json.loads(response.data)
-        return decoded
-    finally:
-        release(response)
-
-
 def iter_watch_events(response: RawResponse) -> Iterator[dict[str, Any]]:
     """Each watch event (`{"type": ..., "object": {...}}`) as the server sends it, one JSON
     document per line. Ends when the server closes the stream."""

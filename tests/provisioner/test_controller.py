@@ -15,15 +15,7 @@ def unused(*args: Any, **kwargs: Any) -> Any:
 
 
 def controller() -> Controller:
-    clients = SimpleNamespace(
-        core=SimpleNamespace(
-            list_persistent_volume_claim_for_all_namespaces=unused,
-            list_persistent_volume=unused,
-            list_node=unused,
-            list_namespaced_pod=unused,
-        ),
-        storage=SimpleNamespace(list_storage_class=unused),
-    )
+    clients = SimpleNamespace(list_function=lambda path: unused)
     return Controller(
         cast(Any, clients),
         ControllerSettings(provisioner_name="p", helper_namespace="ns"),

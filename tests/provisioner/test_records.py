@@ -158,3 +158,36 @@ def test_the_pure_core_never_imports_the_kubernetes_client() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_repeated_strings_are_shared_between_records_and_unique_ones_kept() -> None:
+    """10,000 claims repeat their class, node, annotation keys and access modes: one copy each.
+    Fresh strings (as each decoded object has) must still come out as the same objects."""
+
+    def claim(uid: str) -> dict[str, object]:
+        fresh = "".join  # a new str object per call, as json decoding makes
+        return {
+            "metadata": {
+                "uid": uid,
+                "namespace": fresh(["team", "-a"]),
+                "name": f"data-{uid}",
+                "annotations": {
+                    fresh(["volume.kubernetes.io/", "selected-node"]): fresh(["n", "1"])
+                },
+            },
+            "spec": {
+                "storageClassName": fresh(["local", "-path"]),
+                "accessModes": [fresh(["ReadWrite", "Once"])],
+                "resources": {"requests": {"storage": fresh(["1", "Gi"])}},
+            },
+        }
+
+    first, second = claim_record(claim("u1")), claim_record(claim("u2"))
+    assert first.namespace is second.namespace
+    assert first.storage_class_name is second.storage_class_name
+    assert first.selected_node is second.selected_node == "n1"
+    assert first.access_modes is second.access_modes == ("ReadWriteOnce",)
+    assert first.requested_storage is second.requested_storage
+    (key_1,), (key_2,) = first.annotations, second.annotations
+    assert key_1 is key_2
+    assert (first.uid, second.uid) == ("u1", "u2")

@@ -62,6 +62,11 @@ class FakeResponse:
         return json.dumps(self._body).encode()
 
     def stream(self, amt: int | None = None, decode_content: bool | None = None) -> Iterator[bytes]:
+        if self._body is not None:
+            # A list read as it arrives: in small pieces, as the apiserver's HTTP chunks are.
+            data = self.data
+            yield from (data[start : start + 64] for start in range(0, len(data), 64))
+            return
         for chunk in self._chunks:
             if self.interrupted.is_set():
                 raise OSError("connection shut down")

@@ -2,7 +2,8 @@
 clock (timeouts cost nothing); test_helper_pods_cluster.py runs real pods."""
 
 import copy
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import pytest
@@ -66,7 +67,7 @@ Step = Pod | str | Exception
 
 
 class FakePodApi:
-    """request_json over a dict of pods, and `core.list_namespaced_pod` watches that play the
+    """request_json over a dict of pods, and pod watches (`list_function`) that play the
     next scripted session (statuses, "DELETED", or an exception to raise) and otherwise stay
     quiet until their timeout, advancing the fake clock. Deletes with a uid precondition are
     only recorded (the pod goes away when a session says "DELETED"), like a graceful delete."""
@@ -78,7 +79,6 @@ class FakePodApi:
         self.requests: list[tuple[str, str, Any]] = []
         self.watches: list[dict[str, Any]] = []
         self.version = 0
-        self.core = self
         self.forbid_create = False
         self.fail_reads = 0
 
@@ -122,6 +122,10 @@ class FakePodApi:
                 del self.pods[name]
             return {}
         raise AssertionError(method)
+
+    def list_function(self, path: str) -> Callable[..., FakeResponse]:
+        namespace = path.removeprefix("/api/v1/namespaces/").removesuffix("/pods")
+        return functools.partial(self.list_namespaced_pod, namespace)
 
     def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> FakeResponse:
         assert kwargs["watch"] is True

@@ -184,6 +184,27 @@ def test_http_gone_on_watch_start_relists(running: StartInformer) -> None:
     assert informer.resource_version == "50"
 
 
+def test_the_first_list_comes_from_the_watch_cache_and_a_relist_does_not(
+    running: StartInformer,
+) -> None:
+    """client-go's reflector starts from the apiserver's watch cache (resourceVersion "0"); a
+    relist after 410 Gone must not, as the cache may be older than what was already seen."""
+    api = ScriptedApi(
+        [[page([obj("a")], next_page=1), page([obj("b")], rv="10")], [page([obj("a")], rv="50")]],
+        [ApiException(status=410, reason="Gone")],
+    )
+    informer, _ = running(api, page_size=1)
+    assert api.wait_for_watches(2)
+    first, continued, relist = [c for c in api.calls if not c.get("watch")]
+    assert (first["resource_version"], first["resource_version_match"]) == ("0", "NotOlderThan")
+    # The API refuses a resourceVersion beside a continue token.
+    assert continued["_continue"] == "1"
+    assert "resource_version" not in continued
+    assert "resource_version" not in relist
+    assert "resource_version_match" not in relist
+    assert informer.resource_version == "50"
+
+
 def test_other_errors_rewatch_from_the_last_resource_version(running: StartInformer) -> None:
     api = ScriptedApi(
         [[page([obj("a")], rv="10")]],

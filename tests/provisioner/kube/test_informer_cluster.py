@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from localcluster import LocalCluster
 from provisioner.kube.client import KubeClients
@@ -157,3 +158,20 @@ def test_an_apiserver_restart_and_an_expired_resource_version(
     )
     # The re-list found nothing new for "before": no duplicate add was delivered.
     assert [event[1] for event in recorder.events].count(f"{namespace}/before") == 1
+
+
+def test_the_raw_list_function_lists_watches_and_raises_refusals(
+    clients: KubeClients, namespace: str, start: StartInformer
+) -> None:
+    """What the provisioner's informers use instead of the generated client's list methods."""
+    create_config_map(clients, namespace, "first", "1", team="a")
+    create_config_map(clients, namespace, "other", "2", team="b")
+    function = clients.list_function(f"/api/v1/namespaces/{namespace}/configmaps")
+    informer, recorder = start(function, label_selector="team=a", page_size=1)
+    assert informer.wait_for_sync(10)
+    assert informer.keys() == [f"{namespace}/first"]
+    create_config_map(clients, namespace, "second", "3", team="a")
+    assert recorder.wait_for_event("add", f"{namespace}/second") == Setting("second", "3")
+    with pytest.raises(ApiException) as refused:
+        function(resource_version_match="NotOlderThan")  # needs a resourceVersion
+    assert refused.value.status == 422

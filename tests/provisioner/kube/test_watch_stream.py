@@ -34,12 +34,6 @@ def test_blank_lines_are_skipped() -> None:
     assert len(list(watch_stream.iter_watch_events(FakeResponse(chunks=chunks)))) == 1
 
 
-def test_read_json_releases_the_connection() -> None:
-    response = FakeResponse({"items": []})
-    assert watch_stream.read_json(response) == {"items": []}
-    assert response.released
-
-
 def test_strip_managed_fields() -> None:
     obj = {"metadata": {"name": "a", "managedFields": [{"manager": "x"}]}}
     assert watch_stream.strip_managed_fields(obj) == {"metadata": {"name": "a"}}
