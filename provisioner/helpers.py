@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import posixpath
+import textwrap
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
@@ -85,6 +86,21 @@ BASE_VIEW = "/.local-path-storage/base"
 directory mounted read-write at VOL_DIR is the real one."""
 BASE_VOLUME = "base"
 
+# How every script on one volume's path begins: VOL_DIR must lie inside LPS_BASE.
+INSIDE_BASE = """\
+refuse() { echo "refusing $VOL_DIR: $1" >&2; exit 1; }
+case "$VOL_DIR" in "$LPS_BASE"/*) ;; *) refuse "it is not inside $LPS_BASE" ;; esac
+"""
+# One step down from the base towards VOL_DIR, in a loop over `rest` (what is left of VOL_DIR
+# below `dir`): the next component in `dir`, refused if it is a symbolic link.
+NEXT_COMPONENT = """\
+part="${rest%%/*}"
+if [ "$part" = "$rest" ]; then rest=""; else rest="${rest#*/}"; fi
+dir="$dir/$part"
+if [ -L "$dir" ]; then refuse "$dir is a symbolic link"; fi
+"""
+
+
 # The provisioner's own steps, with the base path mounted read-write at its own path. Neither
 # follows a symbolic link: a tenant owns what is inside its volume and can plant links there.
 # `finish` also removes the parents a pathPattern made (`<base>/<namespace>` for
@@ -92,18 +108,17 @@ BASE_VOLUME = "base"
 # path. A sibling's `prepare` may find such a parent, then see it removed before it makes its
 # own directory in it (the parent was empty until then): `mkdir` fails, and it walks again.
 # Once the sibling's directory exists the parent is not empty and no `finish` removes it.
-PREPARE_SCRIPT = """\
-set -eu
-refuse() { echo "refusing $VOL_DIR: $1" >&2; exit 1; }
-case "$VOL_DIR" in "$LPS_BASE"/*) ;; *) refuse "it is not inside $LPS_BASE" ;; esac
+PREPARE_SCRIPT = (
+    "set -eu\n"
+    + INSIDE_BASE
+    + """\
 make_path() {
   dir="$LPS_BASE"
   rest="${VOL_DIR#"$LPS_BASE"/}"
   while [ -n "$rest" ]; do
-    part="${rest%%/*}"
-    if [ "$part" = "$rest" ]; then rest=""; else rest="${rest#*/}"; fi
-    dir="$dir/$part"
-    if [ -L "$dir" ]; then refuse "$dir is a symbolic link"; fi
+"""
+    + textwrap.indent(NEXT_COMPONENT, "    ")
+    + """\
     if [ ! -d "$dir" ]; then mkdir "$dir" 2>/dev/null || [ -d "$dir" ] || return 1; fi
   done
 }
@@ -117,18 +132,18 @@ cd "$VOL_DIR"
 real="$(pwd -P)"
 if [ "$real" != "$VOL_DIR" ]; then refuse "its real path is $real"; fi
 """
-FINISH_SCRIPT = """\
-set -eu
-refuse() { echo "refusing $VOL_DIR: $1" >&2; exit 1; }
-case "$VOL_DIR" in "$LPS_BASE"/*) ;; *) refuse "it is not inside $LPS_BASE" ;; esac
+)
+FINISH_SCRIPT = (
+    "set -eu\n"
+    + INSIDE_BASE
+    + """\
 dir="$LPS_BASE"
 deepest="$LPS_BASE"
 rest="${VOL_DIR#"$LPS_BASE"/}"
 while [ -n "$rest" ]; do
-  part="${rest%%/*}"
-  if [ "$part" = "$rest" ]; then rest=""; else rest="${rest#*/}"; fi
-  dir="$dir/$part"
-  if [ -L "$dir" ]; then refuse "$dir is a symbolic link"; fi
+"""
+    + textwrap.indent(NEXT_COMPONENT, "  ")
+    + """\
   if [ ! -e "$dir" ]; then break; fi
   deepest="$dir"
 done
@@ -142,16 +157,17 @@ while [ "$deepest" != "$LPS_BASE" ]; do
   deepest="${deepest%/*}"
 done
 """
+)
 # Runs before the setup or teardown code, in its pod: VOL_DIR must be the real directory, seen
 # through the read-only base path without a symbolic link, and the read-write mount at VOL_DIR
 # must be that very directory (device and inode), not one a link redirected the host mount to.
 # rancher's teardown `rm -rf "$VOL_DIR"` cannot remove the mount point itself: once its content
 # is gone, the teardown has done its part and the `finish` step removes the directory. After a
 # setup that succeeded, the quota step (see `quota`) limits the directory where it can.
-GUARD_SCRIPT = """\
-set -u
-refuse() { echo "refusing $VOL_DIR: $1" >&2; exit 1; }
-case "$VOL_DIR" in "$LPS_BASE"/*) ;; *) refuse "it is not inside $LPS_BASE" ;; esac
+GUARD_SCRIPT = (
+    "set -u\n"
+    + INSIDE_BASE
+    + """\
 view="$LPS_BASE_VIEW${VOL_DIR#"$LPS_BASE"}"
 cd "$view" 2>/dev/null || refuse "it is not a directory"
 real="$(pwd -P)"
@@ -172,6 +188,7 @@ fi
 if [ "$status" -ne 0 ] && [ "$0" = teardown ] && [ -z "$(ls -A "$VOL_DIR")" ]; then exit 0; fi
 exit "$status"
 """
+)
 
 
 def helper_steps(action: HelperAction, target: HelperTarget) -> tuple[HelperStep, ...]:

@@ -12,11 +12,18 @@ names leave the node. The provisioner checks the result again (see `orphans`).
 from __future__ import annotations
 
 import hashlib
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
 from provisioner.config import ConfigBundle
-from provisioner.helpers import BASE_VOLUME, HELPER_ACTION_LABEL, helper_pod_frame
+from provisioner.helpers import (
+    BASE_VOLUME,
+    HELPER_ACTION_LABEL,
+    INSIDE_BASE,
+    NEXT_COMPONENT,
+    helper_pod_frame,
+)
 from provisioner.paths import is_strictly_inside
 
 RESULT_PATH = "/tmp/local-path-storage-result"
@@ -80,17 +87,16 @@ echo end >> "$out"
 # component may be a symbolic link, the orphan must be a plain directory whose modification
 # time is older than LPS_MIN_AGE seconds on the node's clock (a setup that made something in
 # it, or a tenant writing into it, makes it young again).
-REMOVE_SCRIPT = """\
-set -eu
-refuse() { echo "refusing $VOL_DIR: $1" >&2; exit 1; }
-case "$VOL_DIR" in "$LPS_BASE"/*) ;; *) refuse "it is not inside $LPS_BASE" ;; esac
+REMOVE_SCRIPT = (
+    "set -eu\n"
+    + INSIDE_BASE
+    + """\
 dir="$LPS_BASE"
 rest="${VOL_DIR#"$LPS_BASE"/}"
 while [ -n "$rest" ]; do
-  part="${rest%%/*}"
-  if [ "$part" = "$rest" ]; then rest=""; else rest="${rest#*/}"; fi
-  dir="$dir/$part"
-  if [ -L "$dir" ]; then refuse "$dir is a symbolic link"; fi
+"""
+    + textwrap.indent(NEXT_COMPONENT, "  ")
+    + """\
   if [ ! -e "$dir" ]; then echo "$VOL_DIR is already gone"; exit 0; fi
 done
 if [ ! -d "$VOL_DIR" ]; then refuse "it is not a directory"; fi
@@ -99,6 +105,7 @@ if [ "$age" -lt "$LPS_MIN_AGE" ]; then refuse "it changed ${age}s ago"; fi
 rm -rf -- "$VOL_DIR"
 echo "removed $VOL_DIR"
 """
+)
 
 
 def _pod_name(prefix: str, *parts: str) -> str:
