@@ -369,3 +369,16 @@ def wait_provisioner_ready(
 def restart_count(pod: dict[str, Any]) -> int:
     statuses = pod.get("status", {}).get("containerStatuses") or [{}]
     return int(statuses[0].get("restartCount", 0))
+
+
+def up_with_a_bound_claim(
+    stacks: StackFactory, claim: str
+) -> tuple[EngineStack, Tenant, dict[str, Any]]:
+    """A fresh stack of the base config, up, its provisioner ready, and one claim of its class
+    bound for a consumer pod (with the claim's PV): where a test of a stack in use starts."""
+    stack = stacks.create()
+    stack.up()
+    wait_provisioner_ready(stacks.cluster, stack.names.namespace)
+    tenant = Tenant(stacks.cluster, stack.names.class_name)
+    tenant.claim_with_consumer(claim)
+    return stack, tenant, tenant.wait_bound(claim)

@@ -7,23 +7,17 @@ from __future__ import annotations
 from localcluster import LocalCluster, wait_for
 from tests.engine.support import (
     StackFactory,
-    Tenant,
     api_get,
+    up_with_a_bound_claim,
     volume_location,
-    wait_provisioner_ready,
 )
 
 
 def test_destroy_removes_the_stack_and_keeps_bound_volumes_and_their_data(
     stacks: StackFactory, cluster: LocalCluster
 ) -> None:
-    stack = stacks.create()
+    stack, _, volume = up_with_a_bound_claim(stacks, "keep-me")
     names = stack.names
-    stack.up()
-    wait_provisioner_ready(cluster, names.namespace)
-    tenant = Tenant(cluster, names.class_name)
-    tenant.claim_with_consumer("keep-me")
-    volume = tenant.wait_bound("keep-me")
     _, _, on_disk = volume_location(cluster, volume)
     (on_disk / "data.txt").write_text("the tenant's data\n", encoding="utf-8")
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 from localcluster import LocalCluster, wait_for
 from tests.engine.support import (
     StackFactory,
-    Tenant,
     api_get,
     api_request,
+    up_with_a_bound_claim,
     volume_location,
-    wait_provisioner_ready,
 )
 
 FINALIZER = "external-provisioner.volume.kubernetes.io/finalizer"
@@ -22,13 +21,7 @@ FINALIZER = "external-provisioner.volume.kubernetes.io/finalizer"
 def test_destroy_lets_go_of_the_finalizer_and_keeps_the_data(
     stacks: StackFactory, cluster: LocalCluster
 ) -> None:
-    stack = stacks.create()
-    names = stack.names
-    stack.up()
-    wait_provisioner_ready(cluster, names.namespace)
-    tenant = Tenant(cluster, names.class_name)
-    tenant.claim_with_consumer("kept")
-    volume = tenant.wait_bound("kept")
+    stack, tenant, volume = up_with_a_bound_claim(stacks, "kept")
     volume_name = volume["metadata"]["name"]
     volume_path = f"/api/v1/persistentvolumes/{volume_name}"
     _, _, on_disk = volume_location(cluster, volume)

@@ -18,10 +18,10 @@ from typing import Any
 from localcluster import LocalCluster
 from tests.engine.support import (
     StackFactory,
-    Tenant,
     error_lines,
     provisioner_pods,
     unique_suffix,
+    up_with_a_bound_claim,
     volume_location,
     wait_provisioner_ready,
 )
@@ -69,13 +69,8 @@ class PodWatch:
 def test_namespace_change_never_runs_two_provisioners_and_claims_bind_after(
     stacks: StackFactory, cluster: LocalCluster
 ) -> None:
-    stack = stacks.create()
+    stack, tenant, _ = up_with_a_bound_claim(stacks, "before")
     names = stack.names
-    stack.up()
-    wait_provisioner_ready(cluster, names.namespace)
-    tenant = Tenant(cluster, names.class_name)
-    tenant.claim_with_consumer("before")
-    tenant.wait_bound("before")
 
     new_namespace = f"lps-moved-{unique_suffix()}"
     stack.set_config("namespace", new_namespace)
@@ -94,13 +89,8 @@ def test_namespace_change_never_runs_two_provisioners_and_claims_bind_after(
 def test_provisioner_name_change_with_volumes_warns_in_preview(
     stacks: StackFactory, cluster: LocalCluster
 ) -> None:
-    stack = stacks.create()
+    stack, _, _ = up_with_a_bound_claim(stacks, "old-name")
     names = stack.names
-    stack.up()
-    wait_provisioner_ready(cluster, names.namespace)
-    tenant = Tenant(cluster, names.class_name)
-    tenant.claim_with_consumer("old-name")
-    tenant.wait_bound("old-name")
 
     renamed = f"renamed-{names.suffix}.local-path-storage.io/local-path"
     stack.set_config("provisionerName", renamed)
