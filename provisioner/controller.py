@@ -422,15 +422,19 @@ class Controller:
             self._collect_helper_pod(name)
 
     def _may_expand(self, claim: ClaimRecord) -> bool:
-        """Cheap filter: the claim asks for more than its PV of ours has, or its status lags."""
+        """Cheap filter: the claim asks for more than its PV of ours has, or its status lags (a
+        claim with no status capacity yet is still being bound: not ours to act on, see
+        `decide_expansion`, so a fresh bind wakes no worker)."""
         volume = self.volumes.get(claim.volume_name)
         if (
             volume is None
             or volume.annotations.get(PROVISIONED_BY) != self._settings.provisioner_name
         ):
             return False
-        sizes = (claim.requested_storage, claim.status_capacity, volume.capacity)
-        return sizes[0] != sizes[2] or sizes[1] != sizes[2]
+        status = claim.status_capacity
+        return claim.requested_storage != volume.capacity or (
+            status is not None and status != volume.capacity
+        )
 
     def _reconcile_expansion(self, claim: ClaimRecord) -> None:
         bundle = self._config()
