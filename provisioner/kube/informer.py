@@ -280,7 +280,9 @@ class Informer(Generic[R]):
                 _request_timeout=(CONNECT_TIMEOUT, LIST_REQUEST_TIMEOUT),
             )
             page: dict[str, Any] = {}
-            for obj in list_stream.iter_list_items(response, page):
+            # The text of managedFields is cut before decoding where it can be (the compact
+            # JSON the apiserver writes); stripping what is left keeps the promise for any other.
+            for obj in list_stream.iter_list_items(response, page, without_managed_fields=True):
                 watch_stream.strip_managed_fields(obj)
                 record = self._to_record(obj)
                 if record is not None:

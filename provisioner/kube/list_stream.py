@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from provisioner.kube.managed_fields import ManagedFieldsCutter
 from provisioner.kube.watch_stream import RawResponse, discard, release
 
 CHUNK_BYTES = 256 * 1024
@@ -34,9 +35,12 @@ class ListDecoder:
     """`for item in decoder.items()`: each element of `items`; once they are exhausted,
     `decoder.fields` holds the response's other top-level members."""
 
-    def __init__(self, chunks: Iterator[bytes]) -> None:
+    def __init__(self, chunks: Iterator[bytes], *, without_managed_fields: bool = False) -> None:
+        """With `without_managed_fields`, `managedFields` members are cut from the text before
+        it is decoded (see `managed_fields`): the items come out without them, for less work."""
         self.fields: dict[str, Any] = {}
         self._chunks = chunks
+        self._cutter = ManagedFieldsCutter() if without_managed_fields else None
         self._utf8 = codecs.getincrementaldecoder("utf-8")()
         self._buffer = ""
         self._position = 0
@@ -106,15 +110,20 @@ class ListDecoder:
         """Append at least CHUNK_BYTES more (or the rest) to the unread rest of the buffer;
         False at the end. The apiserver sends about one HTTP chunk per item, so taking them one
         by one would cut most items in two and decode each twice."""
-        pieces: list[bytes] = []
-        size = 0
-        while size < CHUNK_BYTES and not self._ended:
-            chunk = next(self._chunks, None)
-            self._ended = chunk is None
-            if chunk:
-                pieces.append(chunk)
-                size += len(chunk)
-        text = self._utf8.decode(b"".join(pieces), final=self._ended)
+        text = ""
+        while not text and not self._ended:
+            pieces: list[bytes] = []
+            size = 0
+            while size < CHUNK_BYTES and not self._ended:
+                chunk = next(self._chunks, None)
+                self._ended = chunk is None
+                if chunk:
+                    pieces.append(chunk)
+                    size += len(chunk)
+            text = self._utf8.decode(b"".join(pieces), final=self._ended)
+            if self._cutter is not None:
+                # It may hold all of it back (a member not ended yet): then read on.
+                text = self._cutter.feed(text, final=self._ended)
         if not text:
             return False
         self._buffer = self._buffer[self._position :] + text
@@ -122,11 +131,13 @@ class ListDecoder:
         return True
 
 
-def iter_list_items(response: RawResponse, fields: dict[str, Any]) -> Iterator[Any]:
+def iter_list_items(
+    response: RawResponse, fields: dict[str, Any], *, without_managed_fields: bool = False
+) -> Iterator[Any]:
     """Each item of a list response as it is decoded; `fields` receives the other top-level
     members once the items are exhausted. The connection goes back to the pool at the end."""
     chunks = response.stream(CHUNK_BYTES, decode_content=True)
-    decoder = ListDecoder(chunks)
+    decoder = ListDecoder(chunks, without_managed_fields=without_managed_fields)
     try:
         yield from decoder.items()
     except BaseException:

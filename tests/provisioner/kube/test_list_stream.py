@@ -76,3 +76,23 @@ def test_the_connection_is_released_after_a_whole_list_and_closed_after_a_broken
     with pytest.raises(ListDecodeError):
         list(list_stream.iter_list_items(broken, {}))
     assert broken.closed
+
+
+@pytest.mark.parametrize("size", [1, 5, 64, 1 << 20])
+def test_managed_fields_cut_before_decoding_whatever_the_chunking(size: int) -> None:
+    managed = [{"manager": "m", "fieldsV1": {'k:{"type":"Ready"}': {}, "f:a]": {}}}]
+    items = [
+        {"metadata": {"name": "a", "managedFields": managed}, "spec": {"x": [1, "]"]}},
+        {"metadata": {"managedFields": managed, "name": "b"}},
+        {"metadata": {"name": "c"}},
+    ]
+    body = json.dumps(
+        {"metadata": {"resourceVersion": "5"}, "items": items}, separators=(",", ":")
+    ).encode()
+    decoder = ListDecoder(iter(pieces(body, size)), without_managed_fields=True)
+    assert list(decoder.items()) == [
+        {"metadata": {"name": "a"}, "spec": {"x": [1, "]"]}},
+        {"metadata": {"name": "b"}},
+        {"metadata": {"name": "c"}},
+    ]
+    assert decoder.fields == {"metadata": {"resourceVersion": "5"}}
