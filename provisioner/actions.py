@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from provisioner.claims import (
@@ -27,6 +26,7 @@ from provisioner.claims import (
 from provisioner.config import ConfigBundle
 from provisioner.expansion import Expand
 from provisioner.helpers import HelperAction, HelperTarget, build_helper_pod, helper_steps
+from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
 from provisioner.kube.events import EventRecorder, ObjectReference
 from provisioner.kube.helper_pods import HelperPodError, HelperPodFailed, HelperPodRunner
@@ -167,7 +167,7 @@ class Actions:
             try:
                 self._clients.request_json("POST", "/api/v1/persistentvolumes", body=volume)
                 return
-            except ApiException as error:
+            except ApiError as error:
                 if error.status == HTTP_CONFLICT:
                     # Saved by an earlier attempt whose response we lost, or by a peer; or a
                     # PV of that name that is not this claim's volume at this path.
@@ -211,7 +211,7 @@ class Actions:
             existing = self._clients.request_json(
                 "GET", f"/api/v1/persistentvolumes/{plan.volume_name}"
             )
-        except ApiException as error:
+        except ApiError as error:
             return f"PV {plan.volume_name} exists but reading it failed: {error.status}"
         problem = foreign_volume_problem(existing, plan)
         if problem is not None:
@@ -340,7 +340,7 @@ class Actions:
             self._clients.request_json(
                 "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", timeout=timeout
             )
-        except ApiException as error:
+        except ApiError as error:
             if error.status != HTTP_NOT_FOUND:
                 log.warning("deleting helper pod %s: %s %s", name, error.status, error.reason)
         except (HTTPError, OSError) as error:
@@ -349,14 +349,14 @@ class Actions:
     def _delete_volume(self, name: str) -> None:
         try:
             self._clients.request_json("DELETE", f"/api/v1/persistentvolumes/{name}")
-        except ApiException as error:
+        except ApiError as error:
             if error.status != HTTP_NOT_FOUND:
                 raise ActionFailed(f"deleting PV {name}: {error.status} {error.reason}") from error
 
     def _patch(self, path: str, body: dict[str, Any], content_type: str) -> None:
         try:
             self._clients.request_json("PATCH", path, body=body, content_type=content_type)
-        except ApiException as error:
+        except ApiError as error:
             if error.status == HTTP_NOT_FOUND:
                 return
             raise ActionFailed(f"patching {path}: {error.status} {error.reason}") from error

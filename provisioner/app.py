@@ -28,7 +28,6 @@ import threading
 import time
 from types import FrameType
 
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from provisioner.actions import Actions, HelperSettings
@@ -36,6 +35,7 @@ from provisioner.config import ConfigBundle, ConfigError
 from provisioner.config_watch import ConfigWatcher
 from provisioner.controller import STOP_BUDGET_SECONDS as CONTROLLER_STOP_BUDGET
 from provisioner.controller import Controller, ControllerSettings
+from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients, KubeConfigError, create_clients
 from provisioner.kube.events import EventRecorder, ObjectReference
 from provisioner.kube.helper_pods import HelperPodRunner
@@ -82,7 +82,7 @@ class _ApiReachability:
                 try:
                     self._clients.request_json("GET", "/version", timeout=2.0)
                     self._reachable = True
-                except (ApiException, HTTPError, OSError):
+                except (ApiError, HTTPError, OSError):
                     self._reachable = False
                 self._checked_at = time.monotonic()
             return self._reachable

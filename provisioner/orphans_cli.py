@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from provisioner.config import ConfigBundle, ConfigError, load_config_bundle, load_config_directory
+from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients, KubeConfigError, create_clients
 from provisioner.kube.helper_pods import HelperPodRunner
 from provisioner.options import DEFAULT_PROVISIONER_NAME
@@ -118,7 +118,7 @@ def load_bundle(clients: KubeClients, options: OrphanOptions) -> ConfigBundle:
     path = f"/api/v1/namespaces/{options.namespace}/configmaps/{options.configmap_name}"
     try:
         data = clients.request_json("GET", path).get("data") or {}
-    except ApiException as error:
+    except ApiError as error:
         raise ConfigError(
             f"ConfigMap {options.namespace}/{options.configmap_name}",
             f"cannot be read ({error.status} {error.reason}): pass --namespace and"
@@ -201,7 +201,7 @@ def main(argv: Sequence[str]) -> int:
     except ConfigError as error:
         print(f"invalid configuration: {error}", file=sys.stderr)
         return EXIT_BAD_SETUP
-    except (ApiException, HTTPError, OSError) as error:
+    except (ApiError, HTTPError, OSError) as error:
         print(f"talking to Kubernetes failed: {error}", file=sys.stderr)
         return EXIT_BAD_SETUP
     finally:

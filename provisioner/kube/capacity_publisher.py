@@ -19,9 +19,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
 from provisioner.kube.metrics import Metrics
 from provisioner.storage_capacity import (
@@ -116,7 +116,7 @@ class CapacityPublisher:
                 self.publish_once(full=full)
                 if full:
                     next_full = last + self._resync
-            except (ApiException, HTTPError, OSError) as error:
+            except (ApiError, HTTPError, OSError) as error:
                 log.warning("publishing CSIStorageCapacity failed, retrying: %s", error)
                 self._published = None
                 self._poked.set()
@@ -183,7 +183,7 @@ class CapacityPublisher:
             self._clients.request_json(
                 method, path, body=body, content_type=MERGE if merge else None
             )
-        except ApiException as error:
+        except ApiError as error:
             if error.status not in (HTTP_NOT_FOUND, HTTP_CONFLICT):
                 raise
             self._published = None
@@ -201,7 +201,7 @@ class CapacityPublisher:
             driver = self._clients.request_json(
                 "GET", f"/apis/storage.k8s.io/v1/csidrivers/{self._provisioner_name}"
             )
-        except ApiException as error:
+        except ApiError as error:
             if error.status == HTTP_NOT_FOUND:
                 return False
             raise

@@ -1,15 +1,14 @@
 """API client setup: where the credentials come from, one rate limiter every request passes
 through, and a user agent that names us in the apiserver's audit log.
 
-The informers list and watch through `KubeClients.list_function`, raw: the generated API
-classes (`core`, `storage`, ...) are built on first use only, because importing one builds
-hundreds of pydantic model classes (about a second and 15 MiB at start-up) that the running
-provisioner never needs.
-
-Besides the typed API objects, `KubeClients.request_json` sends plain dicts and returns plain
-dicts. The generated client validates every body into its pydantic models and writes datetimes
-with `isoformat()`, which drops the fraction when it is zero: a Lease's MicroTime then fails to
-parse on the server. Sending our own JSON avoids that, and the model round trip with it.
+The provisioner talks to the API with plain JSON: `KubeClients.request_json` sends dicts and
+returns dicts, and the informers list and watch through `KubeClients.list_function`, raw. Both
+go straight to `RateLimitedApiClient.call_api` (`transport`), so start-up imports nothing of the
+kubernetes package. The generated client validates every body into its pydantic models and
+writes datetimes with `isoformat()`, which drops the fraction when it is zero (a Lease's
+MicroTime then fails to parse on the server); we need none of that. Its typed API objects
+(`core`, `storage`, ...) are still there for tests and tools, built on the same transport when
+first used: importing them builds hundreds of pydantic model classes.
 """
 
 from __future__ import annotations
@@ -22,12 +21,22 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, Protocol
+from urllib.parse import quote, urlencode
 
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
-
+from provisioner.kube.api_error import ApiError
+from provisioner.kube.credentials import (
+    SERVICE_ACCOUNT_DIR,
+    Credentials,
+    CredentialsError,
+    PluginNeeded,
+    credentials_via_plugin,
+    in_cluster_credentials,
+)
+from provisioner.kube.kubeconfig import kubeconfig_credentials, read_kubeconfig
 from provisioner.kube.rate_limit import TokenBucket
+from provisioner.kube.transport import RateLimitedApiClient, Timeout
+
+__all__ = ["RateLimitedApiClient", "Timeout"]
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +47,6 @@ DEFAULT_BURST = 30
 # pool must cover those plus the ordinary requests, or urllib3 keeps discarding connections.
 DEFAULT_CONNECTION_POOL_SIZE = 32
 DEFAULT_REQUEST_TIMEOUT = 30.0
-
-Timeout = float | tuple[float, float]
 
 
 class KubeConfigError(Exception):
@@ -77,18 +84,6 @@ def locate_kubeconfig(
     )
 
 
-class RateLimitedApiClient(k8s.ApiClient):
-    """The generated client funnels every request, typed or raw, through `call_api`."""
-
-    def __init__(self, configuration: k8s.Configuration, bucket: TokenBucket) -> None:
-        super().__init__(configuration)
-        self._bucket = bucket
-
-    def call_api(self, *args: Any, **kwargs: Any) -> Any:
-        self._bucket.acquire()
-        return super().call_api(*args, **kwargs)
-
-
 class JsonRequester(Protocol):
     """What the lease, event and pod code needs of the client (tests substitute fakes)."""
 
@@ -123,9 +118,9 @@ _LIST_PARAMETERS = {
 class ListFunction:
     """A list (or, with watch=True, watch) call of one collection, e.g. `/api/v1/nodes`, that
     takes the generated client's arguments and returns the raw urllib3 response, as the
-    generated `list_*` methods do with `_preload_content=False` (non-2xx raises ApiException)."""
+    generated `list_*` methods do with `_preload_content=False` (non-2xx raises ApiError)."""
 
-    api_client: k8s.ApiClient
+    api_client: RateLimitedApiClient
     path: str
 
     def __call__(
@@ -142,43 +137,56 @@ class ListFunction:
             for name, value in parameters.items()
             if value is not None
         ]
-        request = self.api_client.param_serialize(
-            method="GET",
-            resource_path=self.path,
-            query_params=query,
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
+        response = self.api_client.call_api(
+            "GET",
+            request_url(self.api_client.configuration.host, self.path, query),
+            {"Accept": "application/json"},
+            timeout=_request_timeout,
         )
-        response: Any = self.api_client.call_api(*request, _request_timeout=_request_timeout)
         if not 200 <= response.status <= 299:
-            response.read()
-            raise ApiException.from_response(http_resp=response, body=None, data=None)
-        return response.response
+            raise ApiError.from_response(response, _text(response.data))
+        return response
 
 
 class KubeClients:
-    def __init__(self, api_client: k8s.ApiClient) -> None:
+    def __init__(self, api_client: RateLimitedApiClient) -> None:
         self.api_client = api_client
 
     @classmethod
-    def from_api_client(cls, api_client: k8s.ApiClient) -> KubeClients:
+    def from_api_client(cls, api_client: RateLimitedApiClient) -> KubeClients:
         return cls(api_client)
 
     @cached_property
-    def core(self) -> k8s.CoreV1Api:
-        return k8s.CoreV1Api(self.api_client)
+    def typed_api_client(self) -> Any:
+        """The generated client's ApiClient, sending through `api_client` (built on first use)."""
+        from provisioner.kube.typed_client import typed_api_client  # noqa: PLC0415 (see above)
+
+        return typed_api_client(self.api_client)
 
     @cached_property
-    def storage(self) -> k8s.StorageV1Api:
-        return k8s.StorageV1Api(self.api_client)
+    def core(self) -> Any:
+        """The generated `CoreV1Api` (tests and tools; the provisioner sends JSON itself)."""
+        from kubernetes import client as k8s  # noqa: PLC0415 (see the module's docstring)
+
+        return k8s.CoreV1Api(self.typed_api_client)
 
     @cached_property
-    def coordination(self) -> k8s.CoordinationV1Api:
-        return k8s.CoordinationV1Api(self.api_client)
+    def storage(self) -> Any:
+        from kubernetes import client as k8s  # noqa: PLC0415
+
+        return k8s.StorageV1Api(self.typed_api_client)
 
     @cached_property
-    def events(self) -> k8s.EventsV1Api:
-        return k8s.EventsV1Api(self.api_client)
+    def coordination(self) -> Any:
+        from kubernetes import client as k8s  # noqa: PLC0415
+
+        return k8s.CoordinationV1Api(self.typed_api_client)
+
+    @cached_property
+    def events(self) -> Any:
+        from kubernetes import client as k8s  # noqa: PLC0415
+
+        return k8s.EventsV1Api(self.typed_api_client)
 
     def list_function(self, path: str) -> ListFunction:
         """The raw list/watch call of the collection at `path` (see `ListFunction`)."""
@@ -195,32 +203,43 @@ class KubeClients:
         timeout: Timeout = DEFAULT_REQUEST_TIMEOUT,
     ) -> dict[str, Any]:
         """Send `body` as JSON to `path` (e.g. `/api/v1/namespaces/x/pods`) and return the
-        decoded response. Raises the client's `ApiException` (with `.status`) on non-2xx."""
+        decoded response. Raises `ApiError` (with `.status`) on non-2xx."""
         headers = {"Accept": "application/json"}
+        payload = None
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
-        request = self.api_client.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=list(query.items()) if query else None,
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
+            payload = json.dumps(body)
+        response = self.api_client.call_api(
+            method,
+            request_url(self.api_client.configuration.host, path, list((query or {}).items())),
+            headers,
+            payload,
+            timeout,
         )
-        # The generated client leaves RESTResponse untyped.
-        response: Any = self.api_client.call_api(*request, _request_timeout=timeout)
-        data = response.read()
+        data = response.data
         if not 200 <= response.status <= 299:
-            raise ApiException.from_response(
-                http_resp=response, body=data.decode("utf-8", "replace"), data=None
-            )
+            raise ApiError.from_response(response, _text(data))
         if not data:
             return {}
         decoded: dict[str, Any] = json.loads(data)
         return decoded
 
     def close(self) -> None:
-        self.api_client.close()  # type: ignore[no-untyped-call]
+        self.api_client.close()
+
+
+def request_url(host: str, path: str, query: list[tuple[str, Any]]) -> str:
+    """`host` + `path` + the query, booleans written as the API spells them (true, false)."""
+    if not query:
+        return host + path
+    pairs = [
+        (name, str(value).lower() if isinstance(value, bool) else value) for name, value in query
+    ]
+    return f"{host}{path}?{urlencode(pairs, quote_via=quote)}"
+
+
+def _text(data: bytes | None) -> str | None:
+    return data.decode("utf-8", "replace") if data else None
 
 
 def create_clients(
@@ -233,45 +252,38 @@ def create_clients(
     connection_pool_size: int = DEFAULT_CONNECTION_POOL_SIZE,
     environ: Mapping[str, str] | None = None,
 ) -> KubeClients:
-    """Load credentials (see `locate_kubeconfig`) into a private Configuration (never the
-    client's global default) and build the API objects on a rate-limited ApiClient."""
-    configuration = k8s.Configuration()
-    source = _load_configuration(
-        configuration, kubeconfig, context, os.environ if environ is None else environ
-    )
-    log.info("Kubernetes API at %s (credentials: %s)", configuration.host, _describe(source))
-    configuration.connection_pool_maxsize = connection_pool_size
-    api_client = RateLimitedApiClient(configuration, TokenBucket(qps, burst))
-    api_client.user_agent = user_agent
+    """Load credentials (see `locate_kubeconfig`) and build the rate-limited client on them."""
+    environ = os.environ if environ is None else environ
+    source, credentials = _load_credentials(kubeconfig, context, environ)
+    log.info("Kubernetes API at %s (credentials: %s)", credentials.host, _describe(source))
+    try:
+        api_client = RateLimitedApiClient(
+            credentials,
+            TokenBucket(qps, burst),
+            user_agent=user_agent,
+            pool_size=connection_pool_size,
+        )
+    except (OSError, ValueError) as e:  # ssl.SSLError is an OSError: a bad CA or certificate
+        raise KubeConfigError(f"cannot use the credentials from {_describe(source)}: {e}") from e
     return KubeClients.from_api_client(api_client)
 
 
-def _load_configuration(
-    configuration: k8s.Configuration,
-    kubeconfig: str | None,
-    context: str | None,
-    environ: Mapping[str, str],
-) -> KubeconfigSource:
+def _load_credentials(
+    kubeconfig: str | None, context: str | None, environ: Mapping[str, str]
+) -> tuple[KubeconfigSource, Credentials]:
     in_cluster = (
-        bool(environ.get("KUBERNETES_SERVICE_HOST"))
-        and Path("/var/run/secrets/kubernetes.io/serviceaccount/token").is_file()
+        bool(environ.get("KUBERNETES_SERVICE_HOST")) and (SERVICE_ACCOUNT_DIR / "token").is_file()
     )
     source = locate_kubeconfig(kubeconfig, environ, Path.home(), in_cluster)
     try:
         if source.kind == "in-cluster":
-            k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=configuration
-            )
-        else:
-            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=source.path,
-                context=context,
-                client_configuration=configuration,
-                persist_config=False,
-            )
-    except (k8s_config.ConfigException, OSError, ValueError) as e:
+            return source, in_cluster_credentials(environ)
+        found = kubeconfig_credentials(read_kubeconfig(source.path or ""), context)
+        if isinstance(found, PluginNeeded):
+            found = credentials_via_plugin(found)
+    except CredentialsError as e:
         raise KubeConfigError(f"cannot load credentials from {_describe(source)}: {e}") from e
-    return source
+    return source, found
 
 
 def _describe(source: KubeconfigSource) -> str:

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import JsonRequester
 from provisioner.kube.clock import SYSTEM_CLOCK, Clock
 from provisioner.kube.event_correlator import Decision, EventCorrelator, EventKey
@@ -184,7 +184,7 @@ class EventRecorder:
                 if pending is None:
                     return
                 self._send(pending)
-            except (ApiException, HTTPError, OSError) as e:
+            except (ApiError, HTTPError, OSError) as e:
                 assert pending is not None
                 log.warning(
                     "posting event %s on %s/%s failed: %s",
@@ -216,7 +216,7 @@ class EventRecorder:
                     content_type="application/strategic-merge-patch+json",
                 )
                 return
-            except ApiException as e:
+            except ApiError as e:
                 # The Event expired (TTL) or its creation failed: create it afresh.
                 if e.status != HTTP_NOT_FOUND:
                     raise
@@ -245,6 +245,6 @@ class EventRecorder:
 
 
 def _describe(error: Exception) -> str:
-    if isinstance(error, ApiException):
+    if isinstance(error, ApiError):
         return f"HTTP {error.status} {error.reason}: {error.body}"
     return f"{type(error).__name__}: {error}"

@@ -25,10 +25,10 @@ import math
 from collections.abc import Callable, Generator, Mapping
 from typing import Any, cast
 
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from provisioner.kube import watch_stream
+from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
 from provisioner.kube.clock import SYSTEM_CLOCK, Clock
 from provisioner.kube.helper_pod_outcome import (
@@ -123,14 +123,14 @@ class HelperPodRunner:
         for _ in range(3):
             try:
                 return self._clients.request_json("POST", _pods(namespace), body=pod)
-            except ApiException as e:
+            except ApiError as e:
                 if e.status != HTTP_CONFLICT:
                     raise HelperPodNotStarted(label, f"creating it failed: {_api_error(e)}") from e
             except (HTTPError, OSError) as e:
                 raise HelperPodNotStarted(label, f"creating it failed: {e}") from e
             try:
                 existing = self._clients.request_json("GET", _pods(namespace, name))
-            except ApiException as e:
+            except ApiError as e:
                 if e.status == HTTP_NOT_FOUND:
                     continue
                 raise HelperPodNotStarted(label, f"reading it failed: {_api_error(e)}") from e
@@ -212,7 +212,7 @@ class HelperPodRunner:
                         return pod
         except _ExpiredError:
             return self._reread(pod)
-        except (HTTPError, OSError, ApiException) as e:
+        except (HTTPError, OSError, ApiError) as e:
             log.warning("watching helper pod %s/%s: %s; re-reading it", namespace, name, e)
             self._clock.sleep(1.0)
             return self._reread(pod)
@@ -237,7 +237,7 @@ class HelperPodRunner:
                     _request_timeout=(CONNECT_TIMEOUT, seconds + 15),
                 ),
             )
-        except ApiException as e:
+        except ApiError as e:
             if e.status == watch_stream.HTTP_GONE:
                 raise _ExpiredError from e
             raise
@@ -257,7 +257,7 @@ class HelperPodRunner:
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         try:
             return self._clients.request_json("GET", _pods(namespace, name))
-        except ApiException as e:
+        except ApiError as e:
             if e.status == HTTP_NOT_FOUND:
                 raise _PodGoneError from e
             log.warning("reading helper pod %s/%s: %s", namespace, name, _api_error(e))
@@ -271,7 +271,7 @@ class HelperPodRunner:
             body["preconditions"] = {"uid": uid}
         try:
             self._clients.request_json("DELETE", _pods(namespace, name), body=body)
-        except ApiException as e:
+        except ApiError as e:
             if e.status not in (HTTP_NOT_FOUND, HTTP_CONFLICT):
                 log.warning("deleting helper pod %s/%s failed: %s", namespace, name, _api_error(e))
         except (HTTPError, OSError) as e:
@@ -287,7 +287,7 @@ def _pods(namespace: str, name: str = "") -> str:
     return f"{path}/{name}" if name else path
 
 
-def _api_error(error: ApiException) -> str:
+def _api_error(error: ApiError) -> str:
     message = ""
     if error.body:
         try:

@@ -30,10 +30,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from provisioner.kube import list_stream, watch_stream
+from provisioner.kube.api_error import ApiError
 from provisioner.kube.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ class Informer(Generic[R]):
             except _GoneError:
                 log.info("informer %s: resourceVersion expired, listing again", self.name)
                 need_list = True
-            except (ApiException, HTTPError, WatchFailedError, OSError, ValueError) as e:
+            except (ApiError, HTTPError, WatchFailedError, OSError, ValueError) as e:
                 if self._stop.is_set():
                     break
                 failures += 1
@@ -243,7 +243,7 @@ class Informer(Generic[R]):
             try:
                 records, resource_version = self._list_all(from_cache)
                 break
-            except ApiException as e:
+            except ApiError as e:
                 if e.status != watch_stream.HTTP_GONE or attempt == 2:
                     raise
                 # A continue token expired mid-list: only a fresh list is consistent.
@@ -308,7 +308,7 @@ class Informer(Generic[R]):
                 _preload_content=False,
                 _request_timeout=(CONNECT_TIMEOUT, timeout + WATCH_READ_MARGIN),
             )
-        except ApiException as e:
+        except ApiError as e:
             if e.status == watch_stream.HTTP_GONE:
                 raise _GoneError from e
             raise
@@ -390,6 +390,6 @@ class Informer(Generic[R]):
 
 
 def _describe_error(error: Exception) -> str:
-    if isinstance(error, ApiException):
+    if isinstance(error, ApiError):
         return f"HTTP {error.status} {error.reason}"
     return f"{type(error).__name__}: {error}"

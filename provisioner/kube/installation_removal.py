@@ -22,10 +22,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from provisioner.claims import PROVISIONED_BY, VOLUME_FINALIZER
+from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ def removal_reason(clients: KubeClients, namespace: str, pod_name: str) -> str |
         pod = clients.request_json(
             "GET", f"/api/v1/namespaces/{namespace}/pods/{pod_name}", timeout=REQUEST_TIMEOUT
         )
-    except (ApiException, HTTPError, OSError) as error:
+    except (ApiError, HTTPError, OSError) as error:
         log.info("cannot tell whether the installation is being removed: %s", _describe(error))
         return None
     owners = pod.get("metadata", {}).get("ownerReferences") or []
@@ -57,7 +57,7 @@ def removal_reason(clients: KubeClients, namespace: str, pod_name: str) -> str |
     path = f"/apis/apps/v1/namespaces/{namespace}/replicasets/{owner['name']}"
     try:
         replica_set = clients.request_json("GET", path, timeout=REQUEST_TIMEOUT)
-    except ApiException as error:
+    except ApiError as error:
         if error.status == HTTP_NOT_FOUND:
             return f"this pod's ReplicaSet {owner['name']} is gone"
         log.info("cannot read this pod's ReplicaSet: %s", _describe(error))
@@ -94,7 +94,7 @@ def release_finalizers(clients: KubeClients, provisioner_name: str, budget: floa
         listed = clients.request_json(
             "GET", "/api/v1/persistentvolumes", timeout=max(1.0, budget / 2)
         )
-    except (ApiException, HTTPError, OSError) as error:
+    except (ApiError, HTTPError, OSError) as error:
         log.error("cannot list PersistentVolumes to release their finalizer: %s", _describe(error))
         return Released([], ["(all: the list failed)"])
     names = sorted(
@@ -118,7 +118,7 @@ def release_finalizers(clients: KubeClients, provisioner_name: str, budget: floa
                 timeout=min(REQUEST_TIMEOUT, remaining),
             )
             released.append(name)
-        except ApiException as error:
+        except ApiError as error:
             if error.status == HTTP_NOT_FOUND:
                 continue
             log.warning("releasing the finalizer of PV %s: %s", name, _describe(error))
@@ -130,6 +130,6 @@ def release_finalizers(clients: KubeClients, provisioner_name: str, budget: floa
 
 
 def _describe(error: Exception) -> str:
-    if isinstance(error, ApiException):
+    if isinstance(error, ApiError):
         return f"HTTP {error.status} {error.reason}"
     return f"{type(error).__name__}: {error}"

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import JsonRequester
 from provisioner.kube.clock import SYSTEM_CLOCK, Clock
 
@@ -194,7 +194,7 @@ class LeaderElector:
                 return True
         try:
             lease = self._clients.request_json("GET", self._path, timeout=timeout)
-        except ApiException as e:
+        except ApiError as e:
             if e.status != HTTP_NOT_FOUND:
                 log.warning("reading lease %s: HTTP %s %s", self.lease_name, e.status, e.reason)
                 return False
@@ -233,7 +233,7 @@ class LeaderElector:
     def _write(self, method: str, path: str, lease: dict[str, Any], timeout: float) -> bool:
         try:
             written = self._clients.request_json(method, path, body=lease, timeout=timeout)
-        except ApiException as e:
+        except ApiError as e:
             if e.status != HTTP_CONFLICT:
                 log.warning("writing lease %s: HTTP %s %s", self.lease_name, e.status, e.reason)
             return False
@@ -261,7 +261,7 @@ class LeaderElector:
             self._clients.request_json(
                 "PUT", self._path, body=lease, timeout=self._config.retry_period
             )
-        except (ApiException, HTTPError, OSError) as e:
+        except (ApiError, HTTPError, OSError) as e:
             log.warning(
                 "releasing lease %s failed (it will expire instead): %s", self.lease_name, e
             )

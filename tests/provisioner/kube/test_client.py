@@ -1,11 +1,13 @@
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+import urllib3
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
 
+from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import (
     DEFAULT_USER_AGENT,
     KubeClients,
@@ -15,6 +17,7 @@ from provisioner.kube.client import (
     create_clients,
     locate_kubeconfig,
 )
+from provisioner.kube.credentials import Credentials, FixedAuthorization
 from provisioner.kube.rate_limit import TokenBucket
 from tests.provisioner.kube.fakes import FakeClock
 
@@ -91,10 +94,8 @@ class FakeRestResponse:
         self.reason = "OK" if status == 200 else "Not Found"
         self.data = json.dumps(body).encode()
         self.headers: dict[str, str] = {}
-        # What the typed API methods return when called with _preload_content=False.
-        self.response = self
 
-    def read(self) -> bytes:
+    def read(self, *args: Any, **kwargs: Any) -> bytes:
         return self.data
 
 
@@ -102,28 +103,46 @@ Sent = list[tuple[str, str, dict[str, str], Any, Any]]
 Limited = tuple[KubeClients, FakeClock, Sent]
 
 
-@pytest.fixture
-def limited(monkeypatch: pytest.MonkeyPatch) -> Limited:
-    clock = FakeClock()
-    configuration = k8s.Configuration(host="http://127.0.0.1:1")
-    api_client = RateLimitedApiClient(configuration, TokenBucket(qps=2, burst=1, clock=clock))
-    sent: Sent = []
+class FakePool:
+    """The urllib3 pool under the transport: records what would go on the wire."""
+
+    def __init__(self) -> None:
+        self.sent: Sent = []
 
     def request(
+        self,
         method: str,
         url: str,
-        headers: dict[str, str],
-        body: Any = None,
-        post_params: Any = None,
-        _request_timeout: Any = None,
+        *,
+        body: bytes | str | None,
+        headers: Mapping[str, str],
+        timeout: urllib3.Timeout | None,
+        preload_content: bool,
     ) -> FakeRestResponse:
-        sent.append((method, url, headers, body, _request_timeout))
+        assert not preload_content  # every response is handed over unread
+        seconds: Any = timeout
+        if timeout is not None:
+            seconds = timeout.total or (timeout.connect_timeout, timeout.read_timeout)
+        self.sent.append((method, url, dict(headers), json.loads(body) if body else None, seconds))
         if url.endswith("/missing"):
             return FakeRestResponse(404, {"kind": "Status", "code": 404})
         return FakeRestResponse(200, {"kind": "Pod", "metadata": {"name": "x"}})
 
-    monkeypatch.setattr(api_client.rest_client, "request", request)
-    return KubeClients.from_api_client(api_client), clock, sent
+    def clear(self) -> None:
+        pass
+
+
+@pytest.fixture
+def limited() -> Limited:
+    clock = FakeClock()
+    pool = FakePool()
+    api_client = RateLimitedApiClient(
+        Credentials(host="http://127.0.0.1:1", authorization=FixedAuthorization("Bearer t")),
+        TokenBucket(qps=2, burst=1, clock=clock),
+        user_agent=DEFAULT_USER_AGENT,
+        pool=pool,
+    )
+    return KubeClients.from_api_client(api_client), clock, pool.sent
 
 
 def test_every_request_waits_for_a_token(limited: Limited) -> None:
@@ -157,6 +176,21 @@ def test_request_json_sends_and_returns_plain_dicts(limited: Limited) -> None:
 
 def test_request_json_raises_api_exceptions_with_the_status(limited: Limited) -> None:
     clients, _, _ = limited
-    with pytest.raises(ApiException) as error:
+    with pytest.raises(ApiError) as error:
         clients.request_json("GET", "/missing")
     assert error.value.status == 404
+
+
+def test_every_request_carries_our_user_agent_and_the_credentials(limited: Limited) -> None:
+    clients, _, sent = limited
+    clients.request_json("GET", "/api/v1/namespaces/a/pods/x")
+    clients.list_function("/api/v1/pods")(watch=True, timeout_seconds=5, label_selector="a=b")
+    clients.core.read_namespaced_pod("x", "a", _preload_content=False)
+    assert [url for _, url, _, _, _ in sent] == [
+        "http://127.0.0.1:1/api/v1/namespaces/a/pods/x",
+        "http://127.0.0.1:1/api/v1/pods?watch=true&timeoutSeconds=5&labelSelector=a%3Db",
+        "http://127.0.0.1:1/api/v1/namespaces/a/pods/x",
+    ]
+    for _, _, headers, _, _ in sent:
+        assert headers["User-Agent"] == DEFAULT_USER_AGENT
+        assert headers["Authorization"] == "Bearer t"

@@ -4,8 +4,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
+from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import DEFAULT_REQUEST_TIMEOUT, Timeout
 from provisioner.kube.event_correlator import EventCorrelator, EventKey
 from provisioner.kube.events import MAX_MESSAGE_LENGTH, EventRecorder, ObjectReference
@@ -100,7 +100,7 @@ class FakeEventApi:
                 return dict(body)
             name = path.rsplit("/", 1)[1]
             if name not in self.events:
-                raise ApiException(status=404, reason="Not Found")
+                raise ApiError(status=404, reason="Not Found")
             self.events[name].update(body)
             return self.events[name]
 
@@ -171,7 +171,7 @@ def test_a_vanished_event_is_created_again_on_the_next_repeat(
 
 
 def test_api_failures_never_reach_the_caller() -> None:
-    api = FakeEventApi(fail_with=ApiException(status=403, reason="Forbidden"))
+    api = FakeEventApi(fail_with=ApiError(status=403, reason="Forbidden"))
     recorder = EventRecorder(api, "component")
     recorder.normal(CLAIM, "Provisioning", "x")
     assert recorder.flush()

@@ -7,8 +7,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
+from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import DEFAULT_REQUEST_TIMEOUT, KubeClients, Timeout
 from provisioner.kube.helper_pods import (
     SPEC_HASH_ANNOTATION,
@@ -100,10 +100,10 @@ class FakePodApi:
         self.requests.append((method, path, body))
         if method == "POST":
             if self.forbid_create:
-                raise ApiException(status=403, reason="Forbidden")
+                raise ApiError(status=403, reason="Forbidden")
             name = body["metadata"]["name"]
             if name in self.pods:
-                raise ApiException(status=409, reason="AlreadyExists")
+                raise ApiError(status=409, reason="AlreadyExists")
             pod = copy.deepcopy(body)
             pod["metadata"]["uid"] = f"uid-{self.version}"
             pod["status"] = {"phase": "Pending"}
@@ -111,7 +111,7 @@ class FakePodApi:
             return self._stamp(pod)
         name = path.rsplit("/", 1)[1]
         if name not in self.pods:
-            raise ApiException(status=404, reason="Not Found")
+            raise ApiError(status=404, reason="Not Found")
         if method == "GET":
             if self.fail_reads:
                 self.fail_reads -= 1
@@ -241,7 +241,7 @@ def test_a_pod_deleted_under_us_is_a_failure(clock: FakeClock) -> None:
 
 
 def test_an_expired_watch_rereads_the_pod(clock: FakeClock) -> None:
-    api = FakePodApi(clock, [[ApiException(status=410, reason="Gone")], [SUCCEEDED]])
+    api = FakePodApi(clock, [[ApiError(status=410, reason="Gone")], [SUCCEEDED]])
     run(api, clock)
     assert methods(api) == ["POST", "GET", "DELETE"]
 

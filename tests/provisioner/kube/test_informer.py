@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
+from provisioner.kube.api_error import ApiError
 from provisioner.kube.informer import Informer, name_key, namespaced_name_key, uid_key
 from tests.provisioner.kube.fakes import FakeClock, FakeResponse, HandlerRecorder, watch_chunks
 
@@ -176,7 +176,7 @@ def test_gone_error_event_relists_and_delivers_the_difference(running: StartInfo
 def test_http_gone_on_watch_start_relists(running: StartInformer) -> None:
     api = ScriptedApi(
         [[page([obj("a")], rv="10")], [page([obj("a")], rv="50")]],
-        [ApiException(status=410, reason="Gone")],
+        [ApiError(status=410, reason="Gone")],
     )
     informer, _ = running(api)
     assert api.wait_for_watches(2)
@@ -191,7 +191,7 @@ def test_the_first_list_comes_from_the_watch_cache_and_a_relist_does_not(
     relist after 410 Gone must not, as the cache may be older than what was already seen."""
     api = ScriptedApi(
         [[page([obj("a")], next_page=1), page([obj("b")], rv="10")], [page([obj("a")], rv="50")]],
-        [ApiException(status=410, reason="Gone")],
+        [ApiError(status=410, reason="Gone")],
     )
     informer, _ = running(api, page_size=1)
     assert api.wait_for_watches(2)
@@ -209,7 +209,7 @@ def test_other_errors_rewatch_from_the_last_resource_version(running: StartInfor
     api = ScriptedApi(
         [[page([obj("a")], rv="10")]],
         [
-            ApiException(status=500, reason="boom"),
+            ApiError(status=500, reason="boom"),
             FakeResponse(chunks=[b"{not json\n"]),
             FakeResponse(chunks=watch_chunks({"type": "ERROR", "object": {"code": 500}})),
             FakeResponse(chunks=watch_chunks({"type": "ADDED", "object": obj("b", rv="11")})),
@@ -230,7 +230,7 @@ def test_a_failing_list_is_retried(running: StartInformer) -> None:
         def __call__(self, **kwargs: Any) -> FakeResponse:
             if not kwargs.get("watch") and self.failures:
                 self.failures -= 1
-                raise ApiException(status=503, reason="unavailable")
+                raise ApiError(status=503, reason="unavailable")
             return super().__call__(**kwargs)
 
     informer, _ = running(FlakyList([[page([obj("a")])]]))

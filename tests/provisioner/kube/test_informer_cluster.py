@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from localcluster import LocalCluster
+from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
 from provisioner.kube.informer import Informer, namespaced_name_key
 from tests.provisioner.kube.fakes import HandlerRecorder, wait_until
@@ -172,6 +172,6 @@ def test_the_raw_list_function_lists_watches_and_raises_refusals(
     assert informer.keys() == [f"{namespace}/first"]
     create_config_map(clients, namespace, "second", "3", team="a")
     assert recorder.wait_for_event("add", f"{namespace}/second") == Setting("second", "3")
-    with pytest.raises(ApiException) as refused:
+    with pytest.raises(ApiError) as refused:
         function(resource_version_match="NotOlderThan")  # needs a resourceVersion
     assert refused.value.status == 422

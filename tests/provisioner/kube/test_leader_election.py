@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
+from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import DEFAULT_REQUEST_TIMEOUT, JsonRequester, Timeout
 from provisioner.kube.leader_election import (
     LeaderElectionConfig,
@@ -44,15 +44,15 @@ class FakeLeaseApi:
             if method == "GET":
                 self.reads += 1
                 if self.lease is None:
-                    raise ApiException(status=404, reason="Not Found")
+                    raise ApiError(status=404, reason="Not Found")
                 return _copy(self.lease)
             holder = body["spec"].get("holderIdentity")
             if holder in self.unreachable_for:
                 raise OSError("network down")
             if method == "POST" and self.lease is not None:
-                raise ApiException(status=409, reason="AlreadyExists")
+                raise ApiError(status=409, reason="AlreadyExists")
             if method == "PUT" and body["metadata"].get("resourceVersion") != str(self.version):
-                raise ApiException(status=409, reason="Conflict")
+                raise ApiError(status=409, reason="Conflict")
             self.version += 1
             self.lease = _copy(body)
             self.lease["metadata"]["resourceVersion"] = str(self.version)
