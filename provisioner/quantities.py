@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from decimal import ROUND_CEILING, Decimal
+from functools import lru_cache
 
 _QUANTITY = re.compile(
     r"\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+|[numkMGTPE])?"
@@ -20,6 +21,7 @@ _PRINTED_SUFFIXES = (("Ei", 6), ("Pi", 5), ("Ti", 4), ("Gi", 3), ("Mi", 2), ("Ki
 QUANTITY_EXAMPLES = "such as 100Gi, 500M or 1073741824"
 
 
+@lru_cache(maxsize=1024)  # a cluster's volumes and claims repeat a handful of sizes
 def quantity_to_bytes(quantity: str) -> int:
     """A Kubernetes quantity in bytes, rounded up as Quantity.Value(); ValueError otherwise."""
     match = _QUANTITY.fullmatch(quantity.strip())

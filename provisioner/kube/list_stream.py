@@ -98,6 +98,9 @@ class ListDecoder:
         self._next_of(character)
 
     def _peek(self) -> str:
+        # The apiserver writes no whitespace between items: skip the regex then (twice an item).
+        if self._position < len(self._buffer) and self._buffer[self._position] not in " \t\n\r":
+            return self._buffer[self._position]
         while True:
             match = _WHITESPACE.match(self._buffer, self._position)
             self._position = match.end() if match else self._position
