@@ -68,6 +68,7 @@ BURST_FIGURES: tuple[tuple[str, str, BurstFigure], ...] = (
 )
 SCALE_FIGURES: tuple[tuple[str, str, ScaleFigure], ...] = (
     ("scale: time to ready", "s", lambda s: s.ready_seconds),
+    ("scale: CPU until ready", "s", lambda s: s.ready_cpu_seconds),
     ("scale: steady RSS", "MiB", lambda s: s.steady_rss_mib),
     ("scale: peak RSS", "MiB", lambda s: s.peak_rss_mib),
     ("scale: idle CPU", "s", lambda s: s.idle_cpu_seconds),

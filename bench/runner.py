@@ -125,7 +125,8 @@ def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> No
                     results.scale[implementation.key] = scale
                 say(
                     f"scale: {implementation.label} over {volumes}: ready in "
-                    f"{scale.ready_seconds:.2f}s, steady RSS {scale.steady_rss_mib:.0f} MiB, "
+                    f"{scale.ready_seconds:.2f}s ({scale.ready_cpu_seconds:.2f}s of CPU), "
+                    f"steady RSS {scale.steady_rss_mib:.0f} MiB, "
                     f"peak {scale.peak_rss_mib:.0f} MiB"
                 )
     finally:

@@ -13,6 +13,7 @@ at start and ours would add it back, so no single data set would suit both.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +42,10 @@ class ScaleResult:
     idle_cpu_seconds: float
     idle_seconds: float
     requests: dict[str, int]
+    ready_cpu_seconds: float = math.nan
+    """CPU (user + system) from the process start to its ready line: the wall time to ready
+    moves with whatever else runs on the machine, this much less. Read when the line is seen,
+    so it includes up to a poll interval (20 ms) of the work that starts after it."""
 
 
 @dataclass
@@ -186,6 +191,7 @@ def run_scale(
     try:
         monitor = ProcessMonitor(provisioner.pid).start()
         ready = provisioner.wait_ready()
+        ready_cpu = monitor.cpu_seconds()
         time.sleep(SETTLE_SECONDS)
         idle_from = time.time()
         cpu_before = monitor.cpu_seconds()
@@ -208,4 +214,5 @@ def run_scale(
         idle_cpu_seconds=idle_cpu,
         idle_seconds=idle_seconds,
         requests=dict(requests.by_kind.most_common()),
+        ready_cpu_seconds=ready_cpu,
     )
