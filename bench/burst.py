@@ -40,7 +40,7 @@ from bench.workspace import (
     volume_directories,
 )
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
-from provisioner.claims import SELECTED_NODE
+from provisioner.core.claims import SELECTED_NODE
 
 SETTLE_SECONDS = 2.0
 _VOLUME_UID = re.compile(r"pvc-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
