@@ -125,15 +125,21 @@ def _target(name: str, value: float, limit: float, detail: str) -> dict[str, Any
     return {"target": name, "value": value, "limit": limit, "met": met, "detail": detail}
 
 
+def _against_tuned(
+    name: str, limit: float, runs: dict[str, Any], figure: Callable[[Any], float]
+) -> dict[str, Any]:
+    """A target on ours / the tuned reference for one figure of one scenario's runs."""
+    ours, tuned = runs.get("ours"), runs.get("reference-tuned")
+    value = ratio(figure(ours) if ours else NAN, figure(tuned) if tuned else NAN)
+    return _target(name, value, limit, "ours / reference tuned")
+
+
 def _targets(results: RunResults) -> list[dict[str, Any]]:
     ours = results.burst.get("ours")
     tuned = results.burst.get("reference-tuned")
-    lifted = results.lifted.get("ours")
-    lifted_tuned = results.lifted.get("reference-tuned")
     floor = results.floor.seconds if results.floor else NAN
     bind = ours.bind_seconds if ours else NAN
     scale = results.scale.get("ours")
-    scale_tuned = results.scale.get("reference-tuned")
     reference_rss = [
         results.scale[key].steady_rss_mib
         for key in ("reference-default", "reference-tuned")
@@ -147,38 +153,26 @@ def _targets(results: RunResults) -> list[dict[str, Any]]:
             3.5,
             "requests per volume",
         ),
-        _target(
+        _against_tuned(
             f"ready at {volumes} volumes <= tuned reference's",
-            ratio(
-                scale.ready_seconds if scale else NAN,
-                scale_tuned.ready_seconds if scale_tuned else NAN,
-            ),
             1.0,
-            "ours / reference tuned",
+            results.scale,
+            lambda s: s.ready_seconds,
         ),
-        _target(
-            "burst peak RSS <= 1.2x tuned reference",
-            ratio(ours.peak_rss_mib if ours else NAN, tuned.peak_rss_mib if tuned else NAN),
-            1.2,
-            "ours / reference tuned",
+        _against_tuned(
+            "burst peak RSS <= 1.2x tuned reference", 1.2, results.burst, lambda b: b.peak_rss_mib
         ),
-        _target(
+        _against_tuned(
             f"steady RSS at {volumes} volumes <= 0.6x tuned reference",
-            ratio(
-                scale.steady_rss_mib if scale else NAN,
-                scale_tuned.steady_rss_mib if scale_tuned else NAN,
-            ),
             0.6,
-            "ours / reference tuned",
+            results.scale,
+            lambda s: s.steady_rss_mib,
         ),
-        _target(
+        _against_tuned(
             "lifted burst time to bind <= 0.4x tuned reference",
-            ratio(
-                lifted.bind_seconds if lifted else NAN,
-                lifted_tuned.bind_seconds if lifted_tuned else NAN,
-            ),
             0.4,
-            "ours / reference tuned",
+            results.lifted,
+            lambda b: b.bind_seconds,
         ),
         _target("burst time to bind <= 2x floor", ratio(bind, floor), 2.0, "multiple of floor"),
         _target(
