@@ -1,6 +1,6 @@
 """The stack config's storageClasses list -> StorageClassArgs, checked against config.json.
 
-Which parameters exist and what their values may be is provisioner.config's rule
+Which parameters exist and what their values may be is provisioner.core.config's rule
 (validate_storage_class_parameters); this module checks what only a StorageClass object has:
 its name, policies, annotations, topologies, and that no two classes clash.
 """
@@ -20,7 +20,11 @@ from components.stack_values import (
     strings,
     unknown_key,
 )
-from provisioner.config import ConfigError, ProvisionerConfig, validate_storage_class_parameters
+from provisioner.core.config import (
+    ConfigError,
+    ProvisionerConfig,
+    validate_storage_class_parameters,
+)
 
 STORAGE_CLASS_KEYS = (
     "name",
@@ -113,7 +117,8 @@ def _storage_class(key: str, item: object) -> StorageClassArgs:
 
 
 def _parameters(key: str, value: object) -> dict[str, str]:
-    """Parameter values must be strings; which names are allowed is provisioner.config's rule."""
+    """Parameter values must be strings; which names are allowed is the config model's rule
+    (provisioner.core.config)."""
     if not isinstance(value, dict):
         raise SettingsError(key, f"must be a map of parameter names to strings, got {show(value)}")
     parameters = {}

@@ -3,7 +3,7 @@
 Pure functions on the raw config bag the engine hands the program (`PULUMI_CONFIG`: full
 key -> string, structured values as JSON text), so every rule is tested without the engine.
 The storage rules themselves (absolute paths, duplicate nodes, shared path vs node map,
-pathPattern, volume types, the helper template...) live in provisioner.config and are only
+pathPattern, volume types, the helper template...) live in provisioner.core.config and are only
 called from here: a rule is written once, for the runtime and the deployment alike. This module
 adds what only a deployment has: types of stack values, Deployment settings, and the
 StorageClass list (class_settings.py).
@@ -38,7 +38,7 @@ from components.stack_values import (
     show,
     unknown_key,
 )
-from provisioner.config import (
+from provisioner.core.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
@@ -314,7 +314,7 @@ def _check_quantity(value: str) -> str | None:
 def _config_files(
     values: Mapping[str, str], scalars: _Scalars
 ) -> tuple[ConfigMapFiles, ProvisionerConfig]:
-    """config.json, the scripts and helperPod.yaml, validated together by provisioner.config;
+    """config.json, the scripts and helperPod.yaml, validated together by provisioner.core.config;
     also config.json as the stack gave it."""
     document: dict[str, Any] = {}
     for key in STRUCTURED_CONFIG_JSON_KEYS:
@@ -397,7 +397,7 @@ _STACK_UNSAFE_HINT = "set allowUnsafeHelperTemplate to true (trusted administrat
 
 
 def _stack_key_of(error: ConfigError) -> tuple[str, str]:
-    """Maps a provisioner.config error (key path within the ConfigMap's files) to stack config.
+    """Maps a provisioner.core.config error (key path within the ConfigMap's files) to stack config.
 
     config.json keys are stack keys of the same name; a helper template error keeps its path
     inside the template in the message, since the template may be given as YAML text.
