@@ -33,6 +33,9 @@ unit:
 test-slow: tools
 	@$(PY) -m pytest -m slow
 
+# The full run: burst, lifted and scale, with the scaling table at 1k, 10k and 50k volumes.
+BENCH_ARGS ?= --scale-sizes 1000,50000
+
 bench: tools
 	@scripts/build-go-tools.sh reference
 	@$(PY) -m bench $(BENCH_ARGS)

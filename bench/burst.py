@@ -40,7 +40,7 @@ from bench.workspace import (
     volume_directories,
 )
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
-from provisioner.claims import SELECTED_NODE
+from provisioner.core.claims import SELECTED_NODE
 
 SETTLE_SECONDS = 2.0
 _VOLUME_UID = re.compile(r"pvc-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
@@ -59,8 +59,9 @@ class BurstResult:
     requests_per_volume: float
     requests: dict[str, int]
     stages: dict[str, Latencies]
-    """Per claim: creation to node selected (scheduler), node selected to PV created
-    (provisioner, including its helper), PV created to Bound (kube-controller-manager)."""
+    """Per claim, by stage (`STAGES`): creation to node selected (scheduler), node selected to
+    its helper's end and from there to PV created (provisioner), PV created to Bound
+    (kube-controller-manager)."""
     cluster_writes: int
     """Writes by every client (bench, scheduler, controllers, kwok, harness, provisioner)
     between the first claim and the last Bound: what the floor replays."""
@@ -156,43 +157,95 @@ def _capacity_baseline(api: RawApi, provisioner: RunningProvisioner) -> tuple[in
     return objects, _metric_writes(provisioner)
 
 
-def _helper_runs(helpers: ObjectTimeline, action: str) -> dict[str, float]:
-    """Volume UID -> seconds from the helper pod's creation to its end, for one action."""
-    runs: dict[str, float] = {}
+def served_volumes(pod: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """A helper pod's action ("create", "delete", ...) and the UIDs of the volumes it serves,
+    from its name (both implementations name a helper pod after its action and its volume)."""
+    name = pod["metadata"]["name"]
+    action = next((a for a in ("create", "delete") if f"-{a}-" in name), "")
+    return action, tuple(match.group(1) for match in _VOLUME_UID.finditer(name))
+
+
+def helper_runs(helpers: ObjectTimeline, action: str) -> dict[str, tuple[float, float]]:
+    """Volume UID -> (its helper pod's creation, its end) for one action; with several pods for
+    one volume (a retry), the one that ended last."""
+    runs: dict[str, tuple[float, float]] = {}
     for name, finished in helpers.reached["finished"].items():
-        match = _VOLUME_UID.search(name)
-        if match and f"-{action}-" in name:
-            runs[match.group(1)] = finished - helpers.first_seen[name]
+        pod_action, uids = helpers.kept.get(name, ("", ()))
+        if pod_action != action:
+            continue
+        for uid in uids:
+            if uid not in runs or finished > runs[uid][1]:
+                runs[uid] = (helpers.first_seen[name], finished)
     return runs
 
 
+@dataclass(frozen=True)
+class ClaimMoments:
+    """When one claim passed each stage (wall-clock seconds); None where not seen."""
+
+    created: float
+    node_selected: float | None
+    helper_done: float | None
+    volume_created: float | None
+    bound: float | None
+
+
+STAGES = (
+    "created to node selected",
+    "node selected to helper done",
+    "helper done to PV created",
+    "node selected to PV created",
+    "PV created to Bound",
+)
+
+
+def stage_latencies(moments: list[ClaimMoments]) -> dict[str, Latencies]:
+    """Per stage, its latency over the claims that passed both its ends: the scheduler (created
+    to node selected), the provisioner up to its helper's end, the provisioner from there to the
+    PV, the two together, and kube-controller-manager's binder (PV created to Bound)."""
+    spans: dict[str, list[float]] = {stage: [] for stage in STAGES}
+    for m in moments:
+        pairs = (
+            (m.created, m.node_selected),
+            (m.node_selected, m.helper_done),
+            (m.helper_done, m.volume_created),
+            (m.node_selected, m.volume_created),
+            (m.volume_created, m.bound),
+        )
+        for stage, (start, end) in zip(STAGES, pairs, strict=True):
+            if start is not None and end is not None:
+                spans[stage].append(end - start)
+    return {stage: Latencies.of(values) for stage, values in spans.items()}
+
+
 def _stages(
-    claims: ObjectTimeline, volumes: ObjectTimeline, created: dict[str, float]
+    claims: ObjectTimeline,
+    volumes: ObjectTimeline,
+    created: dict[str, float],
+    runs: dict[str, tuple[float, float]],
 ) -> dict[str, Latencies]:
-    scheduling, provisioning, binding = [], [], []
+    moments = []
     for name, at in created.items():
-        selected = claims.reached["node-selected"].get(name)
-        volume = volumes.first_seen.get(f"pvc-{claims.uid.get(name)}")
-        bound = claims.reached["bound"].get(name)
-        if selected is None or volume is None or bound is None:
-            continue
-        scheduling.append(selected - at)
-        provisioning.append(volume - selected)
-        binding.append(bound - volume)
-    return {
-        "created to node selected": Latencies.of(scheduling),
-        "node selected to PV created": Latencies.of(provisioning),
-        "PV created to Bound": Latencies.of(binding),
-    }
+        uid = claims.uid.get(name, "")
+        moments.append(
+            ClaimMoments(
+                created=at,
+                node_selected=claims.reached["node-selected"].get(name),
+                helper_done=runs[uid][1] if uid in runs else None,
+                volume_created=volumes.first_seen.get(f"pvc-{uid}"),
+                bound=claims.reached["bound"].get(name),
+            )
+        )
+    return stage_latencies(moments)
 
 
 def _overheads(
-    latencies: dict[str, float], uids: dict[str, str], runs: dict[str, float]
+    latencies: dict[str, float], uids: dict[str, str], runs: dict[str, tuple[float, float]]
 ) -> Latencies:
     """Per claim: its latency minus its own setup helper's run."""
     return Latencies.of(
         [
-            latency - runs[uids[name]]
+            latency - (runs[uids[name]][1] - runs[uids[name]][0])
             for name, latency in latencies.items()
             if uids.get(name) in runs
         ]
@@ -221,6 +274,7 @@ def run_burst(
         f"/api/v1/namespaces/{PROVISIONER_NAMESPACE}/pods",
         {"finished": _is_finished},
         label_selector=f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}",
+        keep=served_volumes,
     ).start()
     volume_timeline = ObjectTimeline(api, "/api/v1/persistentvolumes").start()
     provisioner = RunningProvisioner(
@@ -257,8 +311,8 @@ def run_burst(
         requests = audit.count(started, quiet, implementation.user_agent_prefix)
         cluster_writes = audit.count(started, last_bound).writes
         latencies = {name: bound[name] - created[name] for name in names}
-        stages = _stages(claim_timeline, volume_timeline, created)
-        runs = _helper_runs(helper_timeline, "create")
+        runs = helper_runs(helper_timeline, "create")
+        stages = _stages(claim_timeline, volume_timeline, created, runs)
 
         release_started = time.time()
 
@@ -291,7 +345,7 @@ def run_burst(
         ready_seconds=ready,
         bind_seconds=last_bound - started,
         latency=Latencies.of(list(latencies.values())),
-        helper_run=Latencies.of(list(runs.values())),
+        helper_run=Latencies.of([end - start for start, end in runs.values()]),
         overhead=_overheads(latencies, claim_timeline.uid, runs),
         requests_per_volume=requests.total / claims,
         requests=dict(requests.by_kind.most_common()),

@@ -14,7 +14,7 @@ from bench.audit import start_audited_cluster
 from bench.burst import BurstResult, run_burst
 from bench.capacity import burst_budget
 from bench.floor import run_floor
-from bench.implementations import OURS
+from bench.implementations import OURS, REFERENCE_TUNED, Implementation
 from bench.options import BenchOptions
 from bench.scale import DatasetResult, ScaleResult, create_dataset, run_scale
 from bench.workspace import prepare_workspace
@@ -31,6 +31,8 @@ class FloorResult:
 @dataclass
 class RunResults:
     burst: dict[str, BurstResult] = field(default_factory=dict)
+    lifted: dict[str, BurstResult] = field(default_factory=dict)
+    """The burst again with kube-controller-manager's client limit raised (ours, tuned)."""
     floor: FloorResult | None = None
     dataset: DatasetResult | None = None
     scale: dict[str, ScaleResult] = field(default_factory=dict)
@@ -43,13 +45,21 @@ def say(message: str) -> None:
     print(f"bench: {message}", file=sys.stderr, flush=True)
 
 
-def run_bursts(options: BenchOptions, work_dir: Path, results: RunResults) -> None:
-    for implementation in options.implementations:
-        say(f"burst: {implementation.label}: starting a fresh {options.nodes}-node cluster")
-        cluster_dir = work_dir / f"burst-{implementation.key}"
-        cluster, audit = start_audited_cluster(
-            default_node_specs(options.nodes), cluster_dir, options.controller_manager_qps
-        )
+def run_bursts(
+    options: BenchOptions, work_dir: Path, results: RunResults, *, lifted: bool = False
+) -> None:
+    """Each implementation's burst on a fresh cluster; `lifted`: ours and the tuned reference
+    only, with kube-controller-manager's client limit at `options.lifted_qps`, into
+    `results.lifted` (no floor)."""
+    implementations: list[Implementation] = [
+        i for i in options.implementations if not lifted or i in (OURS, REFERENCE_TUNED)
+    ]
+    scenario = "lifted" if lifted else "burst"
+    for implementation in implementations:
+        say(f"{scenario}: {implementation.label}: starting a fresh {options.nodes}-node cluster")
+        cluster_dir = work_dir / f"{scenario}-{implementation.key}"
+        qps = options.lifted_qps if lifted else options.controller_manager_qps
+        cluster, audit = start_audited_cluster(default_node_specs(options.nodes), cluster_dir, qps)
         api = RawApi.for_cluster(cluster, pool_size=options.concurrency + 8)
         try:
             budget = burst_budget(options.claims) if implementation.capacity else None
@@ -66,9 +76,9 @@ def run_bursts(options: BenchOptions, work_dir: Path, results: RunResults) -> No
                 timeout=options.timeout,
                 py_spy=options.py_spy,
             )
-            results.burst[implementation.key] = burst
+            (results.lifted if lifted else results.burst)[implementation.key] = burst
             say(
-                f"burst: {implementation.label}: {options.claims} Bound in "
+                f"{scenario}: {implementation.label}: {options.claims} Bound in "
                 f"{burst.bind_seconds:.1f}s, released in {burst.release_seconds:.1f}s "
                 f"({time.monotonic() - started:.0f}s in all)"
             )
@@ -78,7 +88,7 @@ def run_bursts(options: BenchOptions, work_dir: Path, results: RunResults) -> No
                     "CSIStorageCapacity writes per volume (audit), "
                     f"{burst.capacity_writes_metric_per_volume:.3g} (metric)"
                 )
-            if implementation is OURS:
+            if implementation is OURS and not lifted:
                 seconds = run_floor(api, burst.cluster_writes, options.concurrency)
                 results.floor = FloorResult(burst.cluster_writes, options.concurrency, seconds)
                 say(f"floor: {burst.cluster_writes} writes in {seconds:.2f}s")
@@ -137,6 +147,8 @@ def run_all(options: BenchOptions, work_dir: Path) -> RunResults:
     results = RunResults()
     if "burst" in options.scenarios:
         run_bursts(options, work_dir, results)
+    if "lifted" in options.scenarios:
+        run_bursts(options, work_dir, results, lifted=True)
     if "scale" in options.scenarios:
         run_scales(options, work_dir, results)
     return results

@@ -29,6 +29,7 @@ class ObjectTimeline:
         path: str,
         milestones: Mapping[str, Milestone] | None = None,
         label_selector: str = "",
+        keep: Callable[[dict[str, Any]], Any] | None = None,
     ) -> None:
         self._api = api
         self._path = path
@@ -39,6 +40,9 @@ class ObjectTimeline:
         """milestone -> object name -> when the milestone was first seen to hold"""
         self.deleted: dict[str, float] = {}
         self.uid: dict[str, str] = {}
+        self._keep = keep
+        self.kept: dict[str, Any] = {}
+        """object name -> `keep(object)` from its first sighting (when `keep` is given)"""
         self._live: set[str] = set()
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -81,6 +85,8 @@ class ObjectTimeline:
         name = obj["metadata"]["name"]
         self.first_seen.setdefault(name, now)
         self.uid.setdefault(name, obj["metadata"].get("uid", ""))
+        if self._keep is not None and name not in self.kept:
+            self.kept[name] = self._keep(obj)
         if deleted:
             self._live.discard(name)
             self.deleted.setdefault(name, now)

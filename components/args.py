@@ -65,7 +65,7 @@ class ProvisionerDeploymentArgs:
     """Everything the provisioner's namespace, RBAC, ConfigMap and Deployment are built from."""
 
     config_files: ConfigMapFiles
-    """The ConfigMap content (validated with provisioner.config)."""
+    """The ConfigMap content (validated with provisioner.core.config)."""
     namespace: str = naming.DEFAULT_NAMESPACE
     """Namespace of the provisioner, its ConfigMap, helper pods and leader Lease (created)."""
     image: str = naming.DEFAULT_IMAGE

@@ -26,7 +26,7 @@ class PolicyRule:
     """Allowed verbs, e.g. ("get", "list", "watch")."""
 
 
-# Every write is the narrowest verb the runtime sends (provisioner/actions.py, kube/): claims
+# Every write is the narrowest verb the runtime sends (provisioner/shell/actions.py, kube/): claims
 # and volumes are only ever patched, never replaced (no `update`). `get` beside list/watch
 # reveals nothing that list does not.
 CLUSTER_RULES: tuple[PolicyRule, ...] = (

@@ -7,8 +7,9 @@ The path, pure and engine-free (program.py only reads the config and hands the r
 2. parse_settings(): refuses unknown and secret keys, then validates the stack's parts in
    order. Each part is a pydantic model declaring its keys (the stack key is the field name in
    camelCase) with Pulumi.yaml's default and a reader of stack_values.py: the names, the
-   ConfigMap (then checked as a whole by provisioner.config, the runtime's own rules: a rule
-   is written once), the Deployment, the StorageClasses (each then checked against config.json).
+   ConfigMap (then checked as a whole by provisioner.core.config, the runtime's own rules: a
+   rule is written once), the Deployment, the StorageClasses (each then checked against
+   config.json).
 3. StackSettings holds the components' arguments (args.py).
 
 Every failure is a SettingsError whose text is one line naming the stack config key, e.g.
@@ -63,7 +64,7 @@ from components.stack_values import (
     unknown_key,
     yaml_text,
 )
-from provisioner.config import (
+from provisioner.core.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
@@ -184,8 +185,8 @@ class _ConfigMapKeys(_Keys):
     """Checked by files(), after the files themselves."""
 
     def files(self) -> tuple[ConfigMapFiles, ProvisionerConfig]:
-        """The ConfigMap's four files, validated together by provisioner.config, and config.json
-        as its model."""
+        """The ConfigMap's four files, validated together by provisioner.core.config, and
+        config.json as its model."""
         document: dict[str, Any] = {}
         for key, value in (
             ("nodePathMap", self.node_path_map),
@@ -271,7 +272,7 @@ class _StorageClassKeys(BaseModel):
     is_default: Annotated[bool | None, boolean()] = None
     parameters: Annotated[dict[str, str] | None, class_parameters()] = None
     default_volume_type: Annotated[str | None, nullable_string()] = None
-    """hostPath or local: provisioner.config's rule, checked against config.json."""
+    """hostPath or local: provisioner.core.config's rule, checked against config.json."""
     annotations: Annotated[dict[str, str] | None, class_annotations()] = None
     allowed_topologies: Annotated[tuple[TopologyTerm, ...] | None, topologies()] = None
     mount_options: Annotated[tuple[str, ...] | None, strings()] = None
@@ -391,7 +392,7 @@ _STACK_UNSAFE_HINT = "set allowUnsafeHelperTemplate to true (trusted administrat
 
 
 def _stack_key_of(error: ConfigError) -> tuple[str, str]:
-    """Maps a provisioner.config error (key path within the ConfigMap's files) to stack config.
+    """Maps a provisioner.core.config error (key path within the ConfigMap's files) to stack config.
 
     config.json keys are stack keys of the same name; a helper template error keeps its path
     inside the template in the message, since the template may be given as YAML text.

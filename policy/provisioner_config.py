@@ -1,4 +1,4 @@
-"""The provisioner ConfigMap passes the runtime's own validation (provisioner.config): the
+"""The provisioner ConfigMap passes the runtime's own validation (provisioner.core.config): the
 model the provisioner loads at start and on every hot reload, so preview refuses exactly what
 the running provisioner would refuse, with the same message. No second copy of the rules.
 
@@ -19,7 +19,7 @@ those); here the template is checked as the runtime checks it with
 from __future__ import annotations
 
 from policy.resources import Resource, config_map_files
-from provisioner.config import ConfigError, load_config_bundle
+from provisioner.core.config import ConfigError, load_config_bundle
 
 NAME = "provisioner-config-valid"
 

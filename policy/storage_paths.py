@@ -1,7 +1,7 @@
 """Where volumes may live: never `/`, a system directory or the container runtime's and
 kubelet's state, and always an absolute path without `..`.
 
-The program's validation (provisioner.config) already refuses relative, unnormalised and root
+The program's validation (provisioner.core.config) already refuses relative, unnormalised and root
 paths; it accepts any other absolute path, because only the operator knows the machines. This
 policy adds the one rule that is the same on every Linux node: a volume's teardown removes its
 directory, so a base path under /var/lib/kubelet or /etc hands tenants the node itself.

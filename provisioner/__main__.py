@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import sys
 
-from provisioner.app import run
-from provisioner.options import parse_options
+from provisioner.shell.app import run
+from provisioner.shell.options import parse_options
 
 
 def main() -> None:
     if sys.argv[1:2] == ["orphans"]:
-        from provisioner import orphans_cli  # noqa: PLC0415 (the controller's start needs none of it)
+        from provisioner.shell import orphans_cli  # noqa: PLC0415 (the controller's start needs none of it)
 
         sys.exit(orphans_cli.main(sys.argv[2:]))
     sys.exit(run(parse_options(sys.argv[1:])))

@@ -1,7 +1,7 @@
 """Names two parts must agree on without importing each other (docs/CONTRACTS.md)."""
 
 import localcluster
-from provisioner import helpers
+from provisioner.core import helpers
 
 
 def test_the_harness_runs_exactly_the_pods_the_provisioner_marks_as_helpers() -> None:

@@ -24,10 +24,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE, LocalCluster, wait_for
 from localcluster.raw_api import call_json, manifest
-from provisioner.app import Provisioner
-from provisioner.config import ConfigError, parse_config_json
+from provisioner.core.config import ConfigError, parse_config_json
 from provisioner.kube.leader_election import lease_name_for
-from provisioner.options import parse_options
+from provisioner.shell.app import Provisioner
+from provisioner.shell.options import parse_options
 from tests.provisioner.e2e.support import (
     CONFIGMAP,
     HELPER_SERVICE_ACCOUNT,

@@ -2,7 +2,7 @@
 
 A claim whose selected node is deleted gets the annotation removed so the scheduler picks again
 (the library's reschedule). A volume whose node is gone cannot be cleaned: the documented
-behaviour (provisioner/claims.py, NodeGone) is a Released PV kept with a Warning and its data
+behaviour (provisioner/core/claims.py, NodeGone) is a Released PV kept with a Warning and its data
 untouched; an admin deleting that PV lets it go without cleanup, and if the node comes back the
 teardown of a still-Released volume resumes.
 """

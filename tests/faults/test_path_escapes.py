@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from localcluster import wait_for
 from localcluster.raw_api import call_json, manifest
-from provisioner.config import DEFAULT_NODE
+from provisioner.core.config import DEFAULT_NODE
 from tests.faults.support import (
     changed_paths,
     create_claims_with_consumers,

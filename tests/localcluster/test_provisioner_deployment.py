@@ -21,7 +21,7 @@ from components.args import ConfigMapFiles, ProvisionerDeploymentArgs
 from components.deployment import pod_template
 from localcluster import LocalCluster, wait_for
 from localcluster.raw_api import call_json, manifest
-from provisioner.config import (
+from provisioner.core.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,

@@ -14,7 +14,7 @@ from policy.resources import (
     STORAGE_CLASS,
     Resource,
 )
-from provisioner.config import (
+from provisioner.core.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,

@@ -8,7 +8,7 @@ from policy.helper_pods import (
     check_unsafe_flag,
     image_problem,
 )
-from provisioner.config import DEFAULT_HELPER_POD_YAML
+from provisioner.core.config import DEFAULT_HELPER_POD_YAML
 from tests.policy.resources import config_map, deployment, helper_pod
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from policy.provisioner_config import check_resource
-from provisioner.config import ConfigError, parse_config_json
+from provisioner.core.config import ConfigError, parse_config_json
 from tests.policy.resources import config_map
 
 BAD = [

@@ -1,0 +1,375 @@
+"""Carrying out the decisions of `claims`: the API writes and helper-pod runs, with their events
+and metrics.
+
+Every action is idempotent, so a worker that crashed half-way, a second leader, or a requeue
+after a lost response can repeat it safely: the PV name is deterministic and AlreadyExists is
+success, finalizers are patched as sets, deletes treat NotFound as done, and a helper pod left
+over from an earlier attempt is adopted by the runner.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+from provisioner.core.claims import (
+    BASE_PATH_ANNOTATION,
+    SELECTED_NODE,
+    VOLUME_FINALIZER,
+    ProvisionPlan,
+    TeardownPlan,
+)
+from provisioner.core.config import ConfigBundle
+from provisioner.core.expansion import Expand
+from provisioner.core.helpers import HelperAction, HelperTarget, build_helper_pod, helper_steps
+from provisioner.core.records import ClaimRecord
+from provisioner.core.resize import build_resize_helper_pod
+from provisioner.core.volumes import build_persistent_volume, foreign_volume_problem
+from provisioner.kube.client import KubeClients
+from provisioner.kube.events import EventRecorder, ObjectReference
+from provisioner.kube.helper_pods import HelperPodError, HelperPodFailed, HelperPodRunner
+from provisioner.kube.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+HTTP_NOT_FOUND = 404
+HTTP_CONFLICT = 409
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+MERGE = "application/merge-patch+json"
+PV_SAVE_ATTEMPTS = 5
+"""The library retries saving a PV 5 times before giving the storage back."""
+
+
+class ActionFailed(Exception):  # noqa: N818 (reads as a sentence at the raise site)
+    """An action did not complete; the worker retries the key with backoff."""
+
+
+def claim_reference(claim: ClaimRecord) -> ObjectReference:
+    return ObjectReference(
+        kind="PersistentVolumeClaim",
+        name=claim.name,
+        namespace=claim.namespace,
+        uid=claim.uid,
+        resource_version=claim.resource_version,
+    )
+
+
+def volume_reference(name: str) -> ObjectReference:
+    return ObjectReference(kind="PersistentVolume", name=name)
+
+
+@dataclass
+class HelperSettings:
+    namespace: str
+    service_account: str
+
+
+class Actions:
+    """The imperative half of reconciling one claim or volume."""
+
+    def __init__(
+        self,
+        clients: KubeClients,
+        runner: HelperPodRunner,
+        recorder: EventRecorder,
+        metrics: Metrics,
+        helper: HelperSettings,
+        *,
+        pv_save_retry_delay: float = 2.0,
+    ) -> None:
+        self._clients = clients
+        self._runner = runner
+        self._recorder = recorder
+        self._metrics = metrics
+        self._helper = helper
+        self._pv_save_retry_delay = pv_save_retry_delay
+
+    def run_helper(
+        self,
+        action: HelperAction,
+        target: HelperTarget,
+        bundle: ConfigBundle,
+    ) -> float:
+        seconds = 0.0
+        for step in helper_steps(action, target):
+            manifest = build_helper_pod(
+                step, target, bundle, self._helper.namespace, self._helper.service_account
+            )
+            try:
+                seconds += self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
+            except HelperPodError as error:
+                self._metrics.observe_helper_pod(
+                    action, "failed", seconds + (error.duration or 0.0)
+                )
+                if step == "create" and isinstance(error, HelperPodFailed):
+                    self._remove_empty_directory(target, bundle)
+                raise
+        self._metrics.observe_helper_pod(action, "succeeded", seconds)
+        return seconds
+
+    def _remove_empty_directory(self, target: HelperTarget, bundle: ConfigBundle) -> None:
+        """A setup that ran and failed leaves no directory made for it: the `finish` step
+        removes it if the setup code left it empty (a retry makes it again). One whose image
+        never started is not followed by another pod of that image."""
+        manifest = build_helper_pod(
+            "finish", target, bundle, self._helper.namespace, self._helper.service_account
+        )
+        try:
+            self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
+        except HelperPodError as error:
+            log.warning("removing %s after its failed setup: %s", target.path, error)
+
+    def provision(self, plan: ProvisionPlan, bundle: ConfigBundle) -> None:
+        claim, class_name = plan.claim, plan.storage_class.name
+        where = plan.node_name or "the shared filesystem"
+        reference = claim_reference(claim)
+        started = time.monotonic()
+        self._recorder.normal(
+            reference,
+            "Provisioning",
+            f"External provisioner is provisioning volume for claim {claim.namespace}/{claim.name}",
+        )
+        try:
+            self.run_helper("create", plan, bundle)
+        except HelperPodError as error:
+            self._metrics.provision_failed_total.labels(class_name, "").inc()
+            self._recorder.warning(
+                reference,
+                "ProvisioningFailed",
+                f"failed to create {plan.path} on {where}: {error}; will retry with backoff",
+            )
+            raise ActionFailed(str(error)) from error
+        self._save_volume(plan, bundle, reference)
+        self._metrics.provision_total.labels(class_name, "").inc()
+        self._metrics.provision_duration_seconds.labels(class_name, "").observe(
+            time.monotonic() - started
+        )
+        self._recorder.normal(
+            reference,
+            "ProvisioningSucceeded",
+            f"Successfully provisioned volume {plan.volume_name} at {plan.path} on {where}",
+        )
+
+    def _save_volume(
+        self,
+        plan: ProvisionPlan,
+        bundle: ConfigBundle,
+        reference: ObjectReference,
+    ) -> None:
+        volume = build_persistent_volume(plan)
+        last_error = ""
+        for attempt in range(1, PV_SAVE_ATTEMPTS + 1):
+            try:
+                self._clients.request_json("POST", "/api/v1/persistentvolumes", body=volume)
+                return
+            except ApiException as error:
+                if error.status == HTTP_CONFLICT:
+                    # Saved by an earlier attempt whose response we lost, or by a peer; or a
+                    # PV of that name that is not this claim's volume at this path.
+                    problem = self._existing_volume_problem(plan)
+                    if problem is None:
+                        return
+                    last_error = problem
+                    self._recorder.warning(
+                        reference,
+                        "ProvisioningFailed",
+                        f"{problem}: it is not this claim's volume; giving {plan.path} back",
+                    )
+                    break
+                last_error = f"{error.status} {error.reason}"
+            log.warning(
+                "saving PV %s failed (attempt %d/%d): %s",
+                plan.volume_name,
+                attempt,
+                PV_SAVE_ATTEMPTS,
+                last_error,
+            )
+            if attempt < PV_SAVE_ATTEMPTS:
+                time.sleep(self._pv_save_retry_delay * attempt)
+        # The directory exists but no PV will point at it: give the storage back.
+        self._metrics.provision_failed_total.labels(plan.storage_class.name, "").inc()
+        try:
+            self.run_helper("delete", _cleanup_target(plan), bundle)
+        except HelperPodError as error:
+            self._recorder.warning(
+                reference,
+                "ProvisioningCleanupFailed",
+                f"saving PV {plan.volume_name} failed ({last_error}) and removing {plan.path} "
+                f"failed too: {error}; remove it by hand",
+            )
+        raise ActionFailed(f"saving PV {plan.volume_name} failed: {last_error}")
+
+    def _existing_volume_problem(self, plan: ProvisionPlan) -> str | None:
+        """None when the PV already saved under the plan's name is this claim's, by us, at this
+        path (the earlier attempt's); otherwise why it is not."""
+        try:
+            existing = self._clients.request_json(
+                "GET", f"/api/v1/persistentvolumes/{plan.volume_name}"
+            )
+        except ApiException as error:
+            return f"PV {plan.volume_name} exists but reading it failed: {error.status}"
+        problem = foreign_volume_problem(existing, plan)
+        if problem is not None:
+            log.warning("PV %s already exists and is not ours: %s", plan.volume_name, problem)
+        return problem
+
+    def record_base_path(self, claim: ClaimRecord, base_path: str) -> None:
+        """Before any directory exists: every later attempt then works on the same base path."""
+        self._patch(
+            f"/api/v1/namespaces/{claim.namespace}/persistentvolumeclaims/{claim.name}",
+            {"metadata": {"annotations": {BASE_PATH_ANNOTATION: base_path}}},
+            MERGE,
+        )
+
+    def wait_for_path(self, claim: ClaimRecord, reason: str) -> None:
+        self._recorder.normal(claim_reference(claim), "WaitingForPath", reason)
+
+    def reject(self, claim: ClaimRecord, reason: str) -> None:
+        self._recorder.warning(claim_reference(claim), "ProvisioningFailed", reason)
+
+    def reschedule(self, claim: ClaimRecord, reason: str) -> None:
+        self._patch(
+            f"/api/v1/namespaces/{claim.namespace}/persistentvolumeclaims/{claim.name}",
+            {"metadata": {"annotations": {SELECTED_NODE: None}}},
+            MERGE,
+        )
+        self._recorder.warning(
+            claim_reference(claim),
+            "ProvisioningFailed",
+            f"{reason}: removed {SELECTED_NODE} so that the scheduler picks a node again",
+        )
+
+    def resize_volume_quota(self, expansion: Expand, bundle: ConfigBundle) -> None:
+        """Raise the volume's hard quota to the new size before the API objects say it is
+        granted: a helper on the node does it where the filesystem enforces project quotas and
+        does nothing elsewhere (its message says which). A failure fails the expansion."""
+        if not expansion.base_path:
+            log.info(
+                "volume %s: no configured base path holds %s; no quota to raise",
+                expansion.volume_name,
+                expansion.path,
+            )
+            return
+        manifest = build_resize_helper_pod(
+            expansion,
+            expansion.size_bytes,
+            bundle,
+            self._helper.namespace,
+            self._helper.service_account,
+        )
+        timeout = float(bundle.config.cmd_timeout_seconds)
+        try:
+            seconds, message = self._runner.run_for_message(manifest, timeout)
+        except HelperPodError as error:
+            self._metrics.observe_helper_pod("resize", "failed", error.duration or 0.0)
+            raise ActionFailed(f"raising the quota of {expansion.path}: {error}") from error
+        self._metrics.observe_helper_pod("resize", "succeeded", seconds)
+        log.info("volume %s: %s", expansion.volume_name, message.strip() or "resized")
+
+    def expand(self, claim: ClaimRecord, expansion: Expand, bundle: ConfigBundle) -> None:
+        """Grow the volume as the external-resizer does: the quota on the node (where there is
+        one), the PV's capacity, then the claim's status.capacity (status subresource), then
+        the event."""
+        self.resize_volume_quota(expansion, bundle)
+        self._patch(
+            f"/api/v1/persistentvolumes/{expansion.volume_name}",
+            {"spec": {"capacity": {"storage": expansion.capacity}}},
+            MERGE,
+        )
+        self.finish_expansion(claim, expansion.capacity)
+
+    def finish_expansion(self, claim: ClaimRecord, capacity: str) -> None:
+        self._patch(
+            f"/api/v1/namespaces/{claim.namespace}/persistentvolumeclaims/{claim.name}/status",
+            {"status": {"capacity": {"storage": capacity}}},
+            MERGE,
+        )
+        self._recorder.normal(
+            claim_reference(claim),
+            "VolumeResizeSuccessful",
+            f"resize volume {claim.volume_name} to {capacity} succeeded",
+        )
+
+    def refuse_expansion(self, claim: ClaimRecord, reason: str) -> None:
+        self._recorder.warning(claim_reference(claim), "VolumeResizeFailed", reason)
+
+    def teardown(self, plan: TeardownPlan, class_name: str, bundle: ConfigBundle) -> None:
+        started = time.monotonic()
+        try:
+            self.run_helper("delete", plan, bundle)
+        except HelperPodError as error:
+            self._metrics.delete_failed_total.labels(class_name).inc()
+            self._recorder.warning(
+                volume_reference(plan.volume_name),
+                "VolumeFailedDelete",
+                f"failed to remove {plan.path}: {error}; will retry with backoff",
+            )
+            raise ActionFailed(str(error)) from error
+        if plan.remove_finalizer:
+            self.remove_finalizer(plan.volume_name)
+        if plan.delete_volume:
+            self._delete_volume(plan.volume_name)
+        self._metrics.delete_total.labels(class_name).inc()
+        self._metrics.delete_duration_seconds.labels(class_name).observe(time.monotonic() - started)
+        log.info("deleted volume %s and its directory %s", plan.volume_name, plan.path)
+
+    def refuse(self, volume_name: str, reason: str) -> None:
+        self._recorder.warning(volume_reference(volume_name), "VolumeFailedDelete", reason)
+
+    def add_finalizer(self, volume_name: str) -> None:
+        self._patch(
+            f"/api/v1/persistentvolumes/{volume_name}",
+            {"metadata": {"finalizers": [VOLUME_FINALIZER]}},
+            STRATEGIC_MERGE,
+        )
+
+    def remove_finalizer(self, volume_name: str) -> None:
+        self._patch(
+            f"/api/v1/persistentvolumes/{volume_name}",
+            {"metadata": {"$deleteFromPrimitiveList/finalizers": [VOLUME_FINALIZER]}},
+            STRATEGIC_MERGE,
+        )
+
+    def delete_helper_pod(self, namespace: str, name: str, *, timeout: float = 30.0) -> None:
+        try:
+            self._clients.request_json(
+                "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", timeout=timeout
+            )
+        except ApiException as error:
+            if error.status != HTTP_NOT_FOUND:
+                log.warning("deleting helper pod %s: %s %s", name, error.status, error.reason)
+        except (HTTPError, OSError) as error:
+            log.warning("deleting helper pod %s: %s", name, error)
+
+    def _delete_volume(self, name: str) -> None:
+        try:
+            self._clients.request_json("DELETE", f"/api/v1/persistentvolumes/{name}")
+        except ApiException as error:
+            if error.status != HTTP_NOT_FOUND:
+                raise ActionFailed(f"deleting PV {name}: {error.status} {error.reason}") from error
+
+    def _patch(self, path: str, body: dict[str, Any], content_type: str) -> None:
+        try:
+            self._clients.request_json("PATCH", path, body=body, content_type=content_type)
+        except ApiException as error:
+            if error.status == HTTP_NOT_FOUND:
+                return
+            raise ActionFailed(f"patching {path}: {error.status} {error.reason}") from error
+
+
+def _cleanup_target(plan: ProvisionPlan) -> TeardownPlan:
+    return TeardownPlan(
+        volume_name=plan.volume_name,
+        path=plan.path,
+        node_name=plan.node_name,
+        volume_mode=plan.volume_mode,
+        size_bytes=plan.size_bytes,
+        delete_volume=False,
+        remove_finalizer=False,
+        base_path=plan.base_path,
+    )

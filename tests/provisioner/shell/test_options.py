@@ -1,0 +1,67 @@
+from pathlib import Path
+
+import pytest
+
+from provisioner.shell.options import DEFAULT_PROVISIONER_NAME, parse_options
+
+
+def test_defaults_without_flags_or_environment() -> None:
+    options = parse_options([], environ={})
+    assert options.provisioner_name == DEFAULT_PROVISIONER_NAME
+    assert options.namespace == "local-path-storage"
+    assert options.config_path == Path("/etc/config/config.json")
+    assert options.helper_pod_file is None
+    assert options.workers == 8
+    assert options.leader_election is True
+    assert options.kubeconfig is None
+
+
+def test_rancher_environment_names_are_honoured() -> None:
+    environ = {
+        "PROVISIONER_NAME": "rancher.io/local-path",
+        "POD_NAMESPACE": "kube-system",
+        "CONFIG_PATH": "/cfg/config.json",
+        "HELPER_POD_FILE": "/cfg/helper.yaml",
+        "SERVICE_ACCOUNT_NAME": "helper-sa",
+        "WORKER_THREADS": "3",
+        "PROVISIONING_RETRY_COUNT": "0",
+        "RANCHER_DEBUG": "true",
+        "KUBECONFIG": "/k/config",
+    }
+    options = parse_options(["start"], environ=environ)
+    assert options.provisioner_name == "rancher.io/local-path"
+    assert options.namespace == "kube-system"
+    assert options.config_path == Path("/cfg/config.json")
+    assert options.helper_pod_file == Path("/cfg/helper.yaml")
+    assert options.helper_service_account == "helper-sa"
+    assert options.workers == 3
+    assert options.provisioning_retry_count == 0
+    assert options.debug is True
+    assert options.kubeconfig == "/k/config"
+
+
+def test_flags_win_over_environment() -> None:
+    options = parse_options(
+        ["--provisioner-name", "x.io/p", "--worker-threads", "2", "--no-leader-election"],
+        environ={"PROVISIONER_NAME": "y.io/q", "WORKER_THREADS": "5"},
+    )
+    assert (options.provisioner_name, options.workers, options.leader_election) == (
+        "x.io/p",
+        2,
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--worker-threads", "0"], "--worker-threads must be at least 1, got 0"),
+        (["--deletion-retry-count", "-1"], "--deletion-retry-count must be 0 (forever) or more"),
+    ],
+)
+def test_bad_flags_are_refused_with_a_clear_message(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parse_options(argv, environ={})
+    assert message in capsys.readouterr().err
