@@ -1,7 +1,9 @@
 """Typed arguments of the components: plain frozen data, no Pulumi imports.
 
-The stack-config parser (settings.py) builds these and the components (deployment.py,
-storage_classes.py) consume them, so both sides are tested without the engine.
+settings.py builds these from stack config (StackSettings holds them) and the components
+(deployment.py, storage_classes.py) consume them, so both sides are tested without the
+engine. The defaults are the components' own, and the same as a stack's (a test holds them
+equal).
 """
 
 from __future__ import annotations

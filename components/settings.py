@@ -1,42 +1,68 @@
-"""Stack config -> typed component arguments, validated before anything is registered.
+"""Stack config -> StackSettings, the one validated model the components are built from.
 
-Pure functions on the raw config bag the engine hands the program (`PULUMI_CONFIG`: full
-key -> string, structured values as JSON text), so every rule is tested without the engine.
-The storage rules themselves (absolute paths, duplicate nodes, shared path vs node map,
-pathPattern, volume types, the helper template...) live in provisioner.core.config and are only
-called from here: a rule is written once, for the runtime and the deployment alike. This module
-adds what only a deployment has: types of stack values, Deployment settings, and the
-StorageClass list (class_settings.py).
+The path, pure and engine-free (program.py only reads the config and hands the result on):
+
+1. stack_config.read_stack_config(): key -> the engine's string (structured values as JSON
+   text), and the keys the stack file holds as secrets.
+2. parse_settings(): refuses unknown and secret keys, then validates the stack's parts in
+   order. Each part is a pydantic model declaring its keys (the stack key is the field name in
+   camelCase) with Pulumi.yaml's default and a reader of stack_values.py: the names, the
+   ConfigMap (then checked as a whole by provisioner.core.config, the runtime's own rules: a
+   rule is written once), the Deployment, the StorageClasses (each then checked against
+   config.json).
+3. StackSettings holds the components' arguments (args.py).
 
 Every failure is a SettingsError whose text is one line naming the stack config key, e.g.
-`stack config local-path-storage:nodePathMap[1].paths[0]: "data" must be an absolute path`.
+`stack config local-path-storage:nodePathMap[1].paths[0]: "data" must be an absolute path`;
+the parts are checked in order, so it is the first problem on the path.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
 import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+from pydantic.fields import FieldInfo
 
 from components import naming
 from components.args import (
     ConfigMapFiles,
     ContainerResources,
     ProvisionerDeploymentArgs,
+    StorageClassArgs,
     StorageClassesArgs,
+    TopologyTerm,
 )
 from components.capacity_scheduling import csi_driver_name_problem
-from components.class_settings import parse_storage_classes
 from components.stack_values import (
-    DNS_SUBDOMAIN,
+    InvalidValueError,
     SettingsError,
+    boolean,
+    check_dns_label,
+    check_not_empty,
+    check_provisioner_name,
+    check_quantity,
+    check_storage_class_name,
+    class_annotations,
+    class_parameters,
     decode_structured,
+    integer,
+    nullable_string,
+    one_of,
+    optional_text,
+    settings_error,
     show,
+    string,
+    strings,
+    structured,
+    topologies,
     unknown_key,
+    yaml_text,
 )
 from provisioner.core.config import (
     DEFAULT_HELPER_POD_YAML,
@@ -46,105 +72,10 @@ from provisioner.core.config import (
     ConfigError,
     ProvisionerConfig,
     load_config_bundle,
+    validate_storage_class_parameters,
 )
 
-# Keys of config.json, carried over from stack config under the same names.
-CONFIG_JSON_KEYS = (
-    "nodePathMap",
-    "sharedFileSystemPath",
-    "storageClassConfigs",
-    "setupCommand",
-    "teardownCommand",
-    "cmdTimeoutSeconds",
-)
-STRUCTURED_CONFIG_JSON_KEYS = ("nodePathMap", "storageClassConfigs")
-
-SCALAR_DEFAULTS: Mapping[str, str | int | bool] = {
-    "namespace": naming.DEFAULT_NAMESPACE,
-    "image": naming.DEFAULT_IMAGE,
-    "imagePullPolicy": "IfNotPresent",
-    "replicas": 1,
-    "provisionerName": naming.DEFAULT_PROVISIONER_NAME,
-    "logLevel": "info",
-    "jsonLogs": False,
-    "workers": 8,
-    "metricsPort": 8080,
-    "leaderElection": True,
-    "cpuRequest": "50m",
-    "memoryRequest": "64Mi",
-    "cpuLimit": "",
-    "memoryLimit": "192Mi",
-    "helperImage": "",
-    "allowUnsafeHelperTemplate": False,
-    "renderYamlToDirectory": "",
-    "sharedFileSystemPath": "",
-    "setupCommand": "",
-    "teardownCommand": "",
-    "cmdTimeoutSeconds": 120,
-    "capacityAwareScheduling": True,
-}
-"""Scalar keys and their defaults; Pulumi.yaml declares the same keys with the same defaults
-(a test holds them equal), so `pulumi config` shows them and the engine checks their types."""
-
-STRUCTURED_KEYS = (
-    "nodePathMap",
-    "storageClassConfigs",
-    "storageClasses",
-    "helperPodTemplate",
-    "setupScript",
-    "teardownScript",
-)
-"""Keys without a default in Pulumi.yaml (lists, objects, multi-line text)."""
-
-KNOWN_KEYS = frozenset(SCALAR_DEFAULTS) | frozenset(STRUCTURED_KEYS)
-
-_DEPLOYMENT_KEYS = frozenset(
-    {
-        "image",
-        "imagePullPolicy",
-        "replicas",
-        "logLevel",
-        "jsonLogs",
-        "workers",
-        "metricsPort",
-        "leaderElection",
-        "cpuRequest",
-        "memoryRequest",
-        "cpuLimit",
-        "memoryLimit",
-        "allowUnsafeHelperTemplate",
-    }
-)
-
-
-def _stored_in(key: str) -> str:
-    """Where a key's value ends up in plaintext, besides the stack's state."""
-    if key in _DEPLOYMENT_KEYS:
-        return "the provisioner Deployment"
-    if key == "storageClasses":
-        return "the StorageClasses"
-    if key in ("namespace", "provisionerName"):
-        return "object names, the Deployment and the StorageClasses"
-    if key == "renderYamlToDirectory":
-        return "the stack outputs"
-    if key == "capacityAwareScheduling":
-        return "the stack's CSIDriver"
-    return f"the ConfigMap {naming.CONFIG_MAP_NAME}"
-
-
-def secret_refused(key: str) -> str:
-    """The message for a value set with `pulumi config set --secret`: no Kubernetes object this
-    stack makes is a Secret, so it would be written in plaintext."""
-    return (
-        f"is a secret, but it would be stored in plaintext in {_stored_in(key)} and the stack's "
-        f"state; set it without --secret (`pulumi config set {key} ...`) and keep credentials "
-        "out of it"
-    )
-
-
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_QUALIFIED_NAME_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_QUANTITY = re.compile(r"\+?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+|[mkMGTPE]|[KMGTPE]i)?")
+Part = TypeVar("Part", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -171,44 +102,224 @@ def parse_settings(
     are the keys (without namespace) set as secrets, which are refused.
     """
     values = _own_values(raw_config, secret_keys)
-    scalars = _Scalars(values)
-    namespace = scalars.text("namespace", _check_dns_label("namespace name", 63))
-    provisioner_name = scalars.text("provisionerName", _check_provisioner_name)
-    config_files, config = _config_files(values, scalars)
+    names = _validated(_Names, values)
+    config_map = _validated(_ConfigMapKeys, values)
+    config_files, config = config_map.files()
+    keys = _validated(_DeploymentKeys, values)
     # The runtime's own model says whether a path has a budget: one reader of that fact.
-    wants_csi_driver = scalars.boolean("capacityAwareScheduling") and config.declares_capacity()
-    name_problem = csi_driver_name_problem(provisioner_name) if wants_csi_driver else None
+    wants_csi_driver = keys.capacity_aware_scheduling and config.declares_capacity()
+    name_problem = csi_driver_name_problem(names.provisioner_name) if wants_csi_driver else None
     warnings = (
         () if name_problem is None else (str(SettingsError("provisionerName", name_problem)),)
     )
     deployment = ProvisionerDeploymentArgs(
         config_files=config_files,
-        namespace=namespace,
-        image=scalars.text("image", _check_not_empty),
-        image_pull_policy=scalars.choice("imagePullPolicy", ("Always", "IfNotPresent", "Never")),
-        replicas=scalars.integer("replicas", minimum=1),
-        provisioner_name=provisioner_name,
-        debug=scalars.choice("logLevel", ("info", "debug")) == "debug",
-        json_logs=scalars.boolean("jsonLogs"),
-        workers=scalars.integer("workers", minimum=1),
-        metrics_port=scalars.integer("metricsPort", minimum=1, maximum=65535),
-        leader_election=scalars.boolean("leaderElection"),
-        allow_unsafe_helper_template=scalars.boolean("allowUnsafeHelperTemplate"),
+        namespace=names.namespace,
+        image=keys.image,
+        image_pull_policy=keys.image_pull_policy,
+        replicas=keys.replicas,
+        provisioner_name=names.provisioner_name,
+        debug=keys.log_level == "debug",
+        json_logs=keys.json_logs,
+        workers=keys.workers,
+        metrics_port=keys.metrics_port,
+        leader_election=keys.leader_election,
+        allow_unsafe_helper_template=config_map.allow_unsafe_helper_template,
         resources=ContainerResources(
-            cpu_request=scalars.text("cpuRequest", _check_quantity),
-            memory_request=scalars.text("memoryRequest", _check_quantity),
-            cpu_limit=scalars.optional_text("cpuLimit", _check_quantity),
-            memory_limit=scalars.optional_text("memoryLimit", _check_quantity),
+            cpu_request=keys.cpu_request,
+            memory_request=keys.memory_request,
+            cpu_limit=keys.cpu_limit,
+            memory_limit=keys.memory_limit,
         ),
         deploy_csi_driver=wants_csi_driver and name_problem is None,
     )
-    classes = parse_storage_classes(values.get("storageClasses"), config)
+    classes = _storage_classes(values.get("storageClasses"), config)
     return StackSettings(
         deployment=deployment,
-        storage_classes=StorageClassesArgs(classes=classes, provisioner_name=provisioner_name),
-        render_yaml_to_directory=scalars.optional_text("renderYamlToDirectory", None),
+        storage_classes=StorageClassesArgs(
+            classes=classes, provisioner_name=names.provisioner_name
+        ),
+        render_yaml_to_directory=names.render_yaml_to_directory,
         warnings=warnings,
     )
+
+
+class _Keys(BaseModel):
+    """Some keys of the stack: a key the stack does not set takes the field's default, which is
+    Pulumi.yaml's (so parsing does not depend on the engine filling it in), read like a set one.
+    The other parts' keys are ignored; unknown keys were refused before."""
+
+    model_config = ConfigDict(
+        frozen=True, alias_generator=to_camel, validate_default=True, extra="ignore"
+    )
+
+
+class _Names(_Keys):
+    """The installation's names, which both components use, and where its objects go."""
+
+    namespace: Annotated[str, string(check_dns_label("namespace name", 63))] = (
+        naming.DEFAULT_NAMESPACE
+    )
+    provisioner_name: Annotated[str, string(check_provisioner_name)] = (
+        naming.DEFAULT_PROVISIONER_NAME
+    )
+    render_yaml_to_directory: Annotated[str | None, optional_text()] = ""
+
+
+class _ConfigMapKeys(_Keys):
+    """config.json (its keys under the same names), the scripts and the helper template."""
+
+    node_path_map: Annotated[list[Any] | None, structured(list, "a list of {node, paths}")] = None
+    storage_class_configs: Annotated[
+        dict[str, Any] | None, structured(dict, "a map of class names")
+    ] = None
+    shared_file_system_path: Annotated[str | None, optional_text()] = ""
+    setup_command: Annotated[str | None, optional_text()] = ""
+    teardown_command: Annotated[str | None, optional_text()] = ""
+    cmd_timeout_seconds: Annotated[int, integer()] = 120
+    setup_script: str = DEFAULT_SETUP_SCRIPT
+    teardown_script: str = DEFAULT_TEARDOWN_SCRIPT
+    helper_pod_template: Annotated[str, yaml_text()] = DEFAULT_HELPER_POD_YAML
+    allow_unsafe_helper_template: Annotated[bool, boolean()] = False
+    helper_image: Annotated[str | None, optional_text()] = ""
+    """Checked by files(), after the files themselves."""
+
+    def files(self) -> tuple[ConfigMapFiles, ProvisionerConfig]:
+        """The ConfigMap's four files, validated together by provisioner.core.config, and
+        config.json as its model."""
+        document: dict[str, Any] = {}
+        for key, value in (
+            ("nodePathMap", self.node_path_map),
+            ("storageClassConfigs", self.storage_class_configs),
+            ("sharedFileSystemPath", self.shared_file_system_path),
+            ("setupCommand", self.setup_command),
+            ("teardownCommand", self.teardown_command),
+        ):
+            if value is not None:
+                document[key] = value
+        document["cmdTimeoutSeconds"] = self.cmd_timeout_seconds
+        helper_pod_yaml = self.helper_pod_template
+        bundle = self._bundle(document, helper_pod_yaml)
+        if self.helper_image is not None:
+            problem = check_not_empty(self.helper_image)
+            if problem is not None:
+                raise SettingsError("helperImage", problem)
+            helper_pod_yaml = _with_helper_image(bundle, self.helper_image)
+            bundle = self._bundle(document, helper_pod_yaml)
+        files = ConfigMapFiles(
+            # The canonical rendering: rancher's key spelling, whatever case the stack used.
+            config_json=bundle.config.to_config_json(),
+            setup=self.setup_script,
+            teardown=self.teardown_script,
+            helper_pod_yaml=helper_pod_yaml,
+        )
+        return files, bundle.config
+
+    def _bundle(self, document: dict[str, Any], helper_pod_yaml: str) -> ConfigBundle:
+        try:
+            return load_config_bundle(
+                json.dumps(document),
+                self.setup_script,
+                self.teardown_script,
+                helper_pod_yaml,
+                allow_unsafe_helper_template=self.allow_unsafe_helper_template,
+            )
+        except ConfigError as error:
+            raise SettingsError(*_stack_key_of(error)) from error
+
+
+class _DeploymentKeys(_Keys):
+    """The provisioner Deployment (and the CSIDriver beside it)."""
+
+    capacity_aware_scheduling: Annotated[bool, boolean()] = True
+    image: Annotated[str, string(check_not_empty)] = naming.DEFAULT_IMAGE
+    image_pull_policy: Annotated[str, one_of("Always", "IfNotPresent", "Never")] = "IfNotPresent"
+    replicas: Annotated[int, integer(minimum=1)] = 1
+    log_level: Annotated[str, one_of("info", "debug")] = "info"
+    json_logs: Annotated[bool, boolean()] = False
+    workers: Annotated[int, integer(minimum=1)] = 8
+    metrics_port: Annotated[int, integer(minimum=1, maximum=65535)] = 8080
+    leader_election: Annotated[bool, boolean()] = True
+    cpu_request: Annotated[str, string(check_quantity)] = "50m"
+    memory_request: Annotated[str, string(check_quantity)] = "64Mi"
+    cpu_limit: Annotated[str | None, optional_text(check_quantity)] = ""
+    memory_limit: Annotated[str | None, optional_text(check_quantity)] = "192Mi"
+
+
+STORAGE_CLASS_KEYS = (
+    "name",
+    "isDefault",
+    "reclaimPolicy",
+    "volumeBindingMode",
+    "parameters",
+    "defaultVolumeType",
+    "annotations",
+    "allowedTopologies",
+    "mountOptions",
+)
+"""The keys of a storageClasses entry, in the order an unknown key's message lists them."""
+
+
+class _StorageClassKeys(BaseModel):
+    """One entry of storageClasses, its keys checked in this order; a key it does not set keeps
+    StorageClassArgs' default."""
+
+    model_config = ConfigDict(frozen=True, alias_generator=to_camel, extra="forbid")
+
+    name: Annotated[str, string(check_storage_class_name)]
+    reclaim_policy: Annotated[str | None, one_of("Delete", "Retain")] = None
+    volume_binding_mode: Annotated[str | None, one_of("WaitForFirstConsumer", "Immediate")] = None
+    is_default: Annotated[bool | None, boolean()] = None
+    parameters: Annotated[dict[str, str] | None, class_parameters()] = None
+    default_volume_type: Annotated[str | None, nullable_string()] = None
+    """hostPath or local: provisioner.core.config's rule, checked against config.json."""
+    annotations: Annotated[dict[str, str] | None, class_annotations()] = None
+    allowed_topologies: Annotated[tuple[TopologyTerm, ...] | None, topologies()] = None
+    mount_options: Annotated[tuple[str, ...] | None, strings()] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _an_object_of_known_keys(cls, value: object) -> object:
+        if not isinstance(value, dict):
+            raise InvalidValueError(f"must be an object with at least a name, got {show(value)}")
+        for field_name in value:
+            if field_name not in STORAGE_CLASS_KEYS:
+                raise InvalidValueError(
+                    unknown_key(field_name, STORAGE_CLASS_KEYS), f".{field_name}"
+                )
+        return value
+
+    def to_args(self) -> StorageClassArgs:
+        given = {name: value for name, value in self if name in self.model_fields_set}
+        return StorageClassArgs(**given)
+
+
+def _fields_by_key(part: type[BaseModel]) -> dict[str, FieldInfo]:
+    """A part's fields by their stack keys, in declaration order."""
+    return {field.alias or name: field for name, field in part.model_fields.items()}
+
+
+STRUCTURED_KEYS = (
+    "nodePathMap",
+    "storageClassConfigs",
+    "storageClasses",
+    "helperPodTemplate",
+    "setupScript",
+    "teardownScript",
+)
+"""Keys without a default in Pulumi.yaml (lists, objects, multi-line text)."""
+
+SCALAR_DEFAULTS: Mapping[str, str | int | bool] = {
+    key: field.default
+    for part in (_Names, _ConfigMapKeys, _DeploymentKeys)
+    for key, field in _fields_by_key(part).items()
+    if key not in STRUCTURED_KEYS
+}
+"""Scalar keys and their defaults, as the parts declare them; Pulumi.yaml declares the same
+keys with the same defaults (a test holds them equal), so `pulumi config` shows them and the
+engine checks their types."""
+
+KNOWN_KEYS = frozenset(SCALAR_DEFAULTS) | frozenset(STRUCTURED_KEYS)
 
 
 def _own_values(raw_config: Mapping[str, str], secret_keys: frozenset[str]) -> dict[str, str]:
@@ -227,158 +338,42 @@ def _own_values(raw_config: Mapping[str, str], secret_keys: frozenset[str]) -> d
     return values
 
 
-class _Scalars:
-    """Reads top-level scalar keys, which the engine always hands over as strings."""
-
-    def __init__(self, values: Mapping[str, str]) -> None:
-        self._values = values
-
-    def _raw(self, key: str) -> str:
-        if key in self._values:
-            return self._values[key]
-        default = SCALAR_DEFAULTS[key]
-        return json.dumps(default) if not isinstance(default, str) else default
-
-    def text(self, key: str, check: Callable[[str], str | None] | None = None) -> str:
-        value = self._raw(key)
-        problem = check(value) if check is not None else None
-        if problem is not None:
-            raise SettingsError(key, problem)
-        return value
-
-    def optional_text(self, key: str, check: Callable[[str], str | None] | None) -> str | None:
-        """An empty string (the declared default) means unset."""
-        value = self._raw(key)
-        return self.text(key, check) if value != "" else None
-
-    def integer(self, key: str, minimum: int | None = None, maximum: int | None = None) -> int:
-        value = self._raw(key)
-        try:
-            number = int(value)
-        except ValueError:
-            raise SettingsError(key, f"must be an integer, got {show(value)}") from None
-        if minimum is None:
-            return number
-        if number < minimum or (maximum is not None and number > maximum):
-            bounds = (
-                f"at least {minimum}" if maximum is None else f"between {minimum} and {maximum}"
-            )
-            raise SettingsError(key, f"must be {bounds}, got {number}")
-        return number
-
-    def boolean(self, key: str) -> bool:
-        value = self._raw(key)
-        if value not in ("true", "false"):
-            raise SettingsError(key, f"must be true or false, got {show(value)}")
-        return value == "true"
-
-    def choice(self, key: str, choices: tuple[str, ...]) -> str:
-        value = self._raw(key)
-        if value not in choices:
-            raise SettingsError(key, f"must be one of {', '.join(choices)}; got {show(value)}")
-        return value
-
-
-def _check_not_empty(value: str) -> str | None:
-    return "must not be empty" if not value.strip() else None
-
-
-def _check_dns_label(what: str, limit: int) -> Callable[[str], str | None]:
-    def check(value: str) -> str | None:
-        if len(value) <= limit and _DNS_LABEL.fullmatch(value):
-            return None
-        return (
-            f"{show(value)} is not a valid {what} "
-            f'(lower-case letters, digits and "-", at most {limit} characters)'
-        )
-
-    return check
-
-
-def _check_provisioner_name(value: str) -> str | None:
-    # Kubernetes' rule for a StorageClass's provisioner: a qualified name such as
-    # example.com/local-path, checked in lower case.
-    prefix, _, name = value.lower().rpartition("/")
-    valid_prefix = prefix == "" or (len(prefix) <= 253 and DNS_SUBDOMAIN.fullmatch(prefix))
-    if valid_prefix and len(name) <= 63 and _QUALIFIED_NAME_PART.fullmatch(name):
-        return None
-    return f"{show(value)} is not a valid provisioner name (e.g. example.com/local-path)"
-
-
-def _check_quantity(value: str) -> str | None:
-    if _QUANTITY.fullmatch(value):
-        return None
-    return f"{show(value)} is not a Kubernetes quantity (e.g. 100m, 64Mi, 1Gi)"
-
-
-def _config_files(
-    values: Mapping[str, str], scalars: _Scalars
-) -> tuple[ConfigMapFiles, ProvisionerConfig]:
-    """config.json, the scripts and helperPod.yaml, validated together by provisioner.core.config;
-    also config.json as the stack gave it."""
-    document: dict[str, Any] = {}
-    for key in STRUCTURED_CONFIG_JSON_KEYS:
-        if key in values:
-            expected: type[Any] = list if key == "nodePathMap" else dict
-            what = "a list of {node, paths}" if key == "nodePathMap" else "a map of class names"
-            document[key] = decode_structured(key, values[key], expected, what)
-    for key in ("sharedFileSystemPath", "setupCommand", "teardownCommand"):
-        text = scalars.optional_text(key, None)
-        if text is not None:
-            document[key] = text
-    document["cmdTimeoutSeconds"] = scalars.integer("cmdTimeoutSeconds")
-    setup = values.get("setupScript", DEFAULT_SETUP_SCRIPT)
-    teardown = values.get("teardownScript", DEFAULT_TEARDOWN_SCRIPT)
-    helper_pod_yaml = _helper_pod_yaml(values.get("helperPodTemplate"))
-    allow_unsafe = scalars.boolean("allowUnsafeHelperTemplate")
-    bundle = _load_bundle(json.dumps(document), setup, teardown, helper_pod_yaml, allow_unsafe)
-    helper_image = scalars.optional_text("helperImage", _check_not_empty)
-    if helper_image is not None:
-        helper_pod_yaml = _with_helper_image(bundle, helper_image)
-        bundle = _load_bundle(json.dumps(document), setup, teardown, helper_pod_yaml, allow_unsafe)
-    files = ConfigMapFiles(
-        # The canonical rendering: rancher's key spelling, whatever case the stack used.
-        config_json=bundle.config.to_config_json(),
-        setup=setup,
-        teardown=teardown,
-        helper_pod_yaml=helper_pod_yaml,
+def secret_refused(key: str) -> str:
+    """The message for a value set with `pulumi config set --secret`: no Kubernetes object this
+    stack makes is a Secret, so it would be written in plaintext."""
+    return (
+        f"is a secret, but it would be stored in plaintext in {_stored_in(key)} and the stack's "
+        f"state; set it without --secret (`pulumi config set {key} ...`) and keep credentials "
+        "out of it"
     )
-    return files, bundle.config
 
 
-def _helper_pod_yaml(value: str | None) -> str:
-    """helperPodTemplate may be YAML text (as in rancher's ConfigMap) or a structured object
-    (editable with `pulumi config set --path`)."""
-    if value is None:
-        return DEFAULT_HELPER_POD_YAML
+def _stored_in(key: str) -> str:
+    """Where a key's value ends up in plaintext, besides the stack's state."""
+    if key == "capacityAwareScheduling":
+        return "the stack's CSIDriver"
+    if key in _fields_by_key(_DeploymentKeys) or key == "allowUnsafeHelperTemplate":
+        return "the provisioner Deployment"
+    if key == "storageClasses":
+        return "the StorageClasses"
+    if key in ("namespace", "provisionerName"):
+        return "object names, the Deployment and the StorageClasses"
+    if key == "renderYamlToDirectory":
+        return "the stack outputs"
+    return f"the ConfigMap {naming.CONFIG_MAP_NAME}"
+
+
+def _validated(part: type[Part], values: Mapping[str, str]) -> Part:
     try:
-        decoded = json.loads(value)
-    except json.JSONDecodeError:
-        return value
-    if isinstance(decoded, dict):
-        return yaml.safe_dump(decoded, sort_keys=False)
-    return value
+        return part.model_validate(values)
+    except ValidationError as error:
+        raise settings_error(error) from None
 
 
 def _with_helper_image(bundle: ConfigBundle, image: str) -> str:
     template = json.loads(json.dumps(bundle.helper_pod_template))
     template["spec"]["containers"][0]["image"] = image
     return yaml.safe_dump(template, sort_keys=False)
-
-
-def _load_bundle(
-    config_json: str, setup: str, teardown: str, helper_pod_yaml: str, allow_unsafe: bool
-) -> ConfigBundle:
-    try:
-        return load_config_bundle(
-            config_json,
-            setup,
-            teardown,
-            helper_pod_yaml,
-            allow_unsafe_helper_template=allow_unsafe,
-        )
-    except ConfigError as error:
-        raise SettingsError(*_stack_key_of(error)) from error
 
 
 _FILE_KEYS = {
@@ -408,3 +403,75 @@ def _stack_key_of(error: ConfigError) -> tuple[str, str]:
         message = error.message.replace(_RUNTIME_UNSAFE_HINT, _STACK_UNSAFE_HINT)
         return _FILE_KEYS[file_name], f"{inner}: {message}" if inner else message
     return error.key_path, error.message
+
+
+def _storage_classes(text: str | None, config: ProvisionerConfig) -> tuple[StorageClassArgs, ...]:
+    """The storageClasses key (JSON text; None when unset) as classes, each checked against the
+    ones before it and against config.json before the next is read."""
+    if text is None:
+        raise SettingsError(
+            "storageClasses",
+            "at least one StorageClass is required, e.g. [{name: local-path, isDefault: true}]",
+        )
+    try:
+        items = decode_structured(text, list, "a list of StorageClass objects")
+    except InvalidValueError as error:
+        raise SettingsError("storageClasses", error.message) from None
+    if not items:
+        raise SettingsError("storageClasses", "at least one StorageClass is required")
+    classes: list[StorageClassArgs] = []
+    for index, item in enumerate(items):
+        key = f"storageClasses[{index}]"
+        try:
+            storage_class = _StorageClassKeys.model_validate(item).to_args()
+        except ValidationError as error:
+            raise settings_error(error, key) from None
+        for earlier_index, earlier in enumerate(classes):
+            if earlier.name == storage_class.name:
+                raise SettingsError(
+                    f"{key}.name",
+                    f"{show(storage_class.name)} is already used by "
+                    f"storageClasses[{earlier_index}]",
+                )
+            if earlier.is_default and storage_class.is_default:
+                raise SettingsError(
+                    f"{key}.isDefault",
+                    f"only one class can be the default; storageClasses[{earlier_index}] "
+                    f"({show(earlier.name)}) already is",
+                )
+        _check_against_config(key, storage_class, config)
+        classes.append(storage_class)
+    return tuple(classes)
+
+
+def _check_against_config(
+    key: str, storage_class: StorageClassArgs, config: ProvisionerConfig
+) -> None:
+    """The class's parameters and binding mode against the paths config.json gives it."""
+    try:
+        validate_storage_class_parameters(
+            storage_class.name, storage_class.parameters, storage_class.all_annotations(), config
+        )
+    except ConfigError as error:
+        raise SettingsError(_class_key_of(key, error.key_path), error.message) from error
+    if (
+        storage_class.volume_binding_mode == "Immediate"
+        and config.shared_path_for(storage_class.name) is None
+    ):
+        raise SettingsError(
+            f"{key}.volumeBindingMode",
+            "Immediate needs a sharedFileSystemPath for this class: a node-local volume has no "
+            "node until a pod is scheduled; use WaitForFirstConsumer",
+        )
+
+
+def _class_key_of(key: str, key_path: str) -> str:
+    """Maps a key path of validate_storage_class_parameters (relative to the StorageClass, or a
+    top-level config.json key) to stack config."""
+    if key_path == f"annotations.{naming.DEFAULT_VOLUME_TYPE_ANNOTATION}":
+        return f"{key}.defaultVolumeType"
+    if key_path.startswith("annotations."):
+        return f"{key}.annotations[{show(key_path.removeprefix('annotations.'))}]"
+    if key_path.startswith("parameters."):
+        return f"{key}.{key_path}"
+    return key_path

@@ -1,7 +1,11 @@
-"""Reading stack config values, and the one error type for a value that cannot be deployed.
+"""What one stack config value may be, and the one error for a value that cannot be deployed.
 
-Messages show values as JSON (strings quoted), so `"data"` and `data` are never confused, and
-name the key the way `pulumi config set --path` spells it.
+The pydantic models of settings.py declare each key with a reader from here, e.g.
+`replicas: Annotated[int, integer(minimum=1)] = 1`. A reader takes the value as the engine
+hands it (a string; inside a structured value, JSON) or as Pulumi.yaml declares its default,
+and refuses it with the words users see: values shown as JSON (strings quoted, so `"data"`
+and `data` are never confused), inner key paths spelt as `pulumi config set --path` does.
+settings_error() turns pydantic's first problem into the one SettingsError line.
 """
 
 from __future__ import annotations
@@ -9,14 +13,31 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BeforeValidator, ValidationError
 
 from components import naming
+from components.args import LabelExpression, TopologyTerm
 
 T = TypeVar("T")
 
+Check = Callable[[str], str | None]
+"""A rule for a text value: None when it holds, else what is wrong."""
+
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 """Kubernetes' DNS-1123 subdomain (object names, name prefixes), without its length limit."""
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_QUALIFIED_NAME_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_QUANTITY = re.compile(r"\+?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+|[mkMGTPE]|[KMGTPE]i)?")
+
+RESERVED_ANNOTATIONS = {
+    naming.DEFAULT_CLASS_ANNOTATION: "isDefault",
+    naming.DEFAULT_VOLUME_TYPE_ANNOTATION: "defaultVolumeType",
+}
+"""StorageClass annotations that the class's own keys set."""
 
 
 class SettingsError(ValueError):
@@ -26,6 +47,16 @@ class SettingsError(ValueError):
         self.key_path = key_path
         self.message = message
         super().__init__(f"stack config {naming.CONFIG_NAMESPACE}:{key_path}: {message}")
+
+
+class InvalidValueError(ValueError):
+    """Raised by a reader: what is wrong, and where inside the value (`[0].values`, `.name`),
+    relative to the key pydantic is validating."""
+
+    def __init__(self, message: str, inner_path: str = "") -> None:
+        self.message = message
+        self.inner_path = inner_path
+        super().__init__(message)
 
 
 def show(value: object) -> str:
@@ -43,43 +74,277 @@ def unknown_key(name: str, known: tuple[str, ...]) -> str:
     )
 
 
-def string(key: str, value: object) -> str:
+def key_path(*parts: str | int) -> str:
+    """Joins a key path: names with ".", list indexes in brackets; a part that already starts
+    with "." or "[" (an inner path) is appended as it is."""
+    path = ""
+    for part in parts:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part.startswith((".", "[")):
+            path += part
+        elif part:
+            path += f".{part}" if path else part
+    return path
+
+
+def settings_error(error: ValidationError, prefix: str = "") -> SettingsError:
+    """The first problem pydantic met (fields are checked in their declared order), at its key
+    path below `prefix`."""
+    first = error.errors()[0]
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, InvalidValueError):
+        return SettingsError(key_path(prefix, *first["loc"], cause.inner_path), cause.message)
+    # Left to pydantic: a required key that is missing.
+    message = "is required" if first["type"] == "missing" else first["msg"]
+    return SettingsError(key_path(prefix, *first["loc"]), message)
+
+
+# -- scalars -----------------------------------------------------------------------------------
+
+
+def boolean() -> BeforeValidator:
+    """true or false; `pulumi config set --path` without --type stores them as strings."""
+
+    def read(value: object) -> bool:
+        if isinstance(value, bool):
+            return value
+        if value in ("true", "false"):
+            return value == "true"
+        raise InvalidValueError(f"must be true or false, got {show(value)}")
+
+    return BeforeValidator(read)
+
+
+def integer(minimum: int | None = None, maximum: int | None = None) -> BeforeValidator:
+    def read(value: str | int) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise InvalidValueError(f"must be an integer, got {show(value)}") from None
+        if minimum is None:
+            return number
+        if number < minimum or (maximum is not None and number > maximum):
+            bounds = (
+                f"at least {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+            )
+            raise InvalidValueError(f"must be {bounds}, got {number}")
+        return number
+
+    return BeforeValidator(read)
+
+
+def one_of(*choices: str) -> BeforeValidator:
+    def read(value: object) -> str:
+        if value not in choices:
+            raise InvalidValueError(f"must be one of {', '.join(choices)}; got {show(value)}")
+        return str(value)
+
+    return BeforeValidator(read)
+
+
+def string(check: Check | None = None) -> BeforeValidator:
+    return BeforeValidator(lambda value: _checked_string(value, check))
+
+
+def nullable_string() -> BeforeValidator:
+    """A string, or null for "not set"."""
+    return BeforeValidator(lambda value: None if value is None else _string(value))
+
+
+def strings() -> BeforeValidator:
+    return BeforeValidator(_strings)
+
+
+def optional_text(check: Check | None = None) -> BeforeValidator:
+    """An empty string (the declared default) means unset."""
+
+    def read(value: object) -> str | None:
+        return None if value == "" else _checked_string(value, check)
+
+    return BeforeValidator(read)
+
+
+def _string(value: object, inner_path: str = "") -> str:
     if not isinstance(value, str):
-        raise SettingsError(key, f"must be a string, got {show(value)}")
+        raise InvalidValueError(f"must be a string, got {show(value)}", inner_path)
     return value
 
 
-def strings(key: str, value: object) -> list[str]:
+def _strings(value: object, inner_path: str = "") -> tuple[str, ...]:
     if not isinstance(value, list):
-        raise SettingsError(key, f"must be a list of strings, got {show(value)}")
-    return [string(f"{key}[{index}]", item) for index, item in enumerate(value)]
+        raise InvalidValueError(f"must be a list of strings, got {show(value)}", inner_path)
+    return tuple(_string(item, f"{inner_path}[{index}]") for index, item in enumerate(value))
 
 
-def boolean(key: str, value: object) -> bool:
-    # `pulumi config set --path` without --type stores "true"/"false" as strings.
-    if isinstance(value, bool):
-        return value
-    if value in ("true", "false"):
-        return value == "true"
-    raise SettingsError(key, f"must be true or false, got {show(value)}")
+def _checked_string(value: object, check: Check | None) -> str:
+    checked = _string(value)
+    problem = None if check is None else check(checked)
+    if problem is not None:
+        raise InvalidValueError(problem)
+    return checked
 
 
-def one_of(key: str, value: object, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise SettingsError(key, f"must be one of {', '.join(choices)}; got {show(value)}")
-    return str(value)
+# -- rules for text values ---------------------------------------------------------------------
 
 
-def decode_structured(key: str, text: str, expected: type[T], what: str) -> T:
+def check_not_empty(value: str) -> str | None:
+    return "must not be empty" if not value.strip() else None
+
+
+def check_dns_label(what: str, limit: int) -> Check:
+    def check(value: str) -> str | None:
+        if len(value) <= limit and _DNS_LABEL.fullmatch(value):
+            return None
+        return (
+            f"{show(value)} is not a valid {what} "
+            f'(lower-case letters, digits and "-", at most {limit} characters)'
+        )
+
+    return check
+
+
+def check_provisioner_name(value: str) -> str | None:
+    # Kubernetes' rule for a StorageClass's provisioner: a qualified name such as
+    # example.com/local-path, checked in lower case.
+    prefix, _, name = value.lower().rpartition("/")
+    valid_prefix = prefix == "" or (len(prefix) <= 253 and DNS_SUBDOMAIN.fullmatch(prefix))
+    if valid_prefix and len(name) <= 63 and _QUALIFIED_NAME_PART.fullmatch(name):
+        return None
+    return f"{show(value)} is not a valid provisioner name (e.g. example.com/local-path)"
+
+
+def check_quantity(value: str) -> str | None:
+    if _QUANTITY.fullmatch(value):
+        return None
+    return f"{show(value)} is not a Kubernetes quantity (e.g. 100m, 64Mi, 1Gi)"
+
+
+def check_storage_class_name(value: str) -> str | None:
+    if len(value) <= 253 and DNS_SUBDOMAIN.fullmatch(value):
+        return None
+    return (
+        f"{show(value)} is not a valid StorageClass name "
+        '(lower-case letters, digits, "-" and ".", at most 253 characters)'
+    )
+
+
+# -- structured values -------------------------------------------------------------------------
+
+
+def decode_structured(text: str, expected: type[T], what: str) -> T:
     """A structured top-level value, which the engine passes as JSON text."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
         value = text
     if not isinstance(value, expected):
-        raise SettingsError(
-            key,
+        raise InvalidValueError(
             f"must be {what} (edit it in the stack file or with `pulumi config set --path`), "
-            f"got {show(value)}",
+            f"got {show(value)}"
         )
     return value
+
+
+def structured(expected: type[Any], what: str) -> BeforeValidator:
+    """A structured top-level key; None (not set) stays None."""
+
+    def read(value: str | None) -> Any:
+        return None if value is None else decode_structured(value, expected, what)
+
+    return BeforeValidator(read)
+
+
+def yaml_text() -> BeforeValidator:
+    """YAML text as it is (so rancher's helperPod.yaml can be pasted), or a structured object
+    (editable with `pulumi config set --path`, passed by the engine as JSON text) as YAML."""
+
+    def read(value: str) -> str:
+        try:
+            decoded = json.loads(value)
+        except json.JSONDecodeError:
+            return value
+        if isinstance(decoded, dict):
+            return yaml.safe_dump(decoded, sort_keys=False)
+        return value
+
+    return BeforeValidator(read)
+
+
+def class_parameters() -> BeforeValidator:
+    """StorageClass parameters: values must be strings; which names are allowed is
+    provisioner.core.config's rule."""
+
+    def read(value: object) -> dict[str, str]:
+        if not isinstance(value, dict):
+            raise InvalidValueError(
+                f"must be a map of parameter names to strings, got {show(value)}"
+            )
+        parameters = {}
+        for name, given in value.items():
+            parameter = ("true" if given else "false") if isinstance(given, bool) else given
+            if not isinstance(parameter, str):
+                # YAML reads 0770 as a number; StorageClass parameters are strings.
+                raise InvalidValueError(
+                    f'must be a string (quote it, e.g. "0770"), got {show(parameter)}', f".{name}"
+                )
+            parameters[name] = parameter
+        return parameters
+
+    return BeforeValidator(read)
+
+
+def class_annotations() -> BeforeValidator:
+    def read(value: object) -> dict[str, str]:
+        if not isinstance(value, dict):
+            raise InvalidValueError(f"must be a map of strings, got {show(value)}")
+        annotations = {}
+        for name, annotation in value.items():
+            inner_path = f"[{show(name)}]"
+            if name in RESERVED_ANNOTATIONS:
+                raise InvalidValueError(f"set {RESERVED_ANNOTATIONS[name]} instead", inner_path)
+            annotations[name] = _string(annotation, inner_path)
+        return annotations
+
+    return BeforeValidator(read)
+
+
+def topologies() -> BeforeValidator:
+    """allowedTopologies in Kubernetes' shape: [{matchLabelExpressions: [{key, values}]}]."""
+
+    def read(value: object) -> tuple[TopologyTerm, ...]:
+        if not isinstance(value, list):
+            raise InvalidValueError(
+                f"must be a list of {{matchLabelExpressions}}, got {show(value)}"
+            )
+        terms = []
+        for index, term in enumerate(value):
+            term_path = f"[{index}]"
+            if not isinstance(term, dict) or set(term) != {"matchLabelExpressions"}:
+                raise InvalidValueError(
+                    f"must be {{matchLabelExpressions: [...]}}, got {show(term)}", term_path
+                )
+            expressions = term["matchLabelExpressions"]
+            if not isinstance(expressions, list) or not expressions:
+                raise InvalidValueError(
+                    "must be a non-empty list of {key, values}",
+                    f"{term_path}.matchLabelExpressions",
+                )
+            terms.append(
+                tuple(
+                    _label_expression(expression, f"{term_path}.matchLabelExpressions[{number}]")
+                    for number, expression in enumerate(expressions)
+                )
+            )
+        return tuple(terms)
+
+    return BeforeValidator(read)
+
+
+def _label_expression(value: object, inner_path: str) -> LabelExpression:
+    if not isinstance(value, dict) or set(value) != {"key", "values"}:
+        raise InvalidValueError(f"must be {{key, values}}, got {show(value)}", inner_path)
+    values = _strings(value["values"], f"{inner_path}.values")
+    if not values:
+        raise InvalidValueError("must not be empty", f"{inner_path}.values")
+    return LabelExpression(key=_string(value["key"], f"{inner_path}.key"), values=values)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.args import LabelExpression
+from components.args import LabelExpression, ProvisionerDeploymentArgs
 from components.naming import CONFIG_NAMESPACE
 from components.settings import SCALAR_DEFAULTS, parse_settings
 from components.stack_values import SettingsError
@@ -201,6 +201,13 @@ def test_scalar_defaults_are_complete() -> None:
     settings = parse_settings(dev_with())
     assert settings.deployment.workers == SCALAR_DEFAULTS["workers"]
     assert settings.deployment.metrics_port == SCALAR_DEFAULTS["metricsPort"]
+
+
+def test_the_components_defaults_are_the_stacks() -> None:
+    """ProvisionerDeploymentArgs, built without stack config (as tests and the local cluster
+    do), deploys what a stack that sets nothing but its storage gets."""
+    deployment = parse_settings(dev_with()).deployment
+    assert deployment == ProvisionerDeploymentArgs(config_files=deployment.config_files)
 
 
 PREFIX = f"stack config {CONFIG_NAMESPACE}:"
