@@ -38,10 +38,11 @@ from provisioner.kube.helper_pods import HelperPodRunner
 from provisioner.kube.leader_election import LeaderElector, lease_name_for
 from provisioner.kube.metrics import Metrics
 from provisioner.kube.pod_events import PodEventHub
-from provisioner.shell.actions import Actions, HelperSettings
+from provisioner.shell.actions import Actions
 from provisioner.shell.config_watch import ConfigWatcher
 from provisioner.shell.controller import STOP_BUDGET_SECONDS as CONTROLLER_STOP_BUDGET
 from provisioner.shell.controller import Controller, ControllerSettings
+from provisioner.shell.helper_runs import HelperSettings
 from provisioner.shell.installation_removal import release_finalizers, removal_reason
 from provisioner.shell.logs import configure_logging
 from provisioner.shell.node_scan import NodeScanner, ScanSources
