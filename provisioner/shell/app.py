@@ -42,6 +42,7 @@ from provisioner.shell.actions import Actions
 from provisioner.shell.config_watch import ConfigWatcher
 from provisioner.shell.controller import STOP_BUDGET_SECONDS as CONTROLLER_STOP_BUDGET
 from provisioner.shell.controller import Controller, ControllerSettings
+from provisioner.shell.helper_batcher import BatchSettings
 from provisioner.shell.helper_runs import HelperSettings
 from provisioner.shell.installation_removal import release_finalizers, removal_reason
 from provisioner.shell.logs import configure_logging
@@ -131,6 +132,11 @@ class Provisioner:
                 workers=options.workers,
                 provisioning_retry_count=options.provisioning_retry_count,
                 deletion_retry_count=options.deletion_retry_count,
+                batch=BatchSettings(
+                    max_batch=options.helper_batch_size,
+                    pods_per_node=options.helper_pods_per_node,
+                    max_single_pods=options.workers,
+                ),
             ),
             lambda: self.watcher.current,
             actions,
