@@ -39,8 +39,8 @@ from provisioner.core.config import (
 from provisioner.core.helpers import BASE_VIEW, FINISH_SCRIPT, GUARD_SCRIPT, HELPER_POD_LABEL
 
 BUNDLE = load_config_bundle(
-    '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/opt/a", "/opt/b"]}],'
-    ' "cmdTimeoutSeconds": 90}',
+    '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",'
+    ' "paths": ["/opt/a", "/opt/b"]}], "cmdTimeoutSeconds": 90}',
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
     DEFAULT_HELPER_POD_YAML,

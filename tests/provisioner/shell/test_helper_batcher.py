@@ -235,4 +235,3 @@ def test_a_volume_is_handed_over_once() -> None:
         h.batcher.submit(dataclasses.replace(job(1)))
     h.runs.release.release()
     h.wait_done("key-1")
-
