@@ -17,7 +17,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -83,10 +85,24 @@ class RateLimitedApiClient(k8s.ApiClient):
     def __init__(self, configuration: k8s.Configuration, bucket: TokenBucket) -> None:
         super().__init__(configuration)
         self._bucket = bucket
+        self._spare = threading.local()
 
     def call_api(self, *args: Any, **kwargs: Any) -> Any:
-        self._bucket.acquire()
+        if getattr(self._spare, "on", False):
+            self._bucket.acquire_spare()
+        else:
+            self._bucket.acquire()
         return super().call_api(*args, **kwargs)
+
+    @contextmanager
+    def spare_capacity(self) -> Iterator[None]:
+        """This thread's requests meanwhile use only the rate the others leave (see
+        `TokenBucket.acquire_spare`)."""
+        self._spare.on = True
+        try:
+            yield
+        finally:
+            self._spare.on = False
 
 
 class JsonRequester(Protocol):
@@ -179,6 +195,16 @@ class KubeClients:
     @cached_property
     def events(self) -> k8s.EventsV1Api:
         return k8s.EventsV1Api(self.api_client)
+
+    @contextmanager
+    def spare_capacity(self) -> Iterator[None]:
+        """Requests this thread makes meanwhile wait for capacity no other request needs: for
+        writes nothing waits on (events), so that a burst's own requests go first."""
+        if isinstance(self.api_client, RateLimitedApiClient):
+            with self.api_client.spare_capacity():
+                yield
+        else:
+            yield
 
     def list_function(self, path: str) -> ListFunction:
         """The raw list/watch call of the collection at `path` (see `ListFunction`)."""

@@ -110,7 +110,10 @@ class Provisioner:
             options.kubeconfig, qps=options.kube_api_qps, burst=options.kube_api_burst
         )
         self.recorder = EventRecorder(
-            self.clients, options.provisioner_name, host=socket.gethostname()
+            self.clients,
+            options.provisioner_name,
+            host=socket.gethostname(),
+            spare_capacity=self.clients.spare_capacity,
         )
         # Runs follow their helper pod through the controller's informer, not a watch each.
         pod_events = PodEventHub()

@@ -1,6 +1,7 @@
 import json
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from kubernetes import client as k8s
@@ -160,3 +161,19 @@ def test_request_json_raises_api_exceptions_with_the_status(limited: Limited) ->
     with pytest.raises(ApiException) as error:
         clients.request_json("GET", "/missing")
     assert error.value.status == 404
+
+
+def test_a_thread_s_spare_capacity_requests_wait_for_tokens_nobody_else_needs() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(qps=10, burst=1, clock=clock)
+    api_client = RateLimitedApiClient(k8s.Configuration(), bucket)
+    calls: list[str] = []
+    with patch.object(k8s.ApiClient, "call_api", lambda self, *a, **k: calls.append("sent")):
+        bucket.reserve()  # an ordinary request took the only token
+        with KubeClients(api_client).spare_capacity():
+            api_client.call_api("GET", "/x")
+        api_client.call_api("GET", "/y")
+    assert calls == ["sent", "sent"]
+    # The spare request waited for a token of its own (0.1 s); the ordinary one after it then
+    # borrowed the next (another 0.1 s): neither was served ahead of the earlier reservation.
+    assert clock.sleeps == [pytest.approx(0.1), pytest.approx(0.1)]
