@@ -1,6 +1,10 @@
 """One helper pod for several volumes of one node: what a busy node's queued setups (or
 teardowns) run in, instead of a pod each. Its outcomes are read back by `batch_outcomes`.
 
+Its first init container stages the scripts (the wrapper, the guard, the setup or teardown
+script in force, the quota and finish scripts) once into an emptyDir the others mount
+read-only: the pod carries them once, not once per volume.
+
 Each volume keeps what its own pod would give it: an init container of its own, with its own
 environment (VOL_DIR, VOL_SIZE_BYTES, ...), only its own directory writable (the base path
 read-only for the guard, as in `helpers`), and the validated setup or teardown script behind
@@ -52,6 +56,10 @@ RESULT_DIR = "/.local-path-storage/result"
 """Where a volume's container sees its own result directory (its subPath of the emptyDir)."""
 RESULTS_DIR = "/.local-path-storage/results"
 """Where the finish container sees every volume's result directory, read-only."""
+SCRIPTS_VOLUME = "scripts"
+SCRIPTS_DIR = "/.local-path-storage/scripts"
+"""Where the scripts every volume runs are, written once by the stage container."""
+STAGE_CONTAINER = "stage"
 OUTCOME_PATH = "/tmp/local-path-storage-outcome"
 """Every batch container's terminationMessagePath: what it writes there is its message."""
 EXIT_PREFIX = "lps-exit "
@@ -67,13 +75,36 @@ FINISH_MESSAGE_BYTES = 3900
 DEADLINE_SLACK_SECONDS = 30
 """The pod's activeDeadlineSeconds beyond every volume's own timeout: a backstop only."""
 
-# $0 is setup or teardown, "$@" the script's arguments. The guarded script runs in the
+# The first init container writes the scripts every volume runs, once per pod, into an
+# emptyDir that the others mount read-only: a pod spec carries each of them once instead of
+# once per volume (every status update of the pod is sent to every watcher of pods), and no
+# volume's code can change what the next volume runs.
+STAGE_SCRIPT = """\
+set -eu
+cd "$LPS_SCRIPTS"
+printf '%s\\n' "$LPS_STAGE_WRAPPER" > wrapper
+printf '%s\\n' "$LPS_STAGE_GUARD" > guard
+printf '%s\\n' "$LPS_STAGE_SCRIPT" > script
+printf '%s\\n' "$LPS_STAGE_FINISH" > finish
+printf '%s\\n' "$LPS_STAGE_BATCH_FINISH" > batch-finish
+if [ -n "${LPS_STAGE_QUOTA:-}" ]; then printf '%s\\n' "$LPS_STAGE_QUOTA" > quota; fi
+"""
+
+# $1 is setup or teardown, the rest the script's arguments. The guarded script runs in the
 # background so that a watchdog can end it at the volume's timeout; what it leaves running
 # ends with the container, as a kubelet ends every process of a container that exited.
 VOLUME_WRAPPER = """\
 set -u
+action="$1"
+shift
+LPS_SCRIPT="$(cat "$LPS_SCRIPTS/script")"
+export LPS_SCRIPT
+if [ -e "$LPS_SCRIPTS/quota" ]; then
+  LPS_QUOTA_SCRIPT="$(cat "$LPS_SCRIPTS/quota")"
+  export LPS_QUOTA_SCRIPT
+fi
 out="$LPS_RESULT_DIR/output"
-/bin/sh -c "$LPS_GUARD" "$0" "$@" > "$out" 2>&1 &
+/bin/sh -c "$(cat "$LPS_SCRIPTS/guard")" "$action" "$@" > "$out" 2>&1 &
 child=$!
 ( sleep "$LPS_VOLUME_TIMEOUT"; : > "$LPS_RESULT_DIR/timed-out"; kill -KILL "$child" ) \
   > /dev/null 2>&1 &
@@ -105,7 +136,7 @@ while [ "$i" -lt "$LPS_COUNT" ]; do
   esac
   if [ "$run" = no ]; then
     echo "$i skipped" >> "$LPS_MESSAGE"
-  elif out="$(VOL_DIR="$dir" LPS_BASE="$base" /bin/sh -c "$LPS_FINISH" finish 2>&1)"; then
+  elif out="$(VOL_DIR="$dir" LPS_BASE="$base" /bin/sh "$LPS_SCRIPTS/finish" 2>&1)"; then
     echo "$i ok" >> "$LPS_MESSAGE"
   else
     code=$?
@@ -204,24 +235,30 @@ def build_batch_helper_pod(
         for index, t in enumerate(targets)
     ]
     volumes.append({"name": RESULTS_VOLUME, "emptyDir": {}})
+    volumes.append({"name": SCRIPTS_VOLUME, "emptyDir": {}})
     ours = {volume["name"] for volume in volumes}
     template = _without_mounts(spec["containers"][0], ours)
     spec["volumes"] = [v for v in spec.get("volumes") or () if v.get("name") not in ours]
     spec["volumes"] += volumes
+    built = [
+        _volume_container(
+            action,
+            index,
+            target,
+            bundle=bundle,
+            template=template,
+            base_volume=base_volume,
+            count=len(targets),
+        )
+        for index, target in enumerate(targets)
+    ]
+    scripts = built[0][1]
+    if any(staged != scripts for _, staged in built):
+        raise ValueError("the volumes of a batch must run the same scripts")
     spec["initContainers"] = [
         *(spec.get("initContainers") or ()),
-        *(
-            _volume_container(
-                action,
-                index,
-                target,
-                bundle=bundle,
-                template=template,
-                base_volume=base_volume,
-                count=len(targets),
-            )
-            for index, target in enumerate(targets)
-        ),
+        _stage_container(template, scripts),
+        *(container for container, _ in built),
     ]
     spec["containers"][0] = _finish_container(action, targets, template, base_volume)
     return pod
@@ -235,6 +272,12 @@ def _without_mounts(container: Mapping[str, Any], names: set[str]) -> dict[str, 
     return copied
 
 
+SCRIPTS_MOUNT = {"name": SCRIPTS_VOLUME, "mountPath": SCRIPTS_DIR, "readOnly": True}
+STAGED_ENV = {"LPS_SCRIPT": "LPS_STAGE_SCRIPT", "LPS_QUOTA_SCRIPT": "LPS_STAGE_QUOTA"}
+"""What the volume's own pod passes in its environment and a batch pod stages instead (with
+the stage container's variable for it)."""
+
+
 def _volume_container(
     action: HelperAction,
     index: int,
@@ -244,27 +287,59 @@ def _volume_container(
     template: Mapping[str, Any],
     base_volume: Mapping[str, str],
     count: int,
-) -> dict[str, Any]:
-    """The volume's guarded script, as its own pod would run it, inside the wrapper."""
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The volume's guarded script, as its own pod would run it, inside the wrapper, which
+    reads the scripts from the staged files; and the stage container's variables for them."""
     mounts: list[dict[str, Any]] = [
         {"name": base_volume[target.base_path], "mountPath": BASE_VIEW, "readOnly": True},
         {"name": f"data-{index}", "mountPath": target.path},
         {"name": RESULTS_VOLUME, "mountPath": RESULT_DIR, "subPath": f"v{index}"},
+        SCRIPTS_MOUNT,
     ]
     container = step_container(action, target, bundle, template, mounts)
     shell, flag, guard, script = container["command"]
     if (shell, flag, guard) != ("/bin/sh", "-c", GUARD_SCRIPT):
         raise ValueError(f"volume {target.volume_name} does not run through the guard")
     container["name"] = volume_container_name(action, index)
-    container["command"] = ["/bin/sh", "-c", VOLUME_WRAPPER, script]
-    container["env"] += [
-        {"name": "LPS_GUARD", "value": GUARD_SCRIPT},
+    container["command"] = ["/bin/sh", f"{SCRIPTS_DIR}/wrapper", script]
+    staged = {"LPS_STAGE_GUARD": guard}
+    kept = []
+    for variable in container["env"]:
+        if variable["name"] in STAGED_ENV:
+            staged[STAGED_ENV[variable["name"]]] = variable["value"]
+        else:
+            kept.append(variable)
+    container["env"] = [
+        *kept,
+        {"name": "LPS_SCRIPTS", "value": SCRIPTS_DIR},
         {"name": "LPS_RESULT_DIR", "value": RESULT_DIR},
         {"name": "LPS_VOLUME_TIMEOUT", "value": str(bundle.config.cmd_timeout_seconds)},
         {"name": "LPS_TAIL_BYTES", "value": str(tail_bytes(count))},
         {"name": "LPS_MESSAGE", "value": OUTCOME_PATH},
     ]
     container["terminationMessagePath"] = OUTCOME_PATH
+    return container, staged
+
+
+def _stage_container(template: Mapping[str, Any], staged: Mapping[str, str]) -> dict[str, Any]:
+    """Writes the scripts into the scripts emptyDir, the only thing it can write."""
+    container = copy.deepcopy(dict(template))
+    container["name"] = STAGE_CONTAINER
+    container["volumeMounts"] = [
+        *container["volumeMounts"],
+        {"name": SCRIPTS_VOLUME, "mountPath": SCRIPTS_DIR},
+    ]
+    env = {
+        "LPS_SCRIPTS": SCRIPTS_DIR,
+        "LPS_STAGE_WRAPPER": VOLUME_WRAPPER,
+        "LPS_STAGE_FINISH": FINISH_SCRIPT,
+        "LPS_STAGE_BATCH_FINISH": BATCH_FINISH_SCRIPT,
+        **staged,
+    }
+    kept = [e for e in container.get("env") or () if e.get("name") not in env]
+    container["env"] = kept + [{"name": k, "value": v} for k, v in env.items()]
+    container["command"], container["args"] = ["/bin/sh", "-c", STAGE_SCRIPT, "stage"], []
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     return container
 
 
@@ -280,12 +355,13 @@ def _finish_container(
         *container["volumeMounts"],
         *({"name": name, "mountPath": base} for base, name in sorted(base_volume.items())),
         {"name": RESULTS_VOLUME, "mountPath": RESULTS_DIR, "readOnly": True},
+        SCRIPTS_MOUNT,
     ]
     env = {
         "LPS_ACTION": action,
         "LPS_COUNT": str(len(targets)),
         "LPS_RESULTS": RESULTS_DIR,
-        "LPS_FINISH": FINISH_SCRIPT,
+        "LPS_SCRIPTS": SCRIPTS_DIR,
         "LPS_MESSAGE": OUTCOME_PATH,
         "LPS_LINE_BYTES": str(finish_line_bytes(len(targets))),
     }
@@ -294,7 +370,7 @@ def _finish_container(
         env[f"LPS_BASE_{index}"] = target.base_path
     kept = [e for e in container.get("env") or () if e.get("name") not in env]
     container["env"] = kept + [{"name": k, "value": v} for k, v in env.items()]
-    container["command"], container["args"] = ["/bin/sh", "-c", BATCH_FINISH_SCRIPT, "finish"], []
+    container["command"], container["args"] = ["/bin/sh", f"{SCRIPTS_DIR}/batch-finish"], []
     container["terminationMessagePath"] = OUTCOME_PATH
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
     return container

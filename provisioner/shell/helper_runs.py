@@ -13,7 +13,12 @@ from provisioner.core.batch_outcomes import batch_outcomes
 from provisioner.core.batch_pods import build_batch_helper_pod
 from provisioner.core.config import ConfigBundle
 from provisioner.core.helpers import HelperAction, HelperTarget, build_helper_pod, helper_steps
-from provisioner.kube.helper_pods import HelperPodError, HelperPodFailed, HelperPodRunner
+from provisioner.kube.helper_pods import (
+    HelperPodError,
+    HelperPodFailed,
+    HelperPodRunner,
+    PodState,
+)
 from provisioner.kube.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -118,6 +123,13 @@ class HelperRuns:
 
 
 def _pod_end(pod: Mapping[str, Any]) -> str:
-    status = pod.get("status") or {}
-    detail = ": ".join(str(status[k]) for k in ("reason", "message") if status.get(k))
-    return f"{status.get('phase') or 'unknown'}{', ' + detail if detail else ''}"
+    """How the pod ended, from the container that ended it (the first that did not succeed)."""
+    state = PodState.of(pod)
+    parts = [state.phase]
+    if state.reason:
+        parts.append(state.reason)
+    if state.exit_code is not None:
+        parts.append(f"exit code {state.exit_code}")
+    if state.message.strip():
+        parts.append(state.message.strip()[-500:])
+    return ", ".join(parts)

@@ -21,6 +21,8 @@ from provisioner.core.batch_pods import (
     OUTCOME_PATH,
     RESULT_DIR,
     RESULTS_DIR,
+    SCRIPTS_DIR,
+    STAGE_SCRIPT,
     TIMED_OUT_EXIT_CODE,
     VOLUME_WRAPPER,
     batch_pod_name,
@@ -37,6 +39,7 @@ from provisioner.core.config import (
     load_config_bundle,
 )
 from provisioner.core.helpers import BASE_VIEW, FINISH_SCRIPT, GUARD_SCRIPT, HELPER_POD_LABEL
+from provisioner.core.quota import QUOTA_SCRIPT, project_id_for
 
 BUNDLE = load_config_bundle(
     '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",'
@@ -85,9 +88,21 @@ def test_each_volume_gets_its_own_init_container_with_its_own_mounts_and_environ
             for i, t in enumerate(TARGETS)
         ),
         {"name": "results", "emptyDir": {}},
+        {"name": "scripts", "emptyDir": {}},
     ]
-    inits = spec["initContainers"]
+    stage, *inits = spec["initContainers"]
     assert [c["name"] for c in inits] == ["setup-0", "setup-1", "setup-2"]
+    # The scripts every volume runs, once: the stage container writes them where the others
+    # can only read them, and it can write nothing else.
+    assert stage["name"] == "stage"
+    assert stage["volumeMounts"] == [{"name": "scripts", "mountPath": SCRIPTS_DIR}]
+    staged = env_of(stage)
+    assert staged["LPS_STAGE_GUARD"] == GUARD_SCRIPT
+    assert staged["LPS_STAGE_SCRIPT"] == DEFAULT_SETUP_SCRIPT
+    assert staged["LPS_STAGE_QUOTA"] == QUOTA_SCRIPT
+    assert staged["LPS_STAGE_WRAPPER"] == VOLUME_WRAPPER
+    assert staged["LPS_STAGE_FINISH"] == FINISH_SCRIPT
+    assert staged["LPS_STAGE_BATCH_FINISH"] == BATCH_FINISH_SCRIPT
     for index, (container, plan) in enumerate(zip(inits, TARGETS, strict=True)):
         base_volume = "base-1" if plan.base_path == "/opt/b" else "base-0"
         # Only its own directory writable, the base path read-only (for the guard), and only
@@ -96,16 +111,18 @@ def test_each_volume_gets_its_own_init_container_with_its_own_mounts_and_environ
             {"name": base_volume, "mountPath": BASE_VIEW, "readOnly": True},
             {"name": f"data-{index}", "mountPath": plan.path},
             {"name": "results", "mountPath": RESULT_DIR, "subPath": f"v{index}"},
+            {"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True},
         ]
         env = env_of(container)
         assert env["VOL_DIR"] == plan.path
         assert env["VOL_SIZE_BYTES"] == str(plan.size_bytes)
         assert env["LPS_BASE"] == plan.base_path
-        assert env["LPS_SCRIPT"] == DEFAULT_SETUP_SCRIPT
-        assert env["LPS_GUARD"] == GUARD_SCRIPT
+        assert "LPS_SCRIPT" not in env and "LPS_QUOTA_SCRIPT" not in env, "staged"
+        assert env["LPS_PROJECT_ID"] == str(project_id_for(plan.volume_name))
+        assert env["LPS_SIZE"] == str(plan.size_bytes)
         assert env["LPS_VOLUME_TIMEOUT"] == "90"
         assert env["LPS_MESSAGE"] == OUTCOME_PATH == container["terminationMessagePath"]
-        assert container["command"] == ["/bin/sh", "-c", VOLUME_WRAPPER, "setup"]
+        assert container["command"] == ["/bin/sh", f"{SCRIPTS_DIR}/wrapper", "setup"]
         assert container["args"] == [
             "-p",
             plan.path,
@@ -123,22 +140,23 @@ def test_each_volume_gets_its_own_init_container_with_its_own_mounts_and_environ
         {"name": "base-0", "mountPath": "/opt/a"},
         {"name": "base-1", "mountPath": "/opt/b"},
         {"name": "results", "mountPath": RESULTS_DIR, "readOnly": True},
+        {"name": "scripts", "mountPath": SCRIPTS_DIR, "readOnly": True},
     ]
     env = env_of(finish)
     assert env["LPS_ACTION"] == "create"
     assert env["LPS_COUNT"] == "3"
-    assert env["LPS_FINISH"] == FINISH_SCRIPT
     assert [env[f"LPS_DIR_{i}"] for i in range(3)] == [t.path for t in TARGETS]
     assert [env[f"LPS_BASE_{i}"] for i in range(3)] == [t.base_path for t in TARGETS]
-    assert finish["command"] == ["/bin/sh", "-c", BATCH_FINISH_SCRIPT, "finish"]
+    assert finish["command"] == ["/bin/sh", f"{SCRIPTS_DIR}/batch-finish"]
 
 
 def test_a_teardown_batch_runs_the_teardown_script_in_each_volume_container() -> None:
     pod = build_batch_helper_pod("delete", TARGETS[:2], BUNDLE, "lps", "helper-sa")
-    inits = pod["spec"]["initContainers"]
+    stage, *inits = pod["spec"]["initContainers"]
     assert [c["name"] for c in inits] == ["teardown-0", "teardown-1"]
-    assert all(env_of(c)["LPS_SCRIPT"] == DEFAULT_TEARDOWN_SCRIPT for c in inits)
-    assert all(c["command"][3] == "teardown" for c in inits)
+    assert env_of(stage)["LPS_STAGE_SCRIPT"] == DEFAULT_TEARDOWN_SCRIPT
+    assert "LPS_STAGE_QUOTA" not in env_of(stage)
+    assert all(c["command"][2] == "teardown" for c in inits)
     assert env_of(pod["spec"]["containers"][0])["LPS_ACTION"] == "delete"
     assert pod["metadata"]["labels"]["local-path-storage.io/helper-action"] == "delete"
 
@@ -190,15 +208,50 @@ def test_a_batch_refuses_what_it_cannot_serve(targets: list[TeardownPlan], probl
 # -- the scripts, run for real ---------------------------------------------------------------
 
 
+def stage(tmp_path: Path, **scripts: str) -> Path:
+    """The stage script run for real: the scripts directory it writes."""
+    directory = tmp_path / "scripts"
+    directory.mkdir(parents=True)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "LPS_SCRIPTS": str(directory),
+        "LPS_STAGE_WRAPPER": VOLUME_WRAPPER,
+        "LPS_STAGE_GUARD": GUARD_SCRIPT,
+        "LPS_STAGE_SCRIPT": DEFAULT_SETUP_SCRIPT,
+        "LPS_STAGE_FINISH": FINISH_SCRIPT,
+        "LPS_STAGE_BATCH_FINISH": BATCH_FINISH_SCRIPT,
+        **scripts,
+    }
+    subprocess.run(["/bin/sh", "-c", STAGE_SCRIPT, "stage"], env=env, check=True, timeout=30)
+    return directory
+
+
+def test_the_stage_writes_each_script_once_and_the_quota_only_for_setups(tmp_path: Path) -> None:
+    directory = stage(tmp_path, LPS_STAGE_QUOTA=QUOTA_SCRIPT)
+    assert (directory / "guard").read_text() == GUARD_SCRIPT + "\n"
+    assert (directory / "script").read_text() == DEFAULT_SETUP_SCRIPT + "\n"
+    assert (directory / "quota").read_text() == QUOTA_SCRIPT + "\n"
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "batch-finish",
+        "finish",
+        "guard",
+        "quota",
+        "script",
+        "wrapper",
+    ]
+    assert not (stage(tmp_path / "teardown") / "quota").exists()
+
+
 def run_wrapper(tmp_path: Path, guard: str, *, timeout: int = 30) -> tuple[int, str, str, float]:
-    """The wrapper with `guard` in place of the guard: its exit code, its termination message,
-    the status it recorded, and how long it took."""
+    """The wrapper with `guard` staged in place of the guard: its exit code, its termination
+    message, the status it recorded, and how long it took."""
+    scripts = stage(tmp_path, LPS_STAGE_GUARD=guard)
     result = tmp_path / "result"
     result.mkdir()
     message = tmp_path / "message"
     env = {
         "PATH": "/usr/bin:/bin",
-        "LPS_GUARD": guard,
+        "LPS_SCRIPTS": str(scripts),
         "LPS_RESULT_DIR": str(result),
         "LPS_VOLUME_TIMEOUT": str(timeout),
         "LPS_TAIL_BYTES": "40",
@@ -206,7 +259,7 @@ def run_wrapper(tmp_path: Path, guard: str, *, timeout: int = 30) -> tuple[int, 
     }
     started = time.monotonic()
     process = subprocess.Popen(
-        ["/bin/sh", "-c", VOLUME_WRAPPER, "setup", "-p", "/x"],
+        ["/bin/sh", str(scripts / "wrapper"), "setup", "-p", "/x"],
         env=env,
         start_new_session=True,
     )
@@ -222,7 +275,8 @@ def test_the_wrapper_records_the_script_s_failure_and_lets_the_next_volume_run(
     tmp_path: Path,
 ) -> None:
     guard = (
-        'echo "args: $0 $*"; for i in 1 2 3 4 5 6 7 8; do echo "line $i of the log"; done; exit 3'
+        'echo "$0 $* with $LPS_SCRIPT" > "$LPS_RESULT_DIR/seen";'
+        ' for i in 1 2 3 4 5 6 7 8; do echo "line $i of the log"; done; exit 3'
     )
     code, message, status, _ = run_wrapper(tmp_path, guard)
     assert code == 0
@@ -231,6 +285,8 @@ def test_the_wrapper_records_the_script_s_failure_and_lets_the_next_volume_run(
     assert first == f"{EXIT_PREFIX}3"
     assert len(tail.encode()) <= 40
     assert tail.endswith("line 8 of the log\n"), "the tail of its output"
+    seen = (tmp_path / "result" / "seen").read_text()
+    assert seen == f"setup -p /x with {DEFAULT_SETUP_SCRIPT}", "the guard's $0, args and script"
 
 
 def test_the_wrapper_reports_a_success(tmp_path: Path) -> None:
@@ -254,12 +310,13 @@ def run_finish(
     directory); returns the base path, the directories and the loop's lines."""
     base = tmp_path.resolve() / "base"
     results = tmp_path / "results"
+    scripts = stage(tmp_path)
     env = {
         "PATH": "/usr/bin:/bin",
         "LPS_ACTION": action,
         "LPS_COUNT": str(len(volumes)),
         "LPS_RESULTS": str(results),
-        "LPS_FINISH": FINISH_SCRIPT,
+        "LPS_SCRIPTS": str(scripts),
         "LPS_MESSAGE": str(tmp_path / "message"),
         "LPS_LINE_BYTES": "60",
     }
@@ -276,7 +333,7 @@ def run_finish(
         env[f"LPS_BASE_{index}"] = str(base)
         directories.append(directory)
     done = subprocess.run(
-        ["/bin/sh", "-c", BATCH_FINISH_SCRIPT, "finish"],
+        ["/bin/sh", str(scripts / "batch-finish")],
         env=env,
         check=False,
         capture_output=True,
