@@ -1,10 +1,12 @@
 """When a helper run starts and which volumes share its pod: group while busy.
 
-A lone volume never waits for company: a group (one node and action) with a free slot starts
-its volume at once in a pod of its own, today's single-volume pod. Volumes that arrive while
-every slot of their group is taken queue up, and the next slot to free up takes them together,
-up to `max_batch`, in one batch pod. So a quiet node runs each volume at once, and a busy one
-spends one pod on many volumes; a slot is held for one pod's run, whatever its size.
+A lone volume never waits for company: a group (one node and action) with no pod running
+starts its volume at once in a pod of its own, today's single-volume pod. Volumes that arrive
+while the group is busy queue up, and the next slot to free up takes them together, up to
+`max_batch`, in one batch pod. A group may run `pods_per_group` pods at once, but while it runs
+any, another starts only for two or more volumes: so a quiet node runs each volume at once, a
+busy one spends one pod on many volumes, and a slot is held for one pod's run, whatever its
+size.
 
 Volumes that may not share a pod (see `batch_pods.is_batchable`) run in pods of their own
 outside the groups, at most `max_single_pods` at a time (as many as the workers that used to
@@ -97,6 +99,8 @@ class HelperPlanner(Generic[J]):
     def _start_group(self, group: Hashable, state: _Group[J]) -> list[Launch[J]]:
         started = []
         while state.queue and state.running < self._pods_per_group:
+            if state.running and len(state.queue) < 2:
+                break  # a busy group's extra pods are for batches: one volume waits its turn
             state.running += 1
             started.append(Launch(group, self._take_batch(state.queue)))
         return started

@@ -103,13 +103,24 @@ class HelperPodRunner:
         self, manifest: Mapping[str, Any], timeout: float
     ) -> tuple[float, dict[str, Any]]:
         """As `run`, for a pod whose containers report their own outcomes (a batch pod): the
-        pod as last seen once it succeeded or failed. Raises `HelperPodNotStarted` or
-        `HelperPodTimeout` (with the pod as last seen) and `HelperPodFailed` only when the pod
-        was deleted before it ended."""
-        return self._run(manifest, timeout, failed_ends=True)
+        pod as last seen once it succeeded or failed, not deleted yet: the caller reports its
+        outcomes first, then calls `delete` (on any error it is deleted here). Raises
+        `HelperPodNotStarted` or `HelperPodTimeout` (with the pod as last seen) and
+        `HelperPodFailed` only when the pod was deleted before it ended."""
+        return self._run(manifest, timeout, failed_ends=True, keep=True)
+
+    def delete(self, manifest: Mapping[str, Any]) -> None:
+        """Delete the pod a `run_to_end` left (NotFound is fine)."""
+        metadata = manifest["metadata"]
+        self._delete(metadata["namespace"], metadata["name"])
 
     def _run(
-        self, manifest: Mapping[str, Any], timeout: float, *, failed_ends: bool
+        self,
+        manifest: Mapping[str, Any],
+        timeout: float,
+        *,
+        failed_ends: bool,
+        keep: bool = False,
     ) -> tuple[float, dict[str, Any]]:
         started = self._clock.monotonic()
         deadline = started + timeout
@@ -120,17 +131,20 @@ class HelperPodRunner:
             raise ValueError("a helper pod manifest needs metadata.namespace and metadata.name")
         metadata.setdefault("annotations", {})[SPEC_HASH_ANNOTATION] = spec_hash(manifest)
         label = f"{namespace}/{name}"
+        ended = False
         try:
             current = self._create_or_adopt(pod, label, deadline, timeout)
             final = self._wait_for_completion(
                 current, label, deadline, timeout, failed_ends=failed_ends
             )
+            ended = True
             return self._clock.monotonic() - started, final
         except HelperPodError as e:
             e.duration = self._clock.monotonic() - started
             raise
         finally:
-            self._delete(namespace, name)
+            if not (keep and ended):
+                self._delete(namespace, name)
 
     def _create_or_adopt(
         self, pod: dict[str, Any], label: str, deadline: float, timeout: float

@@ -241,34 +241,39 @@ class HelperBatcher(Generic[K]):
             thread.start()
 
     def _run(self, launch: Launch[HelperJob[K]]) -> None:
-        results: dict[str, HelperResult] = {}
-        try:
-            results = self._run_pods(launch)
-        finally:
-            self._ended(launch, results)
+        """Runs the launch's pod; its results are reported as soon as it ended (before it is
+        deleted: nothing waits on that), its pod names released once it is gone."""
+        reported = False
 
-    def _run_pods(self, launch: Launch[HelperJob[K]]) -> dict[str, HelperResult]:
+        def report(results: Mapping[str, HelperResult]) -> None:
+            nonlocal reported
+            if not reported:
+                reported = True
+                self._report(launch, results)
+
         first = launch.jobs[0]
-        runs = self._runs()
         try:
+            runs = self._runs()
             if len(launch.jobs) > 1:
                 targets = [job.target for job in launch.jobs]
-                return runs.run_batch(first.action, targets, first.bundle)
-            seconds = runs.run(first.action, first.target, first.bundle)
-            return {first.target.volume_name: HelperResult(seconds)}
+                runs.run_batch(first.action, targets, first.bundle, report)
+            else:
+                seconds = runs.run(first.action, first.target, first.bundle)
+                report({first.target.volume_name: HelperResult(seconds)})
         except HelperPodError as error:
-            return {first.target.volume_name: HelperResult(error.duration or 0.0, error)}
+            report({first.target.volume_name: HelperResult(error.duration or 0.0, error)})
         except Exception as error:
             log.exception("running the helper of %s failed", first.target.volume_name)
-            return {job.target.volume_name: HelperResult(0.0, error) for job in launch.jobs}
+            report({job.target.volume_name: HelperResult(0.0, error) for job in launch.jobs})
+        finally:
+            report({})
+            self._release_pods(launch)
 
-    def _ended(self, launch: Launch[HelperJob[K]], results: Mapping[str, HelperResult]) -> None:
+    def _report(self, launch: Launch[HelperJob[K]], results: Mapping[str, HelperResult]) -> None:
+        """The launch's results are in: kept for their keys, which are queued again; its slot
+        goes to what waits."""
         missing = RuntimeError("the helper run ended without a result")
         with self._lock:
-            for name in _pod_names(launch):
-                self._in_flight[name] -= 1
-                if not self._in_flight[name]:
-                    del self._in_flight[name]
             for job in launch.jobs:
                 self._jobs.pop(job.key, None)
                 self._results[job.key] = results.get(job.target.volume_name) or HelperResult(
@@ -281,6 +286,15 @@ class HelperBatcher(Generic[K]):
         for job in launch.jobs:
             self._on_done(job.key)
         self._start(started)
+
+    def _release_pods(self, launch: Launch[HelperJob[K]]) -> None:
+        """The launch's pods are deleted: their names are no longer ours to follow."""
+        with self._lock:
+            for name in _pod_names(launch):
+                self._in_flight[name] -= 1
+                if not self._in_flight[name]:
+                    del self._in_flight[name]
+            self._lock.notify_all()
 
 
 def _pod_names(launch: Launch[HelperJob[Any]]) -> list[str]:

@@ -5,7 +5,7 @@ helper-pod metrics per volume."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,24 +80,62 @@ class HelperRuns:
             log.warning("removing %s after its failed setup: %s", target.path, error)
 
     def run_batch(
-        self, action: HelperAction, targets: Sequence[HelperTarget], bundle: ConfigBundle
-    ) -> dict[str, HelperResult]:
-        """One batch pod for `targets` (see `batch_pods`): each volume's result by its name.
-        A volume the pod never got to fails with why (the pod's own failure or deadline, or
-        the error that ended the run)."""
+        self,
+        action: HelperAction,
+        targets: Sequence[HelperTarget],
+        bundle: ConfigBundle,
+        report: Callable[[dict[str, HelperResult]], None],
+    ) -> None:
+        """One batch pod for `targets` (see `batch_pods`): `report` gets each volume's result
+        by its name as soon as the pod ended, before the pod is deleted (nothing waits on
+        that). A volume the pod never got to fails with why (the pod's own failure or
+        deadline, or the error that ended the run)."""
         manifest = build_batch_helper_pod(
             action, targets, bundle, self._helper.namespace, self._helper.service_account
         )
-        label = f"{self._helper.namespace}/{manifest['metadata']['name']}"
-        names = [target.volume_name for target in targets]
         wait = float(manifest["spec"]["activeDeadlineSeconds"]) + BATCH_WAIT_MARGIN_SECONDS
-        ended: HelperPodError | None = None
+        kept = False
         try:
             seconds, final = self._runner.run_to_end(manifest, wait)
-            unfinished = f"the pod ended ({_pod_end(final)}) before this volume's turn"
+            kept = True
+            results = self._results(
+                action,
+                manifest,
+                targets,
+                seconds=seconds,
+                final=final,
+                unfinished=f"the pod ended ({_pod_end(final)}) before this volume's turn",
+                ended=None,
+            )
+            report(results)
         except HelperPodError as error:
-            seconds, final, ended = error.duration or 0.0, error.last_seen or {}, error
-            unfinished = str(error)
+            results = self._results(
+                action,
+                manifest,
+                targets,
+                seconds=error.duration or 0.0,
+                final=error.last_seen or {},
+                unfinished=str(error),
+                ended=error,
+            )
+            report(results)
+        finally:
+            if kept:
+                self._runner.delete(manifest)
+
+    def _results(
+        self,
+        action: HelperAction,
+        manifest: Mapping[str, Any],
+        targets: Sequence[HelperTarget],
+        *,
+        seconds: float,
+        final: Mapping[str, Any],
+        unfinished: str,
+        ended: HelperPodError | None,
+    ) -> dict[str, HelperResult]:
+        label = f"{self._helper.namespace}/{manifest['metadata']['name']}"
+        names = [target.volume_name for target in targets]
         results: dict[str, HelperResult] = {}
         for outcome in batch_outcomes(action, final, names, unfinished=unfinished):
             failure: HelperPodError | None = None

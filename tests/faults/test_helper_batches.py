@@ -216,3 +216,41 @@ def test_a_provisioner_killed_while_a_batch_pod_runs_leaves_nothing_run_twice_at
     assert_no_orphan_directories(setup.cluster, [base], volumes)
     for name in names:
         assert event_count(events_with_reason(setup, name, "ProvisioningSucceeded")) == 1, name
+
+
+# Hangs for claims named slow-*, far beyond cmdTimeoutSeconds.
+HANGING_SETUP = DEFAULT_SETUP_SCRIPT.replace(
+    "set -eu\n",
+    "set -eu\nsleep 0.5\n"
+    'case "$VOL_DIR" in *_slow-*) echo "hanging on $VOL_DIR"; sleep 300 ;; esac\n',
+    1,
+)
+
+
+def test_a_setup_outrunning_its_timeout_inside_a_batch_fails_alone(
+    make_setup: Callable[..., ProvisionerSetup],
+) -> None:
+    base = unique_base_path("batch-timeout")
+    config = {**default_config(base), "cmdTimeoutSeconds": 10}
+    setup = make_setup(ConfigFiles(config=config, setup=HANGING_SETUP))
+    setup.start()
+    storage_class = setup.create_class("batchtimeout")
+    recorder = HelperPodRecorder(setup).start()
+    first, rest = ["quick-0"], ["quick-1", "quick-2", "quick-3", "quick-4"]
+    create_claims_with_consumers(setup, storage_class, first, NODE)
+    create_claims_with_consumers(setup, storage_class, ["quick-1", "slow-1", *rest[1:]], NODE)
+
+    wait_all_bound(setup, first + rest, timeout=300)
+    failed = setup.wait_event("slow-1", "ProvisioningFailed", timeout=120)
+    assert "timed out after 10s" in failed["message"], failed["message"]
+    assert "exit code 124" in failed["message"], failed["message"]
+    assert "helper-batch-create-" in failed["message"], "it timed out inside a batch"
+    batch = next(pod for pod in recorder.pods() if len(pod.volumes) > 1)
+    quick_after = setup.claim("quick-4")["metadata"]["uid"]
+    assert f"pvc-{quick_after}" in batch.volumes, "a volume after the slow one ran in its pod"
+    setup.core.delete_namespaced_pod("slow-1", setup.namespace, grace_period_seconds=0)
+    setup.core.delete_namespaced_persistent_volume_claim("slow-1", setup.namespace)
+    wait_gone(lambda: helper_pods(setup) or None, 120, "the last retry's helper pods")
+    assert not overlapping_runs(recorder.stop())
+    volumes = assert_each_claim_bound_once(setup, first + rest)
+    assert_no_orphan_directories(setup.cluster, [base], volumes)

@@ -40,11 +40,16 @@ def test_volumes_arriving_while_the_node_is_busy_go_together_when_it_frees() -> 
     assert jobs(plan.finished(second[0])) == [("v5",)]
 
 
-def test_a_group_may_run_several_pods() -> None:
+def test_a_busy_group_starts_another_pod_only_for_a_batch() -> None:
     plan = planner(pods_per_group=2)
-    assert jobs(plan.submit("v1", A, TAG)) == [("v1",)]
-    assert jobs(plan.submit("v2", A, TAG)) == [("v2",)]
-    assert plan.submit("v3", A, TAG) == []
+    first = plan.submit("v1", A, TAG)
+    assert jobs(first) == [("v1",)]
+    assert plan.submit("v2", A, TAG) == [], "one volume waits for the running pod"
+    second = plan.submit("v3", A, TAG)
+    assert jobs(second) == [("v2", "v3")], "two share the second slot"
+    assert plan.submit("v4", A, TAG) == []
+    assert plan.finished(first[0]) == [], "still busy: v4 waits for company or its turn"
+    assert jobs(plan.finished(second[0])) == [("v4",)], "an idle group runs a lone volume"
 
 
 def test_only_volumes_of_one_config_share_a_pod() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import pytest
@@ -58,6 +58,7 @@ class FakeRuns:
         self.release = threading.Semaphore(0)
         self.failing: set[str] = set()
         self.broken = False
+        self.slow_delete: threading.Event | None = None
         self.started = threading.Condition()
 
     def _wait(self, kind: str, volumes: tuple[str, ...]) -> None:
@@ -75,17 +76,20 @@ class FakeRuns:
         return 1.0
 
     def run_batch(
-        self, action: HelperAction, targets: Sequence[HelperTarget], bundle: Any
-    ) -> dict[str, HelperResult]:
+        self,
+        action: HelperAction,
+        targets: Sequence[HelperTarget],
+        bundle: Any,
+        report: Callable[[dict[str, HelperResult]], None],
+    ) -> None:
         names = tuple(target.volume_name for target in targets)
         self._wait("batch", names)
-        return {
-            name: HelperResult(
-                2.0,
-                HelperPodFailed("lps/batch", 1, "Error", "no") if name in self.failing else None,
-            )
-            for name in names
-        }
+        failed = HelperPodFailed("lps/batch", 1, "Error", "no")
+        report(
+            {name: HelperResult(2.0, failed if name in self.failing else None) for name in names}
+        )
+        if self.slow_delete is not None:
+            assert self.slow_delete.wait(WAIT)  # the pod's deletion, after the report
 
     def wait_calls(self, count: int) -> list[tuple[str, tuple[str, ...]]]:
         with self.started:
@@ -235,3 +239,27 @@ def test_a_volume_is_handed_over_once() -> None:
         h.batcher.submit(dataclasses.replace(job(1)))
     h.runs.release.release()
     h.wait_done("key-1")
+
+
+def test_a_batch_s_results_are_reported_before_its_pod_is_deleted() -> None:
+    """Nothing waits on the deletion: the volumes' keys come back and the node's next pod
+    starts once the pod ended; its name stays ours until it is gone."""
+    h = Harness(max_batch=2)
+    h.runs.slow_delete = threading.Event()
+    for number in range(1, 5):
+        h.batcher.submit(job(number))
+    h.runs.release.release()
+    assert h.runs.wait_calls(2)[1] == ("batch", ("pvc-2", "pvc-3"))
+    h.runs.release.release()
+    h.wait_done("key-2", "key-3")
+    assert h.batcher.take("key-2") == HelperResult(2.0)
+    name = batch_pod_name("create", ["pvc-2", "pvc-3"])
+    assert name in h.batcher.in_flight_pods(), "still being deleted"
+    assert h.runs.wait_calls(3)[2] == ("single", ("pvc-4",)), "the slot is free already"
+    h.runs.slow_delete.set()
+    h.runs.release.release()
+    h.wait_done("key-4")
+    deadline = time.monotonic() + WAIT
+    while name in h.batcher.in_flight_pods():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
