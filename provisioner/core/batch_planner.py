@@ -2,11 +2,11 @@
 
 A lone volume never waits for company: a group (one node and action) with no pod running
 starts its volume at once in a pod of its own, today's single-volume pod. Volumes that arrive
-while the group is busy queue up, and the next slot to free up takes them together, up to
-`max_batch`, in one batch pod. A group may run `pods_per_group` pods at once, but while it runs
-any, another starts only for two or more volumes: so a quiet node runs each volume at once, a
-busy one spends one pod on many volumes, and a slot is held for one pod's run, whatever its
-size.
+while the group is busy queue up, and the next pod to end hands its slot to them: they go
+together, up to `max_batch`, in one batch pod. A group may run up to `pods_per_group` pods at
+once, but a busy group starts another only for a full batch (a backlog it cannot keep up
+with). So a quiet node runs each volume at once, a busy one spends one pod on many volumes, and
+one under a flood works on several full batches at a time.
 
 Volumes that may not share a pod (see `batch_pods.is_batchable`) run in pods of their own
 outside the groups, at most `max_single_pods` at a time (as many as the workers that used to
@@ -62,7 +62,7 @@ class HelperPlanner(Generic[J]):
             return self._start_singles()
         state = self._groups.setdefault(group, _Group())
         state.queue.append(_Queued(job, tag))
-        return self._start_group(group, state)
+        return self._start_group(group, state, partial=0 if state.running else 1)
 
     def finished(self, launch: Launch[J]) -> list[Launch[J]]:
         """A launch's pod is done (whatever its outcome): its slot is free; what starts now."""
@@ -71,7 +71,7 @@ class HelperPlanner(Generic[J]):
             return self._start_singles()
         state = self._groups[launch.group]
         state.running -= 1
-        started = self._start_group(launch.group, state)
+        started = self._start_group(launch.group, state, partial=1)
         if not state.running and not state.queue:
             del self._groups[launch.group]
         return started
@@ -96,11 +96,13 @@ class HelperPlanner(Generic[J]):
             started.append(Launch(None, (self._singles.queue.popleft().job,)))
         return started
 
-    def _start_group(self, group: Hashable, state: _Group[J]) -> list[Launch[J]]:
+    def _start_group(self, group: Hashable, state: _Group[J], *, partial: int) -> list[Launch[J]]:
+        """Up to `partial` pods with whatever waits (an idle group's, a freed slot's), then
+        only full batches while slots are free."""
         started = []
         while state.queue and state.running < self._pods_per_group:
-            if state.running and len(state.queue) < 2:
-                break  # a busy group's extra pods are for batches: one volume waits its turn
+            if len(started) >= partial and len(state.queue) < self._max_batch:
+                break
             state.running += 1
             started.append(Launch(group, self._take_batch(state.queue)))
         return started

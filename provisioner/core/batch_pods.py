@@ -50,7 +50,8 @@ from provisioner.core.helpers import (
 from provisioner.core.paths import is_strictly_inside
 
 BATCH_VOLUMES_ANNOTATION = "local-path-storage.io/batch-volumes"
-"""On a batch pod: the JSON list of its volumes' names, in the order of its init containers."""
+"""On a batch pod: the JSON list of its volumes' names, in the order of their init containers
+(after the stage container)."""
 RESULTS_VOLUME = "results"
 RESULT_DIR = "/.local-path-storage/result"
 """Where a volume's container sees its own result directory (its subPath of the emptyDir)."""

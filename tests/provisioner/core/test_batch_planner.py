@@ -40,16 +40,19 @@ def test_volumes_arriving_while_the_node_is_busy_go_together_when_it_frees() -> 
     assert jobs(plan.finished(second[0])) == [("v5",)]
 
 
-def test_a_busy_group_starts_another_pod_only_for_a_batch() -> None:
-    plan = planner(pods_per_group=2)
+def test_a_busy_group_starts_another_pod_only_for_a_full_batch() -> None:
+    plan = planner(max_batch=3, pods_per_group=2)
     first = plan.submit("v1", A, TAG)
     assert jobs(first) == [("v1",)]
     assert plan.submit("v2", A, TAG) == [], "one volume waits for the running pod"
-    second = plan.submit("v3", A, TAG)
-    assert jobs(second) == [("v2", "v3")], "two share the second slot"
-    assert plan.submit("v4", A, TAG) == []
-    assert plan.finished(first[0]) == [], "still busy: v4 waits for company or its turn"
-    assert jobs(plan.finished(second[0])) == [("v4",)], "an idle group runs a lone volume"
+    assert plan.submit("v3", A, TAG) == []
+    second = plan.submit("v4", A, TAG)
+    assert jobs(second) == [("v2", "v3", "v4")], "a backlog of a full batch takes the 2nd slot"
+    assert plan.submit("v5", A, TAG) == []
+    assert jobs(plan.finished(first[0])) == [("v5",)], "a freed slot takes what waits"
+    for name in ("v6", "v7", "v8"):
+        assert plan.submit(name, A, TAG) == [], "both slots are taken"
+    assert jobs(plan.finished(second[0])) == [("v6", "v7", "v8")]
 
 
 def test_only_volumes_of_one_config_share_a_pod() -> None:
