@@ -99,7 +99,7 @@ class HelperPlanner(Generic[J]):
     def _start_group(self, group: Hashable, state: _Group[J], *, partial: int) -> list[Launch[J]]:
         """Up to `partial` pods with whatever waits (an idle group's, a freed slot's), then
         only full batches while slots are free."""
-        started = []
+        started: list[Launch[J]] = []
         while state.queue and state.running < self._pods_per_group:
             if len(started) >= partial and len(state.queue) < self._max_batch:
                 break
