@@ -48,9 +48,9 @@ class HelperJob(Generic[K]):
 
 @dataclass(frozen=True)
 class BatchSettings:
-    max_batch: int = 32
+    max_batch: int = 12
     """Volumes in one batch pod, at most."""
-    pods_per_node: int = 1
+    pods_per_node: int = 2
     """Helper pods running per node and action, at most (for volumes that may share a pod)."""
     max_single_pods: int = 8
     """Pods of their own running at once, for volumes that may not share one."""

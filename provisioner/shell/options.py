@@ -46,9 +46,9 @@ class Options:
     pod_name: str = ""
     """This process's pod (the kubelet sets the hostname to it): on SIGTERM, its owner tells
     whether the installation is being removed."""
-    helper_batch_size: int = 32
+    helper_batch_size: int = 12
     """Volumes one helper pod serves at most on a busy node (1: a pod per volume)."""
-    helper_pods_per_node: int = 1
+    helper_pods_per_node: int = 2
     """Setup (and teardown) helper pods running at once per node, at most."""
 
 
@@ -117,15 +117,16 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) 
     add(
         "--helper-batch-size",
         type=int,
-        default=int(env("HELPER_BATCH_SIZE", "32")),
+        default=int(env("HELPER_BATCH_SIZE", "12")),
         help="volumes that arrive for a node while its helper pod runs share its next one, "
         "up to this many; 1 gives each volume its own pod [HELPER_BATCH_SIZE]",
     )
     add(
         "--helper-pods-per-node",
         type=int,
-        default=int(env("HELPER_PODS_PER_NODE", "1")),
-        help="setup (and teardown) helper pods running at once per node [HELPER_PODS_PER_NODE]",
+        default=int(env("HELPER_PODS_PER_NODE", "2")),
+        help="setup (and teardown) helper pods running at once per node; beyond the first, only "
+        "for a full batch [HELPER_PODS_PER_NODE]",
     )
     add(
         "--provisioning-retry-count",

@@ -106,7 +106,7 @@ class Harness:
         self.deleted: list[str] = []
         self.batcher: HelperBatcher[str] = HelperBatcher(
             lambda: cast(Any, self.runs),
-            BatchSettings(**settings),
+            BatchSettings(**{"pods_per_node": 1, **settings}),
             on_done=self._done,
             running_pods=lambda volume: dict(self.pods.get(volume, {})),
             delete_pod=self.deleted.append,
@@ -263,3 +263,13 @@ def test_a_batch_s_results_are_reported_before_its_pod_is_deleted() -> None:
     while name in h.batcher.in_flight_pods():
         assert time.monotonic() < deadline
         time.sleep(0.01)
+
+
+def test_a_node_s_backlog_of_a_full_batch_gets_another_pod_at_once() -> None:
+    h = Harness(max_batch=2, pods_per_node=2)
+    for number in range(1, 4):
+        h.batcher.submit(job(number))
+    assert sorted(h.runs.wait_calls(2)) == [("batch", ("pvc-2", "pvc-3")), ("single", ("pvc-1",))]
+    h.runs.release.release()
+    h.runs.release.release()
+    h.wait_done("key-1", "key-2", "key-3")
