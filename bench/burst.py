@@ -40,6 +40,7 @@ from bench.workspace import (
     volume_directories,
 )
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
+from provisioner.core.batch_pods import batch_volume_names
 from provisioner.core.claims import SELECTED_NODE
 
 SETTLE_SECONDS = 2.0
@@ -158,11 +159,13 @@ def _capacity_baseline(api: RawApi, provisioner: RunningProvisioner) -> tuple[in
 
 
 def served_volumes(pod: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
-    """A helper pod's action ("create", "delete", ...) and the UIDs of the volumes it serves,
-    from its name (both implementations name a helper pod after its action and its volume)."""
+    """A helper pod's action ("create", "delete", ...) and the UIDs of the volumes it serves:
+    both implementations name a helper pod after its action and, when it serves one volume, that
+    volume; ours lists the volumes of a pod that serves several in an annotation."""
     name = pod["metadata"]["name"]
     action = next((a for a in ("create", "delete") if f"-{a}-" in name), "")
-    return action, tuple(match.group(1) for match in _VOLUME_UID.finditer(name))
+    names = " ".join([name, *batch_volume_names(pod)])
+    return action, tuple(dict.fromkeys(m.group(1) for m in _VOLUME_UID.finditer(names)))
 
 
 def helper_runs(helpers: ObjectTimeline, action: str) -> dict[str, tuple[float, float]]:

@@ -41,8 +41,12 @@ class PodApi:
         replaced whole, so a container's state never keeps a stale key beside the new one."""
         metadata = pod["metadata"]
         body = {"metadata": {"uid": metadata["uid"]}, "status": pod_status}
+        # The response is read as JSON, not built into the client's models: a kubelet does not
+        # pay for decoding the pod back, and a pod of many containers made that the runner's
+        # main cost per container.
         self.with_retries(
-            lambda: self.core.patch_namespaced_pod_status(
+            lambda: call_json(
+                self.core.patch_namespaced_pod_status,
                 metadata["name"],
                 metadata["namespace"],
                 body,

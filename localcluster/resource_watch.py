@@ -68,7 +68,10 @@ class ResourceWatch:
             try:
                 listing = call_json(self.list_call, **self.selectors)
                 self.on_listed(listing.get("items") or [])
-                self._watch = watch.Watch()  # type: ignore[no-untyped-call]
+                # Events stay plain JSON (the handlers read `raw_object`): building the
+                # client's models for every event was most of the cost for pods with many
+                # containers.
+                self._watch = watch.Watch(return_type=object)  # type: ignore[no-untyped-call]
                 if self.stopping.is_set():
                     return
                 stream = self._watch.stream(  # type: ignore[no-untyped-call]

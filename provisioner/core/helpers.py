@@ -75,7 +75,8 @@ def helper_pod_name(step: HelperStep, volume_name: str) -> str:
     return f"{name[:52].rstrip('-.')}-{digest}"
 
 
-def _label_value(value: str) -> str:
+def label_value(value: str) -> str:
+    """A volume name as a label value (at most 63 characters, deterministic)."""
     if len(value) <= 63:
         return value
     return f"{value[:52].rstrip('-._')}-{hashlib.sha256(value.encode()).hexdigest()[:10]}"
@@ -228,7 +229,7 @@ def build_helper_pod(
         name=helper_pod_name(step, target.volume_name),
         labels={
             HELPER_ACTION_LABEL: step,
-            HELPER_VOLUME_LABEL: _label_value(target.volume_name),
+            HELPER_VOLUME_LABEL: label_value(target.volume_name),
         },
         node_name=target.node_name,
     )
@@ -237,7 +238,7 @@ def build_helper_pod(
     ours = {DATA_VOLUME, BASE_VOLUME}
     spec["volumes"] = [v for v in spec.get("volumes") or () if v.get("name") not in ours] + volumes
     template_container = spec["containers"][0]
-    container = _step_container(step, target, bundle, template_container, mounts)
+    container = step_container(step, target, bundle, template_container, mounts)
     if step != "delete":
         spec["containers"][0] = container
         return pod
@@ -247,7 +248,7 @@ def build_helper_pod(
     # in the main container, only if the teardown succeeded (a kubelet runs init containers in
     # order and fails the pod at the first that fails, the main one never started).
     _, finish_mounts = _mounts("finish", target)
-    finish = _step_container("finish", target, bundle, template_container, finish_mounts)
+    finish = step_container("finish", target, bundle, template_container, finish_mounts)
     spec["initContainers"] = [
         *(spec.get("initContainers") or ()),
         {**container, "name": TEARDOWN_CONTAINER},
@@ -256,7 +257,7 @@ def build_helper_pod(
     return pod
 
 
-def _step_container(
+def step_container(
     step: HelperStep,
     target: HelperTarget,
     bundle: ConfigBundle,

@@ -138,22 +138,23 @@ def volume_owners(
 
 
 def helper_pod_owners(pods: Iterable[Mapping[str, object]]) -> list[Owner]:
-    """A helper pod in flight holds its VOL_DIR on its node (a setup before its PV exists)."""
+    """A helper pod in flight holds its VOL_DIR on its node (a setup before its PV exists); a
+    batch pod, each of its volumes' (one per init container)."""
     owners = []
     for pod in pods:
         spec = pod.get("spec")
         if not isinstance(spec, Mapping):
             continue
         node = spec.get("nodeName")
-        for container in spec.get("containers") or ():
+        for container in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]:
             for variable in container.get("env") or ():
                 if variable.get("name") == "VOL_DIR" and isinstance(variable.get("value"), str):
-                    owners.append(
-                        Owner(
-                            path=posixpath.normpath(variable["value"]),
-                            nodes=frozenset({node}) if isinstance(node, str) and node else None,
-                        )
+                    owner = Owner(
+                        path=posixpath.normpath(variable["value"]),
+                        nodes=frozenset({node}) if isinstance(node, str) and node else None,
                     )
+                    if owner not in owners:
+                        owners.append(owner)
     return owners
 
 

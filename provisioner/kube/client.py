@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -187,6 +188,13 @@ class KubeClients:
         from kubernetes import client as k8s  # noqa: PLC0415
 
         return k8s.EventsV1Api(self.typed_api_client)
+
+    @contextmanager
+    def spare_capacity(self) -> Iterator[None]:
+        """Requests this thread makes meanwhile wait for capacity no other request needs: for
+        writes nothing waits on (events), so that a burst's own requests go first."""
+        with self.api_client.spare_capacity():
+            yield
 
     def list_function(self, path: str) -> ListFunction:
         """The raw list/watch call of the collection at `path` (see `ListFunction`)."""

@@ -13,7 +13,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -94,10 +95,14 @@ class EventRecorder:
         correlator: EventCorrelator | None = None,
         max_pending: int = 1000,
         clock: Clock = SYSTEM_CLOCK,
+        spare_capacity: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
         """`component` (the provisioner name) becomes source.component and
-        reportingComponent; `host` (the node or pod) becomes source.host."""
+        reportingComponent; `host` (the node or pod) becomes source.host. Each event is sent
+        within `spare_capacity()`: with the client's, events use only the request rate the
+        work they report leaves (a burst's PVs are not held up behind its events)."""
         self._clients = clients
+        self._spare_capacity = spare_capacity
         self._component = component
         self._host = host
         self._correlator = correlator or EventCorrelator()
@@ -183,7 +188,8 @@ class EventRecorder:
             try:
                 if pending is None:
                     return
-                self._send(pending)
+                with self._spare_capacity():
+                    self._send(pending)
             except (ApiError, HTTPError, OSError) as e:
                 assert pending is not None
                 log.warning(

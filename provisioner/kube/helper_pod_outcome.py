@@ -30,6 +30,9 @@ class HelperPodError(Exception):
         super().__init__(f"helper pod {pod}: {message}")
         self.pod = pod
         self.duration: float | None = None
+        self.last_seen: dict[str, Any] | None = None
+        """The pod as last seen before the run ended this way (a batch pod's volumes that
+        finished before it are read from it)."""
 
 
 class HelperPodFailed(HelperPodError):  # noqa: N818 (the contract's name)

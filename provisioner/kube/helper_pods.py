@@ -96,6 +96,32 @@ class HelperPodRunner:
     def run_for_message(self, manifest: Mapping[str, Any], timeout: float) -> tuple[float, str]:
         """As `run`, and also the termination message the succeeded container left (what a
         helper that reports a result writes to its terminationMessagePath)."""
+        seconds, final = self._run(manifest, timeout, failed_ends=False)
+        return seconds, PodState.of(final).message
+
+    def run_to_end(
+        self, manifest: Mapping[str, Any], timeout: float
+    ) -> tuple[float, dict[str, Any]]:
+        """As `run`, for a pod whose containers report their own outcomes (a batch pod): the
+        pod as last seen once it succeeded or failed, not deleted yet: the caller reports its
+        outcomes first, then calls `delete` (on any error it is deleted here). Raises
+        `HelperPodNotStarted` or `HelperPodTimeout` (with the pod as last seen) and
+        `HelperPodFailed` only when the pod was deleted before it ended."""
+        return self._run(manifest, timeout, failed_ends=True, keep=True)
+
+    def delete(self, manifest: Mapping[str, Any]) -> None:
+        """Delete the pod a `run_to_end` left (NotFound is fine)."""
+        metadata = manifest["metadata"]
+        self._delete(metadata["namespace"], metadata["name"])
+
+    def _run(
+        self,
+        manifest: Mapping[str, Any],
+        timeout: float,
+        *,
+        failed_ends: bool,
+        keep: bool = False,
+    ) -> tuple[float, dict[str, Any]]:
         started = self._clock.monotonic()
         deadline = started + timeout
         pod = copy.deepcopy(dict(manifest))
@@ -105,15 +131,20 @@ class HelperPodRunner:
             raise ValueError("a helper pod manifest needs metadata.namespace and metadata.name")
         metadata.setdefault("annotations", {})[SPEC_HASH_ANNOTATION] = spec_hash(manifest)
         label = f"{namespace}/{name}"
+        ended = False
         try:
             current = self._create_or_adopt(pod, label, deadline, timeout)
-            final = self._wait_for_completion(current, label, deadline, timeout)
-            return self._clock.monotonic() - started, PodState.of(final).message
+            final = self._wait_for_completion(
+                current, label, deadline, timeout, failed_ends=failed_ends
+            )
+            ended = True
+            return self._clock.monotonic() - started, final
         except HelperPodError as e:
             e.duration = self._clock.monotonic() - started
             raise
         finally:
-            self._delete(namespace, name)
+            if not (keep and ended):
+                self._delete(namespace, name)
 
     def _create_or_adopt(
         self, pod: dict[str, Any], label: str, deadline: float, timeout: float
@@ -149,25 +180,41 @@ class HelperPodRunner:
         raise HelperPodNotStarted(label, "a pod of that name keeps reappearing")
 
     def _wait_for_completion(
-        self, pod: dict[str, Any], label: str, deadline: float, timeout: float
+        self,
+        pod: dict[str, Any],
+        label: str,
+        deadline: float,
+        timeout: float,
+        *,
+        failed_ends: bool = False,
     ) -> dict[str, Any]:
-        """The pod as last seen, once it succeeded."""
+        """The pod as last seen, once it succeeded (or, with `failed_ends`, failed)."""
         progress = PodProgress(label, deadline, timeout, self._grace, self._clock)
-        wake_at = progress.next_look(pod)
-        while wake_at is not None:
-            # Follow the watch while the pod's changes do not move the next look earlier (a
-            # start failure's grace ending before the overall deadline).
-            def keep_following(new: dict[str, Any], current: float = wake_at) -> bool:
-                following = progress.next_look(new)
-                return following is not None and following >= current
 
-            try:
-                pod = self._follow(pod, wake_at, keep_following)
-            except _PodGoneError as e:
-                raise HelperPodFailed(
-                    label, None, "Deleted", "the pod was deleted before it finished"
-                ) from e
-            wake_at = progress.next_look(pod)
+        def next_look(seen: dict[str, Any]) -> float | None:
+            if failed_ends and PodState.of(seen).phase == "Failed":
+                return None
+            return progress.next_look(seen)
+
+        try:
+            wake_at = next_look(pod)
+            while wake_at is not None:
+                # Follow the watch while the pod's changes do not move the next look earlier
+                # (a start failure's grace ending before the overall deadline).
+                def keep_following(new: dict[str, Any], current: float = wake_at) -> bool:
+                    following = next_look(new)
+                    return following is not None and following >= current
+
+                try:
+                    pod = self._follow(pod, wake_at, keep_following)
+                except _PodGoneError as e:
+                    raise HelperPodFailed(
+                        label, None, "Deleted", "the pod was deleted before it finished"
+                    ) from e
+                wake_at = next_look(pod)
+        except HelperPodError as error:
+            error.last_seen = pod
+            raise
         return pod
 
     def _wait_until_deleted(

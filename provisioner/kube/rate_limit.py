@@ -9,6 +9,9 @@ from collections.abc import Hashable
 
 from provisioner.kube.clock import SYSTEM_CLOCK, Clock
 
+SPARE_PATIENCE_SECONDS = 10.0
+"""How long a spare-capacity request waits for a token nobody else needs."""
+
 
 class TokenBucket:
     """`qps` tokens per second, at most `burst` saved up. `reserve()` takes a token now and says
@@ -46,6 +49,30 @@ class TokenBucket:
     def acquire(self) -> None:
         """Block until a token is available, then take it."""
         self._clock.sleep(self.reserve())
+
+    def acquire_spare(self, patience: float = SPARE_PATIENCE_SECONDS) -> None:
+        """Take a token only when one is saved up: never borrowing ahead, so never delaying a
+        `reserve` (or `acquire`) made before or after it, only using what they leave. For
+        requests nothing waits on (events): a burst's own requests go first. After `patience`
+        seconds it queues up like any other request, so it is late but never starved."""
+        if self.unlimited:
+            return
+        give_up_at = self._clock.monotonic() + patience
+        while True:
+            with self._lock:
+                now = self._clock.monotonic()
+                self._tokens = min(
+                    self._burst, self._tokens + max(0.0, now - self._last) * self._qps
+                )
+                self._last = now
+                if self._tokens >= 1.0:
+                    self._tokens -= 1.0
+                    return
+                if now >= give_up_at:
+                    break
+                until_one = (1.0 - self._tokens) / self._qps
+            self._clock.sleep(min(until_one, give_up_at - now))
+        self.acquire()
 
 
 class ItemExponentialBackoff:

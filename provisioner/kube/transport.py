@@ -13,6 +13,7 @@ import contextlib
 import os
 import ssl
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -56,6 +57,7 @@ class RateLimitedApiClient:
         self.configuration = configuration
         self.user_agent = user_agent
         self._bucket = bucket
+        self._spare = threading.local()
         self._pool = pool if pool is not None else connection_pool(configuration, pool_size)
 
     def call_api(
@@ -68,7 +70,10 @@ class RateLimitedApiClient:
     ) -> Any:
         """Send one request to the full `url` and return the urllib3 response, unread, whatever
         its status. Connection and TLS failures raise urllib3's errors (after its retries)."""
-        self._bucket.acquire()
+        if getattr(self._spare, "on", False):
+            self._bucket.acquire_spare()
+        else:
+            self._bucket.acquire()
         sent = dict(headers or {})
         sent.setdefault("User-Agent", self.user_agent)
         authorization = self.configuration.authorization.header()
@@ -77,6 +82,16 @@ class RateLimitedApiClient:
         return self._pool.request(
             method, url, body=body, headers=sent, timeout=_timeout(timeout), preload_content=False
         )
+
+    @contextlib.contextmanager
+    def spare_capacity(self) -> Iterator[None]:
+        """This thread's requests meanwhile use only the rate the others leave (see
+        `TokenBucket.acquire_spare`)."""
+        self._spare.on = True
+        try:
+            yield
+        finally:
+            self._spare.on = False
 
     def close(self) -> None:
         self._pool.clear()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from urllib3.exceptions import HTTPError
@@ -25,15 +24,15 @@ from provisioner.core.claims import (
 )
 from provisioner.core.config import ConfigBundle
 from provisioner.core.expansion import Expand
-from provisioner.core.helpers import HelperAction, HelperTarget, build_helper_pod, helper_steps
 from provisioner.core.records import ClaimRecord
 from provisioner.core.resize import build_resize_helper_pod
 from provisioner.core.volumes import build_persistent_volume, foreign_volume_problem
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
 from provisioner.kube.events import EventRecorder, ObjectReference
-from provisioner.kube.helper_pods import HelperPodError, HelperPodFailed, HelperPodRunner
+from provisioner.kube.helper_pods import HelperPodError, HelperPodRunner
 from provisioner.kube.metrics import Metrics
+from provisioner.shell.helper_runs import HelperResult, HelperRuns, HelperSettings
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +62,6 @@ def volume_reference(name: str) -> ObjectReference:
     return ObjectReference(kind="PersistentVolume", name=name)
 
 
-@dataclass
-class HelperSettings:
-    namespace: str
-    service_account: str
-
-
 class Actions:
     """The imperative half of reconciling one claim or volume."""
 
@@ -88,55 +81,25 @@ class Actions:
         self._metrics = metrics
         self._helper = helper
         self._pv_save_retry_delay = pv_save_retry_delay
+        self.helper_runs = HelperRuns(runner, metrics, helper)
 
-    def run_helper(
-        self,
-        action: HelperAction,
-        target: HelperTarget,
-        bundle: ConfigBundle,
-    ) -> float:
-        seconds = 0.0
-        for step in helper_steps(action, target):
-            manifest = build_helper_pod(
-                step, target, bundle, self._helper.namespace, self._helper.service_account
-            )
-            try:
-                seconds += self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
-            except HelperPodError as error:
-                self._metrics.observe_helper_pod(
-                    action, "failed", seconds + (error.duration or 0.0)
-                )
-                if step == "create" and isinstance(error, HelperPodFailed):
-                    self._remove_empty_directory(target, bundle)
-                raise
-        self._metrics.observe_helper_pod(action, "succeeded", seconds)
-        return seconds
-
-    def _remove_empty_directory(self, target: HelperTarget, bundle: ConfigBundle) -> None:
-        """A setup that ran and failed leaves no directory made for it: the `finish` step
-        removes it if the setup code left it empty (a retry makes it again). One whose image
-        never started is not followed by another pod of that image."""
-        manifest = build_helper_pod(
-            "finish", target, bundle, self._helper.namespace, self._helper.service_account
-        )
-        try:
-            self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
-        except HelperPodError as error:
-            log.warning("removing %s after its failed setup: %s", target.path, error)
-
-    def provision(self, plan: ProvisionPlan, bundle: ConfigBundle) -> None:
-        claim, class_name = plan.claim, plan.storage_class.name
-        where = plan.node_name or "the shared filesystem"
-        reference = claim_reference(claim)
-        started = time.monotonic()
+    def begin_provision(self, plan: ProvisionPlan) -> None:
+        claim = plan.claim
         self._recorder.normal(
-            reference,
+            claim_reference(claim),
             "Provisioning",
             f"External provisioner is provisioning volume for claim {claim.namespace}/{claim.name}",
         )
-        try:
-            self.run_helper("create", plan, bundle)
-        except HelperPodError as error:
+
+    def finish_provision(
+        self, plan: ProvisionPlan, bundle: ConfigBundle, helper: HelperResult, started: float
+    ) -> None:
+        """After the setup helper's run (`helper`): the PV, or the failure reported."""
+        claim, class_name = plan.claim, plan.storage_class.name
+        where = plan.node_name or "the shared filesystem"
+        reference = claim_reference(claim)
+        error = helper.error
+        if isinstance(error, HelperPodError):
             self._metrics.provision_failed_total.labels(class_name, "").inc()
             self._recorder.warning(
                 reference,
@@ -144,6 +107,8 @@ class Actions:
                 f"failed to create {plan.path} on {where}: {error}; will retry with backoff",
             )
             raise ActionFailed(str(error)) from error
+        if error is not None:
+            raise error
         self._save_volume(plan, bundle, reference)
         self._metrics.provision_total.labels(class_name, "").inc()
         self._metrics.provision_duration_seconds.labels(class_name, "").observe(
@@ -194,7 +159,7 @@ class Actions:
         # The directory exists but no PV will point at it: give the storage back.
         self._metrics.provision_failed_total.labels(plan.storage_class.name, "").inc()
         try:
-            self.run_helper("delete", _cleanup_target(plan), bundle)
+            self.helper_runs.run("delete", _cleanup_target(plan), bundle)
         except HelperPodError as error:
             self._recorder.warning(
                 reference,
@@ -298,11 +263,13 @@ class Actions:
     def refuse_expansion(self, claim: ClaimRecord, reason: str) -> None:
         self._recorder.warning(claim_reference(claim), "VolumeResizeFailed", reason)
 
-    def teardown(self, plan: TeardownPlan, class_name: str, bundle: ConfigBundle) -> None:
-        started = time.monotonic()
-        try:
-            self.run_helper("delete", plan, bundle)
-        except HelperPodError as error:
+    def finish_teardown(
+        self, plan: TeardownPlan, class_name: str, helper: HelperResult, started: float
+    ) -> None:
+        """After the teardown helper's run (`helper`): the finalizer and the PV, or the
+        failure reported."""
+        error = helper.error
+        if isinstance(error, HelperPodError):
             self._metrics.delete_failed_total.labels(class_name).inc()
             self._recorder.warning(
                 volume_reference(plan.volume_name),
@@ -310,6 +277,8 @@ class Actions:
                 f"failed to remove {plan.path}: {error}; will retry with backoff",
             )
             raise ActionFailed(str(error)) from error
+        if error is not None:
+            raise error
         if plan.remove_finalizer:
             self.remove_finalizer(plan.volume_name)
         if plan.delete_volume:

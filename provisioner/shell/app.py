@@ -38,10 +38,12 @@ from provisioner.kube.helper_pods import HelperPodRunner
 from provisioner.kube.leader_election import LeaderElector, lease_name_for
 from provisioner.kube.metrics import Metrics
 from provisioner.kube.pod_events import PodEventHub
-from provisioner.shell.actions import Actions, HelperSettings
+from provisioner.shell.actions import Actions
 from provisioner.shell.config_watch import ConfigWatcher
 from provisioner.shell.controller import STOP_BUDGET_SECONDS as CONTROLLER_STOP_BUDGET
 from provisioner.shell.controller import Controller, ControllerSettings
+from provisioner.shell.helper_batcher import BatchSettings
+from provisioner.shell.helper_runs import HelperSettings
 from provisioner.shell.installation_removal import release_finalizers, removal_reason
 from provisioner.shell.logs import configure_logging
 from provisioner.shell.node_scan import NodeScanner, ScanSources
@@ -108,7 +110,10 @@ class Provisioner:
             options.kubeconfig, qps=options.kube_api_qps, burst=options.kube_api_burst
         )
         self.recorder = EventRecorder(
-            self.clients, options.provisioner_name, host=socket.gethostname()
+            self.clients,
+            options.provisioner_name,
+            host=socket.gethostname(),
+            spare_capacity=self.clients.spare_capacity,
         )
         # Runs follow their helper pod through the controller's informer, not a watch each.
         pod_events = PodEventHub()
@@ -130,6 +135,11 @@ class Provisioner:
                 workers=options.workers,
                 provisioning_retry_count=options.provisioning_retry_count,
                 deletion_retry_count=options.deletion_retry_count,
+                batch=BatchSettings(
+                    max_batch=options.helper_batch_size,
+                    pods_per_node=options.helper_pods_per_node,
+                    max_single_pods=options.workers,
+                ),
             ),
             lambda: self.watcher.current,
             actions,

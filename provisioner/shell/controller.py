@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from provisioner.core.claims import (
@@ -23,11 +23,13 @@ from provisioner.core.claims import (
     Ignore,
     NodeGone,
     Provision,
+    ProvisionPlan,
     RefuseUnsafePath,
     Reject,
     RemoveFinalizer,
     Reschedule,
     Teardown,
+    TeardownPlan,
     WaitForPath,
     decide_claim_action,
     decide_volume_action,
@@ -46,9 +48,7 @@ from provisioner.core.expansion import (
 from provisioner.core.helpers import (
     HELPER_POD_LABEL,
     HELPER_POD_LABEL_VALUE,
-    HELPER_STEPS,
     HelperAction,
-    helper_pod_name,
 )
 from provisioner.core.paths import PathBook
 from provisioner.core.records import (
@@ -70,6 +70,8 @@ from provisioner.kube.pod_events import ADDED, DELETED, MODIFIED, PodEventHub
 from provisioner.kube.workqueue import WorkQueue
 from provisioner.shell.actions import ActionFailed, Actions
 from provisioner.shell.capacity_publisher import CapacityPublisher
+from provisioner.shell.helper_batcher import BatchSettings, HelperBatcher, HelperJob
+from provisioner.shell.helper_pod_index import HelperPodIndex
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +103,18 @@ class ControllerSettings:
     backoff_max: float = 300.0
     capacity_min_interval: float = 1.0
     """The CSIStorageCapacity publisher writes at most once per this many seconds."""
+    batch: BatchSettings = field(default_factory=BatchSettings)
+    """How setups and teardowns share helper pods on a busy node."""
+
+
+@dataclass(frozen=True)
+class _Handoff:
+    """A setup or teardown whose helper run the batcher has: what carrying it out needs."""
+
+    plan: ProvisionPlan | TeardownPlan
+    bundle: ConfigBundle
+    started: float
+    class_name: str
 
 
 class _InformerNames:
@@ -177,7 +191,17 @@ class Controller:
         # Claims whose expansion was refused for want of room: looked at again when a volume
         # goes and gives its budget back.
         self._expansions_waiting_for_room: set[str] = set()
-        self._in_flight_pods: set[str] = set()
+        # Setups and teardowns handed to the batcher, by key: what their reconcile carries
+        # out once the helper run ended (see `_settle_claim` and `_settle_volume`).
+        self._handoffs: dict[Key, _Handoff] = {}
+        self._helper_index = HelperPodIndex()
+        self._helpers: HelperBatcher[Key] = HelperBatcher(
+            lambda: actions.helper_runs,
+            settings.batch,
+            on_done=self._queue.add,
+            running_pods=self._helper_index.pods_serving,
+            delete_pod=lambda name: actions.delete_helper_pod(settings.helper_namespace, name),
+        )
         # What each worker is on and since when: the work loop's heartbeat for /healthz.
         self._busy: dict[str, tuple[Key, float]] = {}
         self._workers: list[threading.Thread] = []
@@ -247,11 +271,13 @@ class Controller:
         leads next redoes the action. Bounded by `STOP_BUDGET_SECONDS` in all."""
         deadline = time.monotonic() + drain_seconds
         self.capacity.stop()
+        self._helpers.stop()
         self._queue.shutdown()
         for worker in self._workers:
             worker.join(max(0.0, deadline - time.monotonic()))
+        self._settle_ended_runs(deadline)
         deadline = time.monotonic() + POD_CLEANUP_SECONDS
-        for pod in sorted(self._in_flight_pods.copy()):
+        for pod in sorted(self._helpers.in_flight_pods()):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 log.warning("helper pod %s still running at shutdown: left to the next leader", pod)
@@ -262,6 +288,22 @@ class Controller:
             )
         for informer in self.informers:
             informer.stop(timeout=1.0)
+
+    def _settle_ended_runs(self, deadline: float) -> None:
+        """At a stop: helper runs that end within the drain are carried out here (the PV saved,
+        the PV deleted), as a worker would have; the workers are gone."""
+        self._helpers.wait_idle(deadline)
+        busy = {key for key, _ in self._busy.copy().values()}
+        for key in self._helpers.ended_keys():
+            if time.monotonic() >= deadline:
+                log.warning("stopping before %s %s was carried out: left to the next leader", *key)
+                continue
+            if key[0] not in (CLAIM, VOLUME) or key in busy:
+                continue
+            try:
+                self._reconcile(key)
+            except Exception as error:  # noqa: BLE001 - logged; whoever leads next redoes it
+                log.warning("carrying out %s %s at the stop failed: %s", *key, error)
 
     def _desired_capacities(self, driver_wants_capacity: bool) -> dict[str, CapacityObject]:
         """The CSIStorageCapacity set for the current config, nodes, classes and book."""
@@ -342,6 +384,11 @@ class Controller:
                         self._pod_events.publish(DELETED, old)
                 else:
                     self._pod_events.publish(MODIFIED if old is not None else ADDED, new)
+            current = new if new is not None else old
+            if current is not None and self._helper_index.update(
+                str(current["metadata"]["name"]), new
+            ):
+                self._helpers.pods_changed(None if new is not None else current["metadata"]["name"])
             if new is not None and (new.get("status") or {}).get("phase") in (
                 "Succeeded",
                 "Failed",
@@ -362,7 +409,7 @@ class Controller:
             return
         name = str(pod["metadata"]["name"])
         deleting = pod["metadata"].get("deletionTimestamp") is not None
-        if deleting or name in self._in_flight_pods:
+        if deleting or name in self._helpers.in_flight_pods():
             return
         log.info(
             "deleting leftover helper pod %s (%s)", name, (pod.get("status") or {}).get("phase")
@@ -379,14 +426,17 @@ class Controller:
                 return
             self._busy[me] = (key, time.monotonic())
             try:
-                self._reconcile(key)
+                settled = self._reconcile(key)
             except (ActionFailed, HelperPodError) as error:
                 self._retry(key, str(error))
             except Exception as error:
                 log.exception("reconciling %s %s failed", *key)
                 self._retry(key, repr(error))
             else:
-                self._queue.forget(key)
+                # A key handed to the batcher keeps its failures: its helper's end queues it
+                # again, and a failure then counts as another attempt of the same action.
+                if settled:
+                    self._queue.forget(key)
             finally:
                 self._busy.pop(me, None)
                 self._queue.done(key)
@@ -412,14 +462,15 @@ class Controller:
         )
         self._queue.add_rate_limited(key)
 
-    def _reconcile(self, key: Key) -> None:
+    def _reconcile(self, key: Key) -> bool:
+        """Whether the key is settled (False: its helper run was handed over or still runs)."""
         kind, name = key
         if kind == CLAIM:
-            self._reconcile_claim(name)
-        elif kind == VOLUME:
-            self._reconcile_volume(name)
-        else:
-            self._collect_helper_pod(name)
+            return self._reconcile_claim(name)
+        if kind == VOLUME:
+            return self._reconcile_volume(name)
+        self._collect_helper_pod(name)
+        return True
 
     def _may_expand(self, claim: ClaimRecord) -> bool:
         """Cheap filter: the claim asks for more than its PV of ours has, or its status lags (a
@@ -477,13 +528,16 @@ class Controller:
             case NoExpansion(reason):
                 log.debug("claim %s/%s: %s", claim.namespace, claim.name, reason)
 
-    def _reconcile_claim(self, uid: str) -> None:
+    def _reconcile_claim(self, uid: str) -> bool:
+        key = (CLAIM, uid)
+        if key in self._handoffs:
+            return self._settle_claim(key)
         claim = self.claims.get(uid)
         if claim is None:
-            return
+            return True
         if claim.volume_name:
             self._reconcile_expansion(claim)
-            return
+            return True
         bundle = self._config()
         nodes = dict(self.nodes.items())
         storage_class = self.classes.get(claim.storage_class_name or "")
@@ -514,14 +568,14 @@ class Controller:
                 try:
                     if plan.record_base_path:
                         self._actions.record_base_path(claim, plan.base_path)
-                    self._with_pod(
-                        "create", plan.volume_name, lambda: self._actions.provision(plan, bundle)
-                    )
+                    self._actions.begin_provision(plan)
+                    self._hand_over(key, "create", plan, bundle, plan.storage_class.name)
                 except BaseException:
                     self._release(plan.volume_name)
                     raise
                 finally:
                     self.capacity.poke()
+                return False
             case WaitForPath(reason):
                 log.info("claim %s/%s waits: %s", claim.namespace, claim.name, reason)
                 self._actions.wait_for_path(claim, reason)
@@ -532,6 +586,42 @@ class Controller:
                 self._actions.reschedule(claim, reason)
             case Ignore(reason):
                 log.debug("claim %s/%s: %s", claim.namespace, claim.name, reason)
+        return True
+
+    def _hand_over(
+        self,
+        key: Key,
+        action: HelperAction,
+        plan: ProvisionPlan | TeardownPlan,
+        bundle: ConfigBundle,
+        class_name: str,
+    ) -> None:
+        """Give the helper run to the batcher; the key comes back when it ended."""
+        self._handoffs[key] = _Handoff(plan, bundle, time.monotonic(), class_name)
+        try:
+            self._helpers.submit(HelperJob(key, action, plan, bundle))
+        except BaseException:
+            del self._handoffs[key]
+            raise
+
+    def _settle_claim(self, key: Key) -> bool:
+        """The setup handed over for the claim: carried out once its helper run ended (the PV
+        saved, or the failure reported and retried), whether or not the claim still exists:
+        its directory may exist, and a PV whose claim is gone is Released and torn down."""
+        result = self._helpers.take(key)
+        if result is None:
+            return False
+        handoff = self._handoffs.pop(key)
+        plan = handoff.plan
+        assert isinstance(plan, ProvisionPlan)
+        try:
+            self._actions.finish_provision(plan, handoff.bundle, result, handoff.started)
+        except BaseException:
+            self._release(plan.volume_name)
+            raise
+        finally:
+            self.capacity.poke()
+        return True
 
     def _volume_gone(self, volume_name: str) -> None:
         """A PV went: its path and its budget are free, and whoever waited for them (a claim
@@ -557,10 +647,13 @@ class Controller:
         for uid in waiting:
             self._queue.add((CLAIM, uid))
 
-    def _reconcile_volume(self, name: str) -> None:
+    def _reconcile_volume(self, name: str) -> bool:
+        key = (VOLUME, name)
+        if key in self._handoffs:
+            return self._settle_volume(key)
         volume = self.volumes.get(name)
         if volume is None:
-            return
+            return True
         bundle = self._config()
         nodes = dict(self.nodes.items())
         # The decision is the teardown's last check: taken under the lock, with every live,
@@ -578,17 +671,13 @@ class Controller:
                 self._paths.start_teardown(name)
         match decision:
             case Teardown(plan):
-                succeeded = False
                 try:
-                    self._with_pod(
-                        "delete",
-                        plan.volume_name,
-                        lambda: self._actions.teardown(plan, volume.storage_class_name, bundle),
-                    )
-                    succeeded = True
-                finally:
+                    self._hand_over(key, "delete", plan, bundle, volume.storage_class_name)
+                except BaseException:
                     with self._paths_lock:
-                        self._paths.finish_teardown(name, succeeded=succeeded)
+                        self._paths.finish_teardown(name, succeeded=False)
+                    raise
+                return False
             case AddFinalizer():
                 self._actions.add_finalizer(name)
             case RemoveFinalizer(reason):
@@ -604,14 +693,26 @@ class Controller:
                     self._actions.remove_finalizer(name)
             case Ignore(reason):
                 log.debug("volume %s: %s", name, reason)
+        return True
 
-    def _with_pod(self, action: HelperAction, volume_name: str, run: Callable[[], None]) -> None:
-        pods = {helper_pod_name(step, volume_name) for step in HELPER_STEPS[action]}
-        self._in_flight_pods.update(pods)
+    def _settle_volume(self, key: Key) -> bool:
+        """The teardown handed over for the volume: carried out once its helper run ended (the
+        PV deleted, or the failure reported and retried); the path stays in the book as torn
+        down only when all of it succeeded."""
+        result = self._helpers.take(key)
+        if result is None:
+            return False
+        handoff = self._handoffs.pop(key)
+        plan = handoff.plan
+        assert isinstance(plan, TeardownPlan)
+        succeeded = False
         try:
-            run()
+            self._actions.finish_teardown(plan, handoff.class_name, result, handoff.started)
+            succeeded = True
         finally:
-            self._in_flight_pods.difference_update(pods)
+            with self._paths_lock:
+                self._paths.finish_teardown(plan.volume_name, succeeded=succeeded)
+        return True
 
 
 def _budget_changed(old: VolumeRecord | None, new: VolumeRecord | None, name: str) -> bool:

@@ -46,6 +46,10 @@ class Options:
     pod_name: str = ""
     """This process's pod (the kubelet sets the hostname to it): on SIGTERM, its owner tells
     whether the installation is being removed."""
+    helper_batch_size: int = 12
+    """Volumes one helper pod serves at most on a busy node (1: a pod per volume)."""
+    helper_pods_per_node: int = 2
+    """Setup (and teardown) helper pods running at once per node, at most."""
 
 
 def _env_bool(value: str) -> bool:
@@ -109,6 +113,20 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) 
         type=int,
         default=int(env("WORKER_THREADS", "8")),
         help="concurrent reconcilers [WORKER_THREADS]",
+    )
+    add(
+        "--helper-batch-size",
+        type=int,
+        default=int(env("HELPER_BATCH_SIZE", "12")),
+        help="volumes that arrive for a node while its helper pod runs share its next one, "
+        "up to this many; 1 gives each volume its own pod [HELPER_BATCH_SIZE]",
+    )
+    add(
+        "--helper-pods-per-node",
+        type=int,
+        default=int(env("HELPER_PODS_PER_NODE", "2")),
+        help="setup (and teardown) helper pods running at once per node; beyond the first, only "
+        "for a full batch [HELPER_PODS_PER_NODE]",
     )
     add(
         "--provisioning-retry-count",
@@ -193,8 +211,10 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) 
     ns = parser.parse_args(list(argv))
     if ns.node_scan_interval < 0:
         parser.error("--node-scan-interval must be 0 (off) or a number of seconds")
-    if ns.workers < 1:
-        parser.error(f"--worker-threads must be at least 1, got {ns.workers}")
+    for flag in ("workers", "helper_batch_size", "helper_pods_per_node"):
+        if getattr(ns, flag) < 1:
+            name = "worker-threads" if flag == "workers" else flag.replace("_", "-")
+            parser.error(f"--{name} must be at least 1, got {getattr(ns, flag)}")
     for flag in ("provisioning_retry_count", "deletion_retry_count"):
         if getattr(ns, flag) < 0:
             parser.error(f"--{flag.replace('_', '-')} must be 0 (forever) or more")
@@ -220,4 +240,6 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) 
         json_logs=ns.json_logs,
         pod_name=ns.pod_name,
         node_scan_interval=ns.node_scan_interval,
+        helper_batch_size=ns.helper_batch_size,
+        helper_pods_per_node=ns.helper_pods_per_node,
     )

@@ -1,11 +1,13 @@
 """Per-claim stages of the burst and the lifted scenario's options (pure pieces of the bench)."""
 
+import json
 import math
 
 from bench.burst import STAGES, ClaimMoments, served_volumes, stage_latencies
 from bench.options import parse_options
 from bench.report import LIFTED_FIGURES, build_report
 from bench.runner import RunResults
+from provisioner.core.batch_pods import BATCH_VOLUMES_ANNOTATION
 
 UID_A = "0a8b2f4e-1111-4c2d-9e3f-000000000001"
 UID_B = "0a8b2f4e-1111-4c2d-9e3f-000000000002"
@@ -40,6 +42,13 @@ def test_a_helper_pod_serves_the_volumes_its_name_carries() -> None:
     assert served_volumes(pod(f"helper-pod-create-pvc-{UID_A}")) == ("create", (UID_A,))
     assert served_volumes(pod(f"helper-pod-delete-pvc-{UID_B}")) == ("delete", (UID_B,))
     assert served_volumes(pod("unrelated")) == ("", ())
+    batch = {
+        "metadata": {
+            "name": "helper-batch-create-0123456789abcdef0123",
+            "annotations": {BATCH_VOLUMES_ANNOTATION: json.dumps([f"pvc-{UID_A}", f"pvc-{UID_B}"])},
+        }
+    }
+    assert served_volumes(batch) == ("create", (UID_A, UID_B))
 
 
 def test_the_lifted_scenario_runs_by_default_with_its_own_binder_limit() -> None:

@@ -9,16 +9,20 @@ though the session cluster is shared.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import itertools
 import json
 import os
 import shutil
 import stat
+import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -330,3 +334,125 @@ def purge(setup: ProvisionerSetup, files: ConfigFiles) -> None:
         for base in base_paths:
             if base.startswith(FAULT_BASE_PREFIX):
                 shutil.rmtree(node_dir / base.lstrip("/"), ignore_errors=True)
+
+
+# -- following helper pods -------------------------------------------------------------------
+
+BATCH_VOLUMES = "local-path-storage.io/batch-volumes"
+
+
+@dataclass(frozen=True)
+class HelperPodSeen:
+    """One helper pod as a watch saw it: the volumes it served (by name), and the positions
+    (in the watch's order) of its creation and of its end (finished or gone; None: never)."""
+
+    name: str
+    action: str
+    volumes: tuple[str, ...]
+    created: int
+    ended: int | None
+
+
+class HelperPodRecorder:
+    """Watches a setup's helper pods from now on, in the API server's order of changes, so a
+    test can count them and check that no two pods serving one volume ever ran at once."""
+
+    def __init__(self, setup: ProvisionerSetup) -> None:
+        self._setup = setup
+        self._lock = threading.Lock()
+        self._lives: dict[str, list[HelperPodSeen]] = {}
+        self._position = 0
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="helper-recorder", daemon=True)
+
+    def start(self) -> HelperPodRecorder:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[HelperPodSeen]:
+        self._stopping.set()
+        self._thread.join(15)
+        return self.pods()
+
+    def pods(self) -> list[HelperPodSeen]:
+        """Every life of every helper pod seen (a name may be used again), by creation."""
+        with self._lock:
+            lives = [life for name in self._lives for life in self._lives[name]]
+        return sorted(lives, key=lambda pod: pod.created)
+
+    def _watch(self) -> None:
+        core = self._setup.core
+        version = ""
+        while not self._stopping.is_set():
+            try:
+                if not version:
+                    listed = call_json(
+                        core.list_namespaced_pod,
+                        self._setup.namespace,
+                        label_selector=HELPER_SELECTOR,
+                    )
+                    for pod in listed["items"]:
+                        self._record("ADDED", pod)
+                    version = listed["metadata"]["resourceVersion"]
+                stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+                    core.list_namespaced_pod,
+                    self._setup.namespace,
+                    label_selector=HELPER_SELECTOR,
+                    resource_version=version,
+                    timeout_seconds=5,
+                )
+                for event in stream:
+                    pod = event["raw_object"]
+                    if event["type"] == "ERROR":
+                        version = ""
+                        break
+                    version = pod["metadata"]["resourceVersion"]
+                    self._record(event["type"], pod)
+                    if self._stopping.is_set():
+                        break
+            except ApiException as error:
+                if error.status != 410:
+                    raise
+                version = ""
+
+    def _record(self, kind: str, pod: dict[str, Any]) -> None:
+        metadata = pod["metadata"]
+        name = metadata["name"]
+        phase = (pod.get("status") or {}).get("phase")
+        with self._lock:
+            self._position += 1
+            lives = self._lives.setdefault(name, [])
+            if not lives or (lives[-1].ended is not None and kind == "ADDED"):
+                annotations = metadata.get("annotations") or {}
+                labels = metadata.get("labels") or {}
+                volumes = json.loads(annotations.get(BATCH_VOLUMES, "[]")) or [
+                    labels.get("local-path-storage.io/volume", "")
+                ]
+                lives.append(
+                    HelperPodSeen(
+                        name,
+                        labels.get("local-path-storage.io/helper-action", ""),
+                        tuple(volumes),
+                        self._position,
+                        None,
+                    )
+                )
+            if lives[-1].ended is None and (kind == "DELETED" or phase in ("Succeeded", "Failed")):
+                lives[-1] = dataclasses.replace(lives[-1], ended=self._position)
+
+
+def overlapping_runs(pods: Iterable[HelperPodSeen]) -> list[str]:
+    """Pairs of pods serving one volume whose lives (creation to end) overlap."""
+    by_volume: dict[str, list[HelperPodSeen]] = {}
+    for pod in pods:
+        if pod.action not in ("prepare", "create", "delete", "finish"):
+            continue
+        for volume in pod.volumes:
+            by_volume.setdefault(volume, []).append(pod)
+    found = []
+    for volume, served in by_volume.items():
+        served.sort(key=lambda pod: pod.created)
+        for earlier, later in itertools.pairwise(served):
+            if earlier.ended is None or earlier.ended > later.created:
+                found.append(f"{volume}: {earlier.name} and {later.name}")
+    return found

@@ -194,3 +194,26 @@ def test_every_request_carries_our_user_agent_and_the_credentials(limited: Limit
     for _, _, headers, _, _ in sent:
         assert headers["User-Agent"] == DEFAULT_USER_AGENT
         assert headers["Authorization"] == "Bearer t"
+
+
+def test_a_thread_s_spare_capacity_requests_wait_for_tokens_nobody_else_needs() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(qps=10, burst=1, clock=clock)
+    pool = FakePool()
+    api_client = RateLimitedApiClient(
+        Credentials(host="http://127.0.0.1:1", authorization=FixedAuthorization("Bearer t")),
+        bucket,
+        user_agent=DEFAULT_USER_AGENT,
+        pool=pool,
+    )
+    bucket.reserve()  # an ordinary request took the only token
+    with KubeClients.from_api_client(api_client).spare_capacity():
+        api_client.call_api("GET", "http://127.0.0.1:1/x")
+    api_client.call_api("GET", "http://127.0.0.1:1/y")
+    assert [url for _, url, _, _, _ in pool.sent] == [
+        "http://127.0.0.1:1/x",
+        "http://127.0.0.1:1/y",
+    ]
+    # The spare request waited for a token of its own (0.1 s); the ordinary one after it then
+    # borrowed the next (another 0.1 s): neither was served ahead of the earlier reservation.
+    assert clock.sleeps == [pytest.approx(0.1), pytest.approx(0.1)]

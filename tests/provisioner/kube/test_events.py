@@ -1,3 +1,4 @@
+import contextlib
 import threading
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
@@ -217,3 +218,32 @@ def test_object_reference_from_a_raw_object() -> None:
         "name": "pv",
         "apiVersion": "v1",
     }
+
+
+def test_events_are_sent_on_the_client_s_spare_capacity(api: FakeEventApi) -> None:
+    """Each request is made inside `spare_capacity()` (the client's: only the rate the work
+    it reports leaves), so a burst's PVs are not held up behind its events."""
+    inside: list[bool] = []
+    spare = threading.local()
+
+    @contextlib.contextmanager
+    def spare_capacity() -> Iterator[None]:
+        spare.on = True
+        try:
+            yield
+        finally:
+            spare.on = False
+
+    original = api.request_json
+
+    def request_json(method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        inside.append(getattr(spare, "on", False))
+        return original(method, path, **kwargs)
+
+    api.request_json = request_json  # type: ignore[method-assign]
+    recorder = EventRecorder(api, "component", spare_capacity=spare_capacity)
+    recorder.normal(CLAIM, "Provisioning", "x")
+    recorder.normal(CLAIM, "Provisioning", "x")
+    assert recorder.flush()
+    recorder.stop()
+    assert inside == [True, True]

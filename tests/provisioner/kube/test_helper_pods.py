@@ -354,3 +354,33 @@ def test_pod_state_reads_the_init_container_the_pod_is_at() -> None:
         ],
     }
     assert PodState.of({"status": main_failed}) == PodState("Failed", 1, "Error", "left 2\n")
+
+
+def runner(api: FakePodApi, clock: FakeClock, grace: float = 20.0) -> HelperPodRunner:
+    return HelperPodRunner(cast(KubeClients, api), start_failure_grace=grace, clock=clock)
+
+
+def test_a_run_to_its_end_returns_a_failed_pod_and_leaves_it_for_the_caller(
+    clock: FakeClock,
+) -> None:
+    """A batch pod's containers report their own outcomes: the pod as it ended is returned,
+    failed or not, and deleted only when the caller has read it."""
+    api = FakePodApi(clock, [[RUNNING, FAILED]])
+    helper = runner(api, clock)
+    seconds, final = helper.run_to_end(MANIFEST, 120)
+    assert seconds == pytest.approx(2)
+    assert final["status"] == FAILED
+    assert methods(api) == ["POST"]
+    helper.delete(MANIFEST)
+    assert methods(api) == ["POST", "DELETE"]
+
+
+def test_a_run_to_its_end_that_never_starts_keeps_the_pod_as_last_seen_and_deletes_it(
+    clock: FakeClock,
+) -> None:
+    api = FakePodApi(clock, [[PULL_BACKOFF]])
+    with pytest.raises(HelperPodNotStarted) as not_started:
+        runner(api, clock).run_to_end(MANIFEST, 120)
+    last_seen = not_started.value.last_seen
+    assert last_seen is not None and last_seen["status"] == PULL_BACKOFF
+    assert methods(api) == ["POST", "DELETE"]

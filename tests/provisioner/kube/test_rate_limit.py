@@ -60,3 +60,29 @@ def test_backoff_survives_huge_failure_counts() -> None:
 def test_backoff_rejects_inverted_bounds() -> None:
     with pytest.raises(ValueError):
         ItemExponentialBackoff(base_delay=5, max_delay=1)
+
+
+def test_a_spare_request_takes_only_what_the_others_leave() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(qps=10, burst=2, clock=clock)
+    bucket.acquire_spare()
+    assert clock.sleeps == [], "a saved-up token is taken at once"
+    assert bucket.reserve() == 0.0
+    assert bucket.reserve() == pytest.approx(0.1), "the spare request borrowed nothing"
+    start = clock.monotonic()
+    bucket.acquire_spare()
+    # It waited until the reservation ahead of it was served and a token was saved up again.
+    assert clock.monotonic() - start == pytest.approx(0.2)
+    assert bucket.reserve() == pytest.approx(0.1), "and it took that token"
+
+
+def test_a_spare_request_queues_up_like_any_other_once_its_patience_is_out() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(qps=1, burst=1, clock=clock)
+    for _ in range(30):
+        bucket.reserve()  # a long queue of ordinary requests ahead
+    start = clock.monotonic()
+    bucket.acquire_spare(patience=5.0)
+    waited = clock.monotonic() - start
+    assert 29.0 <= waited <= 31.0, waited
+    assert clock.sleeps[0] == pytest.approx(5.0), "it gave up waiting for a spare token at 5 s"

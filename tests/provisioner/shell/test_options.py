@@ -56,6 +56,8 @@ def test_flags_win_over_environment() -> None:
     ("argv", "message"),
     [
         (["--worker-threads", "0"], "--worker-threads must be at least 1, got 0"),
+        (["--helper-batch-size", "0"], "--helper-batch-size must be at least 1, got 0"),
+        (["--helper-pods-per-node", "0"], "--helper-pods-per-node must be at least 1, got 0"),
         (["--deletion-retry-count", "-1"], "--deletion-retry-count must be 0 (forever) or more"),
     ],
 )
@@ -65,3 +67,13 @@ def test_bad_flags_are_refused_with_a_clear_message(
     with pytest.raises(SystemExit):
         parse_options(argv, environ={})
     assert message in capsys.readouterr().err
+
+
+def test_helper_batching_defaults_and_environment() -> None:
+    defaults = parse_options([], environ={})
+    assert (defaults.helper_batch_size, defaults.helper_pods_per_node) == (12, 2)
+    tuned = parse_options(
+        ["--helper-batch-size", "1"],
+        environ={"HELPER_PODS_PER_NODE": "3", "HELPER_BATCH_SIZE": "9"},
+    )
+    assert (tuned.helper_batch_size, tuned.helper_pods_per_node) == (1, 3)

@@ -1,0 +1,123 @@
+"""When a helper run starts and which volumes share its pod: group while busy.
+
+A lone volume never waits for company: a group (one node and action) with no pod running
+starts its volume at once in a pod of its own, today's single-volume pod. Volumes that arrive
+while the group is busy queue up, and the next pod to end hands its slot to them: they go
+together, up to `max_batch`, in one batch pod. A group may run up to `pods_per_group` pods at
+once, but a busy group starts another only for a full batch (a backlog it cannot keep up
+with). So a quiet node runs each volume at once, a busy one spends one pod on many volumes, and
+one under a flood works on several full batches at a time.
+
+Volumes that may not share a pod (see `batch_pods.is_batchable`) run in pods of their own
+outside the groups, at most `max_single_pods` at a time (as many as the workers that used to
+run them), in arrival order. Only volumes made from the same config (`tag`) share a pod.
+Pure bookkeeping: the shell calls it under one lock and starts what it returns.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+J = TypeVar("J")
+
+
+@dataclass(frozen=True)
+class Launch(Generic[J]):
+    """Jobs to run now in one pod: a pod of its own when there is one job."""
+
+    group: Hashable | None
+    """The group whose slot it holds; None for a pod outside the groups."""
+    jobs: tuple[J, ...]
+
+
+@dataclass
+class _Queued(Generic[J]):
+    job: J
+    tag: object
+
+
+@dataclass
+class _Group(Generic[J]):
+    running: int = 0
+    queue: deque[_Queued[J]] = field(default_factory=deque)
+
+
+class HelperPlanner(Generic[J]):
+    def __init__(self, *, max_batch: int, pods_per_group: int, max_single_pods: int) -> None:
+        if max_batch < 1 or pods_per_group < 1 or max_single_pods < 1:
+            raise ValueError("max_batch, pods_per_group and max_single_pods must be at least 1")
+        self._max_batch = max_batch
+        self._pods_per_group = pods_per_group
+        self._max_single_pods = max_single_pods
+        self._groups: dict[Hashable, _Group[J]] = {}
+        self._singles: _Group[J] = _Group()
+
+    def submit(self, job: J, group: Hashable | None, tag: object) -> list[Launch[J]]:
+        """Queue the job (group None: it needs a pod of its own); what starts now."""
+        if group is None:
+            self._singles.queue.append(_Queued(job, tag))
+            return self._start_singles()
+        state = self._groups.setdefault(group, _Group())
+        state.queue.append(_Queued(job, tag))
+        return self._start_group(group, state, partial=0 if state.running else 1)
+
+    def finished(self, launch: Launch[J]) -> list[Launch[J]]:
+        """A launch's pod is done (whatever its outcome): its slot is free; what starts now."""
+        if launch.group is None:
+            self._singles.running -= 1
+            return self._start_singles()
+        state = self._groups[launch.group]
+        state.running -= 1
+        started = self._start_group(launch.group, state, partial=1)
+        if not state.running and not state.queue:
+            del self._groups[launch.group]
+        return started
+
+    def drop_queued(self) -> list[J]:
+        """Forget every job that has not started (the shell is stopping); returns them."""
+        dropped = [queued.job for queued in self._singles.queue]
+        self._singles.queue.clear()
+        for state in self._groups.values():
+            dropped += [queued.job for queued in state.queue]
+            state.queue.clear()
+        return dropped
+
+    def waiting(self) -> int:
+        """Jobs queued and not started."""
+        return len(self._singles.queue) + sum(len(s.queue) for s in self._groups.values())
+
+    def _start_singles(self) -> list[Launch[J]]:
+        started = []
+        while self._singles.queue and self._singles.running < self._max_single_pods:
+            self._singles.running += 1
+            started.append(Launch(None, (self._singles.queue.popleft().job,)))
+        return started
+
+    def _start_group(self, group: Hashable, state: _Group[J], *, partial: int) -> list[Launch[J]]:
+        """Up to `partial` pods with whatever waits (an idle group's, a freed slot's), then
+        only full batches while slots are free."""
+        started: list[Launch[J]] = []
+        while state.queue and state.running < self._pods_per_group:
+            if len(started) >= partial and len(state.queue) < self._max_batch:
+                break
+            state.running += 1
+            started.append(Launch(group, self._take_batch(state.queue)))
+        return started
+
+    def _take_batch(self, queue: deque[_Queued[J]]) -> tuple[J, ...]:
+        """The oldest job and, in order, the next ones of its tag, up to max_batch."""
+        first = queue.popleft()
+        taken, kept = [first.job], deque[_Queued[J]]()
+        while queue and len(taken) < self._max_batch:
+            queued = queue.popleft()
+            if queued.tag is first.tag:
+                taken.append(queued.job)
+            else:
+                kept.append(queued)
+        kept.extend(queue)
+        queue.clear()
+        queue.extend(kept)
+        return tuple(taken)

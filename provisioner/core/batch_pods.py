@@ -1,0 +1,377 @@
+"""One helper pod for several volumes of one node: what a busy node's queued setups (or
+teardowns) run in, instead of a pod each. Its outcomes are read back by `batch_outcomes`.
+
+Its first init container stages the scripts (the wrapper, the guard, the setup or teardown
+script in force, the quota and finish scripts) once into an emptyDir the others mount
+read-only: the pod carries them once, not once per volume.
+
+Each volume keeps what its own pod would give it: an init container of its own, with its own
+environment (VOL_DIR, VOL_SIZE_BYTES, ...), only its own directory writable (the base path
+read-only for the guard, as in `helpers`), and the validated setup or teardown script behind
+the same guard. A kubelet runs init containers one after another and stops at the first that
+fails, so each volume's container is wrapped: the wrapper runs the guarded script under the
+volume's own timeout (cmdTimeoutSeconds), records its exit code in a result file of its own
+(an emptyDir subPath no other volume sees) and in its termination message with a bounded tail
+of its output, and exits 0, so the next volume still runs and one failure fails that volume
+alone.
+
+The main container is the provisioner's fixed `finish` step for every volume that needs it,
+with the base paths writable: after a teardown that succeeded (never after one that failed:
+it reads the volume's result file), and after a setup that failed (as a single pod's failed
+setup is followed by `finish`). It reports one line per volume in its termination message.
+
+Only volumes whose single pod would run the scripts through the guard in one step are batched:
+a configured setupCommand/teardownCommand (the image may have no shell for the wrapper) and a
+nested volume whose parents `prepare` must make first (its data hostPath must exist before a
+pod that mounts it can start) keep their own pods.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from provisioner.core.config import ConfigBundle
+from provisioner.core.helpers import (
+    BASE_VIEW,
+    FINISH_CONTAINER,
+    FINISH_SCRIPT,
+    GUARD_SCRIPT,
+    HELPER_ACTION_LABEL,
+    HelperAction,
+    HelperTarget,
+    helper_pod_frame,
+    helper_steps,
+    step_container,
+)
+from provisioner.core.paths import is_strictly_inside
+
+BATCH_VOLUMES_ANNOTATION = "local-path-storage.io/batch-volumes"
+"""On a batch pod: the JSON list of its volumes' names, in the order of their init containers
+(after the stage container)."""
+RESULTS_VOLUME = "results"
+RESULT_DIR = "/.local-path-storage/result"
+"""Where a volume's container sees its own result directory (its subPath of the emptyDir)."""
+RESULTS_DIR = "/.local-path-storage/results"
+"""Where the finish container sees every volume's result directory, read-only."""
+SCRIPTS_VOLUME = "scripts"
+SCRIPTS_DIR = "/.local-path-storage/scripts"
+"""Where the scripts every volume runs are, written once by the stage container."""
+STAGE_CONTAINER = "stage"
+OUTCOME_PATH = "/tmp/local-path-storage-outcome"
+"""Every batch container's terminationMessagePath: what it writes there is its message."""
+EXIT_PREFIX = "lps-exit "
+"""The first line of a volume container's message: `lps-exit CODE`, then its output's tail."""
+TIMED_OUT_EXIT_CODE = 124
+"""What a volume whose script outran cmdTimeoutSeconds reports (as timeout(1) does)."""
+MESSAGE_BUDGET_BYTES = 12_000
+"""The volumes' output tails together, at most (a kubelet keeps 4096 bytes per container)."""
+TAIL_MAX_BYTES = 2048
+TAIL_MIN_BYTES = 200
+FINISH_MESSAGE_BYTES = 3900
+"""The finish container's message, below the kubelet's 4096 bytes."""
+DEADLINE_SLACK_SECONDS = 30
+"""The pod's activeDeadlineSeconds beyond every volume's own timeout: a backstop only."""
+
+# The first init container writes the scripts every volume runs, once per pod, into an
+# emptyDir that the others mount read-only: a pod spec carries each of them once instead of
+# once per volume (every status update of the pod is sent to every watcher of pods), and no
+# volume's code can change what the next volume runs.
+STAGE_SCRIPT = """\
+set -eu
+cd "$LPS_SCRIPTS"
+printf '%s\\n' "$LPS_STAGE_WRAPPER" > wrapper
+printf '%s\\n' "$LPS_STAGE_GUARD" > guard
+printf '%s\\n' "$LPS_STAGE_SCRIPT" > script
+printf '%s\\n' "$LPS_STAGE_FINISH" > finish
+printf '%s\\n' "$LPS_STAGE_BATCH_FINISH" > batch-finish
+if [ -n "${LPS_STAGE_QUOTA:-}" ]; then printf '%s\\n' "$LPS_STAGE_QUOTA" > quota; fi
+"""
+
+# $1 is setup or teardown, the rest the script's arguments. The guarded script runs in the
+# background so that a watchdog can end it at the volume's timeout; what it leaves running
+# ends with the container, as a kubelet ends every process of a container that exited.
+VOLUME_WRAPPER = """\
+set -u
+action="$1"
+shift
+LPS_SCRIPT="$(cat "$LPS_SCRIPTS/script")"
+export LPS_SCRIPT
+if [ -e "$LPS_SCRIPTS/quota" ]; then
+  LPS_QUOTA_SCRIPT="$(cat "$LPS_SCRIPTS/quota")"
+  export LPS_QUOTA_SCRIPT
+fi
+out="$LPS_RESULT_DIR/output"
+/bin/sh -c "$(cat "$LPS_SCRIPTS/guard")" "$action" "$@" > "$out" 2>&1 &
+child=$!
+( sleep "$LPS_VOLUME_TIMEOUT"; : > "$LPS_RESULT_DIR/timed-out"; kill -KILL "$child" ) \
+  > /dev/null 2>&1 &
+watchdog=$!
+wait "$child"
+status=$?
+kill "$watchdog" > /dev/null 2>&1
+if [ -e "$LPS_RESULT_DIR/timed-out" ]; then
+  echo "timed out after ${LPS_VOLUME_TIMEOUT}s" >> "$out"
+  status=124
+fi
+echo "$status" > "$LPS_RESULT_DIR/status"
+{ echo "lps-exit $status"; tail -c "$LPS_TAIL_BYTES" "$out"; } > "$LPS_MESSAGE"
+exit 0
+"""
+
+# One line per volume: `I ok`, `I skipped` or `I failed CODE TAIL`. LPS_ACTION says whose
+# result allows `finish`: a teardown's success (create: a setup's failure).
+BATCH_FINISH_SCRIPT = """\
+set -u
+: > "$LPS_MESSAGE"
+i=0
+while [ "$i" -lt "$LPS_COUNT" ]; do
+  eval "dir=\\$LPS_DIR_$i base=\\$LPS_BASE_$i"
+  status="$(cat "$LPS_RESULTS/v$i/status" 2>/dev/null)" || status=""
+  case "$LPS_ACTION:$status" in
+    delete:0 | create:[1-9]*) run=yes ;;
+    *) run=no ;;
+  esac
+  if [ "$run" = no ]; then
+    echo "$i skipped" >> "$LPS_MESSAGE"
+  elif out="$(VOL_DIR="$dir" LPS_BASE="$base" /bin/sh "$LPS_SCRIPTS/finish" 2>&1)"; then
+    echo "$i ok" >> "$LPS_MESSAGE"
+  else
+    code=$?
+    tail="$(printf '%s' "$out" | tail -c "$LPS_LINE_BYTES" | tr '\\n' ' ')"
+    echo "$i failed $code $tail" >> "$LPS_MESSAGE"
+  fi
+  i=$((i + 1))
+done
+"""
+
+
+def is_batchable(action: HelperAction, target: HelperTarget, bundle: ConfigBundle) -> bool:
+    """Whether the volume may share a batch pod (see the module's docstring for why not)."""
+    config = bundle.config
+    if config.setup_command if action == "create" else config.teardown_command:
+        return False
+    if not target.base_path or not is_strictly_inside(target.path, target.base_path):
+        return False
+    return action == "delete" or helper_steps("create", target) == ("create",)
+
+
+def batch_pod_name(action: HelperAction, volume_names: Sequence[str]) -> str:
+    """Deterministic for one batch (a retried create finds its pod), distinct per batch."""
+    digest = hashlib.sha256("\n".join(volume_names).encode()).hexdigest()[:20]
+    return f"helper-batch-{action}-{digest}"
+
+
+def batch_volume_names(pod: Mapping[str, Any]) -> list[str]:
+    """The volumes a batch pod serves, in order; [] for any other pod."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        names = json.loads(annotations.get(BATCH_VOLUMES_ANNOTATION) or "[]")
+    except ValueError:
+        return []
+    if not isinstance(names, list):
+        return []
+    return [name for name in names if isinstance(name, str)]
+
+
+def volume_container_name(action: HelperAction, index: int) -> str:
+    return f"{'setup' if action == 'create' else 'teardown'}-{index}"
+
+
+def tail_bytes(count: int) -> int:
+    """Each volume's share of the message budget."""
+    return max(TAIL_MIN_BYTES, min(TAIL_MAX_BYTES, MESSAGE_BUDGET_BYTES // max(1, count)))
+
+
+def finish_line_bytes(count: int) -> int:
+    """Each volume's share of the finish container's message (its line's tail)."""
+    return max(16, FINISH_MESSAGE_BYTES // max(1, count) - 24)
+
+
+def build_batch_helper_pod(
+    action: HelperAction,
+    targets: Sequence[HelperTarget],
+    bundle: ConfigBundle,
+    namespace: str,
+    service_account: str,
+) -> dict[str, Any]:
+    """The batch pod for `targets` (at least two, one node, each `is_batchable`)."""
+    if len(targets) < 2:
+        raise ValueError("a batch pod serves at least two volumes; one gets its own pod")
+    nodes = {target.node_name for target in targets}
+    if len(nodes) != 1:
+        raise ValueError(f"a batch pod serves one node, not {sorted(map(str, nodes))}")
+    names = [target.volume_name for target in targets]
+    if len(set(names)) != len(names):
+        raise ValueError("a batch pod serves each volume once")
+    for target in targets:
+        if not is_batchable(action, target, bundle):
+            raise ValueError(f"volume {target.volume_name} needs a helper pod of its own")
+    pod = helper_pod_frame(
+        bundle,
+        namespace,
+        service_account,
+        name=batch_pod_name(action, names),
+        labels={HELPER_ACTION_LABEL: action},
+        node_name=targets[0].node_name,
+    )
+    pod["metadata"]["annotations"] = {
+        **(pod["metadata"].get("annotations") or {}),
+        BATCH_VOLUMES_ANNOTATION: json.dumps(names),
+    }
+    spec = pod["spec"]
+    timeout = bundle.config.cmd_timeout_seconds
+    spec["activeDeadlineSeconds"] = timeout * len(targets) + DEADLINE_SLACK_SECONDS
+    bases = sorted({target.base_path for target in targets})
+    base_volume = {base: f"base-{index}" for index, base in enumerate(bases)}
+    volumes: list[dict[str, Any]] = [
+        {"name": base_volume[base], "hostPath": {"path": base, "type": "DirectoryOrCreate"}}
+        for base in bases
+    ]
+    volumes += [
+        {"name": f"data-{index}", "hostPath": {"path": t.path, "type": "DirectoryOrCreate"}}
+        for index, t in enumerate(targets)
+    ]
+    volumes.append({"name": RESULTS_VOLUME, "emptyDir": {}})
+    volumes.append({"name": SCRIPTS_VOLUME, "emptyDir": {}})
+    ours = {volume["name"] for volume in volumes}
+    template = _without_mounts(spec["containers"][0], ours)
+    spec["volumes"] = [v for v in spec.get("volumes") or () if v.get("name") not in ours]
+    spec["volumes"] += volumes
+    built = [
+        _volume_container(
+            action,
+            index,
+            target,
+            bundle=bundle,
+            template=template,
+            base_volume=base_volume,
+            count=len(targets),
+        )
+        for index, target in enumerate(targets)
+    ]
+    scripts = built[0][1]
+    if any(staged != scripts for _, staged in built):
+        raise ValueError("the volumes of a batch must run the same scripts")
+    spec["initContainers"] = [
+        *(spec.get("initContainers") or ()),
+        _stage_container(template, scripts),
+        *(container for container, _ in built),
+    ]
+    spec["containers"][0] = _finish_container(action, targets, template, base_volume)
+    return pod
+
+
+def _without_mounts(container: Mapping[str, Any], names: set[str]) -> dict[str, Any]:
+    copied = copy.deepcopy(dict(container))
+    copied["volumeMounts"] = [
+        m for m in copied.get("volumeMounts") or () if m.get("name") not in names
+    ]
+    return copied
+
+
+SCRIPTS_MOUNT = {"name": SCRIPTS_VOLUME, "mountPath": SCRIPTS_DIR, "readOnly": True}
+STAGED_ENV = {"LPS_SCRIPT": "LPS_STAGE_SCRIPT", "LPS_QUOTA_SCRIPT": "LPS_STAGE_QUOTA"}
+"""What the volume's own pod passes in its environment and a batch pod stages instead (with
+the stage container's variable for it)."""
+
+
+def _volume_container(
+    action: HelperAction,
+    index: int,
+    target: HelperTarget,
+    *,
+    bundle: ConfigBundle,
+    template: Mapping[str, Any],
+    base_volume: Mapping[str, str],
+    count: int,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The volume's guarded script, as its own pod would run it, inside the wrapper, which
+    reads the scripts from the staged files; and the stage container's variables for them."""
+    mounts: list[dict[str, Any]] = [
+        {"name": base_volume[target.base_path], "mountPath": BASE_VIEW, "readOnly": True},
+        {"name": f"data-{index}", "mountPath": target.path},
+        {"name": RESULTS_VOLUME, "mountPath": RESULT_DIR, "subPath": f"v{index}"},
+        SCRIPTS_MOUNT,
+    ]
+    container = step_container(action, target, bundle, template, mounts)
+    shell, flag, guard, script = container["command"]
+    if (shell, flag, guard) != ("/bin/sh", "-c", GUARD_SCRIPT):
+        raise ValueError(f"volume {target.volume_name} does not run through the guard")
+    container["name"] = volume_container_name(action, index)
+    container["command"] = ["/bin/sh", f"{SCRIPTS_DIR}/wrapper", script]
+    staged = {"LPS_STAGE_GUARD": guard}
+    kept = []
+    for variable in container["env"]:
+        if variable["name"] in STAGED_ENV:
+            staged[STAGED_ENV[variable["name"]]] = variable["value"]
+        else:
+            kept.append(variable)
+    container["env"] = [
+        *kept,
+        {"name": "LPS_SCRIPTS", "value": SCRIPTS_DIR},
+        {"name": "LPS_RESULT_DIR", "value": RESULT_DIR},
+        {"name": "LPS_VOLUME_TIMEOUT", "value": str(bundle.config.cmd_timeout_seconds)},
+        {"name": "LPS_TAIL_BYTES", "value": str(tail_bytes(count))},
+        {"name": "LPS_MESSAGE", "value": OUTCOME_PATH},
+    ]
+    container["terminationMessagePath"] = OUTCOME_PATH
+    return container, staged
+
+
+def _stage_container(template: Mapping[str, Any], staged: Mapping[str, str]) -> dict[str, Any]:
+    """Writes the scripts into the scripts emptyDir, the only thing it can write."""
+    container = copy.deepcopy(dict(template))
+    container["name"] = STAGE_CONTAINER
+    container["volumeMounts"] = [
+        *container["volumeMounts"],
+        {"name": SCRIPTS_VOLUME, "mountPath": SCRIPTS_DIR},
+    ]
+    env = {
+        "LPS_SCRIPTS": SCRIPTS_DIR,
+        "LPS_STAGE_WRAPPER": VOLUME_WRAPPER,
+        "LPS_STAGE_FINISH": FINISH_SCRIPT,
+        "LPS_STAGE_BATCH_FINISH": BATCH_FINISH_SCRIPT,
+        **staged,
+    }
+    kept = [e for e in container.get("env") or () if e.get("name") not in env]
+    container["env"] = kept + [{"name": k, "value": v} for k, v in env.items()]
+    container["command"], container["args"] = ["/bin/sh", "-c", STAGE_SCRIPT, "stage"], []
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    return container
+
+
+def _finish_container(
+    action: HelperAction,
+    targets: Sequence[HelperTarget],
+    template: Mapping[str, Any],
+    base_volume: Mapping[str, str],
+) -> dict[str, Any]:
+    container = copy.deepcopy(dict(template))
+    container["name"] = FINISH_CONTAINER
+    container["volumeMounts"] = [
+        *container["volumeMounts"],
+        *({"name": name, "mountPath": base} for base, name in sorted(base_volume.items())),
+        {"name": RESULTS_VOLUME, "mountPath": RESULTS_DIR, "readOnly": True},
+        SCRIPTS_MOUNT,
+    ]
+    env = {
+        "LPS_ACTION": action,
+        "LPS_COUNT": str(len(targets)),
+        "LPS_RESULTS": RESULTS_DIR,
+        "LPS_SCRIPTS": SCRIPTS_DIR,
+        "LPS_MESSAGE": OUTCOME_PATH,
+        "LPS_LINE_BYTES": str(finish_line_bytes(len(targets))),
+    }
+    for index, target in enumerate(targets):
+        env[f"LPS_DIR_{index}"] = target.path
+        env[f"LPS_BASE_{index}"] = target.base_path
+    kept = [e for e in container.get("env") or () if e.get("name") not in env]
+    container["env"] = kept + [{"name": k, "value": v} for k, v in env.items()]
+    container["command"], container["args"] = ["/bin/sh", f"{SCRIPTS_DIR}/batch-finish"], []
+    container["terminationMessagePath"] = OUTCOME_PATH
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    return container

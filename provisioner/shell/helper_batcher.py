@@ -1,0 +1,305 @@
+"""The helper runs of setups and teardowns, off the workers: a worker hands a volume over and
+moves on; its run starts when `batch_planner` says (at once on a quiet node, in the node's next
+batch pod on a busy one), on a thread of its own; when it ends, the volume's result is kept
+until its key's next reconcile takes it, and the key is queued again (`on_done`).
+
+Never two helpers for one volume at once: a volume that a running pod we did not start serves
+(a predecessor's, say, after a crash) waits until that pod is gone, and that pod is deleted so
+that the wait is short (its volumes run again; setup and teardown are idempotent). The only
+exception is a pod of the very name the volume's own pods have: the single-pod run adopts it,
+as it always did.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from provisioner.core.batch_planner import HelperPlanner, Launch
+from provisioner.core.batch_pods import batch_pod_name, is_batchable
+from provisioner.core.config import ConfigBundle
+from provisioner.core.helpers import HELPER_STEPS, HelperAction, HelperTarget, helper_pod_name
+from provisioner.kube.helper_pods import HelperPodError
+from provisioner.shell.helper_runs import HelperResult, HelperRuns
+
+log = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+
+RECHECK_SECONDS = 10.0
+"""Volumes held for another pod are looked at again this often, in case an event got lost."""
+DELETE_AGAIN_SECONDS = 30.0
+DROPPED = RuntimeError("the helper run was dropped before it started (stopping)")
+
+
+@dataclass(frozen=True)
+class HelperJob(Generic[K]):
+    """One volume's helper run, for the work-queue key that handed it over."""
+
+    key: K
+    action: HelperAction
+    target: HelperTarget
+    bundle: ConfigBundle
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    max_batch: int = 12
+    """Volumes in one batch pod, at most."""
+    pods_per_node: int = 2
+    """Helper pods running per node and action, at most (for volumes that may share a pod)."""
+    max_single_pods: int = 8
+    """Pods of their own running at once, for volumes that may not share one."""
+
+
+class HelperBatcher(Generic[K]):
+    def __init__(
+        self,
+        runs: Callable[[], HelperRuns],
+        settings: BatchSettings,
+        *,
+        on_done: Callable[[K], None],
+        running_pods: Callable[[str], Mapping[str, bool]],
+        delete_pod: Callable[[str], None],
+    ) -> None:
+        """`running_pods(volume)`: the helper pods that serve the volume, by name, each with
+        whether it may still be running (from the helper-pod informer); `delete_pod(name)`
+        deletes one of them."""
+        self._runs = runs
+        self._planner: HelperPlanner[HelperJob[K]] = HelperPlanner(
+            max_batch=settings.max_batch,
+            pods_per_group=settings.pods_per_node,
+            max_single_pods=settings.max_single_pods,
+        )
+        self._on_done = on_done
+        self._running_pods = running_pods
+        self._delete_pod = delete_pod
+        self._lock = threading.Condition()
+        self._jobs: dict[K, HelperJob[K]] = {}
+        """Handed over and not yet ended (queued, held or running)."""
+        self._held: dict[K, HelperJob[K]] = {}
+        """Waiting for another pod serving the same volume to be gone."""
+        self._deleting: dict[str, float] = {}
+        """Pods we asked to delete, and when (asked again after DELETE_AGAIN_SECONDS)."""
+        self._generation = 0
+        """Counts pod changes, so a volume is never held after the change that frees it."""
+        self._recheck: threading.Timer | None = None
+        self._results: dict[K, HelperResult] = {}
+        self._in_flight: dict[str, int] = {}
+        """Pod names our runs may create, with how many runs may create each."""
+        self._running = 0
+        self._stopped = False
+
+    # -- what the workers call ---------------------------------------------------------------
+
+    def submit(self, job: HelperJob[K]) -> None:
+        """Hand the volume over; its result comes back through `take` after `on_done`."""
+        with self._lock:
+            if self._stopped:
+                raise RuntimeError("the helper runs are stopping")
+            if job.key in self._jobs or job.key in self._results:
+                raise RuntimeError(f"{job.key} already has a helper run")
+            self._jobs[job.key] = job
+        self._place(job)
+
+    def take(self, key: K) -> HelperResult | None:
+        """The key's result once its run ended (then forgotten); None while it has not."""
+        with self._lock:
+            if key in self._jobs:
+                return None
+            return self._results.pop(key, None) or HelperResult(0.0, DROPPED)
+
+    def in_flight_pods(self) -> set[str]:
+        with self._lock:
+            return set(self._in_flight)
+
+    def pods_changed(self, gone: str | None = None) -> None:
+        """A helper pod ended or went (`gone`, by name): volumes waiting for it may run now.
+        Called from the informer's thread, so any API call it leads to is made on another."""
+        with self._lock:
+            self._generation += 1
+            if gone is not None:
+                self._deleting.pop(gone, None)
+            held = list(self._held.values())
+            self._held.clear()
+        if held:
+            threading.Thread(
+                target=self._place_all, args=(held,), name="helper-held", daemon=True
+            ).start()
+
+    # -- stopping --------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Start nothing more; forget what has not started (whoever leads next redoes it)."""
+        with self._lock:
+            self._stopped = True
+            dropped = self._planner.drop_queued() + list(self._held.values())
+            self._held.clear()
+            if self._recheck is not None:
+                self._recheck.cancel()
+            for job in dropped:
+                self._jobs.pop(job.key, None)
+
+    def wait_idle(self, deadline: float) -> bool:
+        """Until the running pods ended or `deadline` (monotonic); whether they all did."""
+        with self._lock:
+            while self._running:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._lock.wait(remaining)
+            return True
+
+    def ended_keys(self) -> list[K]:
+        """Keys whose result no reconcile has taken yet."""
+        with self._lock:
+            return list(self._results)
+
+    # -- running ---------------------------------------------------------------------------------
+
+    def _place(self, job: HelperJob[K]) -> None:
+        """Queue the job in the planner, or hold it while another pod serves its volume."""
+        own = {helper_pod_name(step, job.target.volume_name) for step in HELPER_STEPS[job.action]}
+        while True:
+            with self._lock:
+                generation, in_flight = self._generation, set(self._in_flight)
+            others = {
+                name
+                for name, running in self._running_pods(job.target.volume_name).items()
+                if running and name not in in_flight
+            }
+            blockers = sorted(others - own)
+            now = time.monotonic()
+            launches: list[Launch[HelperJob[K]]] = []
+            with self._lock:
+                if self._stopped:
+                    self._jobs.pop(job.key, None)
+                    return
+                if blockers and generation != self._generation:
+                    continue  # a pod changed while we looked: look again
+                if blockers:
+                    self._held[job.key] = job
+                    to_delete = [
+                        name
+                        for name in blockers
+                        if now - self._deleting.get(name, -DELETE_AGAIN_SECONDS)
+                        >= DELETE_AGAIN_SECONDS
+                    ]
+                    self._deleting.update(dict.fromkeys(to_delete, now))
+                    self._schedule_recheck()
+                else:
+                    to_delete = []
+                    alone = bool(others) or not is_batchable(job.action, job.target, job.bundle)
+                    group = None if alone else (job.action, job.target.node_name or "")
+                    launches = self._planner.submit(job, group, job.bundle)
+                    self._claim_pods(launches)
+            break
+        for name in to_delete:
+            log.info(
+                "volume %s waits for helper pod %s, which we did not start: deleting it",
+                job.target.volume_name,
+                name,
+            )
+            self._delete_pod(name)
+        self._start(launches)
+
+    def _schedule_recheck(self) -> None:
+        """Held volumes are looked at again now and then, in case a deletion got lost (under
+        the lock)."""
+        if self._recheck is None:
+            self._recheck = threading.Timer(RECHECK_SECONDS, self._recheck_held)
+            self._recheck.daemon = True
+            self._recheck.start()
+
+    def _recheck_held(self) -> None:
+        with self._lock:
+            self._recheck = None
+            held = list(self._held.values())
+            self._held.clear()
+        self._place_all(held)
+
+    def _place_all(self, jobs: list[HelperJob[K]]) -> None:
+        for job in jobs:
+            self._place(job)
+
+    def _claim_pods(self, launches: list[Launch[HelperJob[K]]]) -> None:
+        """Mark the pods the launches may create as ours, before any exists (under the lock)."""
+        for launch in launches:
+            self._running += 1
+            for name in _pod_names(launch):
+                self._in_flight[name] = self._in_flight.get(name, 0) + 1
+
+    def _start(self, launches: list[Launch[HelperJob[K]]]) -> None:
+        for launch in launches:
+            first = launch.jobs[0]
+            name = f"helper-{first.action}-{first.target.volume_name}"
+            thread = threading.Thread(target=self._run, args=(launch,), name=name, daemon=True)
+            thread.start()
+
+    def _run(self, launch: Launch[HelperJob[K]]) -> None:
+        """Runs the launch's pod; its results are reported as soon as it ended (before it is
+        deleted: nothing waits on that), its pod names released once it is gone."""
+        reported = False
+
+        def report(results: Mapping[str, HelperResult]) -> None:
+            nonlocal reported
+            if not reported:
+                reported = True
+                self._report(launch, results)
+
+        first = launch.jobs[0]
+        try:
+            runs = self._runs()
+            if len(launch.jobs) > 1:
+                targets = [job.target for job in launch.jobs]
+                runs.run_batch(first.action, targets, first.bundle, report)
+            else:
+                seconds = runs.run(first.action, first.target, first.bundle)
+                report({first.target.volume_name: HelperResult(seconds)})
+        except HelperPodError as error:
+            report({first.target.volume_name: HelperResult(error.duration or 0.0, error)})
+        except Exception as error:
+            log.exception("running the helper of %s failed", first.target.volume_name)
+            report({job.target.volume_name: HelperResult(0.0, error) for job in launch.jobs})
+        finally:
+            report({})
+            self._release_pods(launch)
+
+    def _report(self, launch: Launch[HelperJob[K]], results: Mapping[str, HelperResult]) -> None:
+        """The launch's results are in: kept for their keys, which are queued again; its slot
+        goes to what waits."""
+        missing = RuntimeError("the helper run ended without a result")
+        with self._lock:
+            for job in launch.jobs:
+                self._jobs.pop(job.key, None)
+                self._results[job.key] = results.get(job.target.volume_name) or HelperResult(
+                    0.0, missing
+                )
+            self._running -= 1
+            started = [] if self._stopped else self._planner.finished(launch)
+            self._claim_pods(started)
+            self._lock.notify_all()
+        for job in launch.jobs:
+            self._on_done(job.key)
+        self._start(started)
+
+    def _release_pods(self, launch: Launch[HelperJob[K]]) -> None:
+        """The launch's pods are deleted: their names are no longer ours to follow."""
+        with self._lock:
+            for name in _pod_names(launch):
+                self._in_flight[name] -= 1
+                if not self._in_flight[name]:
+                    del self._in_flight[name]
+            self._lock.notify_all()
+
+
+def _pod_names(launch: Launch[HelperJob[Any]]) -> list[str]:
+    """The pods a launch may create: the batch pod, or the volume's own pods."""
+    first = launch.jobs[0]
+    if len(launch.jobs) > 1:
+        return [batch_pod_name(first.action, [job.target.volume_name for job in launch.jobs])]
+    return [helper_pod_name(step, first.target.volume_name) for step in HELPER_STEPS[first.action]]

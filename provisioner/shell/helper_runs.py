@@ -1,0 +1,173 @@
+"""Running the helper pods of setups and teardowns: a volume's own pods (one per step) or one
+batch pod for several volumes of a node, each volume's result reported on its own, with the
+helper-pod metrics per volume."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from provisioner.core.batch_outcomes import batch_outcomes
+from provisioner.core.batch_pods import build_batch_helper_pod
+from provisioner.core.config import ConfigBundle
+from provisioner.core.helpers import HelperAction, HelperTarget, build_helper_pod, helper_steps
+from provisioner.kube.helper_pods import (
+    HelperPodError,
+    HelperPodFailed,
+    HelperPodRunner,
+    PodState,
+)
+from provisioner.kube.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+BATCH_WAIT_MARGIN_SECONDS = 30.0
+"""How long past a batch pod's activeDeadlineSeconds its run waits for the kubelet to end it."""
+
+
+@dataclass
+class HelperSettings:
+    namespace: str
+    service_account: str
+
+
+@dataclass(frozen=True)
+class HelperResult:
+    """How one volume's helper run ended: its seconds and, unless it succeeded, why not (a
+    `HelperPodError`, or what else went wrong running it)."""
+
+    seconds: float
+    error: Exception | None = None
+
+
+class HelperRuns:
+    def __init__(self, runner: HelperPodRunner, metrics: Metrics, helper: HelperSettings) -> None:
+        self._runner = runner
+        self._metrics = metrics
+        self._helper = helper
+
+    def run(self, action: HelperAction, target: HelperTarget, bundle: ConfigBundle) -> float:
+        """The volume's own pods, one step after another; raises the first `HelperPodError`."""
+        seconds = 0.0
+        for step in helper_steps(action, target):
+            manifest = build_helper_pod(
+                step, target, bundle, self._helper.namespace, self._helper.service_account
+            )
+            try:
+                seconds += self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
+            except HelperPodError as error:
+                self._metrics.observe_helper_pod(
+                    action, "failed", seconds + (error.duration or 0.0)
+                )
+                if step == "create" and isinstance(error, HelperPodFailed):
+                    self._remove_empty_directory(target, bundle)
+                raise
+        self._metrics.observe_helper_pod(action, "succeeded", seconds)
+        return seconds
+
+    def _remove_empty_directory(self, target: HelperTarget, bundle: ConfigBundle) -> None:
+        """A setup that ran and failed leaves no directory made for it: the `finish` step
+        removes it if the setup code left it empty (a retry makes it again). One whose image
+        never started is not followed by another pod of that image."""
+        manifest = build_helper_pod(
+            "finish", target, bundle, self._helper.namespace, self._helper.service_account
+        )
+        try:
+            self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
+        except HelperPodError as error:
+            log.warning("removing %s after its failed setup: %s", target.path, error)
+
+    def run_batch(
+        self,
+        action: HelperAction,
+        targets: Sequence[HelperTarget],
+        bundle: ConfigBundle,
+        report: Callable[[dict[str, HelperResult]], None],
+    ) -> None:
+        """One batch pod for `targets` (see `batch_pods`): `report` gets each volume's result
+        by its name as soon as the pod ended, before the pod is deleted (nothing waits on
+        that). A volume the pod never got to fails with why (the pod's own failure or
+        deadline, or the error that ended the run)."""
+        manifest = build_batch_helper_pod(
+            action, targets, bundle, self._helper.namespace, self._helper.service_account
+        )
+        wait = float(manifest["spec"]["activeDeadlineSeconds"]) + BATCH_WAIT_MARGIN_SECONDS
+        kept = False
+        try:
+            seconds, final = self._runner.run_to_end(manifest, wait)
+            kept = True
+            results = self._results(
+                action,
+                manifest,
+                targets,
+                seconds=seconds,
+                final=final,
+                unfinished=f"the pod ended ({_pod_end(final)}) before this volume's turn",
+                ended=None,
+            )
+            report(results)
+        except HelperPodError as error:
+            results = self._results(
+                action,
+                manifest,
+                targets,
+                seconds=error.duration or 0.0,
+                final=error.last_seen or {},
+                unfinished=str(error),
+                ended=error,
+            )
+            report(results)
+        finally:
+            if kept:
+                self._runner.delete(manifest)
+
+    def _results(
+        self,
+        action: HelperAction,
+        manifest: Mapping[str, Any],
+        targets: Sequence[HelperTarget],
+        *,
+        seconds: float,
+        final: Mapping[str, Any],
+        unfinished: str,
+        ended: HelperPodError | None,
+    ) -> dict[str, HelperResult]:
+        label = f"{self._helper.namespace}/{manifest['metadata']['name']}"
+        names = [target.volume_name for target in targets]
+        results: dict[str, HelperResult] = {}
+        for outcome in batch_outcomes(action, final, names, unfinished=unfinished):
+            failure: HelperPodError | None = None
+            if ended is not None and outcome.reason == "NotRun":
+                failure = ended
+            elif not outcome.succeeded:
+                failure = HelperPodFailed(
+                    f"{label} ({outcome.container})",
+                    outcome.exit_code,
+                    outcome.reason,
+                    outcome.message,
+                )
+            self._metrics.observe_helper_pod(action, "failed" if failure else "succeeded", seconds)
+            results[outcome.volume_name] = HelperResult(seconds, failure)
+        log.info(
+            "batch helper pod %s: %d of %d volumes succeeded in %.1fs",
+            label,
+            sum(1 for result in results.values() if result.error is None),
+            len(results),
+            seconds,
+        )
+        return results
+
+
+def _pod_end(pod: Mapping[str, Any]) -> str:
+    """How the pod ended, from the container that ended it (the first that did not succeed)."""
+    state = PodState.of(pod)
+    parts = [state.phase]
+    if state.reason:
+        parts.append(state.reason)
+    if state.exit_code is not None:
+        parts.append(f"exit code {state.exit_code}")
+    if state.message.strip():
+        parts.append(state.message.strip()[-500:])
+    return ", ".join(parts)

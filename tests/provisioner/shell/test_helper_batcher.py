@@ -1,0 +1,275 @@
+"""The batcher between the workers and the helper pods, with the pod runs replaced by a fake
+that the test holds and releases (the pods themselves are tested against the local cluster)."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+import pytest
+
+from provisioner.core.batch_pods import batch_pod_name
+from provisioner.core.claims import TeardownPlan
+from provisioner.core.config import (
+    DEFAULT_HELPER_POD_YAML,
+    DEFAULT_SETUP_SCRIPT,
+    DEFAULT_TEARDOWN_SCRIPT,
+    load_config_bundle,
+)
+from provisioner.core.helpers import HelperAction, HelperTarget
+from provisioner.kube.helper_pod_outcome import HelperPodFailed
+from provisioner.shell.helper_batcher import DROPPED, BatchSettings, HelperBatcher, HelperJob
+from provisioner.shell.helper_runs import HelperResult
+
+BUNDLE = load_config_bundle(
+    '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/opt/a"]}]}',
+    DEFAULT_SETUP_SCRIPT,
+    DEFAULT_TEARDOWN_SCRIPT,
+    DEFAULT_HELPER_POD_YAML,
+)
+WAIT = 10.0
+
+
+def plan(number: int, node: str = "node-1", path: str = "") -> TeardownPlan:
+    return TeardownPlan(
+        volume_name=f"pvc-{number}",
+        path=path or f"/opt/a/pvc-{number}",
+        node_name=node,
+        volume_mode="Filesystem",
+        size_bytes=1,
+        delete_volume=True,
+        remove_finalizer=True,
+        base_path="/opt/a",
+    )
+
+
+def job(number: int, action: HelperAction = "create", **kw: Any) -> HelperJob[str]:
+    return HelperJob(f"key-{number}", action, plan(number, **kw), BUNDLE)
+
+
+class FakeRuns:
+    """Each run waits until the test releases it; `failing` volumes fail."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[str, ...]]] = []
+        self.release = threading.Semaphore(0)
+        self.failing: set[str] = set()
+        self.broken = False
+        self.slow_delete: threading.Event | None = None
+        self.started = threading.Condition()
+
+    def _wait(self, kind: str, volumes: tuple[str, ...]) -> None:
+        with self.started:
+            self.calls.append((kind, volumes))
+            self.started.notify_all()
+        assert self.release.acquire(timeout=WAIT)
+        if self.broken:
+            raise OSError("the API went away")
+
+    def run(self, action: HelperAction, target: HelperTarget, bundle: Any) -> float:
+        self._wait("single", (target.volume_name,))
+        if target.volume_name in self.failing:
+            raise HelperPodFailed(f"lps/helper-{action}-{target.volume_name}", 1, "Error", "no")
+        return 1.0
+
+    def run_batch(
+        self,
+        action: HelperAction,
+        targets: Sequence[HelperTarget],
+        bundle: Any,
+        report: Callable[[dict[str, HelperResult]], None],
+    ) -> None:
+        names = tuple(target.volume_name for target in targets)
+        self._wait("batch", names)
+        failed = HelperPodFailed("lps/batch", 1, "Error", "no")
+        report(
+            {name: HelperResult(2.0, failed if name in self.failing else None) for name in names}
+        )
+        if self.slow_delete is not None:
+            assert self.slow_delete.wait(WAIT)  # the pod's deletion, after the report
+
+    def wait_calls(self, count: int) -> list[tuple[str, tuple[str, ...]]]:
+        with self.started:
+            assert self.started.wait_for(lambda: len(self.calls) >= count, WAIT), self.calls
+            return list(self.calls)
+
+
+class Harness:
+    def __init__(self, **settings: Any) -> None:
+        self.runs = FakeRuns()
+        self.done: list[str] = []
+        self.done_changed = threading.Condition()
+        self.pods: dict[str, dict[str, bool]] = {}
+        self.deleted: list[str] = []
+        self.batcher: HelperBatcher[str] = HelperBatcher(
+            lambda: cast(Any, self.runs),
+            BatchSettings(**{"pods_per_node": 1, **settings}),
+            on_done=self._done,
+            running_pods=lambda volume: dict(self.pods.get(volume, {})),
+            delete_pod=self.deleted.append,
+        )
+
+    def _done(self, key: str) -> None:
+        with self.done_changed:
+            self.done.append(key)
+            self.done_changed.notify_all()
+
+    def wait_done(self, *keys: str) -> None:
+        with self.done_changed:
+            assert self.done_changed.wait_for(lambda: set(keys) <= set(self.done), WAIT)
+
+
+def test_a_lone_volume_runs_at_once_in_its_own_pod_and_its_result_waits_for_its_key() -> None:
+    h = Harness()
+    h.batcher.submit(job(1))
+    assert h.runs.wait_calls(1) == [("single", ("pvc-1",))]
+    assert h.batcher.take("key-1") is None, "still running"
+    assert h.batcher.in_flight_pods() == {
+        "helper-prepare-pvc-1",
+        "helper-create-pvc-1",
+        "helper-finish-pvc-1",
+    }
+    h.runs.release.release()
+    h.wait_done("key-1")
+    assert h.batcher.take("key-1") == HelperResult(1.0)
+    assert h.batcher.in_flight_pods() == set()
+
+
+def test_volumes_queued_behind_a_busy_node_share_its_next_pod_each_with_its_result() -> None:
+    h = Harness(max_batch=2)
+    for number in range(1, 5):
+        h.batcher.submit(job(number))
+    h.batcher.submit(job(9, node="node-2"))
+    h.runs.failing = {"pvc-3"}
+    calls = h.runs.wait_calls(2)
+    assert sorted(calls) == [("single", ("pvc-1",)), ("single", ("pvc-9",))]
+    h.runs.release.release()
+    h.runs.release.release()
+    calls = h.runs.wait_calls(3)
+    assert calls[2] == ("batch", ("pvc-2", "pvc-3")), "the two oldest, capped at max_batch"
+    assert batch_pod_name("create", ["pvc-2", "pvc-3"]) in h.batcher.in_flight_pods()
+    h.runs.release.release()
+    assert h.runs.wait_calls(4)[3] == ("single", ("pvc-4",))
+    h.runs.release.release()
+    h.wait_done("key-1", "key-2", "key-3", "key-4", "key-9")
+    assert h.batcher.take("key-2") == HelperResult(2.0)
+    failed = h.batcher.take("key-3")
+    assert failed is not None and isinstance(failed.error, HelperPodFailed)
+    assert h.batcher.take("key-4") == HelperResult(1.0)
+
+
+def test_a_volume_that_may_not_share_a_pod_runs_alone_beside_the_node_s_batch() -> None:
+    h = Harness()
+    h.batcher.submit(job(1))
+    h.batcher.submit(job(2, path="/opt/a/ns/claim-2"))  # nested: `prepare` first
+    assert sorted(h.runs.wait_calls(2)) == [("single", ("pvc-1",)), ("single", ("pvc-2",))]
+    h.runs.release.release()
+    h.runs.release.release()
+    h.wait_done("key-1", "key-2")
+
+
+def test_a_pod_we_did_not_start_holds_its_volumes_until_it_is_gone_and_is_deleted() -> None:
+    h = Harness()
+    other = batch_pod_name("delete", ["pvc-1", "pvc-2"])
+    h.pods["pvc-1"] = {other: True}
+    h.batcher.submit(job(1, "delete"))
+    assert h.deleted == [other]
+    time.sleep(0.2)
+    assert h.runs.calls == [], "not while that pod may run"
+    h.pods["pvc-1"] = {other: False}
+    h.batcher.pods_changed()
+    assert h.runs.wait_calls(1) == [("single", ("pvc-1",))], "a finished pod runs nothing"
+    assert h.deleted == [other], "asked once"
+    h.runs.release.release()
+    h.wait_done("key-1")
+
+
+def test_a_pod_of_the_volume_s_own_name_is_adopted_by_a_run_of_its_own() -> None:
+    h = Harness()
+    h.batcher.submit(job(5))
+    h.runs.wait_calls(1)
+    h.pods["pvc-1"] = {"helper-delete-pvc-1": True}  # a predecessor's teardown pod
+    h.batcher.submit(job(1, "delete"))
+    assert h.runs.wait_calls(2)[1] == ("single", ("pvc-1",))
+    assert h.deleted == []
+    h.runs.release.release()
+    h.runs.release.release()
+    h.wait_done("key-1", "key-5")
+
+
+def test_stopping_drops_what_has_not_started_and_waits_for_what_runs() -> None:
+    h = Harness()
+    h.batcher.submit(job(1))
+    h.batcher.submit(job(2))
+    h.runs.wait_calls(1)
+    h.batcher.stop()
+    assert h.batcher.take("key-2") == HelperResult(0.0, DROPPED)
+    assert not h.batcher.wait_idle(time.monotonic() + 0.1)
+    h.runs.release.release()
+    assert h.batcher.wait_idle(time.monotonic() + WAIT)
+    assert h.batcher.ended_keys() == ["key-1"]
+    time.sleep(0.1)
+    assert h.runs.calls == [("single", ("pvc-1",))], "nothing started after the stop"
+    with pytest.raises(RuntimeError, match="stopping"):
+        h.batcher.submit(job(3))
+
+
+def test_a_run_that_breaks_fails_each_of_its_volumes() -> None:
+    h = Harness()
+    h.runs.broken = True
+    h.batcher.submit(job(1))
+    h.batcher.submit(job(2))
+    h.batcher.submit(job(3))
+    h.runs.release.release()
+    h.runs.wait_calls(2)
+    h.runs.release.release()
+    h.wait_done("key-1", "key-2", "key-3")
+    for key in ("key-1", "key-2", "key-3"):
+        result = h.batcher.take(key)
+        assert result is not None and isinstance(result.error, OSError)
+
+
+def test_a_volume_is_handed_over_once() -> None:
+    h = Harness()
+    h.batcher.submit(job(1))
+    with pytest.raises(RuntimeError, match="already"):
+        h.batcher.submit(dataclasses.replace(job(1)))
+    h.runs.release.release()
+    h.wait_done("key-1")
+
+
+def test_a_batch_s_results_are_reported_before_its_pod_is_deleted() -> None:
+    """Nothing waits on the deletion: the volumes' keys come back and the node's next pod
+    starts once the pod ended; its name stays ours until it is gone."""
+    h = Harness(max_batch=2)
+    h.runs.slow_delete = threading.Event()
+    for number in range(1, 5):
+        h.batcher.submit(job(number))
+    h.runs.release.release()
+    assert h.runs.wait_calls(2)[1] == ("batch", ("pvc-2", "pvc-3"))
+    h.runs.release.release()
+    h.wait_done("key-2", "key-3")
+    assert h.batcher.take("key-2") == HelperResult(2.0)
+    name = batch_pod_name("create", ["pvc-2", "pvc-3"])
+    assert name in h.batcher.in_flight_pods(), "still being deleted"
+    assert h.runs.wait_calls(3)[2] == ("single", ("pvc-4",)), "the slot is free already"
+    h.runs.slow_delete.set()
+    h.runs.release.release()
+    h.wait_done("key-4")
+    deadline = time.monotonic() + WAIT
+    while name in h.batcher.in_flight_pods():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_a_node_s_backlog_of_a_full_batch_gets_another_pod_at_once() -> None:
+    h = Harness(max_batch=2, pods_per_node=2)
+    for number in range(1, 4):
+        h.batcher.submit(job(number))
+    assert sorted(h.runs.wait_calls(2)) == [("batch", ("pvc-2", "pvc-3")), ("single", ("pvc-1",))]
+    h.runs.release.release()
+    h.runs.release.release()
+    h.wait_done("key-1", "key-2", "key-3")
