@@ -24,6 +24,7 @@ from tests.faults.support import (
     assert_each_claim_bound_once,
     assert_no_orphan_directories,
     create_claims_with_consumers,
+    event_count,
     events_with_reason,
     helper_pods,
     unique_base_path,
@@ -92,11 +93,16 @@ def test_claims_waiting_for_a_deleted_node_are_rescheduled_and_bound_elsewhere(
     names = [f"waiting-{number}" for number in range(4)]
     create_claims_with_consumers(setup, storage_class, names, zone)
 
+    # Twice: the node is deleted in the lull before the retries after the second failures
+    # (2 s), not while a retry may be running there (a setup that runs as its node is deleted
+    # leaves its directory on the dead node, where nothing can remove it). One failure each
+    # was not enough once one node's setups share pods: they fail up to a pod run apart, so
+    # the first one's retry (1 s) could start as the node went.
     def all_waiting_on_doomed() -> bool | None:
         for name in names:
             if setup.annotations(name).get(SELECTED_NODE) != doomed:
                 return None
-            if not events_with_reason(setup, name, "ProvisioningFailed"):
+            if event_count(events_with_reason(setup, name, "ProvisioningFailed")) < 2:
                 return None
         return True
 
