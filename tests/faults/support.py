@@ -25,6 +25,7 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
+from urllib3.exceptions import HTTPError
 
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE, LocalCluster, wait_for
 from localcluster.raw_api import call_json, manifest
@@ -386,10 +387,9 @@ class HelperPodRecorder:
         while not self._stopping.is_set():
             try:
                 if not version:
+                    namespace = self._setup.namespace
                     listed = call_json(
-                        core.list_namespaced_pod,
-                        self._setup.namespace,
-                        label_selector=HELPER_SELECTOR,
+                        core.list_namespaced_pod, namespace, label_selector=HELPER_SELECTOR
                     )
                     for pod in listed["items"]:
                         self._record("ADDED", pod)
@@ -410,10 +410,10 @@ class HelperPodRecorder:
                     self._record(event["type"], pod)
                     if self._stopping.is_set():
                         break
-            except ApiException as error:
-                if error.status != 410:
-                    raise
+            except (ApiException, HTTPError, OSError):
+                # The API server went away (a test restarts it): list again once it is back.
                 version = ""
+                self._stopping.wait(0.5)
 
     def _record(self, kind: str, pod: dict[str, Any]) -> None:
         metadata = pod["metadata"]

@@ -20,6 +20,7 @@ from tests.faults.support import (
     HelperPodRecorder,
     assert_each_claim_bound_once,
     assert_no_orphan_directories,
+    claims_by_name,
     create_claims_with_consumers,
     event_count,
     events_with_reason,
@@ -47,12 +48,13 @@ SLOW_TEARDOWN = DEFAULT_TEARDOWN_SCRIPT.replace("set -eu\n", "set -eu\nsleep 0.5
 
 def test_many_claims_for_one_node_bind_with_fewer_helper_pods_than_claims(
     make_setup: Callable[..., ProvisionerSetup],
+    record_helper_pods: Callable[[ProvisionerSetup], HelperPodRecorder],
 ) -> None:
     base = unique_base_path("batch")
     setup = make_setup(ConfigFiles(config=default_config(base), setup=SLOW_SETUP))
     setup.start()
     storage_class = setup.create_class("batch")
-    recorder = HelperPodRecorder(setup).start()
+    recorder = record_helper_pods(setup)
     names = [f"many-{number:02d}" for number in range(24)]
     create_claims_with_consumers(setup, storage_class, names, NODE)
 
@@ -85,12 +87,13 @@ FAILING_SETUP = DEFAULT_SETUP_SCRIPT.replace(
 
 def test_a_setup_failing_inside_a_batch_fails_its_claim_alone_with_its_own_tail(
     make_setup: Callable[..., ProvisionerSetup],
+    record_helper_pods: Callable[[ProvisionerSetup], HelperPodRecorder],
 ) -> None:
     base = unique_base_path("batch-fail")
     setup = make_setup(ConfigFiles(config=default_config(base), setup=FAILING_SETUP))
     setup.start()
     storage_class = setup.create_class("batchfail")
-    recorder = HelperPodRecorder(setup).start()
+    recorder = record_helper_pods(setup)
     first, rest = ["good-00"], [f"good-{number:02d}" for number in range(1, 12)]
     # The first claim gets the node's pod to itself; the others, the broken one among them,
     # arrive while it runs and share the next.
@@ -134,6 +137,7 @@ FAILING_TEARDOWN = DEFAULT_TEARDOWN_SCRIPT.replace(
 
 def test_batched_teardowns_remove_every_volume_but_the_failing_one_which_retries(
     make_setup: Callable[..., ProvisionerSetup],
+    record_helper_pods: Callable[[ProvisionerSetup], HelperPodRecorder],
 ) -> None:
     base = unique_base_path("batch-release")
     setup = make_setup(ConfigFiles(config=default_config(base), teardown=FAILING_TEARDOWN))
@@ -150,7 +154,7 @@ def test_batched_teardowns_remove_every_volume_but_the_failing_one_which_retries
     stuck = "gone-05"
     marker = setup.node_path("node-1", paths[stuck]) / STUCK_MARKER
     marker.write_text("keep me a while")
-    recorder = HelperPodRecorder(setup).start()
+    recorder = record_helper_pods(setup)
     for name in names:
         setup.core.delete_namespaced_pod(name, setup.namespace, grace_period_seconds=0)
     for name in names:
@@ -185,6 +189,7 @@ VERY_SLOW_SETUP = DEFAULT_SETUP_SCRIPT.replace("set -eu\n", "set -eu\nsleep 2\n"
 
 def test_a_provisioner_killed_while_a_batch_pod_runs_leaves_nothing_run_twice_at_once(
     make_setup: Callable[..., ProvisionerSetup],
+    record_helper_pods: Callable[[ProvisionerSetup], HelperPodRecorder],
 ) -> None:
     """The batch pod outlives its provisioner. The next leader must not run any of its volumes
     again while it may still run (it deletes the pod and waits until it is gone), then bind
@@ -193,7 +198,7 @@ def test_a_provisioner_killed_while_a_batch_pod_runs_leaves_nothing_run_twice_at
     setup = make_setup(ConfigFiles(config=default_config(base), setup=VERY_SLOW_SETUP))
     setup.start()
     storage_class = setup.create_class("batchcrash")
-    recorder = HelperPodRecorder(setup).start()
+    recorder = record_helper_pods(setup)
     names = [f"crash-{number:02d}" for number in range(10)]
     create_claims_with_consumers(setup, storage_class, names, NODE)
 
@@ -229,25 +234,31 @@ HANGING_SETUP = DEFAULT_SETUP_SCRIPT.replace(
 
 def test_a_setup_outrunning_its_timeout_inside_a_batch_fails_alone(
     make_setup: Callable[..., ProvisionerSetup],
+    record_helper_pods: Callable[[ProvisionerSetup], HelperPodRecorder],
 ) -> None:
     base = unique_base_path("batch-timeout")
     config = {**default_config(base), "cmdTimeoutSeconds": 10}
     setup = make_setup(ConfigFiles(config=config, setup=HANGING_SETUP))
     setup.start()
     storage_class = setup.create_class("batchtimeout")
-    recorder = HelperPodRecorder(setup).start()
+    recorder = record_helper_pods(setup)
+    # quick-0 gets the node's pod to itself and quick-1 and quick-2 the pod beside it; slow-1
+    # and the two after it wait for the next free one, slow-1 first.
     first, rest = ["quick-0"], ["quick-1", "quick-2", "quick-3", "quick-4"]
-    create_claims_with_consumers(setup, storage_class, first, NODE)
-    create_claims_with_consumers(setup, storage_class, ["quick-1", "slow-1", *rest[1:]], NODE)
+    create_claims_with_consumers(setup, storage_class, ["quick-0", "quick-1", "quick-2"], NODE)
+    create_claims_with_consumers(setup, storage_class, ["slow-1", "quick-3", "quick-4"], NODE)
 
     wait_all_bound(setup, first + rest, timeout=300)
     failed = setup.wait_event("slow-1", "ProvisioningFailed", timeout=120)
     assert "timed out after 10s" in failed["message"], failed["message"]
     assert "exit code 124" in failed["message"], failed["message"]
     assert "helper-batch-create-" in failed["message"], "it timed out inside a batch"
-    batch = next(pod for pod in recorder.pods() if len(pod.volumes) > 1)
-    quick_after = setup.claim("quick-4")["metadata"]["uid"]
-    assert f"pvc-{quick_after}" in batch.volumes, "a volume after the slow one ran in its pod"
+    slow = f"pvc-{setup.claim('slow-1')['metadata']['uid']}"
+    batch = next(pod for pod in recorder.pods() if slow in pod.volumes)
+    after = batch.volumes[batch.volumes.index(slow) + 1 :]
+    assert after, f"no volume after the slow one in {batch}"
+    bound = {claim["spec"].get("volumeName") for claim in claims_by_name(setup).values()}
+    assert set(after) <= bound, "the volumes after the slow one ran and bound"
     setup.core.delete_namespaced_pod("slow-1", setup.namespace, grace_period_seconds=0)
     setup.core.delete_namespaced_persistent_volume_claim("slow-1", setup.namespace)
     wait_gone(lambda: helper_pods(setup) or None, 120, "the last retry's helper pods")
