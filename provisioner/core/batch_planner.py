@@ -4,12 +4,11 @@ A lone volume never waits for company: a group (one node and action) with no pod
 starts its volume at once in a pod of its own, today's single-volume pod. Volumes that arrive
 while the group is busy queue up, and the next pod to end hands its slot to them: they go
 together, up to `max_batch`, in one batch pod. A group may run up to `pods_per_group` pods at
-once, but a busy group starts another only for a full batch (a backlog it cannot keep up with),
-or for a batch beside a lone volume's pod (so the volumes that arrive just after the first of
-a burst wait for no pod run of its). So a quiet node runs each volume at once, a busy one
-spends one pod on many volumes (the quicker its pods, the more each one takes: a second slot
-for every small batch would split them), and one under a flood works on several full batches
-at a time.
+once, but a busy group starts another only for a full batch (a backlog it cannot keep up
+with). So a quiet node runs each volume at once, a busy one spends one pod on many volumes,
+and one under a flood works on several full batches at a time. (A second pod for every small
+batch would split the batches the quicker the pods are: measured, a second slot for two
+volumes took a burst's requests per volume from 3.3 to 4.0.)
 
 Volumes that may not share a pod (see `batch_pods.is_batchable`) run in pods of their own
 outside the groups, at most `max_single_pods` at a time (as many as the workers that used to
@@ -45,8 +44,6 @@ class _Queued(Generic[J]):
 @dataclass
 class _Group(Generic[J]):
     running: int = 0
-    single_running: int = 0
-    """Of the running pods, those of one volume."""
     queue: deque[_Queued[J]] = field(default_factory=deque)
 
 
@@ -76,7 +73,6 @@ class HelperPlanner(Generic[J]):
             return self._start_singles()
         state = self._groups[launch.group]
         state.running -= 1
-        state.single_running -= 1 if len(launch.jobs) == 1 else 0
         started = self._start_group(launch.group, state, partial=1)
         if not state.running and not state.queue:
             del self._groups[launch.group]
@@ -107,21 +103,11 @@ class HelperPlanner(Generic[J]):
         only full batches while slots are free."""
         started: list[Launch[J]] = []
         while state.queue and state.running < self._pods_per_group:
-            if len(started) >= partial and not self._may_add_pod(state):
-                break
-            launch = Launch(group, self._take_batch(state.queue))
+            if len(started) >= partial and len(state.queue) < self._max_batch:
+                break  # a busy group's extra pods are for full batches only
             state.running += 1
-            state.single_running += 1 if len(launch.jobs) == 1 else 0
-            started.append(launch)
+            started.append(Launch(group, self._take_batch(state.queue)))
         return started
-
-    def _may_add_pod(self, state: _Group[J]) -> bool:
-        """Whether a busy group starts another pod now: for a full batch (a backlog its pods
-        cannot keep up with), or for a batch beside nothing but lone volumes' pods (the start
-        of a burst: the volumes behind the first wait for no pod run of its)."""
-        if len(state.queue) >= self._max_batch:
-            return True
-        return len(state.queue) >= 2 and state.single_running == state.running
 
     def _take_batch(self, queue: deque[_Queued[J]]) -> tuple[J, ...]:
         """The oldest job and, in order, the next ones of its tag, up to max_batch."""

@@ -40,29 +40,19 @@ def test_volumes_arriving_while_the_node_is_busy_go_together_when_it_frees() -> 
     assert jobs(plan.finished(second[0])) == [("v5",)]
 
 
-def test_the_volumes_just_behind_a_burst_s_first_go_beside_it() -> None:
-    plan = planner(max_batch=4, pods_per_group=2)
-    first = plan.submit("v1", A, TAG)
-    assert jobs(first) == [("v1",)]
-    assert plan.submit("v2", A, TAG) == [], "one volume waits for the running pod"
-    assert jobs(plan.submit("v3", A, TAG)) == [("v2", "v3")], "two go beside the lone one"
-
-
-def test_a_busy_group_starts_another_pod_beside_a_batch_only_for_a_full_batch() -> None:
+def test_a_busy_group_starts_another_pod_only_for_a_full_batch() -> None:
     plan = planner(max_batch=3, pods_per_group=2)
     first = plan.submit("v1", A, TAG)
-    second = plan.submit("v2", A, TAG) + plan.submit("v3", A, TAG)
-    assert jobs(second) == [("v2", "v3")]
-    assert jobs(plan.finished(first[0])) == [], "nothing waits"
-    assert plan.submit("v4", A, TAG) == [], "beside a batch, two are not enough"
+    assert jobs(first) == [("v1",)]
+    assert plan.submit("v2", A, TAG) == [], "volumes wait for the running pod"
+    assert plan.submit("v3", A, TAG) == []
+    second = plan.submit("v4", A, TAG)
+    assert jobs(second) == [("v2", "v3", "v4")], "a backlog of a full batch takes the 2nd slot"
     assert plan.submit("v5", A, TAG) == []
-    third = plan.submit("v6", A, TAG)
-    assert jobs(third) == [("v4", "v5", "v6")], "a backlog of a full batch takes the 2nd slot"
-    assert plan.submit("v7", A, TAG) == []
-    assert jobs(plan.finished(second[0])) == [("v7",)], "a freed slot takes what waits"
-    for name in ("v8", "v9", "v10"):
+    assert jobs(plan.finished(first[0])) == [("v5",)], "a freed slot takes what waits"
+    for name in ("v6", "v7", "v8"):
         assert plan.submit(name, A, TAG) == [], "both slots are taken"
-    assert jobs(plan.finished(third[0])) == [("v8", "v9", "v10")]
+    assert jobs(plan.finished(second[0])) == [("v6", "v7", "v8")]
 
 
 def test_only_volumes_of_one_config_share_a_pod() -> None:
