@@ -1,7 +1,9 @@
 """Names two parts must agree on without importing each other (docs/CONTRACTS.md)."""
 
 import localcluster
+from components import naming
 from provisioner.core import helpers
+from provisioner.shell import orphans_cli
 
 
 def test_the_harness_runs_exactly_the_pods_the_provisioner_marks_as_helpers() -> None:
@@ -9,3 +11,8 @@ def test_the_harness_runs_exactly_the_pods_the_provisioner_marks_as_helpers() ->
         helpers.HELPER_POD_LABEL,
         helpers.HELPER_POD_LABEL_VALUE,
     )
+
+
+def test_the_orphans_command_looks_where_the_stacks_install_by_default() -> None:
+    assert orphans_cli.DEFAULT_STACK_NAMESPACE == naming.DEFAULT_NAMESPACE
+    assert orphans_cli.parse_orphan_options([], environ={}).namespace == naming.DEFAULT_NAMESPACE

@@ -50,6 +50,11 @@ class OrphanOptions:
     output: str
 
 
+DEFAULT_STACK_NAMESPACE = "local-path-storage-system"
+"""Where the Pulumi stacks install the provisioner (components.naming.DEFAULT_NAMESPACE; run
+from a workstation, this command most often meets a stack's installation, not rancher's)."""
+
+
 def parse_orphan_options(
     argv: Sequence[str], environ: Mapping[str, str] = os.environ
 ) -> OrphanOptions:
@@ -63,8 +68,9 @@ def parse_orphan_options(
     add("--kubeconfig", default=environ.get("KUBECONFIG") or None)
     add(
         "--namespace",
-        default=environ.get("POD_NAMESPACE", "local-path-storage"),
-        help="the provisioner's namespace: its ConfigMap, where helper pods run",
+        default=environ.get("POD_NAMESPACE", DEFAULT_STACK_NAMESPACE),
+        help="the provisioner's namespace: its ConfigMap, where helper pods run (default: the"
+        f" Pulumi stack's, {DEFAULT_STACK_NAMESPACE})",
     )
     add("--configmap-name", default=environ.get("CONFIGMAP_NAME", "local-path-config"))
     add(
