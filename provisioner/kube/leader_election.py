@@ -211,13 +211,15 @@ class LeaderElector:
         return False
 
     def _timeout(self) -> float | None:
-        """The next lease request's timeout: while leading, what is left until the deadline
-        (None: past it, or lost, send nothing); while campaigning, `renew_deadline`."""
+        """The next lease request's timeout: what is left until the deadline (None: past it,
+        or lost, send nothing). While campaigning, the deadline the attempt would give us: a
+        lease taken by a write that answered later would be one we must give up at once."""
         if self._lost:
             return None
+        deadline = self._deadline
         if not self._leading:
-            return self._config.renew_deadline
-        return lease_request_timeout(self._deadline, self._clock.monotonic())
+            deadline = leading_deadline(self._attempt_started, self._config.renew_deadline)
+        return lease_request_timeout(deadline, self._clock.monotonic())
 
     def _renewed(self, sent_at: float) -> None:
         self._deadline = leading_deadline(sent_at, self._config.renew_deadline)
