@@ -48,6 +48,8 @@ DEFAULT_BURST = 30
 # pool must cover those plus the ordinary requests, or urllib3 keeps discarding connections.
 DEFAULT_CONNECTION_POOL_SIZE = 32
 DEFAULT_REQUEST_TIMEOUT = 30.0
+LEADER_ELECTION_CONNECTIONS = 1
+"""The elector sends one request at a time."""
 
 
 class KubeConfigError(Exception):
@@ -195,6 +197,16 @@ class KubeClients:
         writes nothing waits on (events), so that a burst's own requests go first."""
         with self.api_client.spare_capacity():
             yield
+
+    def leader_election_clients(self) -> KubeClients:
+        """Clients for the Lease alone (see `RateLimitedApiClient.dedicated`): a renewal must
+        not queue behind a burst of work for a token or a connection, and must not outlive the
+        timeout the elector gives it, or a leader could work on past its lease."""
+        api_client = self.api_client.dedicated(
+            user_agent=f"{self.api_client.user_agent} leader-election",
+            pool_size=LEADER_ELECTION_CONNECTIONS,
+        )
+        return KubeClients(api_client)
 
     def list_function(self, path: str) -> ListFunction:
         """The raw list/watch call of the collection at `path` (see `ListFunction`)."""

@@ -3,14 +3,20 @@
 - a candidate takes the lease when it is free (no holder) or when the holder's record has not
   changed for leaseDurationSeconds, measured on *our* clock from when we observed the change, so
   clock skew between nodes does not matter;
-- the leader renews every `retry_period`; if it cannot renew for `renew_deadline` it stops
-  leading, and it stops at once if it sees another holder;
+- the leader renews every `retry_period`; it stops leading `renew_deadline` after it *sent* its
+  last successful renewal (see `provisioner.kube.lease_deadline` for why that is safe), and at
+  once if it sees another holder. Each lease request's timeout is what is left until then, the
+  requests go through clients of their own (their own connections and rate budget, no hidden
+  retries: `KubeClients.leader_election_clients`), and a watchdog thread (`LeaseWatchdog`)
+  declares the lease lost at the deadline even when this thread is stuck in a request;
 - on a graceful stop the leader releases the lease (empty holder, duration 1 s) so a standby
   takes over immediately instead of after the lease expires.
 
 Writes use resourceVersion preconditions: two candidates racing for the lease cannot both win.
 Callbacks run on the elector's thread and must return promptly (start threads, do not block):
-a blocked callback stops renewal.
+a blocked callback stops renewal, and the watchdog then declares the lease lost.
+`on_lost_lease` is the exception: it runs on whichever thread notices the loss first and is
+where the process ends itself (`Provisioner._lost_lease`).
 """
 
 from __future__ import annotations
@@ -33,6 +39,12 @@ from urllib3.exceptions import HTTPError
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import JsonRequester
 from provisioner.kube.clock import SYSTEM_CLOCK, Clock
+from provisioner.kube.lease_deadline import (
+    leading_deadline,
+    lease_request_timeout,
+    written_lease_seconds,
+)
+from provisioner.kube.lease_watchdog import LeaseWatchdog
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +98,12 @@ class LeaderElector:
         config: LeaderElectionConfig | None = None,
         on_started_leading: Callable[[], None] | None = None,
         on_stopped_leading: Callable[[], None] | None = None,
+        on_lost_lease: Callable[[], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        """`on_lost_lease` is called once when leading ends other than by `stop()` (a renewal
+        that failed until the deadline, another holder, or the watchdog), before
+        `on_stopped_leading`, and possibly on the watchdog's thread while this one is stuck."""
         self.identity = identity or default_identity()
         self.namespace = namespace
         self.lease_name = lease_name
@@ -95,6 +111,7 @@ class LeaderElector:
         self._config = config or LeaderElectionConfig()
         self._on_started = on_started_leading
         self._on_stopped = on_stopped_leading
+        self._on_lost = on_lost_lease
         self._clock = clock
         self._path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{lease_name}"
         self._stop = threading.Event()
@@ -104,6 +121,13 @@ class LeaderElector:
         self._observed_spec: dict[str, Any] = {}
         self._observed_at = 0.0
         self._thread: threading.Thread | None = None
+        self._deadline = 0.0
+        """Monotonic: leading ends here unless a renewal sent before it succeeds."""
+        self._attempt_started = 0.0
+        """When the current acquire or renew attempt began: its writes were all sent later."""
+        self._lost = False
+        self._lost_lock = threading.Lock()
+        self._watchdog = LeaseWatchdog(self._deadline_passed, clock.monotonic)
 
     @property
     def is_leader(self) -> bool:
@@ -134,14 +158,19 @@ class LeaderElector:
         """Campaign until leading, lead until the lease is lost or `stop()` is called."""
         if not self._acquire():
             return
+        self._watchdog.arm(self._deadline)
         self._leading = True
         log.info(
             "became leader for lease %s/%s as %s", self.namespace, self.lease_name, self.identity
         )
         self._call(self._on_started, "on_started_leading")
         lost = self._renew_until_lost_or_stopped()
-        if not lost and self._config.release_on_stop:
-            self._release()
+        if lost:
+            self._lose()
+        else:
+            if self._config.release_on_stop:
+                self._release()
+            self._watchdog.disarm()
         self._leading = False
         log.info(
             "stopped leading lease %s/%s (%s)",
@@ -154,7 +183,7 @@ class LeaderElector:
     def _acquire(self) -> bool:
         config = self._config
         while not self._stop.is_set():
-            if self._try_acquire_or_renew(timeout=config.renew_deadline):
+            if self._try_acquire_or_renew():
                 return True
             # Jitter (client-go's factor 1.2) keeps standbys from hitting the lease in lockstep.
             self._stop.wait(config.retry_period * (1 + random.random() * 0.2))  # noqa: S311
@@ -163,26 +192,61 @@ class LeaderElector:
     def _renew_until_lost_or_stopped(self) -> bool:
         config = self._config
         while not self._stop.wait(config.retry_period):
-            deadline = self._clock.monotonic() + config.renew_deadline
-            while True:
-                remaining = deadline - self._clock.monotonic()
-                if self._try_acquire_or_renew(timeout=max(0.5, remaining)):
-                    break
+            while not self._try_acquire_or_renew():
                 if self.observed_holder not in ("", self.identity):
                     log.warning("lease %s taken over by %s", self.lease_name, self.observed_holder)
                     return True
-                if self._clock.monotonic() >= deadline:
+                remaining = self._deadline - self._clock.monotonic()
+                if remaining <= 0:
                     log.warning(
-                        "could not renew lease %s within %.1fs",
+                        "could not renew lease %s within %.1fs of the last renewal",
                         self.lease_name,
                         config.renew_deadline,
                     )
                     return True
-                if self._stop.wait(config.retry_period):
+                if self._stop.wait(min(config.retry_period, remaining)):
                     return False
+            if self._lost:
+                return True
         return False
 
-    def _try_acquire_or_renew(self, timeout: float) -> bool:
+    def _timeout(self) -> float | None:
+        """The next lease request's timeout: what is left until the deadline (None: past it,
+        or lost, send nothing). While campaigning, the deadline the attempt would give us: a
+        lease taken by a write that answered later would be one we must give up at once."""
+        if self._lost:
+            return None
+        deadline = self._deadline
+        if not self._leading:
+            deadline = leading_deadline(self._attempt_started, self._config.renew_deadline)
+        return lease_request_timeout(deadline, self._clock.monotonic())
+
+    def _renewed(self, sent_at: float) -> None:
+        self._deadline = leading_deadline(sent_at, self._config.renew_deadline)
+        if self._leading:
+            self._watchdog.arm(self._deadline)
+
+    def _deadline_passed(self) -> None:
+        log.error(
+            "lease %s/%s not renewed within %.1fs of the last renewal: leaderelection lost",
+            self.namespace,
+            self.lease_name,
+            self._config.renew_deadline,
+        )
+        self._lose()
+
+    def _lose(self) -> None:
+        """Leading is over and not by choice: tell `on_lost_lease`, once."""
+        with self._lost_lock:
+            if self._lost:
+                return
+            self._lost = True
+        self._leading = False
+        self._watchdog.disarm()
+        self._call(self._on_lost, "on_lost_lease")
+
+    def _try_acquire_or_renew(self) -> bool:
+        self._attempt_started = self._clock.monotonic()
         now = self._clock.now()
         if self._leading and self._written is not None:
             # Renewing: write on top of the Lease as we last wrote it. Its resourceVersion makes
@@ -190,15 +254,15 @@ class LeaderElector:
             # again; a renewal costs one request instead of a read and a write.
             renewal = copy.deepcopy(self._written)
             renewal["spec"]["renewTime"] = _micro_time(now)
-            if self._write("PUT", self._path, renewal, timeout):
+            if self._write("PUT", self._path, renewal):
                 return True
         try:
-            lease = self._clients.request_json("GET", self._path, timeout=timeout)
+            lease = self._send("GET", self._path)
         except ApiError as e:
             if e.status != HTTP_NOT_FOUND:
                 log.warning("reading lease %s: HTTP %s %s", self.lease_name, e.status, e.reason)
                 return False
-            return self._create(now, timeout)
+            return self._create(now)
         except (HTTPError, OSError) as e:
             log.warning("reading lease %s: %s", self.lease_name, e)
             return False
@@ -218,9 +282,9 @@ class LeaderElector:
         else:
             new_spec["leaseTransitions"] = int(new_spec["leaseTransitions"] or 0) + 1
         lease["spec"] = new_spec
-        return self._write("PUT", self._path, lease, timeout)
+        return self._write("PUT", self._path, lease)
 
-    def _create(self, now: datetime, timeout: float) -> bool:
+    def _create(self, now: datetime) -> bool:
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -228,11 +292,21 @@ class LeaderElector:
             "spec": self._spec(now, acquire_time=now, transitions=0),
         }
         collection = self._path.rsplit("/", 1)[0]
-        return self._write("POST", collection, body, timeout)
+        return self._write("POST", collection, body)
 
-    def _write(self, method: str, path: str, lease: dict[str, Any], timeout: float) -> bool:
+    def _send(
+        self, method: str, path: str, body: Any = None, *, at_most: float | None = None
+    ) -> dict[str, Any]:
+        timeout = self._timeout()
+        if timeout is None:
+            raise TimeoutError("past the leading deadline: not sent")
+        if at_most is not None:
+            timeout = min(timeout, at_most)
+        return self._clients.request_json(method, path, body=body, timeout=timeout)
+
+    def _write(self, method: str, path: str, lease: dict[str, Any]) -> bool:
         try:
-            written = self._clients.request_json(method, path, body=lease, timeout=timeout)
+            written = self._send(method, path, lease)
         except ApiError as e:
             if e.status != HTTP_CONFLICT:
                 log.warning("writing lease %s: HTTP %s %s", self.lease_name, e.status, e.reason)
@@ -242,11 +316,12 @@ class LeaderElector:
             return False
         self._observe(written.get("spec") or {})
         self._written = written
+        self._renewed(self._attempt_started)
         return True
 
     def _release(self) -> None:
         try:
-            lease = self._clients.request_json("GET", self._path, timeout=self._config.retry_period)
+            lease = self._send("GET", self._path, at_most=self._config.retry_period)
             spec = lease.get("spec") or {}
             if spec.get("holderIdentity") != self.identity:
                 return
@@ -258,9 +333,7 @@ class LeaderElector:
                 "renewTime": _micro_time(now),
                 "leaseTransitions": spec.get("leaseTransitions", 0),
             }
-            self._clients.request_json(
-                "PUT", self._path, body=lease, timeout=self._config.retry_period
-            )
+            self._send("PUT", self._path, lease, at_most=self._config.retry_period)
         except (ApiError, HTTPError, OSError) as e:
             log.warning(
                 "releasing lease %s failed (it will expire instead): %s", self.lease_name, e
@@ -269,7 +342,7 @@ class LeaderElector:
     def _spec(self, now: datetime, *, acquire_time: datetime, transitions: int) -> dict[str, Any]:
         return {
             "holderIdentity": self.identity,
-            "leaseDurationSeconds": max(1, round(self._config.lease_duration)),
+            "leaseDurationSeconds": written_lease_seconds(self._config.lease_duration),
             "acquireTime": _micro_time(acquire_time),
             "renewTime": _micro_time(now),
             "leaseTransitions": transitions,

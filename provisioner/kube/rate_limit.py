@@ -28,6 +28,10 @@ class TokenBucket:
         self._last = clock.monotonic()
         self._lock = threading.Lock()
 
+    def twin(self) -> TokenBucket:
+        """A full bucket of the same rate and burst, shared with nobody."""
+        return TokenBucket(self._qps, int(self._burst), self._clock)
+
     @property
     def unlimited(self) -> bool:
         return self._qps <= 0

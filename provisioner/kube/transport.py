@@ -2,9 +2,10 @@
 
 Every request, ours (plain JSON, raw lists and watches) and the generated client's typed calls
 alike, takes a token from one bucket, carries the credentials' Authorization header and our user
-agent, and goes over one urllib3 pool set up for the server's TLS. It is a few dozen lines of
-urllib3, so start-up never imports the kubernetes package (see `credentials`); the typed API
-objects are built on it when first used (`KubeClients.core`, ...).
+agent, and goes over one urllib3 pool set up for the server's TLS (the leader election alone has
+a client of its own, `dedicated`: its bucket and connections, and no retries). It is a few dozen
+lines of urllib3, so start-up never imports the kubernetes package (see `credentials`); the typed
+API objects are built on it when first used (`KubeClients.core`, ...).
 """
 
 from __future__ import annotations
@@ -93,6 +94,19 @@ class RateLimitedApiClient:
         finally:
             self._spare.on = False
 
+    def dedicated(self, *, user_agent: str, pool_size: int) -> RateLimitedApiClient:
+        """A client on the same credentials with a bucket (same rate) and connections of its own
+        and no retries: for requests that must neither wait behind the rest of the work for a
+        token nor a connection, nor last longer than the timeout they were given. urllib3's
+        default (3 retries) would repeat a GET or PUT after a read timeout or a reset, each with
+        the whole timeout again."""
+        return RateLimitedApiClient(
+            self.configuration,
+            self._bucket.twin(),
+            user_agent=user_agent,
+            pool=connection_pool(self.configuration, pool_size, retries=False),
+        )
+
     def close(self) -> None:
         self._pool.clear()
 
@@ -105,10 +119,13 @@ def _timeout(timeout: Timeout | urllib3.Timeout | None) -> urllib3.Timeout | Non
     return urllib3.Timeout(total=timeout)
 
 
-def connection_pool(credentials: Credentials, size: int) -> Pool:
+def connection_pool(credentials: Credentials, size: int, *, retries: bool = True) -> Pool:
     """A pool for the server: its CA (or the system's), the client certificate, the TLS name
-    to verify, through the kubeconfig's proxy if any; `size` connections kept per host."""
+    to verify, through the kubeconfig's proxy if any; `size` connections kept per host.
+    `retries=False`: a failure raises at once instead of urllib3's default 3 retries."""
     settings: dict[str, Any] = {"maxsize": size}
+    if not retries:
+        settings["retries"] = False
     if credentials.host.startswith("https"):
         settings.update(
             ssl_context=tls_context(credentials),

@@ -3,13 +3,16 @@
 Only the leader watches and works; other replicas stay alive, report ready (so a rolling update
 never stalls on a standby) and campaign for the lease. Losing the lease ends the process with
 exit code 1, as client-go's leader election does, so the kubelet restarts it as a fresh standby
-rather than letting two replicas work at once. SIGTERM stops taking work, lets running
+rather than letting two replicas work at once: no later than --leader-election-renew-deadline
+after its last successful renewal, whatever the API server does meanwhile (hangs, throttles,
+resets), so before any standby may take over. SIGTERM stops taking work, lets running
 reconciles finish (bounded: `STOP_BUDGET_SECONDS`, below the Deployment's
 terminationGracePeriodSeconds, so the lease is released before any SIGKILL), releases the lease
 so a standby takes over at once, and exits 0. A lost lease is not a shutdown: the process exits 1
-at once, without draining, as client-go does, because another replica is already working and
-may have adopted the helper pods this one's workers follow. A controller that cannot start or
-sync exits 1 too, and /healthz fails when the election, the informers or the work loop wedge.
+at once, without draining (and during a drain too), as client-go does, because another replica
+is already working or about to, and may adopt the helper pods this one's workers follow. A
+controller that cannot start or sync exits 1 too, and /healthz fails when the election, the
+informers or the work loop wedge.
 
 An invalid config at start-up does not end the process (as a Deployment that would be a crash
 loop hiding the reason): it stays alive and not ready, /readyz and an InvalidConfig Warning on
@@ -35,7 +38,7 @@ from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients, KubeConfigError, create_clients
 from provisioner.kube.events import EventRecorder, ObjectReference
 from provisioner.kube.helper_pods import HelperPodRunner
-from provisioner.kube.leader_election import LeaderElector, lease_name_for
+from provisioner.kube.leader_election import LeaderElectionConfig, LeaderElector, lease_name_for
 from provisioner.kube.metrics import Metrics
 from provisioner.kube.pod_events import PodEventHub
 from provisioner.shell.actions import Actions
@@ -163,13 +166,21 @@ class Provisioner:
         )
         self._api = _ApiReachability(self.clients)
         self.elector: LeaderElector | None = None
+        self._lease_clients: KubeClients | None = None
         if options.leader_election:
+            self._lease_clients = self.clients.leader_election_clients()
             self.elector = LeaderElector(
-                self.clients,
+                self._lease_clients,
                 options.leader_election_namespace or options.namespace,
                 lease_name_for(options.provisioner_name),
+                config=LeaderElectionConfig(
+                    lease_duration=options.leader_election_lease_duration,
+                    renew_deadline=options.leader_election_renew_deadline,
+                    retry_period=options.leader_election_retry_period,
+                ),
                 on_started_leading=self._start_leading,
                 on_stopped_leading=self._stopped_leading,
+                on_lost_lease=self._lost_lease,
             )
         self.server = ProbeServer(
             options.metrics_address,
@@ -259,14 +270,18 @@ class Provisioner:
 
     def _stopped_leading(self) -> None:
         self.metrics.leader.labels(self.options.provisioner_name).set(0)
-        if not self._stopping.is_set():
-            log.error(
-                "lost the leader lease; exiting at once so that only one replica works (the"
-                " new leader redoes or adopts what was running)"
-            )
-            for handler in logging.getLogger().handlers:
-                handler.flush()
-            self.exit_now(EXIT_LOST_LEADERSHIP)
+
+    def _lost_lease(self) -> None:
+        """Also during a SIGTERM drain: the drain's workers would otherwise go on beside the
+        replica that takes the lease next."""
+        log.error(
+            "lost the leader lease%s; exiting at once so that only one replica works (the new"
+            " leader redoes or adopts what was running)",
+            " while shutting down" if self._stopping.is_set() else "",
+        )
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        self.exit_now(EXIT_LOST_LEADERSHIP)
 
     def exit_now(self, code: int) -> None:
         """No drain, no cleanup: the workers' API calls end with the process."""
@@ -341,6 +356,8 @@ class Provisioner:
         self.watcher.stop()
         self.server.stop()
         self.clients.close()
+        if self._lease_clients is not None:
+            self._lease_clients.close()
         return self._exit_code
 
 

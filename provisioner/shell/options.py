@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from provisioner.kube.leader_election import LeaderElectionConfig
+
 DEFAULT_PROVISIONER_NAME = "local-path-storage.io/local-path"
 
 
@@ -50,6 +52,12 @@ class Options:
     """Volumes one helper pod serves at most on a busy node (1: a pod per volume)."""
     helper_pods_per_node: int = 2
     """Setup (and teardown) helper pods running at once per node, at most."""
+    leader_election_lease_duration: float = 15.0
+    """How long a standby waits after the leader's last renewal before it takes the lease."""
+    leader_election_renew_deadline: float = 10.0
+    """The leader exits this long after its last successful renewal unless it renews again."""
+    leader_election_retry_period: float = 2.0
+    """Between renewals, and between a standby's attempts to take the lease."""
 
 
 def _env_bool(value: str) -> bool:
@@ -175,6 +183,17 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) 
         default=env("LEADER_ELECTION_NAMESPACE", "") or None,
         help="namespace of the Lease; default --namespace [LEADER_ELECTION_NAMESPACE]",
     )
+    for flag, variable, default, meaning in (
+        ("lease-duration", "LEASE_DURATION", "15", "a standby waits after the last renewal"),
+        ("renew-deadline", "RENEW_DEADLINE", "10", "the leader exits after its last renewal"),
+        ("retry-period", "RETRY_PERIOD", "2", "between renewals and attempts to take the lease"),
+    ):
+        add(
+            f"--leader-election-{flag}",
+            type=float,
+            default=float(env(f"LEADER_ELECTION_{variable}", default)),
+            help=f"seconds {meaning} [LEADER_ELECTION_{variable}]",
+        )
     add(
         "--allow-unsafe-helper-template",
         action="store_true",
@@ -209,6 +228,19 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) 
         help="one JSON object per log line [JSON_LOGS]",
     )
     ns = parser.parse_args(list(argv))
+    try:
+        LeaderElectionConfig(
+            lease_duration=ns.leader_election_lease_duration,
+            renew_deadline=ns.leader_election_renew_deadline,
+            retry_period=ns.leader_election_retry_period,
+        )
+    except ValueError:
+        parser.error(
+            "need 0 < --leader-election-retry-period < --leader-election-renew-deadline"
+            " < --leader-election-lease-duration (seconds), got"
+            f" {ns.leader_election_retry_period}, {ns.leader_election_renew_deadline},"
+            f" {ns.leader_election_lease_duration}"
+        )
     if ns.node_scan_interval < 0:
         parser.error("--node-scan-interval must be 0 (off) or a number of seconds")
     for flag in ("workers", "helper_batch_size", "helper_pods_per_node"):
@@ -242,4 +274,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) 
         node_scan_interval=ns.node_scan_interval,
         helper_batch_size=ns.helper_batch_size,
         helper_pods_per_node=ns.helper_pods_per_node,
+        leader_election_lease_duration=ns.leader_election_lease_duration,
+        leader_election_renew_deadline=ns.leader_election_renew_deadline,
+        leader_election_retry_period=ns.leader_election_retry_period,
     )

@@ -28,7 +28,14 @@ class FakeLeaseApi:
         self.lock = threading.Lock()
         self.unreachable_for: set[str] = set()
         self.writes: list[tuple[str, str]] = []
+        self.written_at: list[float] = []
         self.reads = 0
+        self.fault: Callable[[FakeLeaseApi, float], None] | None = None
+        """While set, every request calls it with its timeout instead of being answered."""
+        self.faulted: list[tuple[float, float]] = []
+        """(when, timeout) of each request sent to `fault`."""
+        self.closed = threading.Event()
+        """Set after the test: requests hanging on it return."""
 
     def request_json(
         self,
@@ -40,6 +47,11 @@ class FakeLeaseApi:
         content_type: str | None = None,
         timeout: Timeout = DEFAULT_REQUEST_TIMEOUT,
     ) -> dict[str, Any]:
+        fault = self.fault
+        if fault is not None:
+            assert isinstance(timeout, float)
+            self.faulted.append((time.monotonic(), timeout))
+            fault(self, timeout)
         with self.lock:
             if method == "GET":
                 self.reads += 1
@@ -57,6 +69,7 @@ class FakeLeaseApi:
             self.lease = _copy(body)
             self.lease["metadata"]["resourceVersion"] = str(self.version)
             self.writes.append((method, holder))
+            self.written_at.append(time.monotonic())
             return _copy(self.lease)
 
     @property
@@ -87,8 +100,14 @@ class Candidate:
             config=config,
             on_started_leading=lambda: self.log.append("started"),
             on_stopped_leading=lambda: self.log.append("stopped"),
+            on_lost_lease=self._lost,
         )
+        self.lost_at: list[float] = []
         self.elector.start()
+
+    def _lost(self) -> None:
+        self.lost_at.append(time.monotonic())
+        self.log.append("lost")
 
 
 MakeCandidate = Callable[..., Candidate]
@@ -109,6 +128,7 @@ def candidates(api: FakeLeaseApi) -> Iterator[MakeCandidate]:
         return candidate
 
     yield make
+    api.closed.set()
     for candidate in started:
         candidate.elector.stop()
 
@@ -161,7 +181,7 @@ def test_a_renewal_that_conflicts_reads_the_lease_and_steps_down_for_a_new_holde
         api.lease["metadata"]["resourceVersion"] = str(api.version)
         api.lease["spec"]["holderIdentity"] = "intruder"
     assert wait_until(lambda: not a.elector.is_leader)
-    assert a.log == ["started", "stopped"]
+    assert a.log == ["started", "lost", "stopped"]
 
 
 def test_a_released_lease_is_taken_over_at_once(
@@ -189,7 +209,7 @@ def test_a_leader_that_cannot_renew_steps_down_and_another_takes_over(
     assert wait_until(lambda: a.elector.is_leader)
     b = candidates("b")
     api.unreachable_for.add("a")
-    assert wait_until(lambda: a.log == ["started", "stopped"], timeout=3)
+    assert wait_until(lambda: a.log == ["started", "lost", "stopped"], timeout=3)
     assert not a.elector.is_leader
     assert wait_until(lambda: b.elector.is_leader, timeout=5)
     assert api.holder == "b"
@@ -207,7 +227,7 @@ def test_a_leader_seeing_another_holder_steps_down_immediately(
         assert api.lease is not None
         api.lease["metadata"]["resourceVersion"] = str(api.version)
     assert wait_until(lambda: not a.elector.is_leader, timeout=2)
-    assert a.log == ["started", "stopped"]
+    assert wait_until(lambda: a.log == ["started", "lost", "stopped"], timeout=2)
 
 
 def test_stop_before_leading_calls_no_callbacks(
@@ -237,3 +257,50 @@ def test_lease_names_are_valid_dns_subdomains() -> None:
 
 def test_identities_are_unique_per_elector() -> None:
     assert default_identity() != default_identity()
+
+
+def hang_forever(api: FakeLeaseApi, timeout: float) -> None:
+    """A request whose socket never returns, whatever its timeout (the watchdog's case)."""
+    api.closed.wait()
+    raise OSError("closed")
+
+
+def time_out(api: FakeLeaseApi, timeout: float) -> None:
+    """A server that accepts and never answers: the request takes its whole timeout."""
+    time.sleep(timeout)
+    raise OSError("read timed out")
+
+
+def throttled(api: FakeLeaseApi, timeout: float) -> None:
+    raise ApiError(status=429, reason="Too Many Requests")
+
+
+@pytest.mark.parametrize("fault", [hang_forever, time_out, throttled])
+def test_a_leader_that_cannot_renew_is_lost_before_the_lease_could_pass(
+    api: FakeLeaseApi, candidates: MakeCandidate, fault: Callable[[FakeLeaseApi, float], None]
+) -> None:
+    """Whatever the renewals run into, on_lost_lease comes within renew_deadline of the last
+    write that reached the server, so before a standby (waiting lease_duration from when it saw
+    that write) may start. Before, one timeout served three requests, a hung one had no end."""
+    config = LeaderElectionConfig(lease_duration=1.0, renew_deadline=0.6, retry_period=0.2)
+    a = candidates("a", config)
+    assert wait_until(lambda: a.elector.is_leader)
+    api.fault = fault
+    assert wait_until(lambda: bool(a.lost_at), timeout=3), "the lease was never declared lost"
+    last_write = api.written_at[-1]
+    assert a.lost_at[0] - last_write <= config.renew_deadline + 0.05
+    assert not a.elector.is_leader
+    # No request may outlive the deadline either: each gets only what is left of it.
+    late = [(sent, timeout) for sent, timeout in api.faulted if sent + timeout > last_write + 0.65]
+    assert not late, late
+    assert a.log[:2] == ["started", "lost"]
+
+
+def test_a_leader_that_stops_releases_without_calling_it_lost(
+    api: FakeLeaseApi, candidates: MakeCandidate
+) -> None:
+    a = candidates("a")
+    assert wait_until(lambda: a.elector.is_leader)
+    a.elector.stop()
+    time.sleep(FAST.lease_duration)
+    assert a.log == ["started", "stopped"], "a release is not a loss, and the watchdog is off"
