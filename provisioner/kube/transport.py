@@ -122,10 +122,16 @@ def _timeout(timeout: Timeout | urllib3.Timeout | None) -> urllib3.Timeout | Non
 def connection_pool(credentials: Credentials, size: int, *, retries: bool = True) -> Pool:
     """A pool for the server: its CA (or the system's), the client certificate, the TLS name
     to verify, through the kubeconfig's proxy if any; `size` connections kept per host.
-    `retries=False`: a failure raises at once instead of urllib3's default 3 retries."""
-    settings: dict[str, Any] = {"maxsize": size}
-    if not retries:
-        settings["retries"] = False
+    Retries are only for failures before the request was sent (connecting): urllib3's default
+    would also send a GET, PUT or DELETE again after a read timeout or a reset, when the server
+    may have applied the first one, so our own PUT came back as a 409 conflict and our own
+    DELETE as a 404, and a request lasted up to four times its timeout. A failure after sending
+    raises; the caller's retry (requeue with backoff) reads the state again first.
+    `retries=False`: any failure raises at once."""
+    settings: dict[str, Any] = {
+        "maxsize": size,
+        "retries": urllib3.Retry(total=3, read=0, other=0) if retries else False,
+    }
     if credentials.host.startswith("https"):
         settings.update(
             ssl_context=tls_context(credentials),

@@ -2,6 +2,7 @@
 and never answers (the shared client's urllib3 default retried a GET or PUT three times, each
 with the whole timeout again), and they never wait for the shared bucket's tokens."""
 
+import logging
 import socket
 import threading
 import time
@@ -84,3 +85,33 @@ def test_the_default_user_agent_names_the_lease_clients() -> None:
     )
     lease = KubeClients(api_client).leader_election_clients()
     assert lease.api_client.user_agent == f"{DEFAULT_USER_AGENT} leader-election"
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+def test_the_shared_client_never_sends_a_request_again_after_it_was_sent(
+    server: SilentServer, method: str
+) -> None:
+    """A read timeout may follow a request the server applied: sending it again would turn our
+    own PUT into a 409 and our own DELETE into a 404. Only the caller's retry, which reads the
+    state first, may repeat it."""
+    clients = shared_clients(server.url, TokenBucket(20, 30))
+    started = time.monotonic()
+    with pytest.raises(HTTPError):
+        clients.request_json(method, "/api/v1/persistentvolumes/x", body={}, timeout=0.3)
+    assert time.monotonic() - started < 0.6
+    assert len(server.connections) == 1, "the request was sent again"
+
+
+def test_the_shared_client_still_retries_a_connection_that_was_never_made(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Nothing was sent, so trying again is safe: a refused connection is retried."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()  # nothing listens there now: every connect is refused
+    caplog.set_level(logging.WARNING, logger="urllib3.connectionpool")
+    clients = shared_clients(f"http://127.0.0.1:{port}", TokenBucket(20, 30))
+    with pytest.raises(HTTPError):
+        clients.request_json("GET", "/api/v1/nodes", timeout=0.3)
+    retried = [record for record in caplog.records if "Retrying" in record.getMessage()]
+    assert len(retried) == 3, "urllib3's 3 retries of a connection that was refused"
