@@ -43,8 +43,11 @@ class Owner:
     volume_name: str = ""
     ours: bool = False
 
-    def on(self, node: str) -> bool:
-        return self.nodes is None or node in self.nodes
+    def on(self, node: str, *, shared: bool = False) -> bool:
+        """Whether it holds its path in a listing of `node`; on a shared filesystem every
+        owner holds its path on every node, whatever node its PV or helper pod names: the
+        listing node is only the one picked to list the directory all nodes see."""
+        return shared or self.nodes is None or node in self.nodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,8 @@ class Orphan:
     path: str
     kind: EntryKind
     age_seconds: int
+    shared: bool = False
+    """Found under a shared filesystem path: every owner holds its path here."""
 
     @property
     def removable(self) -> bool:
@@ -158,13 +163,15 @@ def helper_pod_owners(pods: Iterable[Mapping[str, object]]) -> list[Owner]:
     return owners
 
 
-def owned_relative_paths(owners: Iterable[Owner], node: str, base_path: str) -> list[str]:
+def owned_relative_paths(
+    owners: Iterable[Owner], node: str, base_path: str, *, shared: bool = False
+) -> list[str]:
     """What the listing helper must never look into, relative to the base path."""
     return sorted(
         {
             posixpath.relpath(owner.path, base_path)
             for owner in owners
-            if owner.on(node) and is_strictly_inside(owner.path, base_path)
+            if owner.on(node, shared=shared) and is_strictly_inside(owner.path, base_path)
         }
     )
 
@@ -219,7 +226,7 @@ def _related(path: str, owned: str) -> bool:
 def find_orphans(listing: NodeListing, owners: Sequence[Owner]) -> list[Orphan]:
     """The listed entries no owner on that node holds, contains or lies inside. The helper
     already left those out; checking again means a wrong helper cannot make us remove one."""
-    held = [owner.path for owner in owners if owner.on(listing.node)]
+    held = [owner.path for owner in owners if owner.on(listing.node, shared=listing.shared)]
     return [
         Orphan(
             node=listing.node,
@@ -227,6 +234,7 @@ def find_orphans(listing: NodeListing, owners: Sequence[Owner]) -> list[Orphan]:
             path=entry.path,
             kind=entry.kind,
             age_seconds=max(0, listing.now - entry.mtime),
+            shared=listing.shared,
         )
         for entry in listing.entries
         if not any(_related(entry.path, path) for path in held)
@@ -235,7 +243,9 @@ def find_orphans(listing: NodeListing, owners: Sequence[Owner]) -> list[Orphan]:
 
 def still_orphan(orphan: Orphan, owners: Sequence[Owner]) -> bool:
     """Against a newer view of the owners: does nothing hold it now?"""
-    return not any(_related(orphan.path, o.path) for o in owners if o.on(orphan.node))
+    return not any(
+        _related(orphan.path, o.path) for o in owners if o.on(orphan.node, shared=orphan.shared)
+    )
 
 
 def find_missing(listing: NodeListing, owners: Sequence[Owner]) -> list[MissingDirectory]:

@@ -126,20 +126,21 @@ class OrphanScan:
         owners = holdings.owners
         for node, base_paths in base_paths_by_node(config, wanted).items():
             for base_path in base_paths:
+                is_shared = base_path in shared
                 manifest = build_listing_pod(
                     self._bundle,
                     self._namespace,
                     self._service_account,
                     node=node,
                     base_path=base_path,
-                    owned=owned_relative_paths(owners, node, base_path),
+                    owned=owned_relative_paths(owners, node, base_path, shared=is_shared),
                     caller=self._caller,
                 )
                 try:
                     _, message = self._runner.run_for_message(
                         manifest, float(config.cmd_timeout_seconds)
                     )
-                    listing = parse_listing(node, base_path, message, shared=base_path in shared)
+                    listing = parse_listing(node, base_path, message, shared=is_shared)
                 except (HelperPodError, ListingError) as error:
                     report.problems.append(f"listing {base_path} on {node}: {error}")
                     continue

@@ -103,6 +103,36 @@ def test_helper_pods_in_flight_hold_their_volume_directory() -> None:
     assert helper_pod_owners([pod, {"spec": {}}]) == [Owner("/data/new", frozenset({"n1"}))]
 
 
+def test_on_a_shared_path_every_owner_holds_its_path_whatever_node_it_names() -> None:
+    """A shared path is listed on one node only: an in-flight setup scheduled to another node
+    and a foreign PV pinned to another node still own their directories there."""
+    nodes = {"n1": NodeRecord("n1"), "n2": NodeRecord("n2")}
+    foreign = VolumeRecord(
+        "pv-foreign", path="/shared/foreign", affinity=(("kubernetes.io/hostname", ("n2",)),)
+    )
+    setup_pod = {
+        "spec": {
+            "nodeName": "n2",
+            "containers": [{"env": [{"name": "VOL_DIR", "value": "/shared/in-flight"}]}],
+        }
+    }
+    owners = volume_owners([foreign], nodes, NAME) + helper_pod_owners([setup_pod])
+    assert [o.nodes for o in owners] == [frozenset({"n2"}), frozenset({"n2"})]
+    entries = (
+        ListedEntry("/shared/foreign", "directory", 0),
+        ListedEntry("/shared/in-flight/data", "directory", 0),
+        ListedEntry("/shared/stale", "directory", 0),
+    )
+    shared = NodeListing("n1", "/shared", 10_000, entries, (), shared=True)
+    assert owned_relative_paths(owners, "n1", "/shared", shared=True) == ["foreign", "in-flight"]
+    found = find_orphans(shared, owners)
+    assert [(o.path, o.shared) for o in found] == [("/shared/stale", True)]
+    assert [o.path for o in removable_orphans(found, 600)] == ["/shared/stale"]
+    assert not still_orphan(found[0], [Owner("/shared/stale", frozenset({"n2"}))])
+    node_local = NodeListing("n1", "/shared", 10_000, entries, ())
+    assert len(find_orphans(node_local, owners)) == 3, "a node-local path keeps node owners"
+
+
 def test_base_paths_by_node_follow_every_class_and_the_default_entry() -> None:
     config = parse_config_json(
         '{"storageClassConfigs": {'
