@@ -26,11 +26,11 @@ from provisioner.core.config import (
     load_config_bundle,
     load_config_directory,
 )
+from provisioner.core.options import DEFAULT_PROVISIONER_NAME
 from provisioner.core.orphans import MINIMUM_AGE_SECONDS, parse_duration
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients, KubeConfigError, create_clients
 from provisioner.kube.helper_pods import HelperPodRunner
-from provisioner.shell.options import DEFAULT_PROVISIONER_NAME
 from provisioner.shell.orphan_scan import OrphanScan, Report, orphan_key, read_holdings
 
 EXIT_BAD_SETUP = 2

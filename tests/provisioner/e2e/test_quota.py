@@ -66,7 +66,7 @@ def test_the_setup_helper_sets_a_hard_quota_where_project_quotas_are_enforced(
     )
     host_tools = setup.node_path(NODE, f"{base}/.tools")
     host_tools.mkdir(parents=True)
-    (host_tools / "xfs_quota").write_text(STAND_IN.replace("$VOL_DIR/.xfs_quota-argv", "/dev/null"))
+    (host_tools / "xfs_quota").write_text(STAND_IN)
     (host_tools / "xfs_quota").chmod(0o755)
     (host_tools / "mountinfo").write_text(
         f"40 1 7:7 / {base} rw,relatime - xfs /dev/loop7 rw,attr2,inode64,prjquota\n"

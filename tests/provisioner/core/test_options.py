@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.shell.options import DEFAULT_PROVISIONER_NAME, parse_options
+from provisioner.core.options import DEFAULT_PROVISIONER_NAME, parse_options
 
 
 def test_defaults_without_flags_or_environment() -> None:
