@@ -4,7 +4,8 @@ in flight go in; what is an orphan, and which orphans may be removed, comes out.
 
 Why so careful: an orphan removal is an `rm -rf` decided from a listing that is already a few
 seconds old. A directory is only an orphan when no PV of any provisioner (ours or not, live or
-Released) and no helper pod in flight has a path equal to it, inside it, or around it; and a
+Released), no claim of ours waiting for its volume and no helper pod in flight has a path
+equal to it, inside it, or around it (on a shared path, whatever node it names); and a
 removal is only offered for a plain directory, never a symbolic link (its target is not ours to
 judge), older than a threshold no in-flight setup reaches.
 """
@@ -17,10 +18,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from provisioner.core.claims import PROVISIONED_BY, resolve_volume_node
+from provisioner.core.claims import (
+    PROVISIONED_BY,
+    Provision,
+    decide_claim_action,
+    resolve_volume_node,
+)
 from provisioner.core.config import ProvisionerConfig
 from provisioner.core.paths import is_strictly_inside
-from provisioner.core.records import NodeRecord, VolumeRecord
+from provisioner.core.records import ClaimRecord, NodeRecord, StorageClassRecord, VolumeRecord
 
 EntryKind = Literal["directory", "file", "symlink", "other"]
 ENTRY_KINDS: tuple[EntryKind, ...] = ("directory", "file", "symlink", "other")
@@ -139,6 +145,39 @@ def volume_owners(
                 ours=volume.annotations.get(PROVISIONED_BY) == provisioner_name,
             )
         )
+    return owners
+
+
+def claim_owners(
+    claims: Iterable[ClaimRecord],
+    classes: Mapping[str, StorageClassRecord],
+    config: ProvisionerConfig,
+    nodes: Mapping[str, NodeRecord],
+    provisioner_name: str,
+) -> list[Owner]:
+    """A claim of ours still waiting for its volume holds the path its provisioning uses: the
+    setup may have made the directory and the PV not be saved yet (a leader that stopped in
+    between leaves exactly that, for as long as no provisioner runs). The path is the one
+    the provisioner's own decision gives: a claim it would not provision now names none."""
+    owners = []
+    for claim in claims:
+        decision = decide_claim_action(
+            claim,
+            classes.get(claim.storage_class_name or ""),
+            config,
+            (),
+            nodes,
+            provisioner_name=provisioner_name,
+        )
+        if isinstance(decision, Provision):
+            plan = decision.plan
+            owners.append(
+                Owner(
+                    path=posixpath.normpath(plan.path),
+                    nodes=frozenset({plan.node_name}) if plan.node_name else None,
+                    volume_name=plan.volume_name,
+                )
+            )
     return owners
 
 

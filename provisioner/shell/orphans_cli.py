@@ -199,9 +199,10 @@ def main(argv: Sequence[str]) -> int:
             service_account=options.service_account,
             caller="cli",
         )
-        report = scan.scan(read_holdings(clients, options.provisioner_name), options.nodes)
+        config = bundle.config
+        report = scan.scan(read_holdings(clients, options.provisioner_name, config), options.nodes)
         if options.delete:
-            holdings = read_holdings(clients, options.provisioner_name)
+            holdings = read_holdings(clients, options.provisioner_name, config)
             scan.remove(report, holdings, options.older_than_seconds)
     except ConfigError as error:
         print(f"invalid configuration: {error}", file=sys.stderr)

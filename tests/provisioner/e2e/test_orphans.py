@@ -17,6 +17,7 @@ import pytest
 
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE, NEVER_STARTS_IMAGE
 from localcluster.raw_api import manifest
+from provisioner.core.claims import STORAGE_PROVISIONER
 from tests.provisioner.e2e.support import (
     CONFIGMAP,
     HELPER_SERVICE_ACCOUNT,
@@ -24,6 +25,7 @@ from tests.provisioner.e2e.support import (
     ConfigFiles,
     ProvisionerSetup,
     default_config,
+    eventually,
     volume_path,
 )
 
@@ -161,8 +163,9 @@ def test_on_a_shared_path_owners_on_other_nodes_are_neither_reported_nor_removed
     make_setup: Callable[..., ProvisionerSetup],
 ) -> None:
     """The shared path is listed on node-1 only; an in-flight setup scheduled to another node
-    and a foreign PV pinned to another node still own their directories (two days old, so
-    only ownership keeps them)."""
+    and a foreign PV pinned to another node still own their directories, and so does a claim
+    of ours waiting for its volume (no provisioner runs: its setup may have made the
+    directory before the PV was saved). All two days old, so only ownership keeps them."""
     base = f"/shared-{uuid.uuid4().hex[:6]}"
     setup = make_setup(ConfigFiles(config={"sharedFileSystemPath": base}))
     other = next(node for node in setup.cluster.nodes if node != NODE)
@@ -217,9 +220,19 @@ def test_on_a_shared_path_owners_on_other_nodes_are_neither_reported_nor_removed
             }
         ),
     )
+    storage_class = setup.create_class("waiting", binding_mode="Immediate")
+    setup.create_claim("waiting", storage_class, access_modes=["ReadWriteMany"])
+    claim = eventually(
+        lambda: (
+            setup.claim("waiting") if STORAGE_PROVISIONER in setup.annotations("waiting") else None
+        ),
+        30,
+        "the claim handed to the provisioner",
+    )
+    waiting = f"pvc-{claim['metadata']['uid']}_{setup.namespace}_waiting"
     try:
         host_base = setup.node_path(NODE, base)
-        for name in ("in-flight", "foreign", "stale"):
+        for name in ("in-flight", "foreign", "stale", waiting):
             (host_base / name / "data").mkdir(parents=True)
             plant_old(host_base / name)
 
@@ -229,6 +242,7 @@ def test_on_a_shared_path_owners_on_other_nodes_are_neither_reported_nor_removed
         assert states == {f"{base}/stale": "removed"}, "an owned directory was reported"
         assert (host_base / "in-flight" / "data").is_dir()
         assert (host_base / "foreign" / "data").is_dir()
+        assert (host_base / waiting / "data").is_dir()
         assert not (host_base / "stale").exists()
     finally:
         setup.core.delete_persistent_volume(foreign_name)
