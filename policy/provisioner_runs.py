@@ -5,9 +5,10 @@ a command line one meaning (`--allow-unsafe` is argparse's abbreviation of
 
 What runs, as the kubelet starts it:
 - `command` replaces the image's ENTRYPOINT; without one the image's runs, which this policy
-  cannot see. Such a container is read as the provisioner (its image's ENTRYPOINT is
-  `local-path-storage-provisioner`): its `args` and env are parsed, and a container that is
-  something else only counts when the provisioner would accept its arguments and be unsafe.
+  cannot see. When no container's `command` runs the provisioner, those without a `command`
+  are read as the provisioner (its image's ENTRYPOINT is `local-path-storage-provisioner`):
+  their `args` and env are parsed, and one that is something else only counts when the
+  provisioner would accept its arguments and be unsafe (or they cannot be read).
 - With a `command`: the `local-path-storage-provisioner` script, `python[3[.N]] [-flags] -m
   provisioner`, or either inside a `sh -c` script; anything else is not the provisioner.
   `... orphans` runs the orphans command, not the provisioner.
@@ -60,7 +61,7 @@ class ProvisionerRun:
     container: Mapping[str, Any]
     options: Options | None
     """What the provisioner makes of its command line and env; None when it would refuse them
-    (it exits at start: nothing runs)."""
+    (it exits at start: nothing runs) or they cannot be read."""
     unverifiable: tuple[str, ...] = ()
     """Why a setting cannot be told from the object (a value from a ConfigMap or Secret)."""
 
@@ -78,12 +79,16 @@ def pod_spec(resource: Resource) -> Mapping[str, Any] | None:
 
 
 def provisioner_runs(resource: Resource) -> Iterator[ProvisionerRun]:
+    """The containers whose `command` runs the provisioner; when none does, those without a
+    `command` (the image's ENTRYPOINT runs): a sidecar beside an identified provisioner is not
+    read as one."""
     spec = pod_spec(resource)
-    for container in (spec or {}).get("containers") or ():
-        if isinstance(container, Mapping):
-            run = _run(container)
-            if run is not None:
-                yield run
+    containers = [c for c in (spec or {}).get("containers") or () if isinstance(c, Mapping)]
+    by_command = [c for c in containers if c.get("command")]
+    runs = [run for c in by_command if (run := _run(c)) is not None]
+    if not runs:
+        runs = [run for c in containers if not c.get("command") and (run := _run(c)) is not None]
+    yield from runs
 
 
 def _run(container: Mapping[str, Any]) -> ProvisionerRun | None:
@@ -102,11 +107,13 @@ def _run(container: Mapping[str, Any]) -> ProvisionerRun | None:
         argv = args
     if argv[:1] == [ORPHANS_COMMAND]:
         return None
-    unverifiable += [f"argument {a!r} uses a variable it cannot read" for a in argv if "\0" in a]
+    if any("\0" in argument for argument in argv):
+        unverifiable.append("an argument uses a variable from valueFrom or envFrom")
+        return ProvisionerRun(container, None, tuple(unverifiable))
     try:
-        options: Options | None = read_options(argv, literal)
+        options = read_options(argv, literal)
     except OptionsError:
-        options = None
+        return ProvisionerRun(container, None)  # the provisioner exits at start
     return ProvisionerRun(container, options, tuple(unverifiable))
 
 

@@ -75,6 +75,8 @@ def read_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
             return parse_options(argv, environ)
     except SystemExit:
         raise OptionsError(said.getvalue().strip()) from None
+    except ValueError as error:  # a number variable that is none: the provisioner stops on it
+        raise OptionsError(str(error)) from None
 
 
 def parse_options(

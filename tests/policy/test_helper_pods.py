@@ -97,7 +97,7 @@ def test_other_workloads_running_the_provisioner_are_checked_too(kind: str) -> N
         ({"envFrom": [{"prefix": "ALLOW_", "secretRef": {"name": "s"}}]}, "envFrom secretRef s"),
         (
             {"args": ["$(FLAGS)"], "env": [{"name": "FLAGS", "valueFrom": {"secretKeyRef": {}}}]},
-            "uses a variable it cannot read",
+            "an argument uses a variable from valueFrom or envFrom",
         ),
     ],
 )
@@ -116,6 +116,7 @@ def test_a_setting_from_a_source_the_policy_cannot_read_is_reported(
         {"command": ["nginx"], "args": ["--allow-unsafe-helper-template"]},
         {"command": ["python", "-c", "import provisioner"], "args": ["--allow-unsafe"]},
         {"args": ["$(UNSET)"]},
+        {"args": [], "env": [{"name": "WORKER_THREADS", "value": "many"}]},  # exits at start
         {"env": [{"name": "ALLOW_UNSAFE_HELPER_TEMPLATE", "value": "false"}]},
         {"env": [{"name": "ALLOW_UNSAFE_HELPER_TEMPLATE", "value": "no"}]},
         {"envFrom": [{"prefix": "APP_", "configMapRef": {"name": "settings"}}]},
@@ -130,6 +131,22 @@ def test_a_setting_from_a_source_the_policy_cannot_read_is_reported(
 )
 def test_what_the_runtime_does_not_run_unsafe_passes(container: dict[str, Any]) -> None:
     assert check_unsafe_flag(workload(container)) == []
+
+
+def test_a_sidecar_beside_the_provisioner_is_not_read_as_one() -> None:
+    pod: dict[str, Any] = {
+        "containers": [
+            {"name": "provisioner", "command": ["local-path-storage-provisioner"], "args": []},
+            {"name": "sidecar", "image": "proxy:1", "envFrom": [{"configMapRef": {"name": "p"}}]},
+        ]
+    }
+    resource = Resource(
+        "kubernetes:apps/v1:Deployment", {"spec": {"template": {"spec": pod}}}, "urn::d"
+    )
+    assert check_unsafe_flag(resource) == []
+    pod["containers"][0]["args"] = ["--allow-unsafe"]
+    [message] = check_unsafe_flag(resource)
+    assert "container provisioner" in message
 
 
 def test_no_flag_passes() -> None:

@@ -89,6 +89,8 @@ def test_read_options_raises_what_the_provisioner_would_print_and_exit_with() ->
         read_options(["--no-such-flag"], {})
     with pytest.raises(OptionsError, match="usage: local-path-storage-provisioner"):
         read_options(["--help"], {})
+    with pytest.raises(OptionsError, match="invalid literal for int"):
+        read_options([], {"WORKER_THREADS": "many"})
 
 
 @pytest.mark.parametrize(
