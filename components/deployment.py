@@ -27,7 +27,7 @@ TERMINATION_GRACE_PERIOD_SECONDS = 60
 
 
 def provisioner_arguments(args: ProvisionerDeploymentArgs) -> list[str]:
-    """The runtime's command-line flags (provisioner/shell/options.py). The namespace comes from the
+    """The runtime's command-line flags (provisioner/core/options.py). The namespace comes from the
     POD_NAMESPACE environment variable (downward API) instead."""
     arguments = [
         f"--provisioner-name={args.provisioner_name}",

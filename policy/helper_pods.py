@@ -1,8 +1,9 @@
 """Helper pods mount the host's storage as root: three policies keep them as the provisioner
 built them, each lifted only by a stack that opts in (see pack.py's stack config keys).
 
-- `no-unsafe-helper-template`: the Deployment runs the provisioner with
-  `--allow-unsafe-helper-template`, which turns off its own allow-list for helper templates.
+- `no-unsafe-helper-template`: a workload runs the provisioner with
+  `--allow-unsafe-helper-template` (as its own parser reads the command line and env), which
+  turns off its own allow-list for helper templates.
 - `unprivileged-helper-pod`: the ConfigMap's helperPod.yaml asks for more than the provisioner
   needs. "More" is exactly what the runtime refuses without that flag
   (provisioner.core.helper_template.validate_helper_template): privileged, added capabilities, host
@@ -16,13 +17,8 @@ from __future__ import annotations
 
 import json
 
-from policy.resources import (
-    Resource,
-    config_map_files,
-    flag_value,
-    helper_template,
-    provisioner_containers,
-)
+from policy.provisioner_runs import provisioner_runs
+from policy.resources import Resource, config_map_files, helper_template
 from provisioner.core.config import ConfigError
 from provisioner.core.helper_template import validate_helper_template
 
@@ -32,14 +28,28 @@ PINNED_IMAGE = "pinned-helper-image"
 
 
 def check_unsafe_flag(resource: Resource) -> list[str]:
-    return [
-        f"Deployment {resource.name} container {container.get('name')}: the provisioner runs "
-        "with --allow-unsafe-helper-template (stack config allowUnsafeHelperTemplate: true), "
-        "which lets any helperPod.yaml run as root on every node: set allowUnsafeHelperTemplate "
-        "to false, or accept the risk with local-path-storage-policy:allowUnsafeHelperTemplate"
-        for container in provisioner_containers(resource)
-        if flag_value(container, "allow-unsafe-helper-template", "ALLOW_UNSAFE_HELPER_TEMPLATE")
-    ]
+    """Decided by the provisioner's own option parser on the container's command line and
+    env (see provisioner_runs): what it would run with, in every spelling it accepts."""
+    kind = resource.type.rsplit(":", 1)[-1]
+    messages = []
+    for run in provisioner_runs(resource):
+        where = f"{kind} {resource.name} container {run.name}"
+        if run.options is not None and run.options.allow_unsafe_helper_template:
+            messages.append(
+                f"{where}: the provisioner runs with --allow-unsafe-helper-template (stack "
+                "config allowUnsafeHelperTemplate: true, the flag in any spelling or "
+                "ALLOW_UNSAFE_HELPER_TEMPLATE), which lets any helperPod.yaml run as root on "
+                "every node: set allowUnsafeHelperTemplate to false, or accept the risk with "
+                "local-path-storage-policy:allowUnsafeHelperTemplate"
+            )
+        elif run.unverifiable:
+            messages.append(
+                f"{where}: whether the provisioner runs with --allow-unsafe-helper-template "
+                f"cannot be told ({'; '.join(run.unverifiable)}): give the value literally in "
+                "env or args, or accept the risk with "
+                "local-path-storage-policy:allowUnsafeHelperTemplate"
+            )
+    return messages
 
 
 def check_privileged(resource: Resource) -> list[str]:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from policy.resources import DEPLOYMENT, STORAGE_CLASS, Resource, flag_value, provisioner_containers
+from policy.provisioner_runs import provisioner_runs
+from policy.resources import DEPLOYMENT, STORAGE_CLASS, Resource
 
 NAME = "production-readiness"
 
@@ -15,7 +16,8 @@ NAME = "production-readiness"
 def _deployment_problems(deployment: Resource) -> list[str]:
     problems = []
     replicas = (deployment.props.get("spec") or {}).get("replicas", 1)
-    for container in provisioner_containers(deployment):
+    for run in provisioner_runs(deployment):
+        container = run.container
         # The engine passes numbers as floats (a protobuf Struct): 1.0 is one replica.
         if isinstance(replicas, int | float) and not isinstance(replicas, bool) and replicas < 2:
             problems.append(
@@ -28,7 +30,7 @@ def _deployment_problems(deployment: Resource) -> list[str]:
                 f"Deployment {deployment.name} container {container.get('name')}: no memory "
                 "limit, so a leak can starve the node: set memoryLimit (for example 192Mi)"
             )
-        if flag_value(container, "leader-election", "LEADER_ELECTION") is False:
+        if run.options is not None and not run.options.leader_election:
             problems.append(
                 f"Deployment {deployment.name} container {container.get('name')}: leader "
                 "election is off, so two replicas (or a rollout) provision the same claim "

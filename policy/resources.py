@@ -3,7 +3,7 @@ provider's inputs (camelCase), whatever program or transformation built them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,6 @@ DEFAULT_CLASS_ANNOTATIONS = (
     "storageclass.kubernetes.io/is-default-class",
     "storageclass.beta.kubernetes.io/is-default-class",
 )
-PROVISIONER_COMMAND = "local-path-storage-provisioner"
 
 
 @dataclass(frozen=True)
@@ -62,35 +61,6 @@ def helper_template(files: Mapping[str, str]) -> dict[str, Any] | None:
     except yaml.YAMLError:
         return None
     return template if isinstance(template, dict) else None
-
-
-def provisioner_containers(resource: Resource) -> Iterator[Mapping[str, Any]]:
-    """The containers of a Deployment that run the provisioner."""
-    if resource.type != DEPLOYMENT:
-        return
-    spec = resource.props.get("spec") or {}
-    pod = (spec.get("template") or {}).get("spec") or {}
-    for container in pod.get("containers") or ():
-        command = [*(container.get("command") or ()), *(container.get("args") or ())]
-        if any(PROVISIONER_COMMAND in str(part) for part in command):
-            yield container
-
-
-def flag_value(container: Mapping[str, Any], flag: str, environment: str) -> bool | None:
-    """A boolean flag of the provisioner (`--x`, `--x=true`, `--no-x`), or its environment
-    variable; None when neither is given (the runtime's default then applies)."""
-    for argument in reversed(container.get("args") or ()):
-        text = str(argument)
-        if text == f"--{flag}":
-            return True
-        if text == f"--no-{flag}":
-            return False
-        if text.startswith(f"--{flag}="):
-            return text.split("=", 1)[1].lower() in ("1", "t", "true")
-    for variable in container.get("env") or ():
-        if variable.get("name") == environment and isinstance(variable.get("value"), str):
-            return str(variable["value"]).lower() in ("1", "t", "true")
-    return None
 
 
 def is_default_class(resource: Resource) -> bool:

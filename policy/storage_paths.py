@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from policy.resources import STORAGE_CLASS, Resource, config_map_files
+from provisioner.core.config import BasePath, ConfigError, NodePathMapEntry, parse_config_json
 
 NAME = "safe-storage-paths"
 DEFAULT_SYSTEM_PATHS = (
@@ -59,37 +60,32 @@ def path_problem(path: str, system_paths: Sequence[str] = DEFAULT_SYSTEM_PATHS) 
     return None
 
 
-def _lower_keys(value: Any) -> dict[str, Any]:
-    """config.json keys match case-insensitively, as Go's encoding/json (and the runtime) do."""
-    return (
-        {str(key).lower(): item for key, item in value.items()} if isinstance(value, dict) else {}
-    )
+def _entries_paths(entries: Sequence[NodePathMapEntry], where: str) -> Iterator[tuple[str, str]]:
+    for index, entry in enumerate(entries):
+        for position, item in enumerate(entry.paths):
+            key = f"{where}.nodePathMap[{index}].paths[{position}]"
+            yield (f"{key}.path", item.path) if isinstance(item, BasePath) else (key, item)
 
 
-def _path_entry(entry: Any, key: str) -> tuple[str, str] | None:
-    """A `paths` entry is a path, or an object `{"path": ..., "capacity": ...}` whose `path`
-    is checked the same way (a budget does not make a system directory safe)."""
-    if isinstance(entry, str):
-        return key, entry
-    path = _lower_keys(entry).get("path")
-    return (f"{key}.path", path) if isinstance(path, str) else None
-
-
-def config_json_paths(document: Any, where: str = "config.json") -> Iterator[tuple[str, str]]:
-    """(key path, base path) of every nodePathMap path and sharedFileSystemPath, top level
-    and per class."""
-    keys = _lower_keys(document)
-    for index, entry in enumerate(keys.get("nodepathmap") or ()):
-        for position, path in enumerate(_lower_keys(entry).get("paths") or ()):
-            found = _path_entry(path, f"{where}.nodePathMap[{index}].paths[{position}]")
-            if found is not None:
-                yield found
-    shared = keys.get("sharedfilesystempath")
-    if isinstance(shared, str) and shared:
-        yield f"{where}.sharedFileSystemPath", shared
-    classes = keys.get("storageclassconfigs")
-    for name, config in classes.items() if isinstance(classes, dict) else ():
-        yield from config_json_paths(config, f"{where}.storageClassConfigs.{name}")
+def config_json_paths(text: str) -> Iterator[tuple[str, str]]:
+    """(key path, base path) of every nodePathMap path (a string or the `path` of an object:
+    a budget does not make a system directory safe) and sharedFileSystemPath, top level and per
+    class, as the runtime reads config.json (its parser: keys match as Go's encoding/json
+    does, with a long s (U+017F) folding to s). A config.json it refuses has no
+    paths here: provisioner-config-valid reports it."""
+    try:
+        config = parse_config_json(text)
+    except ConfigError:
+        return
+    where = "config.json"
+    yield from _entries_paths(config.node_path_map, where)
+    if config.shared_filesystem_path is not None:
+        yield f"{where}.sharedFileSystemPath", config.shared_filesystem_path
+    for name, storage in config.storage_class_configs.items():
+        yield from _entries_paths(storage.node_path_map, f"{where}.storageClassConfigs.{name}")
+        if storage.shared_filesystem_path is not None:
+            key = f"{where}.storageClassConfigs.{name}.sharedFileSystemPath"
+            yield key, storage.shared_filesystem_path
 
 
 def check_resource(
@@ -99,11 +95,7 @@ def check_resource(
     found: list[tuple[str, str]] = []
     files = config_map_files(resource)
     if files is not None:
-        try:
-            document = json.loads(files["config.json"])
-        except json.JSONDecodeError:
-            document = None  # provisioner-config-valid reports it, with the runtime's words
-        found = list(config_json_paths(document))
+        found = list(config_json_paths(files["config.json"]))
         where = f"ConfigMap {resource.name}"
     elif resource.type == STORAGE_CLASS:
         parameters: Mapping[str, Any] = resource.props.get("parameters") or {}

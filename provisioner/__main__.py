@@ -3,18 +3,20 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 
+from provisioner.core.options import ORPHANS_COMMAND, parse_options
 from provisioner.shell.app import run
-from provisioner.shell.options import parse_options
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["orphans"]:
+    if sys.argv[1:2] == [ORPHANS_COMMAND]:
         from provisioner.shell import orphans_cli  # noqa: PLC0415 (the controller's start needs none of it)
 
         sys.exit(orphans_cli.main(sys.argv[2:]))
-    sys.exit(run(parse_options(sys.argv[1:])))
+    sys.exit(run(parse_options(sys.argv[1:], os.environ, hostname=socket.gethostname())))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ in flight go in; what is an orphan, and which orphans may be removed, comes out.
 
 Why so careful: an orphan removal is an `rm -rf` decided from a listing that is already a few
 seconds old. A directory is only an orphan when no PV of any provisioner (ours or not, live or
-Released) and no helper pod in flight has a path equal to it, inside it, or around it; and a
+Released), no claim of ours waiting for its volume and no helper pod in flight has a path
+equal to it, inside it, or around it (on a shared path, whatever node it names); and a
 removal is only offered for a plain directory, never a symbolic link (its target is not ours to
 judge), older than a threshold no in-flight setup reaches.
 """
@@ -17,10 +18,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from provisioner.core.claims import PROVISIONED_BY, resolve_volume_node
+from provisioner.core.claims import (
+    PROVISIONED_BY,
+    Provision,
+    decide_claim_action,
+    resolve_volume_node,
+)
 from provisioner.core.config import ProvisionerConfig
 from provisioner.core.paths import is_strictly_inside
-from provisioner.core.records import NodeRecord, VolumeRecord
+from provisioner.core.records import ClaimRecord, NodeRecord, StorageClassRecord, VolumeRecord
 
 EntryKind = Literal["directory", "file", "symlink", "other"]
 ENTRY_KINDS: tuple[EntryKind, ...] = ("directory", "file", "symlink", "other")
@@ -43,8 +49,11 @@ class Owner:
     volume_name: str = ""
     ours: bool = False
 
-    def on(self, node: str) -> bool:
-        return self.nodes is None or node in self.nodes
+    def on(self, node: str, *, shared: bool = False) -> bool:
+        """Whether it holds its path in a listing of `node`; on a shared filesystem every
+        owner holds its path on every node, whatever node its PV or helper pod names: the
+        listing node is only the one picked to list the directory all nodes see."""
+        return shared or self.nodes is None or node in self.nodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +88,8 @@ class Orphan:
     path: str
     kind: EntryKind
     age_seconds: int
+    shared: bool = False
+    """Found under a shared filesystem path: every owner holds its path here."""
 
     @property
     def removable(self) -> bool:
@@ -137,6 +148,39 @@ def volume_owners(
     return owners
 
 
+def claim_owners(
+    claims: Iterable[ClaimRecord],
+    classes: Mapping[str, StorageClassRecord],
+    config: ProvisionerConfig,
+    nodes: Mapping[str, NodeRecord],
+    provisioner_name: str,
+) -> list[Owner]:
+    """A claim of ours still waiting for its volume holds the path its provisioning uses: the
+    setup may have made the directory and the PV not be saved yet (a leader that stopped in
+    between leaves exactly that, for as long as no provisioner runs). The path is the one
+    the provisioner's own decision gives: a claim it would not provision now names none."""
+    owners = []
+    for claim in claims:
+        decision = decide_claim_action(
+            claim,
+            classes.get(claim.storage_class_name or ""),
+            config,
+            (),
+            nodes,
+            provisioner_name=provisioner_name,
+        )
+        if isinstance(decision, Provision):
+            plan = decision.plan
+            owners.append(
+                Owner(
+                    path=posixpath.normpath(plan.path),
+                    nodes=frozenset({plan.node_name}) if plan.node_name else None,
+                    volume_name=plan.volume_name,
+                )
+            )
+    return owners
+
+
 def helper_pod_owners(pods: Iterable[Mapping[str, object]]) -> list[Owner]:
     """A helper pod in flight holds its VOL_DIR on its node (a setup before its PV exists); a
     batch pod, each of its volumes' (one per init container)."""
@@ -158,13 +202,15 @@ def helper_pod_owners(pods: Iterable[Mapping[str, object]]) -> list[Owner]:
     return owners
 
 
-def owned_relative_paths(owners: Iterable[Owner], node: str, base_path: str) -> list[str]:
+def owned_relative_paths(
+    owners: Iterable[Owner], node: str, base_path: str, *, shared: bool = False
+) -> list[str]:
     """What the listing helper must never look into, relative to the base path."""
     return sorted(
         {
             posixpath.relpath(owner.path, base_path)
             for owner in owners
-            if owner.on(node) and is_strictly_inside(owner.path, base_path)
+            if owner.on(node, shared=shared) and is_strictly_inside(owner.path, base_path)
         }
     )
 
@@ -219,7 +265,7 @@ def _related(path: str, owned: str) -> bool:
 def find_orphans(listing: NodeListing, owners: Sequence[Owner]) -> list[Orphan]:
     """The listed entries no owner on that node holds, contains or lies inside. The helper
     already left those out; checking again means a wrong helper cannot make us remove one."""
-    held = [owner.path for owner in owners if owner.on(listing.node)]
+    held = [owner.path for owner in owners if owner.on(listing.node, shared=listing.shared)]
     return [
         Orphan(
             node=listing.node,
@@ -227,6 +273,7 @@ def find_orphans(listing: NodeListing, owners: Sequence[Owner]) -> list[Orphan]:
             path=entry.path,
             kind=entry.kind,
             age_seconds=max(0, listing.now - entry.mtime),
+            shared=listing.shared,
         )
         for entry in listing.entries
         if not any(_related(entry.path, path) for path in held)
@@ -235,7 +282,9 @@ def find_orphans(listing: NodeListing, owners: Sequence[Owner]) -> list[Orphan]:
 
 def still_orphan(orphan: Orphan, owners: Sequence[Owner]) -> bool:
     """Against a newer view of the owners: does nothing hold it now?"""
-    return not any(_related(orphan.path, o.path) for o in owners if o.on(orphan.node))
+    return not any(
+        _related(orphan.path, o.path) for o in owners if o.on(orphan.node, shared=orphan.shared)
+    )
 
 
 def find_missing(listing: NodeListing, owners: Sequence[Owner]) -> list[MissingDirectory]:

@@ -18,7 +18,7 @@ from provisioner.core.helpers import (
 )
 from provisioner.core.node_scripts import RESULT_PATH
 from provisioner.core.paths import is_strictly_inside
-from provisioner.core.quota import QUOTA_SCRIPT, project_id_for
+from provisioner.core.quota import PROJECT_ID_PROBES, QUOTA_SCRIPT, project_id_for
 
 
 def build_resize_helper_pod(
@@ -61,6 +61,7 @@ def build_resize_helper_pod(
         "LPS_QUOTA_MODE": "resize",
         "LPS_RESULT": RESULT_PATH,
         "LPS_PROJECT_ID": str(project_id_for(target.volume_name)),
+        "LPS_PROJECT_ID_PROBES": str(PROJECT_ID_PROBES),
         "LPS_SIZE": str(new_size_bytes),
     }
     container["command"], container["args"] = ["/bin/sh", "-c", GUARD_SCRIPT, "resize"], []

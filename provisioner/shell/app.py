@@ -34,6 +34,7 @@ from types import FrameType
 from urllib3.exceptions import HTTPError
 
 from provisioner.core.config import ConfigBundle, ConfigError
+from provisioner.core.options import Options
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients, KubeConfigError, create_clients
 from provisioner.kube.events import EventRecorder, ObjectReference
@@ -50,7 +51,6 @@ from provisioner.shell.helper_runs import HelperSettings
 from provisioner.shell.installation_removal import release_finalizers, removal_reason
 from provisioner.shell.logs import configure_logging
 from provisioner.shell.node_scan import NodeScanner, ScanSources
-from provisioner.shell.options import Options
 from provisioner.shell.server import ProbeServer
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from provisioner.core.config import ConfigBundle
+from provisioner.core.config import ConfigBundle, ProvisionerConfig
 from provisioner.core.helpers import HELPER_ACTION_LABEL, HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
 from provisioner.core.node_scripts import (
     REMOVE_ORPHAN_ACTION,
@@ -20,6 +20,7 @@ from provisioner.core.orphans import (
     Orphan,
     Owner,
     base_paths_by_node,
+    claim_owners,
     find_missing,
     find_orphans,
     helper_pod_owners,
@@ -28,7 +29,16 @@ from provisioner.core.orphans import (
     still_orphan,
     volume_owners,
 )
-from provisioner.core.records import NodeRecord, VolumeRecord, node_record, volume_record
+from provisioner.core.records import (
+    ClaimRecord,
+    NodeRecord,
+    StorageClassRecord,
+    VolumeRecord,
+    claim_record,
+    node_record,
+    storage_class_record,
+    volume_record,
+)
 from provisioner.kube.client import KubeClients
 from provisioner.kube.helper_pods import HelperPodError, HelperPodRunner
 
@@ -70,7 +80,11 @@ def holdings_of(
     nodes: Iterable[NodeRecord],
     helper_pods: Iterable[dict[str, Any]],
     provisioner_name: str,
+    waiting: tuple[Iterable[ClaimRecord], Iterable[StorageClassRecord], ProvisionerConfig]
+    | None = None,
 ) -> Holdings:
+    """`waiting`: the claims, classes and config that tell which paths claims waiting for
+    their volume hold (the command, which removes; the periodic scan only counts)."""
     by_name = {node.name: node for node in nodes if node.name}
     in_flight = [
         pod
@@ -79,10 +93,16 @@ def holdings_of(
         != REMOVE_ORPHAN_ACTION
     ]
     owners = volume_owners(volumes, by_name, provisioner_name) + helper_pod_owners(in_flight)
+    if waiting is not None:
+        claims, classes, config = waiting
+        by_class = {storage_class.name: storage_class for storage_class in classes}
+        owners += claim_owners(claims, by_class, config, by_name, provisioner_name)
     return Holdings(owners, by_name)
 
 
-def read_holdings(clients: KubeClients, provisioner_name: str) -> Holdings:
+def read_holdings(
+    clients: KubeClients, provisioner_name: str, config: ProvisionerConfig
+) -> Holdings:
     def items(path: str, **query: str) -> list[dict[str, Any]]:
         return list(clients.request_json("GET", path, query=query or None)["items"])
 
@@ -91,6 +111,11 @@ def read_holdings(clients: KubeClients, provisioner_name: str) -> Holdings:
         [node_record(item) for item in items("/api/v1/nodes")],
         items("/api/v1/pods", labelSelector=f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}"),
         provisioner_name,
+        (
+            [claim_record(item) for item in items("/api/v1/persistentvolumeclaims")],
+            [storage_class_record(i) for i in items("/apis/storage.k8s.io/v1/storageclasses")],
+            config,
+        ),
     )
 
 
@@ -126,20 +151,21 @@ class OrphanScan:
         owners = holdings.owners
         for node, base_paths in base_paths_by_node(config, wanted).items():
             for base_path in base_paths:
+                is_shared = base_path in shared
                 manifest = build_listing_pod(
                     self._bundle,
                     self._namespace,
                     self._service_account,
                     node=node,
                     base_path=base_path,
-                    owned=owned_relative_paths(owners, node, base_path),
+                    owned=owned_relative_paths(owners, node, base_path, shared=is_shared),
                     caller=self._caller,
                 )
                 try:
                     _, message = self._runner.run_for_message(
                         manifest, float(config.cmd_timeout_seconds)
                     )
-                    listing = parse_listing(node, base_path, message, shared=base_path in shared)
+                    listing = parse_listing(node, base_path, message, shared=is_shared)
                 except (HelperPodError, ListingError) as error:
                     report.problems.append(f"listing {base_path} on {node}: {error}")
                     continue

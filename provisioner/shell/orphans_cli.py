@@ -26,11 +26,11 @@ from provisioner.core.config import (
     load_config_bundle,
     load_config_directory,
 )
+from provisioner.core.options import DEFAULT_PROVISIONER_NAME
 from provisioner.core.orphans import MINIMUM_AGE_SECONDS, parse_duration
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients, KubeConfigError, create_clients
 from provisioner.kube.helper_pods import HelperPodRunner
-from provisioner.shell.options import DEFAULT_PROVISIONER_NAME
 from provisioner.shell.orphan_scan import OrphanScan, Report, orphan_key, read_holdings
 
 EXIT_BAD_SETUP = 2
@@ -205,9 +205,10 @@ def main(argv: Sequence[str]) -> int:
             service_account=options.service_account,
             caller="cli",
         )
-        report = scan.scan(read_holdings(clients, options.provisioner_name), options.nodes)
+        config = bundle.config
+        report = scan.scan(read_holdings(clients, options.provisioner_name, config), options.nodes)
         if options.delete:
-            holdings = read_holdings(clients, options.provisioner_name)
+            holdings = read_holdings(clients, options.provisioner_name, config)
             scan.remove(report, holdings, options.older_than_seconds)
     except ConfigError as error:
         print(f"invalid configuration: {error}", file=sys.stderr)

@@ -1,6 +1,7 @@
 """What the program's own validation cannot see: a stack transformation (or another program)
 that changes the objects after the program built them. The pack still refuses a widened
-ClusterRole, a second default class and a config.json the provisioner would refuse."""
+ClusterRole, a second default class, a config.json the provisioner would refuse and a
+provisioner run with its unsafe flag in a form the program never writes."""
 
 from __future__ import annotations
 
@@ -51,11 +52,27 @@ TRANSFORMS = {
         '    props["data"] = {**props["data"], "config.json": '
         '\'{"nodePathMaps": [{"node": "n", "paths": ["/opt/x"]}]}\'}'
     ),
+    # The image's ENTRYPOINT runs the provisioner, and argparse's abbreviation of the flag.
+    "no-unsafe-helper-template": (
+        'if args.type_ != "kubernetes:apps/v1:Deployment":\n'
+        "        return None\n"
+        '    spec = dict(props["spec"])\n'
+        '    template = dict(spec["template"])\n'
+        '    pod = dict(template["spec"])\n'
+        '    container = dict(pod["containers"][0])\n'
+        '    container.pop("command")\n'
+        '    container["args"] = [*container["args"], "--allow-unsafe"]\n'
+        '    pod["containers"] = [container]\n'
+        '    template["spec"] = pod\n'
+        '    spec["template"] = template\n'
+        '    props["spec"] = spec'
+    ),
 }
 MESSAGES = {
     "least-privilege-rbac": "it grants secrets",
     "single-default-storage-class": "keep storageclass.kubernetes.io/is-default-class",
     "provisioner-config-valid": "the provisioner would refuse this ConfigMap",
+    "no-unsafe-helper-template": "runs with --allow-unsafe-helper-template",
 }
 
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 from policy.production import check_stack
 from tests.policy.resources import deployment, storage_class
 
@@ -25,8 +27,16 @@ def test_no_memory_limit() -> None:
     assert "no memory limit" in message
 
 
-def test_leader_election_off() -> None:
-    [message] = messages(deployment(args=("--no-leader-election",)), RETAIN)
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (("--no-leader-election",), ()),
+        (("--no-leader",), ()),  # argparse's abbreviation, which the runtime accepts
+        ((), ({"name": "LEADER_ELECTION", "value": "off"},)),
+    ],
+)
+def test_leader_election_off(args: tuple[str, ...], env: tuple[dict[str, str], ...]) -> None:
+    [message] = messages(deployment(args=args, env=env), RETAIN)
     assert "leader election is off" in message
 
 

@@ -18,6 +18,7 @@ from provisioner.core.orphans import (
     NodeListing,
     Owner,
     base_paths_by_node,
+    claim_owners,
     find_missing,
     find_orphans,
     helper_pod_owners,
@@ -28,7 +29,7 @@ from provisioner.core.orphans import (
     still_orphan,
     volume_owners,
 )
-from provisioner.core.records import NodeRecord, VolumeRecord
+from provisioner.core.records import ClaimRecord, NodeRecord, StorageClassRecord, VolumeRecord
 
 NAME = "lps.io/local-path"
 
@@ -101,6 +102,87 @@ def test_helper_pods_in_flight_hold_their_volume_directory() -> None:
         }
     }
     assert helper_pod_owners([pod, {"spec": {}}]) == [Owner("/data/new", frozenset({"n1"}))]
+
+
+def test_on_a_shared_path_every_owner_holds_its_path_whatever_node_it_names() -> None:
+    """A shared path is listed on one node only: an in-flight setup scheduled to another node
+    and a foreign PV pinned to another node still own their directories there."""
+    nodes = {"n1": NodeRecord("n1"), "n2": NodeRecord("n2")}
+    foreign = VolumeRecord(
+        "pv-foreign", path="/shared/foreign", affinity=(("kubernetes.io/hostname", ("n2",)),)
+    )
+    setup_pod = {
+        "spec": {
+            "nodeName": "n2",
+            "containers": [{"env": [{"name": "VOL_DIR", "value": "/shared/in-flight"}]}],
+        }
+    }
+    owners = volume_owners([foreign], nodes, NAME) + helper_pod_owners([setup_pod])
+    assert [o.nodes for o in owners] == [frozenset({"n2"}), frozenset({"n2"})]
+    entries = (
+        ListedEntry("/shared/foreign", "directory", 0),
+        ListedEntry("/shared/in-flight/data", "directory", 0),
+        ListedEntry("/shared/stale", "directory", 0),
+    )
+    shared = NodeListing("n1", "/shared", 10_000, entries, (), shared=True)
+    assert owned_relative_paths(owners, "n1", "/shared", shared=True) == ["foreign", "in-flight"]
+    found = find_orphans(shared, owners)
+    assert [(o.path, o.shared) for o in found] == [("/shared/stale", True)]
+    assert [o.path for o in removable_orphans(found, 600)] == ["/shared/stale"]
+    assert not still_orphan(found[0], [Owner("/shared/stale", frozenset({"n2"}))])
+    node_local = NodeListing("n1", "/shared", 10_000, entries, ())
+    assert len(find_orphans(node_local, owners)) == 3, "a node-local path keeps node owners"
+
+
+def test_claims_waiting_for_their_volume_hold_the_path_their_provisioning_uses() -> None:
+    """A setup done and its PV not saved (a leader stopped in between): the claim still names
+    its directory, on its node, or on every node for a shared path."""
+    config = parse_config_json(
+        '{"storageClassConfigs": {'
+        '"local": {"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",'
+        ' "paths": ["/data"]}]},'
+        ' "nfs": {"sharedFileSystemPath": "/shared"}}}'
+    )
+    classes = {
+        "local": StorageClassRecord("local", NAME, binding_mode="WaitForFirstConsumer"),
+        "nfs": StorageClassRecord("nfs", NAME),
+    }
+    ours = {"volume.kubernetes.io/storage-provisioner": NAME}
+
+    def claim(
+        name: str, storage_class: str, node: str | None = None, bound: str = ""
+    ) -> ClaimRecord:
+        return ClaimRecord(
+            f"uid-{name}",
+            "ns",
+            name,
+            annotations=ours,
+            storage_class_name=storage_class,
+            selected_node=node,
+            access_modes=("ReadWriteOnce",),
+            requested_storage="1Gi",
+            volume_name=bound,
+        )
+
+    claims = [
+        claim("local", "local", "n2"),
+        claim("files", "nfs"),
+        claim("unscheduled", "local"),  # no node yet: no directory yet
+        claim("bound", "local", "n2", bound="pv-bound"),
+        ClaimRecord("uid-x", "ns", "foreign", storage_class_name="local", selected_node="n2"),
+    ]
+    nodes = {"n1": NodeRecord("n1"), "n2": NodeRecord("n2")}
+    owners = claim_owners(claims, classes, config, nodes, NAME)
+    assert [(o.path, o.nodes, o.volume_name) for o in owners] == [
+        ("/data/pvc-uid-local_ns_local", frozenset({"n2"}), "pvc-uid-local"),
+        ("/shared/pvc-uid-files_ns_files", None, "pvc-uid-files"),
+    ]
+    entries = (
+        ListedEntry("/shared/pvc-uid-files_ns_files", "directory", 0),
+        ListedEntry("/shared/stale", "directory", 0),
+    )
+    shared = NodeListing("n1", "/shared", 10_000, entries, (), shared=True)
+    assert [o.path for o in find_orphans(shared, owners)] == ["/shared/stale"]
 
 
 def test_base_paths_by_node_follow_every_class_and_the_default_entry() -> None:

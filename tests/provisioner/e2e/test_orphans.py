@@ -15,6 +15,9 @@ from typing import Any
 
 import pytest
 
+from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE, NEVER_STARTS_IMAGE
+from localcluster.raw_api import manifest
+from provisioner.core.claims import STORAGE_PROVISIONER
 from tests.provisioner.e2e.support import (
     CONFIGMAP,
     HELPER_SERVICE_ACCOUNT,
@@ -22,6 +25,7 @@ from tests.provisioner.e2e.support import (
     ConfigFiles,
     ProvisionerSetup,
     default_config,
+    eventually,
     volume_path,
 )
 
@@ -153,3 +157,92 @@ def test_orphans_are_listed_then_removed_and_nothing_else_is_touched(
     code, _, err = orphans_cli(setup, "--delete", "--older-than", "1m")
     assert code == 2
     assert "--older-than must be at least 10m" in err
+
+
+def test_on_a_shared_path_owners_on_other_nodes_are_neither_reported_nor_removed(
+    make_setup: Callable[..., ProvisionerSetup],
+) -> None:
+    """The shared path is listed on node-1 only; an in-flight setup scheduled to another node
+    and a foreign PV pinned to another node still own their directories, and so does a claim
+    of ours waiting for its volume (no provisioner runs: its setup may have made the
+    directory before the PV was saved). All two days old, so only ownership keeps them."""
+    base = f"/shared-{uuid.uuid4().hex[:6]}"
+    setup = make_setup(ConfigFiles(config={"sharedFileSystemPath": base}))
+    other = next(node for node in setup.cluster.nodes if node != NODE)
+    setup.core.create_namespaced_pod(
+        setup.namespace,
+        manifest(
+            {
+                "metadata": {
+                    "name": "setup-in-flight",
+                    "labels": {HELPER_POD_LABEL: HELPER_POD_LABEL_VALUE},
+                },
+                "spec": {
+                    "nodeName": other,
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "setup",
+                            "image": NEVER_STARTS_IMAGE,
+                            "env": [{"name": "VOL_DIR", "value": f"{base}/in-flight"}],
+                        }
+                    ],
+                },
+            }
+        ),
+    )
+    foreign_name = f"foreign-{setup.suffix}"
+    setup.core.create_persistent_volume(
+        manifest(
+            {
+                "metadata": {"name": foreign_name},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "hostPath": {"path": f"{base}/foreign"},
+                    "nodeAffinity": {
+                        "required": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {
+                                            "key": "kubernetes.io/hostname",
+                                            "operator": "In",
+                                            "values": [other],
+                                        }
+                                    ]
+                                }
+                            ]
+                        }
+                    },
+                },
+            }
+        ),
+    )
+    storage_class = setup.create_class("waiting", binding_mode="Immediate")
+    setup.create_claim("waiting", storage_class, access_modes=["ReadWriteMany"])
+    claim = eventually(
+        lambda: (
+            setup.claim("waiting") if STORAGE_PROVISIONER in setup.annotations("waiting") else None
+        ),
+        30,
+        "the claim handed to the provisioner",
+    )
+    waiting = f"pvc-{claim['metadata']['uid']}_{setup.namespace}_waiting"
+    try:
+        host_base = setup.node_path(NODE, base)
+        for name in ("in-flight", "foreign", "stale", waiting):
+            (host_base / name / "data").mkdir(parents=True)
+            plant_old(host_base / name)
+
+        code, out, err = orphans_cli(setup, "--delete", "--older-than", "1h", "--output", "json")
+        assert code == 0, err
+        states = {path: entry["state"] for path, entry in by_path(json.loads(out)).items()}
+        assert states == {f"{base}/stale": "removed"}, "an owned directory was reported"
+        assert (host_base / "in-flight" / "data").is_dir()
+        assert (host_base / "foreign" / "data").is_dir()
+        assert (host_base / waiting / "data").is_dir()
+        assert not (host_base / "stale").exists()
+    finally:
+        setup.core.delete_persistent_volume(foreign_name)

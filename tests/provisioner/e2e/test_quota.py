@@ -33,11 +33,20 @@ STAND_IN = """\
 #!/bin/sh
 printf '%s\\n' "$*" >> "$VOL_DIR/.xfs_quota-argv"
 for arg in "$@"; do
-  if [ "$arg" = "state -p" ]; then
-    echo "Project quota state on $VOL_DIR (/dev/loop7)"
-    echo "  Accounting: ON"
-    echo "  Enforcement: ON"
-  fi
+  case "$arg" in
+    "state -p")
+      echo "Project quota state on $VOL_DIR (/dev/loop7)"
+      echo "  Accounting: ON"
+      echo "  Enforcement: ON" ;;
+    "project -c"*)
+      if [ -e "$VOL_DIR/.xfs_quota-project" ]; then
+        echo "$VOL_DIR - project identifier is not set" \\
+          "(inode=$(cat "$VOL_DIR/.xfs_quota-project"), tree=0)"
+      fi
+      echo "Processed 1 (/etc/projects and cmdline) paths for project 0" ;;
+    "report -p -n -N") echo "#0 0 0 0 00 [--------]" ;;
+    "project -s"*) echo "${arg##* }" > "$VOL_DIR/.xfs_quota-project" ;;
+  esac
 done
 """
 
@@ -72,6 +81,8 @@ def test_the_setup_helper_sets_a_hard_quota_where_project_quotas_are_enforced(
     calls = (directory / ".xfs_quota-argv").read_text().splitlines()
     assert calls == [
         f"-x -c state -p {volume_path(volume)}",
+        f"-x -c project -c -d 0 -p {volume_path(volume)} 0 {volume_path(volume)}",
+        f"-x -c report -p -n -N {volume_path(volume)}",
         f"-x -c project -s -p {volume_path(volume)} {project}"
         f" -c limit -p bhard={2 * 1024**3} {project} {volume_path(volume)}",
     ]

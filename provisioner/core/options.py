@@ -3,13 +3,17 @@
 Users switching from rancher/local-path-provisioner keep their Deployment env
 (PROVISIONER_NAME, POD_NAMESPACE, CONFIG_PATH, HELPER_POD_FILE, SERVICE_ACCOUNT_NAME, ...).
 Precedence: flag > environment > default.
+
+Pure (argv and the environment go in): the runtime parses its own command line with it, and the
+policy pack the command line and env a Deployment gives the provisioner, so both read
+`--allow-unsafe`, `ALLOW_UNSAFE_HELPER_TEMPLATE=on` or a leading `start` the same way.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import socket
+import contextlib
+import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +21,12 @@ from pathlib import Path
 from provisioner.kube.leader_election import LeaderElectionConfig
 
 DEFAULT_PROVISIONER_NAME = "local-path-storage.io/local-path"
+ORPHANS_COMMAND = "orphans"
+"""`python -m provisioner orphans ...` runs the orphans command, not the provisioner."""
+
+
+class OptionsError(ValueError):
+    """The command line the provisioner would refuse (it prints this and exits with 2)."""
 
 
 @dataclass(frozen=True)
@@ -64,8 +74,24 @@ def _env_bool(value: str) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> Options:
-    """Parses argv (without the program name); rancher's leading `start` command is accepted."""
+def read_options(argv: Sequence[str], environ: Mapping[str, str]) -> Options:
+    """`parse_options` for a reader of someone else's command line: raises OptionsError with
+    what the provisioner would print, instead of printing and exiting."""
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
+            return parse_options(argv, environ)
+    except SystemExit:
+        raise OptionsError(said.getvalue().strip()) from None
+    except ValueError as error:  # a number variable that is none: the provisioner stops on it
+        raise OptionsError(str(error)) from None
+
+
+def parse_options(
+    argv: Sequence[str], environ: Mapping[str, str], *, hostname: str = ""
+) -> Options:
+    """Parses argv (without the program name); rancher's leading `start` command is accepted.
+    `hostname` is the default of --pod-name (the kubelet sets a pod's hostname to its name)."""
     if argv and argv[0] == "start":
         argv = argv[1:]
 
@@ -202,7 +228,7 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) 
     )
     add(
         "--pod-name",
-        default=env("POD_NAME", "") or socket.gethostname(),
+        default=env("POD_NAME", "") or hostname,
         help="this process's pod; default the hostname, which the kubelet sets to it [POD_NAME]",
     )
     add(

@@ -2,7 +2,12 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.shell.options import DEFAULT_PROVISIONER_NAME, parse_options
+from provisioner.core.options import (
+    DEFAULT_PROVISIONER_NAME,
+    OptionsError,
+    parse_options,
+    read_options,
+)
 
 
 def test_defaults_without_flags_or_environment() -> None:
@@ -77,3 +82,32 @@ def test_helper_batching_defaults_and_environment() -> None:
         environ={"HELPER_PODS_PER_NODE": "3", "HELPER_BATCH_SIZE": "9"},
     )
     assert (tuned.helper_batch_size, tuned.helper_pods_per_node) == (1, 3)
+
+
+def test_read_options_raises_what_the_provisioner_would_print_and_exit_with() -> None:
+    with pytest.raises(OptionsError, match="unrecognized arguments: --no-such-flag"):
+        read_options(["--no-such-flag"], {})
+    with pytest.raises(OptionsError, match="usage: local-path-storage-provisioner"):
+        read_options(["--help"], {})
+    with pytest.raises(OptionsError, match="invalid literal for int"):
+        read_options([], {"WORKER_THREADS": "many"})
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ"),
+    [
+        (["--allow-unsafe"], {}),  # argparse accepts an unambiguous abbreviation
+        (["start", "--allow-unsafe-h"], {}),
+        ([], {"ALLOW_UNSAFE_HELPER_TEMPLATE": "yes"}),
+        ([], {"ALLOW_UNSAFE_HELPER_TEMPLATE": " On "}),
+    ],
+)
+def test_every_spelling_of_the_unsafe_flag_the_runtime_accepts(
+    argv: list[str], environ: dict[str, str]
+) -> None:
+    assert read_options(argv, environ).allow_unsafe_helper_template
+
+
+def test_the_pod_name_defaults_to_the_hostname_given() -> None:
+    assert parse_options([], {}, hostname="lps-0").pod_name == "lps-0"
+    assert parse_options([], {"POD_NAME": "lps-1"}, hostname="lps-0").pod_name == "lps-1"
