@@ -3,7 +3,7 @@
 
 import pytest
 
-from provisioner.shell.options import parse_options
+from provisioner.core.options import parse_options
 
 
 def test_defaults_are_client_go_s() -> None:
