@@ -18,8 +18,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from provisioner.kube.leader_election import LeaderElectionConfig
-
 DEFAULT_PROVISIONER_NAME = "local-path-storage.io/local-path"
 ORPHANS_COMMAND = "orphans"
 """`python -m provisioner orphans ...` runs the orphans command, not the provisioner."""
@@ -254,13 +252,14 @@ def parse_options(
         help="one JSON object per log line [JSON_LOGS]",
     )
     ns = parser.parse_args(list(argv))
-    try:
-        LeaderElectionConfig(
-            lease_duration=ns.leader_election_lease_duration,
-            renew_deadline=ns.leader_election_renew_deadline,
-            retry_period=ns.leader_election_retry_period,
-        )
-    except ValueError:
+    # The order kube.leader_election.LeaderElectionConfig requires, checked here so a bad
+    # command line is refused with the flags' names before anything starts.
+    if not (
+        0
+        < ns.leader_election_retry_period
+        < ns.leader_election_renew_deadline
+        < ns.leader_election_lease_duration
+    ):
         parser.error(
             "need 0 < --leader-election-retry-period < --leader-election-renew-deadline"
             " < --leader-election-lease-duration (seconds), got"
