@@ -282,6 +282,7 @@ def install_python_packages(rootfs: Path, work: Path, logs: Path) -> None:
     run(
         "project", [*pip, "install", *target_options, *sorted(map(str, wheels.glob("*.whl")))], logs
     )
+    forget_install_source(site)
     # pip's console scripts name this build's interpreter: the image gets its own.
     shutil.rmtree(site / "bin", ignore_errors=True)
     # kubernetes' asyncio client: never imported, its aiohttp stack is not in the lock.
@@ -293,6 +294,20 @@ def install_python_packages(rootfs: Path, work: Path, logs: Path) -> None:
         encoding="utf-8",
     )
     entrypoint.chmod(0o755)
+
+
+def forget_install_source(site: Path) -> None:
+    """pip records where each wheel came from (direct_url.json, for ours a scratch directory
+    named at random) and lists that file in RECORD: drop both, or no two builds are alike."""
+    for record in site.glob("*.dist-info/RECORD"):
+        source = record.parent / "direct_url.json"
+        if source.exists():
+            source.unlink()
+            entry = f"{record.parent.name}/direct_url.json,"
+            lines = record.read_text(encoding="utf-8").splitlines(keepends=True)
+            record.write_text(
+                "".join(line for line in lines if not line.startswith(entry)), encoding="utf-8"
+            )
 
 
 def check_entry_point(rootfs: Path) -> None:
@@ -540,6 +555,11 @@ def image(rebuild: bool = False) -> BuiltImage:
     return build(directory)
 
 
+def file_digest(path: Path) -> str:
+    with path.open("rb") as content:
+        return hashlib.file_digest(content, "sha256").hexdigest()
+
+
 def describe(built: BuiltImage) -> None:
     megabytes = 1024 * 1024
     print(f"image: {built.reference} {built.digest}", file=sys.stderr)
@@ -549,6 +569,21 @@ def describe(built: BuiltImage) -> None:
         file=sys.stderr,
     )
     print(f"image: archive {built.archive}", file=sys.stderr)
+
+
+def reproducible(built: BuiltImage) -> bool:
+    """Build the same inputs again in a scratch directory: same digest, same archive bytes?"""
+    scratch = Path(tempfile.mkdtemp(prefix="image-verify-", dir=cache_dir()))
+    try:
+        again = build(scratch / "image")
+        same_archive = file_digest(again.archive) == file_digest(built.archive)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if again.digest != built.digest or not same_archive:
+        progress(f"NOT reproducible: {built.digest} then {again.digest}")
+        return False
+    progress(f"reproducible: a second build gave the same digest and archive {again.digest}")
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -562,16 +597,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         built = image(rebuild=options.rebuild)
         describe(built)
-        if options.verify:
-            scratch = Path(tempfile.mkdtemp(prefix="image-verify-", dir=cache_dir()))
-            try:
-                again = build(scratch / "image")
-            finally:
-                shutil.rmtree(scratch, ignore_errors=True)
-            if again.digest != built.digest:
-                progress(f"NOT reproducible: {built.digest} then {again.digest}")
-                return 1
-            progress(f"reproducible: a second build gave the same digest {again.digest}")
+        if options.verify and not reproducible(built):
+            return 1
     except ImageBuildError as error:
         print(f"image: {error}", file=sys.stderr)
         return 1
