@@ -197,7 +197,8 @@ def _normalise(name: str) -> str:
 
 
 def ensure_tools() -> None:
-    """mmdebstrap builds the root filesystem; umoci and skopeo check and push the result."""
+    """mmdebstrap builds the root filesystem; umoci and skopeo check and push the result;
+    chroot (coreutils) compiles the bytecode with the image's interpreter."""
     missing = sorted(package for tool, package in TOOLS.items() if shutil.which(tool) is None)
     if not missing:
         return
@@ -207,7 +208,10 @@ def ensure_tools() -> None:
             f"names (apt-get install {' '.join(missing)})"
         )
     progress(f"installing the Debian packages {', '.join(missing)} (apt-get)")
-    run("apt-get", ["apt-get", "install", "-y", "-q", *missing], Path(tempfile.gettempdir()))
+    logs = cache_dir() / "logs"
+    # A fresh machine may have no package lists yet: install alone would find nothing.
+    run("apt-get-update", ["apt-get", "update", "-q"], logs)
+    run("apt-get", ["apt-get", "install", "-y", "-q", *missing], logs)
 
 
 def run(step: str, command: list[str], logs: Path, env: dict[str, str] | None = None) -> None:
@@ -513,7 +517,6 @@ def build(directory: Path) -> BuiltImage:
     """Build the image into `directory` (which must not exist); atomic: a failed build
     leaves nothing there."""
     check_lock_matches_pyproject()
-    ensure_tools()
     tag = project_version()
     logs = cache_dir() / "logs"
     started = time.monotonic()
@@ -545,6 +548,7 @@ def build(directory: Path) -> BuiltImage:
 
 def image(rebuild: bool = False) -> BuiltImage:
     """The cached image of the current inputs, built if it is not there yet."""
+    ensure_tools()  # also when cached: the tests unpack with umoci, users push with skopeo
     directory = cache_dir() / f"image-{input_key()}"
     if rebuild:
         shutil.rmtree(directory, ignore_errors=True)

@@ -18,14 +18,19 @@ from typing import Any
 
 import pytest
 
+from components import naming
 from components.args import ConfigMapFiles, ProvisionerDeploymentArgs
-from components.deployment import CONTAINER_NAME, RUN_AS_USER, pod_template
+from components.deployment import (
+    CONTAINER_NAME,
+    RUN_AS_USER,
+    pod_template,
+    provisioner_arguments,
+)
 from localcluster import LocalCluster
 from localcluster.ports import pick_free_ports
+from localcluster.raw_api import manifest
 from scripts.build_image import ENTRYPOINT, BuiltImage, image
 from tests.provisioner.e2e.support import (
-    CONFIGMAP,
-    HELPER_SERVICE_ACCOUNT,
     ConfigFiles,
     ProvisionerProcess,
     ProvisionerSetup,
@@ -219,15 +224,19 @@ def start_and_bind(
     setup: ProvisionerSetup, rootfs: Path, spec: dict[str, Any], tmp_path: Path
 ) -> None:
     port = pick_free_ports(1)[0]
-    arguments = [
-        "--kubeconfig=/etc/kubeconfig",
-        f"--provisioner-name={setup.name}",
-        "--config=/etc/config/config.json",
-        f"--configmap-name={CONFIGMAP}",
-        f"--service-account-name={HELPER_SERVICE_ACCOUNT}",
-        "--metrics-address=127.0.0.1",
-        f"--metrics-port={port}",
-    ]
+    deployment = ProvisionerDeploymentArgs(
+        config_files=ConfigMapFiles("{}", "", "", ""),
+        namespace=setup.namespace,
+        provisioner_name=setup.name,
+        metrics_port=port,
+    )
+    # The helper pods' account under the Deployment's name for it (the setup made its own).
+    account = {"metadata": {"name": naming.HELPER_SERVICE_ACCOUNT}}
+    setup.core.create_namespaced_service_account(
+        setup.namespace, manifest({**account, "automountServiceAccountToken": False})
+    )
+    # The Deployment's flags; only the credentials differ: a pod has in-cluster ones.
+    arguments = ["--kubeconfig=/etc/kubeconfig", *provisioner_arguments(deployment)]
     replica = ProvisionerProcess(
         run_in_image(rootfs, spec, arguments),
         image_env(spec, POD_NAMESPACE=setup.namespace),
