@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV = $(shell scripts/bootstrap-venv.sh)
 PY = $(VENV)/bin/python
 
-.PHONY: demo test lint unit test-slow bench tools engine
+.PHONY: demo test lint unit test-slow bench tools engine image
 
 tools:
 	@scripts/build-go-tools.sh cluster
@@ -13,6 +13,11 @@ tools:
 # engine bundle ($$LPS_PULUMI_BUNDLE, default ../shared/engine) unpacked into the cache.
 engine:
 	@$(PY) -m scripts.pulumi_engine install
+
+# The provisioner's OCI image (layout and oci-archive), from Debian and PyPI packages only, cached
+# outside the repository by a hash of its inputs; prints its digest and size.
+image:
+	@$(PY) -m scripts.build_image
 
 demo: tools engine
 	@$(PY) -m scripts.demo
@@ -24,11 +29,11 @@ lint:
 	@$(VENV)/bin/mypy .
 	@$(VENV)/bin/lint-imports --config pyproject.toml
 
-test: tools engine lint
+test: tools engine image lint
 	@$(PY) -m pytest -m "not slow"
 
 unit:
-	@$(PY) -m pytest tests -m "not cluster and not engine and not slow"
+	@$(PY) -m pytest tests -m "not cluster and not engine and not slow and not image"
 
 test-slow: tools
 	@$(PY) -m pytest -m slow
