@@ -195,7 +195,11 @@ VolumeDecision = Ignore | Teardown | RefuseUnsafePath | AddFinalizer | RemoveFin
 
 
 def volume_name_for(claim: ClaimRecord) -> str:
-    return f"pvc-{claim.uid}"
+    return volume_name_for_uid(claim.uid)
+
+
+def volume_name_for_uid(uid: str) -> str:
+    return f"pvc-{uid}"
 
 
 def volume_location(volume: VolumeRecord) -> Location:
