@@ -195,11 +195,7 @@ VolumeDecision = Ignore | Teardown | RefuseUnsafePath | AddFinalizer | RemoveFin
 
 
 def volume_name_for(claim: ClaimRecord) -> str:
-    return volume_name_for_uid(claim.uid)
-
-
-def volume_name_for_uid(uid: str) -> str:
-    return f"pvc-{uid}"
+    return f"pvc-{claim.uid}"
 
 
 def volume_location(volume: VolumeRecord) -> Location:

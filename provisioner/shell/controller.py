@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from provisioner.core.claims import (
@@ -35,7 +35,6 @@ from provisioner.core.claims import (
     decide_volume_action,
     is_our_claim,
     record_volume,
-    volume_name_for_uid,
 )
 from provisioner.core.config import ConfigBundle
 from provisioner.core.expansion import (
@@ -72,6 +71,7 @@ from provisioner.shell.actions import ActionFailed, Actions, VolumeSaveUnsettled
 from provisioner.shell.capacity_publisher import CapacityPublisher
 from provisioner.shell.helper_batcher import BatchSettings, HelperBatcher, HelperJob
 from provisioner.shell.helper_pod_index import HelperPodIndex
+from provisioner.shell.helper_runs import HelperResult
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +115,8 @@ class _Handoff:
     bundle: ConfigBundle
     started: float
     class_name: str
+    result: HelperResult | None = None
+    """The helper run's end, once taken from the batcher, while what follows it is retried."""
 
 
 class _InformerNames:
@@ -337,7 +339,9 @@ class Controller:
         def on_claim(key: str, old: ClaimRecord | None, new: ClaimRecord | None) -> None:
             if new is None:
                 self._forget_claim(key)
-                self._queue.add((CLAIM, key))
+                if (CLAIM, key) in self._handoffs:
+                    # Its setup ran or runs: the PV is saved all the same (see `_settle_claim`).
+                    self._queue.add((CLAIM, key))
                 return
             unbound_ours = not new.volume_name and is_our_claim(new, name)
             if unbound_ours or (new.volume_name and self._may_expand(new)):
@@ -534,9 +538,6 @@ class Controller:
             return self._settle_claim(key)
         claim = self.claims.get(uid)
         if claim is None:
-            # A reservation the claim kept after an unsettled PV save (see `_settle_claim`) is
-            # given back; a PV saved after all shows up, Released, and is torn down.
-            self._release(volume_name_for_uid(uid))
             return True
         if claim.volume_name:
             self._reconcile_expansion(claim)
@@ -611,17 +612,20 @@ class Controller:
         """The setup handed over for the claim: carried out once its helper run ended (the PV
         saved, or the failure reported and retried), whether or not the claim still exists:
         its directory may exist, and a PV whose claim is gone is Released and torn down."""
-        result = self._helpers.take(key)
+        handoff = self._handoffs[key]
+        result = handoff.result or self._helpers.take(key)
         if result is None:
             return False
-        handoff = self._handoffs.pop(key)
+        del self._handoffs[key]
         plan = handoff.plan
         assert isinstance(plan, ProvisionPlan)
         try:
             self._actions.finish_provision(plan, handoff.bundle, result, handoff.started)
         except VolumeSaveUnsettled:
-            # The PV may exist: the path and its budget stay reserved until its informer
-            # event replaces the reservation, the retry settles it, or the claim goes.
+            # The PV may exist and bind: the directory, the path and its budget stay, and
+            # the key's retry saves the same PV again (its directory is made) until a save
+            # or a read settles it, whether or not the claim is still there.
+            self._handoffs[key] = replace(handoff, result=result)
             raise
         except BaseException:
             self._release(plan.volume_name)

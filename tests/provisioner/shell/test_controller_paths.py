@@ -59,10 +59,12 @@ class FakeActions:
     def __init__(self) -> None:
         self.helper_runs = GatedRuns()
         self.save_error: Exception | None = None
+        self.saves = 0
 
     def finish_provision(self, plan: Any, bundle: Any, result: HelperResult, started: Any) -> None:
         if result.error is not None:
             raise result.error
+        self.saves += 1
         if self.save_error is not None:
             raise self.save_error
 
@@ -179,7 +181,7 @@ def test_a_queued_teardown_whose_path_came_to_be_shared_never_runs() -> None:
     [(VolumeSaveUnsettled("503 on the POST"), True), (ActionFailed("422 on the POST"), False)],
     ids=["unsettled", "refused"],
 )
-def test_a_save_that_may_have_happened_keeps_its_reservation_until_the_claim_goes(
+def test_a_save_that_may_have_happened_keeps_its_path_and_is_retried_as_a_save(
     error: Exception, kept: bool
 ) -> None:
     c, actions = controller()
@@ -193,7 +195,11 @@ def test_a_save_that_may_have_happened_keeps_its_reservation_until_the_claim_goe
         c._reconcile(key)
     entry = c._paths.get(plan.volume_name)
     assert (entry is not None and entry.state == PROVISIONING) is kept
-    # The claim is gone (the informer has none): a reservation kept for it is given back.
+    assert (key in c._handoffs) is kept
+    # The key's retry saves the same PV again, with no new helper run, claim or not (the
+    # informer has none here: a PV saved for a deleted claim is Released and torn down).
+    actions.save_error = None
     assert c._reconcile(key) is True
-    assert plan.volume_name not in c._paths
+    assert actions.saves == (2 if kept else 1)
+    assert actions.helper_runs.ran == [("create", plan.volume_name)]
     c._helpers.stop()
