@@ -176,6 +176,25 @@ def test_a_queued_teardown_whose_path_came_to_be_shared_never_runs() -> None:
     c._helpers.stop()
 
 
+def test_a_batch_with_a_refused_volume_is_not_built_and_each_volume_says_why() -> None:
+    c, actions = controller()
+    runs = actions.helper_runs
+    runs.gate.clear()
+    start_teardown(c, "pvc-busy", "/data/ns/busy")
+    assert runs.waiting.acquire(timeout=WAIT)
+    shared = start_teardown(c, "pvc-shared", "/data/ns/c")
+    other = start_teardown(c, "pvc-other", "/data/ns/d")
+    c._paths.record_volume("pvc-inner", HOST_N1, "/data/ns/c/inner", "live", node="n1")
+    runs.gate.set()
+    assert {next_key(c), next_key(c), next_key(c)} == {(VOLUME, "pvc-busy"), shared, other}
+    assert runs.ran == [("delete", "pvc-busy")], "the batch pod was built"
+    with pytest.raises(HelperRunRefused, match="pvc-inner"):
+        c._reconcile(shared)
+    with pytest.raises(HelperRunRefused, match="its batch was refused"):
+        c._reconcile(other)
+    c._helpers.stop()
+
+
 @pytest.mark.parametrize(
     ("error", "kept"),
     [(VolumeSaveUnsettled("503 on the POST"), True), (ActionFailed("422 on the POST"), False)],
