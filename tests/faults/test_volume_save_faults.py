@@ -85,9 +85,10 @@ def test_a_pv_saved_but_answered_503_keeps_its_directory_and_binds(
         posts.release()
         key = claim_key(setup)
         wait_for(lambda: key in retried or None, 60, "the round to end and the claim retried")
+        assert written.exists(), "the directory of the PV the claim bound to was removed"
+        assert written.read_text() == "precious"
         # The retry saves the same PV again: AlreadyExists, and a read shows it is the claim's.
         setup.wait_event("data", "ProvisioningSucceeded", timeout=60)
-        assert written.read_text() == "precious"
         assert setup.phase("data") == "Bound"
 
 
@@ -113,7 +114,8 @@ def test_a_read_answered_429_after_already_exists_keeps_the_directory(
         read.release()
         key = claim_key(setup)
         wait_for(lambda: key in retried or None, 60, "the round to end and the claim retried")
+        assert written.exists(), "the directory of the PV the claim bound to was removed"
+        assert written.read_text() == "precious"
         # The retry saves the same PV again: AlreadyExists, and a read shows it is the claim's.
         setup.wait_event("data", "ProvisioningSucceeded", timeout=60)
-        assert written.read_text() == "precious"
         assert setup.phase("data") == "Bound"
