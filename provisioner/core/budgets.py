@@ -55,7 +55,7 @@ def committed_bytes(
             continue
         for base in totals:
             if is_strictly_inside(entry.path, base):
-                totals[base] += entry.size_bytes
+                totals[base] += entry.counted_bytes
                 break
     return totals
 

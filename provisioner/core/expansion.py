@@ -133,8 +133,13 @@ def _refusal(
     base = next((b for b in capacities if is_strictly_inside(volume.path, b)), None)
     if base is None or capacities[base] is None:
         return None  # no budget on this path: any size fits
-    entries = paths.entries() if paths is not None else []
-    committed = committed_bytes(entries, node, [base])
+    # The volume's own entry may count an earlier, failed resize (see `PathBook.start_resize`):
+    # what it takes is its current size plus the growth asked for, never both on top.
+    others = [
+        e for e in (paths.entries() if paths is not None else []) if e.volume_name != volume.name
+    ]
+    committed = committed_bytes(others, node, [base])
+    committed[base] += current
     rooms = path_rooms(capacities, [base], committed)
     if not rooms[0].fits(requested - current):
         reason = f"{wanted}: " + no_room_reason(node, requested - current, rooms)

@@ -260,6 +260,17 @@ class PathEntry:
     path's budget until its PV is gone."""
     node: str = ""
     """The node holding the path ("" on a shared filesystem or when unknown)."""
+    resizing_to: int = 0
+    """The size an expansion granted and the PV does not show yet (0: none): the quota on the
+    node may already allow it, so the budget counts it until the PV's capacity does."""
+    volume_gone: bool = False
+    """The PV went while its teardown was in flight: the entry stays until the teardown ended,
+    so no new volume takes the path its `rm -rf` is about to run on."""
+
+    @property
+    def counted_bytes(self) -> int:
+        """What the entry takes from its base path's budget."""
+        return max(self.size_bytes, self.resizing_to)
 
     def describe(self) -> str:
         shown = {
@@ -313,15 +324,31 @@ class PathBook:
         node: str = "",
     ) -> None:
         """A PV as the informer sees it (LIVE or RELEASED). A teardown in flight or done keeps
-        its state: the PV's own updates must not make it eligible again."""
+        its state: the PV's own updates must not make it eligible again. An expansion the PV
+        does not show yet stays counted: every PV event (a resync too) carries the old size
+        until the resize's PATCH lands."""
         current = self._entries.get(volume_name)
-        if current is not None and current.state in (TEARING_DOWN, TORN_DOWN):
-            state = current.state
-        self._entries[volume_name] = PathEntry(volume_name, location, path, state, size_bytes, node)
+        resizing_to = 0
+        if current is not None:
+            if current.state in (TEARING_DOWN, TORN_DOWN):
+                state = current.state
+            if current.resizing_to > size_bytes:
+                resizing_to = current.resizing_to
+        self._entries[volume_name] = PathEntry(
+            volume_name, location, path, state, size_bytes, node, resizing_to
+        )
 
-    def forget(self, volume_name: str) -> None:
-        """The PV is gone (or never was ours): its path is free."""
+    def forget(self, volume_name: str) -> bool:
+        """The PV is gone (or never was ours); whether its path is free now. A path whose
+        teardown is in flight (queued behind a busy node's batch, say) is not: it stays taken
+        until `finish_teardown`, or a recreated claim would be set up where the old teardown's
+        `rm -rf` is about to run."""
+        entry = self._entries.get(volume_name)
+        if entry is not None and entry.state == TEARING_DOWN:
+            self._entries[volume_name] = replace(entry, volume_gone=True)
+            return False
         self._entries.pop(volume_name, None)
+        return True
 
     def reserve(
         self,
@@ -336,11 +363,23 @@ class PathBook:
             volume_name, location, path, PROVISIONING, size_bytes, node
         )
 
-    def resize(self, volume_name: str, size_bytes: int) -> None:
-        """An expansion was granted: the budget counts the new size before the PV shows it."""
+    def start_resize(self, volume_name: str, size_bytes: int) -> None:
+        """An expansion was granted: the budget counts the larger of the sizes in play from now
+        until the PV shows it. A resize that fails stays counted (see `finish_resize`): its
+        helper may have raised the quota even when its run was reported failed, and lowering
+        a quota again can fail too, so the higher size is what the tenant may be writing."""
         entry = self._entries.get(volume_name)
         if entry is not None:
-            self._entries[volume_name] = replace(entry, size_bytes=size_bytes)
+            resizing_to = max(entry.resizing_to, size_bytes)
+            self._entries[volume_name] = replace(entry, resizing_to=resizing_to)
+
+    def finish_resize(self, volume_name: str, size_bytes: int) -> None:
+        """An expansion to `size_bytes` was carried out (quota and PV): that is the volume's
+        limit now, whatever an earlier failed attempt had counted."""
+        entry = self._entries.get(volume_name)
+        if entry is not None:
+            resizing_to = size_bytes if size_bytes > entry.size_bytes else 0
+            self._entries[volume_name] = replace(entry, resizing_to=resizing_to)
 
     def cancel_reservation(self, volume_name: str) -> None:
         """The provision failed: free the path unless a PV has meanwhile replaced the entry."""
@@ -351,10 +390,17 @@ class PathBook:
     def start_teardown(self, volume_name: str) -> None:
         self._set_state(volume_name, TEARING_DOWN)
 
-    def finish_teardown(self, volume_name: str, *, succeeded: bool) -> None:
+    def finish_teardown(self, volume_name: str, *, succeeded: bool) -> bool:
+        """The teardown's helper ended; whether the path is free now (its PV went meanwhile:
+        nothing is left to retry, a directory left behind is the orphan scan's)."""
         entry = self._entries.get(volume_name)
-        if entry is not None and entry.state == TEARING_DOWN:
-            self._set_state(volume_name, TORN_DOWN if succeeded else RELEASED)
+        if entry is None or entry.state != TEARING_DOWN:
+            return False
+        if entry.volume_gone:
+            del self._entries[volume_name]
+            return True
+        self._set_state(volume_name, TORN_DOWN if succeeded else RELEASED)
+        return False
 
     def _set_state(self, volume_name: str, state: PathState) -> None:
         entry = self._entries.get(volume_name)
@@ -373,6 +419,22 @@ class PathBook:
             ),
             key=lambda entry: entry.volume_name,
         )
+
+    def helper_run_problem(self, volume_name: str, *, teardown: bool) -> str | None:
+        """The last look before a setup's or teardown's helper pod is built (it may have
+        waited in a busy node's queue since it was decided): None when the volume still holds
+        its path in the state the run was decided in and no other entry shares the path;
+        otherwise why the run must not start."""
+        expected = TEARING_DOWN if teardown else PROVISIONING
+        entry = self._entries.get(volume_name)
+        if entry is None or entry.state != expected:
+            now = "no longer in the book" if entry is None else entry.describe()
+            return f"{volume_name} is {now}, not {expected}: its helper run was not started"
+        others = self.overlapping(volume_name, entry.location, entry.path)
+        if others:
+            shared = ", ".join(other.describe() for other in others)
+            return f"{entry.path} is shared with {shared}: {volume_name}'s helper run not started"
+        return None
 
     def count_inside(self, location: Location, base_path: str) -> int:
         """Volumes (live or in flight) under base_path at the location: spreads new volumes."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from urllib3.exceptions import HTTPError
 
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
+HTTP_TOO_MANY_REQUESTS = 429
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
 PV_SAVE_ATTEMPTS = 5
@@ -46,6 +47,12 @@ PV_SAVE_ATTEMPTS = 5
 
 class ActionFailed(Exception):  # noqa: N818 (reads as a sentence at the raise site)
     """An action did not complete; the worker retries the key with backoff."""
+
+
+class VolumeSaveUnsettled(ActionFailed):
+    """Whether the PV was saved is not known (a 5xx, a 429 or a lost answer; a read of it that
+    failed): it may exist and bind, so its directory and its place in the book are kept, and
+    the provision is retried (an AlreadyExists then shows whose it is)."""
 
 
 def claim_reference(claim: ClaimRecord) -> ObjectReference:
@@ -128,6 +135,11 @@ class Actions:
     ) -> None:
         volume = build_persistent_volume(plan)
         last_error = ""
+        # Any answer but a definite refusal may hide a save that happened (the server
+        # committed, then the answer was lost or turned into a 5xx; a request that timed out
+        # may still commit): from then on only a PV of this name that is not this claim's
+        # proves the directory ours to remove.
+        unsettled = False
         for attempt in range(1, PV_SAVE_ATTEMPTS + 1):
             try:
                 self._clients.request_json("POST", "/api/v1/persistentvolumes", body=volume)
@@ -136,17 +148,20 @@ class Actions:
                 if error.status == HTTP_CONFLICT:
                     # Saved by an earlier attempt whose response we lost, or by a peer; or a
                     # PV of that name that is not this claim's volume at this path.
-                    problem = self._existing_volume_problem(plan)
-                    if problem is None:
-                        return
-                    last_error = problem
-                    self._recorder.warning(
-                        reference,
-                        "ProvisioningFailed",
-                        f"{problem}: it is not this claim's volume; giving {plan.path} back",
-                    )
-                    break
-                last_error = f"{error.status} {error.reason}"
+                    existing = self._read_volume(plan.volume_name)
+                    if existing is not None:
+                        problem = foreign_volume_problem(existing, plan)
+                        if problem is None:
+                            return
+                        log.warning("PV %s exists and is not ours: %s", plan.volume_name, problem)
+                        self._give_back(plan, bundle, reference, problem)
+                    last_error = f"PV {plan.volume_name} was there (409), then gone"
+                else:
+                    unsettled = unsettled or not _refused(error.status)
+                    last_error = f"{error.status} {error.reason}"
+            except (HTTPError, OSError) as error:
+                unsettled = True
+                last_error = f"no answer: {error}"
             log.warning(
                 "saving PV %s failed (attempt %d/%d): %s",
                 plan.volume_name,
@@ -156,32 +171,52 @@ class Actions:
             )
             if attempt < PV_SAVE_ATTEMPTS:
                 time.sleep(self._pv_save_retry_delay * attempt)
-        # The directory exists but no PV will point at it: give the storage back.
         self._metrics.provision_failed_total.labels(plan.storage_class.name, "").inc()
+        if unsettled:
+            raise VolumeSaveUnsettled(
+                f"saving PV {plan.volume_name} failed ({last_error}); it may have been saved,"
+                f" so {plan.path} is kept and the provision is retried"
+            )
+        # Every attempt was refused outright, and the last read showed no PV of that name
+        # (the 409's PV went, or there never was one): none will point at the directory.
+        if self._read_volume(plan.volume_name) is not None:
+            raise VolumeSaveUnsettled(
+                f"saving PV {plan.volume_name} failed ({last_error}) yet it exists now; retrying"
+            )
+        self._give_back(
+            plan, bundle, reference, f"saving PV {plan.volume_name} failed ({last_error})"
+        )
+
+    def _read_volume(self, name: str) -> dict[str, Any] | None:
+        """The PV, or None when a read says it does not exist. Any other answer (a 429, a 5xx,
+        none) proves nothing: the caller must not act on the PV's absence, so this raises
+        `VolumeSaveUnsettled` and the provision is retried."""
+        try:
+            return self._clients.request_json("GET", f"/api/v1/persistentvolumes/{name}")
+        except ApiError as error:
+            if error.status == HTTP_NOT_FOUND:
+                return None
+            raise VolumeSaveUnsettled(
+                f"reading PV {name} failed ({error.status} {error.reason}); retrying"
+            ) from error
+        except (HTTPError, OSError) as error:
+            raise VolumeSaveUnsettled(f"reading PV {name} failed ({error}); retrying") from error
+
+    def _give_back(
+        self, plan: ProvisionPlan, bundle: ConfigBundle, reference: ObjectReference, why: str
+    ) -> NoReturn:
+        """No PV will point at the directory (a read showed none, or one that is not this
+        claim's): remove it, and fail the provision."""
+        self._recorder.warning(reference, "ProvisioningFailed", f"{why}; giving {plan.path} back")
         try:
             self.helper_runs.run("delete", _cleanup_target(plan), bundle)
         except HelperPodError as error:
             self._recorder.warning(
                 reference,
                 "ProvisioningCleanupFailed",
-                f"saving PV {plan.volume_name} failed ({last_error}) and removing {plan.path} "
-                f"failed too: {error}; remove it by hand",
+                f"{why} and removing {plan.path} failed too: {error}; remove it by hand",
             )
-        raise ActionFailed(f"saving PV {plan.volume_name} failed: {last_error}")
-
-    def _existing_volume_problem(self, plan: ProvisionPlan) -> str | None:
-        """None when the PV already saved under the plan's name is this claim's, by us, at this
-        path (the earlier attempt's); otherwise why it is not."""
-        try:
-            existing = self._clients.request_json(
-                "GET", f"/api/v1/persistentvolumes/{plan.volume_name}"
-            )
-        except ApiError as error:
-            return f"PV {plan.volume_name} exists but reading it failed: {error.status}"
-        problem = foreign_volume_problem(existing, plan)
-        if problem is not None:
-            log.warning("PV %s already exists and is not ours: %s", plan.volume_name, problem)
-        return problem
+        raise ActionFailed(why)
 
     def record_base_path(self, claim: ClaimRecord, base_path: str) -> None:
         """Before any directory exists: every later attempt then works on the same base path."""
@@ -329,6 +364,12 @@ class Actions:
             if error.status == HTTP_NOT_FOUND:
                 return
             raise ActionFailed(f"patching {path}: {error.status} {error.reason}") from error
+
+
+def _refused(status: int | None) -> bool:
+    """A client error other than 429 (Too Many Requests): the server looked at the request
+    and did not carry it out."""
+    return status is not None and 400 <= status < 500 and status != HTTP_TOO_MANY_REQUESTS
 
 
 def _cleanup_target(plan: ProvisionPlan) -> TeardownPlan:

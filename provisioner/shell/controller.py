@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from provisioner.core.claims import (
@@ -35,7 +35,6 @@ from provisioner.core.claims import (
     decide_volume_action,
     is_our_claim,
     record_volume,
-    volume_size_bytes,
 )
 from provisioner.core.config import ConfigBundle
 from provisioner.core.expansion import (
@@ -68,10 +67,11 @@ from provisioner.kube.informer import Informer, name_key, uid_key
 from provisioner.kube.metrics import Metrics
 from provisioner.kube.pod_events import ADDED, DELETED, MODIFIED, PodEventHub
 from provisioner.kube.workqueue import WorkQueue
-from provisioner.shell.actions import ActionFailed, Actions
+from provisioner.shell.actions import ActionFailed, Actions, VolumeSaveUnsettled
 from provisioner.shell.capacity_publisher import CapacityPublisher
 from provisioner.shell.helper_batcher import BatchSettings, HelperBatcher, HelperJob
 from provisioner.shell.helper_pod_index import HelperPodIndex
+from provisioner.shell.helper_runs import HelperResult
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +115,8 @@ class _Handoff:
     bundle: ConfigBundle
     started: float
     class_name: str
+    result: HelperResult | None = None
+    """The helper run's end, once taken from the batcher, while what follows it is retried."""
 
 
 class _InformerNames:
@@ -201,6 +203,7 @@ class Controller:
             on_done=self._queue.add,
             running_pods=self._helper_index.pods_serving,
             delete_pod=lambda name: actions.delete_helper_pod(settings.helper_namespace, name),
+            may_run=self._helper_run_problem,
         )
         # What each worker is on and since when: the work loop's heartbeat for /healthz.
         self._busy: dict[str, tuple[Key, float]] = {}
@@ -336,6 +339,9 @@ class Controller:
         def on_claim(key: str, old: ClaimRecord | None, new: ClaimRecord | None) -> None:
             if new is None:
                 self._forget_claim(key)
+                if (CLAIM, key) in self._handoffs:
+                    # Its setup ran or runs: the PV is saved all the same (see `_settle_claim`).
+                    self._queue.add((CLAIM, key))
                 return
             unbound_ours = not new.volume_name and is_our_claim(new, name)
             if unbound_ours or (new.volume_name and self._may_expand(new)):
@@ -499,14 +505,14 @@ class Controller:
                 provisioner_name=self._settings.provisioner_name,
                 paths=self._paths,
             )
-            granted_bytes = volume_size_bytes(volume) if volume is not None else 0
             if isinstance(decision, RefuseExpansion) and decision.waits_for_room:
                 self._expansions_waiting_for_room.add(claim.uid)
             else:
                 self._expansions_waiting_for_room.discard(claim.uid)
             if isinstance(decision, Expand):
-                # Counted at once, so no provision takes the room before the PV shows it.
-                self._paths.resize(decision.volume_name, decision.size_bytes)
+                # Counted at once, so no provision takes the room before the PV shows it; a
+                # failure below leaves it counted (see `PathBook.start_resize`).
+                self._paths.start_resize(decision.volume_name, decision.size_bytes)
         match decision:
             case Expand():
                 log.info(
@@ -514,12 +520,10 @@ class Controller:
                 )
                 try:
                     self._actions.expand(claim, decision, bundle)
-                except Exception:
-                    # Not granted: the budget gives back what was counted for it above.
-                    with self._paths_lock:
-                        self._paths.resize(decision.volume_name, granted_bytes)
-                    raise
-                self.capacity.poke()
+                finally:
+                    self.capacity.poke()
+                with self._paths_lock:
+                    self._paths.finish_resize(decision.volume_name, decision.size_bytes)
             case FinishExpansion(capacity):
                 self._actions.finish_expansion(claim, capacity)
             case RefuseExpansion(reason, _):
@@ -608,14 +612,21 @@ class Controller:
         """The setup handed over for the claim: carried out once its helper run ended (the PV
         saved, or the failure reported and retried), whether or not the claim still exists:
         its directory may exist, and a PV whose claim is gone is Released and torn down."""
-        result = self._helpers.take(key)
+        handoff = self._handoffs[key]
+        result = handoff.result or self._helpers.take(key)
         if result is None:
             return False
-        handoff = self._handoffs.pop(key)
+        del self._handoffs[key]
         plan = handoff.plan
         assert isinstance(plan, ProvisionPlan)
         try:
             self._actions.finish_provision(plan, handoff.bundle, result, handoff.started)
+        except VolumeSaveUnsettled:
+            # The PV may exist and bind: the directory, the path and its budget stay, and
+            # the key's retry saves the same PV again (its directory is made) until a save
+            # or a read settles it, whether or not the claim is still there.
+            self._handoffs[key] = replace(handoff, result=result)
+            raise
         except BaseException:
             self._release(plan.volume_name)
             raise
@@ -627,8 +638,9 @@ class Controller:
         """A PV went: its path and its budget are free, and whoever waited for them (a claim
         for an overlapping path, an expansion refused for want of room) looks again."""
         with self._paths_lock:
-            self._paths.forget(volume_name)
-            waiting = self._waiting.pop(volume_name, set()) | self._expansions_waiting_for_room
+            freed = self._paths.forget(volume_name)
+            waiting = self._waiting.pop(volume_name, set()) if freed else set()
+            waiting |= self._expansions_waiting_for_room
             self._expansions_waiting_for_room = set()
         for uid in waiting:
             self._queue.add((CLAIM, uid))
@@ -674,8 +686,7 @@ class Controller:
                 try:
                     self._hand_over(key, "delete", plan, bundle, volume.storage_class_name)
                 except BaseException:
-                    with self._paths_lock:
-                        self._paths.finish_teardown(name, succeeded=False)
+                    self._teardown_ended(name, succeeded=False)
                     raise
                 return False
             case AddFinalizer():
@@ -710,9 +721,26 @@ class Controller:
             self._actions.finish_teardown(plan, handoff.class_name, result, handoff.started)
             succeeded = True
         finally:
-            with self._paths_lock:
-                self._paths.finish_teardown(plan.volume_name, succeeded=succeeded)
+            self._teardown_ended(plan.volume_name, succeeded=succeeded)
         return True
+
+    def _teardown_ended(self, volume_name: str, *, succeeded: bool) -> None:
+        """A teardown ended (or never started): when its PV went meanwhile, the path is free
+        only now, and whoever waited for it looks again."""
+        waiting: set[str] = set()
+        with self._paths_lock:
+            if self._paths.finish_teardown(volume_name, succeeded=succeeded):
+                waiting = self._waiting.pop(volume_name, set()) | self._expansions_waiting_for_room
+                self._expansions_waiting_for_room = set()
+        for uid in waiting:
+            self._queue.add((CLAIM, uid))
+
+    def _helper_run_problem(self, job: HelperJob[Key]) -> str | None:
+        """The book's last word before the batcher builds the job's helper pod."""
+        with self._paths_lock:
+            return self._paths.helper_run_problem(
+                job.target.volume_name, teardown=job.action == "delete"
+            )
 
 
 def _budget_changed(old: VolumeRecord | None, new: VolumeRecord | None, name: str) -> bool:

@@ -24,6 +24,7 @@ from provisioner.core.batch_pods import batch_pod_name, is_batchable
 from provisioner.core.config import ConfigBundle
 from provisioner.core.helpers import HELPER_STEPS, HelperAction, HelperTarget, helper_pod_name
 from provisioner.kube.helper_pods import HelperPodError
+from provisioner.shell.actions import ActionFailed
 from provisioner.shell.helper_runs import HelperResult, HelperRuns
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,10 @@ RECHECK_SECONDS = 10.0
 """Volumes held for another pod are looked at again this often, in case an event got lost."""
 DELETE_AGAIN_SECONDS = 30.0
 DROPPED = RuntimeError("the helper run was dropped before it started (stopping)")
+
+
+class HelperRunRefused(ActionFailed):
+    """The last check before a helper pod is built said no (see `may_run`): nothing ran."""
 
 
 @dataclass(frozen=True)
@@ -65,10 +70,12 @@ class HelperBatcher(Generic[K]):
         on_done: Callable[[K], None],
         running_pods: Callable[[str], Mapping[str, bool]],
         delete_pod: Callable[[str], None],
+        may_run: Callable[[HelperJob[K]], str | None] = lambda job: None,
     ) -> None:
         """`running_pods(volume)`: the helper pods that serve the volume, by name, each with
         whether it may still be running (from the helper-pod informer); `delete_pod(name)`
-        deletes one of them."""
+        deletes one of them; `may_run(job)`, asked just before a job's pod is built (it may
+        have queued a while), None or why the job must not run now."""
         self._runs = runs
         self._planner: HelperPlanner[HelperJob[K]] = HelperPlanner(
             max_batch=settings.max_batch,
@@ -78,6 +85,7 @@ class HelperBatcher(Generic[K]):
         self._on_done = on_done
         self._running_pods = running_pods
         self._delete_pod = delete_pod
+        self._may_run = may_run
         self._lock = threading.Condition()
         self._jobs: dict[K, HelperJob[K]] = {}
         """Handed over and not yet ended (queued, held or running)."""
@@ -253,6 +261,10 @@ class HelperBatcher(Generic[K]):
 
         first = launch.jobs[0]
         try:
+            refused = self._refusals(launch)
+            if refused:
+                report(refused)
+                return
             runs = self._runs()
             if len(launch.jobs) > 1:
                 targets = [job.target for job in launch.jobs]
@@ -268,6 +280,23 @@ class HelperBatcher(Generic[K]):
         finally:
             report({})
             self._release_pods(launch)
+
+    def _refusals(self, launch: Launch[HelperJob[K]]) -> dict[str, HelperResult]:
+        """Each volume's result when any job of the launch may not run: the refused ones say
+        why, the others that they were not run for it (they are retried). A refusal is rare
+        (the book changed while the job queued), so the batch is not rebuilt without it."""
+        reasons = {job.target.volume_name: self._may_run(job) for job in launch.jobs}
+        problems = [reason for reason in reasons.values() if reason is not None]
+        if not problems:
+            return {}
+        log.warning("not starting the helper run of %s: %s", _volume_names(launch), problems[0])
+        return {
+            name: HelperResult(
+                0.0,
+                HelperRunRefused(reason or f"not run: its batch was refused ({problems[0]})"),
+            )
+            for name, reason in reasons.items()
+        }
 
     def _report(self, launch: Launch[HelperJob[K]], results: Mapping[str, HelperResult]) -> None:
         """The launch's results are in: kept for their keys, which are queued again; its slot
@@ -295,6 +324,10 @@ class HelperBatcher(Generic[K]):
                 if not self._in_flight[name]:
                     del self._in_flight[name]
             self._lock.notify_all()
+
+
+def _volume_names(launch: Launch[HelperJob[Any]]) -> str:
+    return ", ".join(job.target.volume_name for job in launch.jobs)
 
 
 def _pod_names(launch: Launch[HelperJob[Any]]) -> list[str]:

@@ -602,6 +602,54 @@ def test_a_teardown_in_flight_or_done_is_never_started_again() -> None:
     assert isinstance(decide_volume(old, paths=book), Ignore)
 
 
+def test_a_pv_gone_while_its_teardown_is_queued_keeps_its_path_until_the_teardown_ended() -> None:
+    # A Released PV deleted by an admin (no finalizer of ours), or our own DELETE whose answer
+    # was lost, while its teardown waits in a busy node's batch: the claim recreated under the
+    # same name renders the same path and must not be set up where that `rm -rf` will run.
+    old = volume(name="pvc-old", path="/data/ns/c", finalizers=())
+    book = volume_book([old])
+    assert isinstance(decide_volume(old, paths=book), Teardown)
+    book.start_teardown("pvc-old")
+    assert book.forget("pvc-old") is False
+    recreated = claim(
+        uid="u-2", annotations={STORAGE_PROVISIONER: ME, BASE_PATH_ANNOTATION: "/data"}
+    )
+    waiting = decide(recreated, SCOPED_CLASS, paths=book)
+    assert isinstance(waiting, WaitForPath), waiting
+    assert waiting.blockers == ("pvc-old",)
+    assert book.helper_run_problem("pvc-old", teardown=True) is None
+    # the teardown ended (failed, even: its PV is gone, nothing retries it): the path is free
+    assert book.finish_teardown("pvc-old", succeeded=False) is True
+    assert "pvc-old" not in book
+    assert isinstance(decide(recreated, SCOPED_CLASS, paths=book), Provision)
+
+
+@pytest.mark.parametrize("torn_down", [False, True])
+def test_a_pv_gone_with_no_teardown_in_flight_frees_its_path_at_once(torn_down: bool) -> None:
+    book = volume_book([volume(name="pvc-old", path="/data/ns/c")])
+    if torn_down:
+        book.start_teardown("pvc-old")
+        assert book.finish_teardown("pvc-old", succeeded=True) is False  # its PV is still there
+    assert book.forget("pvc-old") is True
+    assert "pvc-old" not in book
+
+
+def test_the_book_is_asked_again_just_before_a_helper_pod_is_built() -> None:
+    book = PathBook()
+    book.reserve("pvc-new", (HOST, "n1"), "/data/ns/c")
+    assert book.helper_run_problem("pvc-new", teardown=False) is None
+    problem = book.helper_run_problem("pvc-new", teardown=True)
+    assert problem is not None and "being provisioned" in problem
+    # an entry that came to share the path while the run queued stops it
+    record_volume(book, volume(name="pvc-other", path="/data/ns"))
+    problem = book.helper_run_problem("pvc-new", teardown=False)
+    assert problem is not None and "pvc-other" in problem and "/data/ns/c" in problem
+    book.forget("pvc-other")
+    book.cancel_reservation("pvc-new")
+    problem = book.helper_run_problem("pvc-new", teardown=False)
+    assert problem is not None and "no longer in the book" in problem
+
+
 def test_a_teardown_waits_for_no_one_but_refuses_a_path_reserved_by_a_provision() -> None:
     old = volume(name="pvc-old", path="/opt/lp/ns/c")
     book = volume_book([old])

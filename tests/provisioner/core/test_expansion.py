@@ -7,7 +7,15 @@ import dataclasses
 import json
 from typing import Any
 
-from provisioner.core.claims import NODE_ANNOTATION, PROVISIONED_BY
+from provisioner.core.claims import (
+    NODE_ANNOTATION,
+    PROVISIONED_BY,
+    STORAGE_PROVISIONER,
+    Provision,
+    Reschedule,
+    decide_claim_action,
+    record_volume,
+)
 from provisioner.core.config import DEFAULT_NODE, parse_config_json
 from provisioner.core.expansion import (
     Expand,
@@ -17,7 +25,13 @@ from provisioner.core.expansion import (
     decide_expansion,
 )
 from provisioner.core.paths import LIVE, PathBook, PathEntry
-from provisioner.core.records import ClaimRecord, ClaimReference, StorageClassRecord, VolumeRecord
+from provisioner.core.records import (
+    ClaimRecord,
+    ClaimReference,
+    NodeRecord,
+    StorageClassRecord,
+    VolumeRecord,
+)
 
 ME = "local-path-storage.io/local-path"
 GI = 1024**3
@@ -120,3 +134,84 @@ def test_someone_elses_volume_is_never_expanded() -> None:
     assert isinstance(
         decide(dataclasses.replace(CLAIM, requested_storage="2Gi"), other_claim), NoExpansion
     )
+
+
+# -- a resize in flight and the budget: never over-committed, whatever comes between ----------
+
+WAITING_CLASS = StorageClassRecord(
+    "local", ME, binding_mode="WaitForFirstConsumer", allow_volume_expansion=True
+)
+NODES = {"n1": NodeRecord("n1", labels={"kubernetes.io/hostname": "n1"})}
+
+
+def provision_2gi(book: PathBook) -> object:
+    """Another claim of 2Gi on the volume's node: 3Gi path, 1Gi live, growing to 2Gi."""
+    other = ClaimRecord(
+        uid="uid-2",
+        namespace="ns",
+        name="other",
+        annotations={STORAGE_PROVISIONER: ME},
+        storage_class_name="local",
+        selected_node="n1",
+        access_modes=("ReadWriteOnce",),
+        requested_storage="2Gi",
+    )
+    return decide_claim_action(
+        other, WAITING_CLASS, CONFIG, (), NODES, provisioner_name=ME, paths=book
+    )
+
+
+def counted(book: PathBook) -> int:
+    entry = book.get("pvc-1")
+    assert entry is not None
+    return entry.counted_bytes
+
+
+def test_pv_events_during_a_resize_keep_the_new_size_counted() -> None:
+    book = PathBook()
+    record_volume(book, VOLUME)
+    grow = dataclasses.replace(CLAIM, requested_storage="2Gi")
+    expand = decide(grow, storage_class=WAITING_CLASS, paths=book)
+    assert isinstance(expand, Expand)
+    assert isinstance(provision_2gi(book), Provision)  # 2Gi of the 3Gi are free until now
+    book.start_resize("pvc-1", expand.size_bytes)
+    assert isinstance(provision_2gi(book), Reschedule)
+    # the 900s resync, a label change: the PV still says 1Gi while the helper and PATCH run
+    record_volume(book, VOLUME)
+    assert isinstance(provision_2gi(book), Reschedule)
+    # the PATCH landed: the PV says 2Gi, the count stays 2Gi
+    book.finish_resize("pvc-1", expand.size_bytes)
+    record_volume(book, dataclasses.replace(VOLUME, capacity="2Gi"))
+    assert counted(book) == 2 * GI
+    assert book.get("pvc-1") == PathEntry("pvc-1", ("", ""), "/data/pvc-1", LIVE, 2 * GI, "n1")
+    assert isinstance(provision_2gi(book), Reschedule)
+
+
+def test_a_failed_resize_stays_counted_until_a_retry_carries_it_out() -> None:
+    # The quota was raised on the node but the PV PATCH failed: the tenant may write 2Gi, so
+    # 2Gi stays counted (not rolled back) until the expansion is carried out after all.
+    book = PathBook()
+    record_volume(book, VOLUME)
+    grow = dataclasses.replace(CLAIM, requested_storage="2Gi")
+    book.start_resize("pvc-1", 2 * GI)
+    record_volume(book, VOLUME)
+    assert isinstance(provision_2gi(book), Reschedule)
+    # the retry is not refused for room its own failed attempt holds
+    again = decide(grow, storage_class=WAITING_CLASS, paths=book)
+    assert isinstance(again, Expand), again
+    book.start_resize("pvc-1", again.size_bytes)
+    book.finish_resize("pvc-1", again.size_bytes)
+    assert counted(book) == 2 * GI
+
+
+def test_a_completed_resize_replaces_a_larger_failed_one() -> None:
+    # 3Gi was asked and failed; the claim then asked for 2Gi (recovery from a failed expansion)
+    # and that was carried out: the quota is 2Gi now, so 2Gi is what counts.
+    book = PathBook()
+    record_volume(book, VOLUME)
+    book.start_resize("pvc-1", 3 * GI)
+    book.start_resize("pvc-1", 2 * GI)
+    assert counted(book) == 3 * GI
+    book.finish_resize("pvc-1", 2 * GI)
+    record_volume(book, dataclasses.replace(VOLUME, capacity="2Gi"))
+    assert counted(book) == 2 * GI

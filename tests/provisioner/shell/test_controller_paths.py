@@ -1,0 +1,224 @@
+"""The controller's side of the path book, without a cluster: a path stays taken until the
+work on it ended, and a helper run is checked against the book once more just before its pod
+would be built. The helper runs are a fake the test holds and releases; the informers stay
+empty (no claim or PV is seen), which is all these paths need."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from provisioner.core.claims import ProvisionPlan, TeardownPlan
+from provisioner.core.config import (
+    DEFAULT_HELPER_POD_YAML,
+    DEFAULT_SETUP_SCRIPT,
+    DEFAULT_TEARDOWN_SCRIPT,
+    load_config_bundle,
+)
+from provisioner.core.helpers import HelperAction, HelperTarget
+from provisioner.core.paths import PROVISIONING, RELEASED, TEARING_DOWN
+from provisioner.core.records import ClaimRecord, StorageClassRecord
+from provisioner.kube.metrics import Metrics
+from provisioner.shell.actions import ActionFailed, VolumeSaveUnsettled
+from provisioner.shell.controller import CLAIM, VOLUME, Controller, ControllerSettings, Key
+from provisioner.shell.helper_batcher import BatchSettings, HelperRunRefused
+from provisioner.shell.helper_runs import HelperResult
+
+BUNDLE = load_config_bundle(
+    '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/data"]}]}',
+    DEFAULT_SETUP_SCRIPT,
+    DEFAULT_TEARDOWN_SCRIPT,
+    DEFAULT_HELPER_POD_YAML,
+)
+HOST_N1 = ("kubernetes.io/hostname", "n1")
+WAIT = 10.0
+
+
+class GatedRuns:
+    """Helper runs that wait while the gate is shut; records what ran."""
+
+    def __init__(self) -> None:
+        self.ran: list[tuple[HelperAction, str]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.waiting = threading.Semaphore(0)
+
+    def run(self, action: HelperAction, target: HelperTarget, bundle: Any) -> float:
+        self.ran.append((action, target.volume_name))
+        self.waiting.release()
+        assert self.gate.wait(WAIT)
+        return 1.0
+
+
+class FakeActions:
+    """The end of a setup or teardown fails as its helper did, or as `save_error` says."""
+
+    def __init__(self) -> None:
+        self.helper_runs = GatedRuns()
+        self.save_error: Exception | None = None
+        self.saves = 0
+
+    def finish_provision(self, plan: Any, bundle: Any, result: HelperResult, started: Any) -> None:
+        if result.error is not None:
+            raise result.error
+        self.saves += 1
+        if self.save_error is not None:
+            raise self.save_error
+
+    def finish_teardown(self, plan: Any, name: Any, result: HelperResult, started: Any) -> None:
+        if result.error is not None:
+            raise result.error
+
+
+def controller() -> tuple[Controller, FakeActions]:
+    def no_list(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("no API call expected")
+
+    actions = FakeActions()
+    settings = ControllerSettings(
+        provisioner_name="p", helper_namespace="ns", batch=BatchSettings(pods_per_node=1)
+    )
+    clients = SimpleNamespace(list_function=lambda path: no_list)
+    made = Controller(cast(Any, clients), settings, lambda: BUNDLE, cast(Any, actions), Metrics())
+    return made, actions
+
+
+def teardown_plan(name: str, path: str) -> TeardownPlan:
+    return TeardownPlan(
+        volume_name=name,
+        path=path,
+        node_name="n1",
+        volume_mode="Filesystem",
+        size_bytes=1,
+        delete_volume=True,
+        remove_finalizer=True,
+        base_path="/data",
+    )
+
+
+def provision_plan(uid: str, path: str) -> ProvisionPlan:
+    claim = ClaimRecord(uid=uid, namespace="ns", name="c", requested_storage="1Gi")
+    return ProvisionPlan(
+        volume_name=f"pvc-{uid}",
+        provisioner_name="p",
+        claim=claim,
+        storage_class=StorageClassRecord("local", "p"),
+        node_name="n1",
+        node_affinity=HOST_N1,
+        base_path="/data",
+        path=path,
+        volume_type="hostPath",
+        size_bytes=1,
+    )
+
+
+def start_teardown(c: Controller, name: str, path: str) -> Key:
+    """A Released PV of ours whose teardown was decided and handed over."""
+    c._paths.record_volume(name, HOST_N1, path, RELEASED, size_bytes=1, node="n1")
+    c._paths.start_teardown(name)
+    key = (VOLUME, name)
+    c._hand_over(key, "delete", teardown_plan(name, path), BUNDLE, "local")
+    return key
+
+
+def next_key(c: Controller) -> Key | None:
+    """The next key the queue hands a worker (the batcher queues a key when its run ended)."""
+    key = c._queue.get(timeout=WAIT)
+    if key is not None:
+        c._queue.done(key)
+    return key
+
+
+def test_a_pv_gone_while_its_teardown_waits_keeps_its_path_and_its_waiters_until_it_ended() -> None:
+    c, actions = controller()
+    runs = actions.helper_runs
+    # The node is busy: one teardown runs, and holds the node's only slot.
+    runs.gate.clear()
+    busy = start_teardown(c, "pvc-busy", "/data/ns/busy")
+    assert runs.waiting.acquire(timeout=WAIT)
+    old = start_teardown(c, "pvc-old", "/data/ns/c")
+    # A recreated claim of the same name renders /data/ns/c and waits for pvc-old.
+    c._waiting["pvc-old"] = {"uid-new"}
+    # An admin deletes the Released PV (no finalizer of ours held it).
+    c._volume_gone("pvc-old")
+    entry = c._paths.get("pvc-old")
+    assert entry is not None and entry.state == TEARING_DOWN
+    assert len(c._queue) == 0, "the waiting claim was woken while the rm -rf is still queued"
+    runs.gate.set()
+    ended = {next_key(c), next_key(c)}
+    assert ended == {busy, old}
+    assert runs.ran == [("delete", "pvc-busy"), ("delete", "pvc-old")]
+    c._reconcile(old)
+    assert "pvc-old" not in c._paths
+    assert next_key(c) == (CLAIM, "uid-new")
+    c._helpers.stop()
+
+
+def test_a_queued_teardown_whose_path_came_to_be_shared_never_runs() -> None:
+    c, actions = controller()
+    runs = actions.helper_runs
+    runs.gate.clear()
+    start_teardown(c, "pvc-busy", "/data/ns/busy")
+    assert runs.waiting.acquire(timeout=WAIT)
+    old = start_teardown(c, "pvc-old", "/data/ns/c")
+    # While it queued, a PV of ours showed up inside its path (the informer records it).
+    c._paths.record_volume("pvc-inner", HOST_N1, "/data/ns/c/inner", "live", node="n1")
+    runs.gate.set()
+    assert {next_key(c), next_key(c)} == {(VOLUME, "pvc-busy"), old}
+    assert ("delete", "pvc-old") not in runs.ran
+    with pytest.raises(HelperRunRefused, match="pvc-inner"):
+        c._reconcile(old)
+    entry = c._paths.get("pvc-old")
+    assert entry is not None and entry.state == RELEASED, "decided again on the next look"
+    c._helpers.stop()
+
+
+def test_a_batch_with_a_refused_volume_is_not_built_and_each_volume_says_why() -> None:
+    c, actions = controller()
+    runs = actions.helper_runs
+    runs.gate.clear()
+    start_teardown(c, "pvc-busy", "/data/ns/busy")
+    assert runs.waiting.acquire(timeout=WAIT)
+    shared = start_teardown(c, "pvc-shared", "/data/ns/c")
+    other = start_teardown(c, "pvc-other", "/data/ns/d")
+    c._paths.record_volume("pvc-inner", HOST_N1, "/data/ns/c/inner", "live", node="n1")
+    runs.gate.set()
+    assert {next_key(c), next_key(c), next_key(c)} == {(VOLUME, "pvc-busy"), shared, other}
+    assert runs.ran == [("delete", "pvc-busy")], "the batch pod was built"
+    with pytest.raises(HelperRunRefused, match="pvc-inner"):
+        c._reconcile(shared)
+    with pytest.raises(HelperRunRefused, match="its batch was refused"):
+        c._reconcile(other)
+    c._helpers.stop()
+
+
+@pytest.mark.parametrize(
+    ("error", "kept"),
+    [(VolumeSaveUnsettled("503 on the POST"), True), (ActionFailed("422 on the POST"), False)],
+    ids=["unsettled", "refused"],
+)
+def test_a_save_that_may_have_happened_keeps_its_path_and_is_retried_as_a_save(
+    error: Exception, kept: bool
+) -> None:
+    c, actions = controller()
+    plan = provision_plan("uid-1", "/data/ns/c")
+    c._paths.reserve(plan.volume_name, plan.location, plan.path, size_bytes=1, node="n1")
+    key = (CLAIM, "uid-1")
+    c._hand_over(key, "create", plan, BUNDLE, "local")
+    assert next_key(c) == key
+    actions.save_error = error
+    with pytest.raises(type(error)):
+        c._reconcile(key)
+    entry = c._paths.get(plan.volume_name)
+    assert (entry is not None and entry.state == PROVISIONING) is kept
+    assert (key in c._handoffs) is kept
+    # The key's retry saves the same PV again, with no new helper run, claim or not (the
+    # informer has none here: a PV saved for a deleted claim is Released and torn down).
+    actions.save_error = None
+    assert c._reconcile(key) is True
+    assert actions.saves == (2 if kept else 1)
+    assert actions.helper_runs.ran == [("create", plan.volume_name)]
+    c._helpers.stop()
