@@ -149,6 +149,15 @@ done
 """
 
 
+class VolumePartError(ValueError):
+    """One volume's part of a batch pod could not be built from its input: that volume fails
+    alone, and the batch is built again without it."""
+
+    def __init__(self, volume_name: str, cause: Exception) -> None:
+        super().__init__(f"building the helper pod part of volume {volume_name}: {cause}")
+        self.volume_name = volume_name
+
+
 def is_batchable(action: HelperAction, target: HelperTarget, bundle: ConfigBundle) -> bool:
     """Whether the volume may share a batch pod (see the module's docstring for why not)."""
     config = bundle.config
@@ -241,18 +250,22 @@ def build_batch_helper_pod(
     template = _without_mounts(spec["containers"][0], ours)
     spec["volumes"] = [v for v in spec.get("volumes") or () if v.get("name") not in ours]
     spec["volumes"] += volumes
-    built = [
-        _volume_container(
-            action,
-            index,
-            target,
-            bundle=bundle,
-            template=template,
-            base_volume=base_volume,
-            count=len(targets),
-        )
-        for index, target in enumerate(targets)
-    ]
+    built = []
+    for index, target in enumerate(targets):
+        try:
+            built.append(
+                _volume_container(
+                    action,
+                    index,
+                    target,
+                    bundle=bundle,
+                    template=template,
+                    base_volume=base_volume,
+                    count=len(targets),
+                )
+            )
+        except Exception as error:  # whatever a volume's input does, it fails that volume alone
+            raise VolumePartError(target.volume_name, error) from error
     scripts = built[0][1]
     if any(staged != scripts for _, staged in built):
         raise ValueError("the volumes of a batch must run the same scripts")
