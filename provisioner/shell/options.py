@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from provisioner.core.batch_pods import MAX_BATCH_VOLUMES
+
 DEFAULT_PROVISIONER_NAME = "local-path-storage.io/local-path"
 
 
@@ -119,7 +121,8 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) 
         type=int,
         default=int(env("HELPER_BATCH_SIZE", "12")),
         help="volumes that arrive for a node while its helper pod runs share its next one, "
-        "up to this many; 1 gives each volume its own pod [HELPER_BATCH_SIZE]",
+        f"up to this many (at most {MAX_BATCH_VOLUMES}); 1 gives each volume its own pod "
+        "[HELPER_BATCH_SIZE]",
     )
     add(
         "--helper-pods-per-node",
@@ -215,6 +218,12 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) 
         if getattr(ns, flag) < 1:
             name = "worker-threads" if flag == "workers" else flag.replace("_", "-")
             parser.error(f"--{name} must be at least 1, got {getattr(ns, flag)}")
+    if ns.helper_batch_size > MAX_BATCH_VOLUMES:
+        parser.error(
+            f"--helper-batch-size must be at most {MAX_BATCH_VOLUMES}, got"
+            f" {ns.helper_batch_size}: the outcomes of a larger batch pod do not fit in what a"
+            " kubelet keeps of its termination messages"
+        )
     for flag in ("provisioning_retry_count", "deletion_retry_count"):
         if getattr(ns, flag) < 0:
             parser.error(f"--{flag.replace('_', '-')} must be 0 (forever) or more")
