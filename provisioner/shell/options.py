@@ -52,6 +52,8 @@ class Options:
     """Volumes one helper pod serves at most on a busy node (1: a pod per volume)."""
     helper_pods_per_node: int = 2
     """Setup (and teardown) helper pods running at once per node, at most."""
+    helper_hold_timeout: float = 300.0
+    """Seconds a volume waits for a helper pod we did not start to go away."""
 
 
 def _env_bool(value: str) -> bool:
@@ -130,6 +132,14 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) 
         default=int(env("HELPER_PODS_PER_NODE", "2")),
         help="setup (and teardown) helper pods running at once per node; beyond the first, only "
         "for a full batch [HELPER_PODS_PER_NODE]",
+    )
+    add(
+        "--helper-hold-timeout",
+        type=float,
+        default=float(env("HELPER_HOLD_TIMEOUT", "300")),
+        help="seconds a volume waits for a helper pod this process did not start (deleted, but "
+        "on an unreachable node or kept by a finalizer) before its helper fails with a Warning, "
+        "or, for a shared filesystem, runs on another node [HELPER_HOLD_TIMEOUT]",
     )
     add(
         "--provisioning-retry-count",
@@ -218,6 +228,8 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) 
         if getattr(ns, flag) < 1:
             name = "worker-threads" if flag == "workers" else flag.replace("_", "-")
             parser.error(f"--{name} must be at least 1, got {getattr(ns, flag)}")
+    if ns.helper_hold_timeout <= 0:
+        parser.error(f"--helper-hold-timeout must be above 0, got {ns.helper_hold_timeout:g}")
     if ns.helper_batch_size > MAX_BATCH_VOLUMES:
         parser.error(
             f"--helper-batch-size must be at most {MAX_BATCH_VOLUMES}, got"
@@ -251,4 +263,5 @@ def parse_options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) 
         node_scan_interval=ns.node_scan_interval,
         helper_batch_size=ns.helper_batch_size,
         helper_pods_per_node=ns.helper_pods_per_node,
+        helper_hold_timeout=ns.helper_hold_timeout,
     )
