@@ -26,8 +26,9 @@ MAX_SIZE_TEXT = f"{MAX_SIZE_BYTES} bytes (2^63-1, about 8Ei)"
 _MAX_DIGITS = len(str(MAX_SIZE_BYTES))
 _MAX_EXPONENT_DIGITS = 6
 """An exponent with more digits says more than any size we accept, or less than one byte."""
-_MAX_MANTISSA_DIGITS = 1000
-"""Digits of the number itself, at most (the API server prints quantities far shorter)."""
+_MAX_TEXT = 1000
+"""Characters of a quantity, at most (the API server prints them far shorter): what is
+parsed, and kept in the cache, stays small."""
 
 
 class QuantityTooLarge(ValueError):  # noqa: N818 (a ValueError like the others; reads as one)
@@ -40,6 +41,8 @@ def quantity_to_bytes(quantity: str) -> int:
     MAX_SIZE_BYTES, ValueError for anything else that is not a size. The bound is checked on
     the text's digits and exponent first, so the arithmetic that follows is always small."""
     text = quantity.strip()
+    if len(text) > _MAX_TEXT:
+        raise ValueError(f"{_shown(quantity)} is longer than {_MAX_TEXT} characters")
     match = _QUANTITY.fullmatch(text)
     if match is None or not (match.group(1) or match.group(2)):
         raise ValueError(f"{_shown(quantity)} is not a Kubernetes quantity")
@@ -66,10 +69,6 @@ def quantity_to_bytes(quantity: str) -> int:
         raise _too_large(quantity)
     if magnitude + 1 + _MAX_DIGITS < 0:
         return 1  # far below one byte (1024**6 < 10**19): rounded up
-    if len(digits) > _MAX_MANTISSA_DIGITS:
-        raise ValueError(
-            f"{_shown(quantity)} has more than {_MAX_MANTISSA_DIGITS} digits: write it shorter"
-        )
     numerator: int = int(digits) * 1024**binary * 10 ** max(scale, 0)
     divisor: int = 10 ** max(-scale, 0)
     size = -(-numerator // divisor)  # rounded up

@@ -66,7 +66,7 @@ def test_quantities_at_the_edges_are_exact(text: str, expected: int) -> None:
         "1e5000",
         "999999999999e999987",
         "1e99999999999999999999",
-        "1" * 5000,
+        "1" * 1000,
         "10000000P",
     ],
 )
@@ -82,8 +82,8 @@ def test_sizes_above_int64_are_refused_at_once_naming_the_limit(text: str) -> No
 
 
 def test_a_long_number_is_refused_and_the_error_shows_it_cut_short() -> None:
-    text = "1." + "0" * 5000 + "1"
-    with pytest.raises(ValueError, match=r"has more than 1000 digits") as error:
+    text = "0" * 5000 + "1"
+    with pytest.raises(ValueError, match=r"is longer than 1000 characters") as error:
         quantity_to_bytes(text)
     assert len(str(error.value)) < 200
 
