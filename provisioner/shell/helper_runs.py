@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.core.batch_outcomes import batch_outcomes
-from provisioner.core.batch_pods import VolumePartError, build_batch_helper_pod
+from provisioner.core.batch_pods import VolumePartError, batch_pod_name, build_batch_helper_pod
 from provisioner.core.config import ConfigBundle
 from provisioner.core.helpers import HelperAction, HelperTarget, build_helper_pod, helper_steps
 from provisioner.kube.helper_pods import (
@@ -31,6 +31,13 @@ BATCH_WAIT_MARGIN_SECONDS = 30.0
 class HelperSettings:
     namespace: str
     service_account: str
+
+
+class HelperPodNotBuilt(HelperPodError):  # noqa: N818 (reads as the others: HelperPodFailed)
+    """A volume's part of a batch pod could not be built: it failed alone, before any pod."""
+
+    def __init__(self, pod: str, error: VolumePartError) -> None:
+        super().__init__(pod, f"not created: {error}")
 
 
 @dataclass(frozen=True)
@@ -139,7 +146,9 @@ class HelperRuns:
             except VolumePartError as error:
                 log.warning("%s: it fails alone, the rest of its batch goes on", error)
                 self._metrics.observe_helper_pod(action, "failed", 0.0)
-                refused[error.volume_name] = HelperResult(0.0, error)
+                pod = batch_pod_name(action, [target.volume_name for target in targets])
+                failure = HelperPodNotBuilt(f"{self._helper.namespace}/{pod}", error)
+                refused[error.volume_name] = HelperResult(0.0, failure)
                 kept = [target for target in kept if target.volume_name != error.volume_name]
             else:
                 return kept, manifest, refused

@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, cast
 
-from provisioner.core.batch_pods import VolumePartError, batch_volume_names
+from provisioner.core.batch_pods import batch_volume_names
 from provisioner.core.claims import TeardownPlan
 from provisioner.core.config import (
     DEFAULT_HELPER_POD_YAML,
@@ -16,7 +16,12 @@ from provisioner.core.config import (
     load_config_bundle,
 )
 from provisioner.kube.metrics import Metrics
-from provisioner.shell.helper_runs import HelperResult, HelperRuns, HelperSettings
+from provisioner.shell.helper_runs import (
+    HelperPodNotBuilt,
+    HelperResult,
+    HelperRuns,
+    HelperSettings,
+)
 
 BUNDLE = load_config_bundle(
     '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/opt/a"]}]}',
@@ -81,8 +86,9 @@ def test_a_volume_whose_part_cannot_be_built_fails_alone_and_the_batch_runs_with
     assert runner.batches == [["pvc-1", "pvc-3"]]
     assert results["pvc-1"].error is None and results["pvc-3"].error is None
     error = results["pvc-2"].error
-    assert isinstance(error, VolumePartError) and error.volume_name == "pvc-2"
-    assert "helper pod part of volume pvc-2" in str(error)
+    assert isinstance(error, HelperPodNotBuilt), "a helper failure: a Warning on its claim"
+    assert str(error).startswith("helper pod lps/helper-batch-create-")
+    assert "not created: building the helper pod part of volume pvc-2:" in str(error)
 
 
 def test_the_one_volume_left_of_a_batch_runs_in_its_own_pod() -> None:
@@ -91,4 +97,4 @@ def test_the_one_volume_left_of_a_batch_runs_in_its_own_pod() -> None:
     assert runner.batches == []
     assert runner.singles == ["helper-create-pvc-1"]
     assert results["pvc-1"] == HelperResult(1.0)
-    assert isinstance(results["pvc-2"].error, VolumePartError)
+    assert isinstance(results["pvc-2"].error, HelperPodNotBuilt)
