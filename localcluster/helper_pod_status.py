@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from localcluster.helper_pods import termination_message
+from localcluster.helper_pods import pod_message_share, termination_message
 
 CONTAINER_ID_SCHEME = "localcluster://"
 DEADLINE_EXCEEDED_MESSAGE = "Pod was active on the node longer than the specified deadline"
@@ -182,7 +182,7 @@ def terminated_state(
         "containerID": CONTAINER_ID_SCHEME + pod["metadata"]["uid"],
     }
     if message:
-        terminated["message"] = message
+        terminated["message"] = pod_message_share(pod, message)
     return terminated
 
 

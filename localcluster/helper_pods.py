@@ -23,8 +23,12 @@ NEVER_STARTS_IMAGE = "lps.invalid/never-starts:0"
 # kubelet's FallbackToLogsOnError keeps the last 80 lines, at most 2048 bytes of them.
 TERMINATION_MESSAGE_MAX_LINES = 80
 TERMINATION_MESSAGE_MAX_BYTES = 2048
-# kubelet reads at most 4096 bytes of a container's termination-message file.
+# kubelet reads the last 4096 bytes of a container's termination-message file
+# (MaxContainerTerminationMessageLength, tail.ReadAtMost).
 TERMINATION_MESSAGE_FILE_MAX_BYTES = 4096
+# kubelet's status manager then keeps the first 12 KiB / (containers + init containers) bytes
+# of each container's message (MaxPodTerminationMessageLogLength, normalizeStatus).
+POD_TERMINATION_MESSAGES_MAX_BYTES = 12 * 1024
 # A container that could not start (bad mount, no such command) is reported as containerd
 # does: exit code 128, reason StartError.
 START_ERROR_EXIT_CODE = 128
@@ -200,8 +204,17 @@ def termination_message_mount(container: Mapping[str, Any], source: Path) -> Mou
 
 
 def termination_file_message(written: bytes) -> str:
-    """What a kubelet reports of a termination-message file: its first 4096 bytes."""
-    return written[:TERMINATION_MESSAGE_FILE_MAX_BYTES].decode("utf-8", "replace")
+    """What a kubelet reads of a termination-message file: its last 4096 bytes."""
+    return written[-TERMINATION_MESSAGE_FILE_MAX_BYTES:].decode("utf-8", "replace")
+
+
+def pod_message_share(pod: Mapping[str, Any], message: str) -> str:
+    """What a kubelet keeps of one container's termination message in the pod's status: the
+    first bytes of an even share of 12 KiB over the pod's containers."""
+    spec = pod.get("spec") or {}
+    containers = len(spec.get("containers") or ()) + len(spec.get("initContainers") or ())
+    share = POD_TERMINATION_MESSAGES_MAX_BYTES // max(1, containers)
+    return message.encode()[:share].decode("utf-8", "replace")
 
 
 def pod_hostname(pod: Mapping[str, Any]) -> str:

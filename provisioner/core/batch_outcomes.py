@@ -15,10 +15,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from provisioner.core.batch_pods import EXIT_PREFIX, TIMED_OUT_EXIT_CODE, volume_container_name
+from provisioner.core.batch_pods import (
+    EXIT_PREFIX,
+    FINISH_PREFIX,
+    TIMED_OUT_EXIT_CODE,
+    volume_container_name,
+)
 from provisioner.core.helpers import FINISH_CONTAINER, HelperAction
 
-_FINISH_LINE = re.compile(r"(\d+) (ok|skipped|failed (\d+) ?(.*))")
+_FAILURE_LINE = re.compile(r"(\d+) (\d+) ?(.*)")
+_FINISHED, _SKIPPED = "o", "s"
+
+
+@dataclass(frozen=True)
+class _FinishLine:
+    """What the finish container says of one volume: its outcome character and, for a
+    failure whose line fitted in the message, its exit code and output's tail."""
+
+    outcome: str
+    exit_code: int | None = None
+    tail: str = ""
 
 
 @dataclass(frozen=True)
@@ -81,27 +97,35 @@ def _volume_outcome(
     )
 
 
-def _finish_lines(main: Mapping[str, Any]) -> dict[int, str]:
-    """The finish container's lines by volume index (none unless it ran to its end)."""
+def _finish_lines(main: Mapping[str, Any]) -> dict[int, _FinishLine]:
+    """What the finish container says of each volume, by index (nothing unless it ran to its
+    end): its outcome line first, then the failures' lines that fitted."""
     terminated = (main.get("state") or {}).get("terminated") or {}
     if terminated.get("exitCode") != 0:
         return {}
-    lines: dict[int, str] = {}
-    for line in str(terminated.get("message") or "").splitlines():
-        match = _FINISH_LINE.fullmatch(line)
-        if match:
-            lines[int(match.group(1))] = match.group(2)
+    first, _, rest = str(terminated.get("message") or "").partition("\n")
+    if not first.startswith(FINISH_PREFIX):
+        return {}
+    lines = {index: _FinishLine(c) for index, c in enumerate(first[len(FINISH_PREFIX) :])}
+    for line in rest.splitlines():
+        match = _FAILURE_LINE.fullmatch(line)
+        if match and int(match.group(1)) in lines:
+            index = int(match.group(1))
+            lines[index] = _FinishLine(lines[index].outcome, int(match.group(2)), match.group(3))
     return lines
 
 
-def _finish_outcome(name: str, line: str | None, unfinished: str) -> VolumeOutcome:
-    if line == "ok":
+def _finish_outcome(name: str, line: _FinishLine | None, unfinished: str) -> VolumeOutcome:
+    if line is not None and line.outcome == _FINISHED:
         return VolumeOutcome(name, True, FINISH_CONTAINER, 0, "Completed")
-    if line is None or line == "skipped":
+    if line is None or line.outcome == _SKIPPED:
         why = unfinished if line is None else "the finish step skipped it"
         return VolumeOutcome(name, False, FINISH_CONTAINER, None, "NotRun", why)
-    match = _FINISH_LINE.fullmatch(f"0 {line}")
-    assert match is not None and match.group(3) is not None
     return VolumeOutcome(
-        name, False, FINISH_CONTAINER, int(match.group(3)), "Error", match.group(4) or ""
+        name,
+        False,
+        FINISH_CONTAINER,
+        line.exit_code,
+        "Error",
+        line.tail if line.exit_code is not None else "its output did not fit in the message",
     )

@@ -15,6 +15,12 @@ volume's own timeout (cmdTimeoutSeconds), records its exit code in a result file
 of its output, and exits 0, so the next volume still runs and one failure fails that volume
 alone.
 
+Termination messages are how the outcomes come back, and a kubelet keeps little of them: the
+last 4096 bytes of each container's file, then the first 12 KiB / (number of containers) of
+each message. So every message puts its outcome first and is sized to that share, and a batch
+holds at most MAX_BATCH_VOLUMES volumes, for which the finish container's outcome line (one
+character per volume) still fits.
+
 The main container is the provisioner's fixed `finish` step for every volume that needs it,
 with the base paths writable: after a teardown that succeeded (never after one that failed:
 it reads the volume's result file), and after a setup that failed (as a single pod's failed
@@ -67,12 +73,20 @@ EXIT_PREFIX = "lps-exit "
 """The first line of a volume container's message: `lps-exit CODE`, then its output's tail."""
 TIMED_OUT_EXIT_CODE = 124
 """What a volume whose script outran cmdTimeoutSeconds reports (as timeout(1) does)."""
-MESSAGE_BUDGET_BYTES = 12_000
-"""The volumes' output tails together, at most (a kubelet keeps 4096 bytes per container)."""
+FINISH_PREFIX = "lps-finish "
+"""The first line of the finish container's message: `lps-finish ` and one character per
+volume (o: finished, s: skipped, f: failed), then a line `INDEX CODE TAIL` per failure."""
+POD_MESSAGE_BYTES = 12 * 1024
+"""What a kubelet keeps of a pod's termination messages, split evenly over its containers
+(MaxPodTerminationMessageLogLength); each keeps the first bytes of its share."""
+CONTAINER_MESSAGE_BYTES = 4096
+"""What a kubelet reads of a termination-message file: its last bytes."""
+EXIT_LINE_BYTES = 16
+"""Room for a volume container's `lps-exit CODE` line."""
 TAIL_MAX_BYTES = 2048
-TAIL_MIN_BYTES = 200
-FINISH_MESSAGE_BYTES = 3900
-"""The finish container's message, below the kubelet's 4096 bytes."""
+MAX_BATCH_VOLUMES = 64
+"""Volumes in one batch pod, at most: each container's share of the messages is then 186
+bytes, the finish container's outcome line 76 (the largest --helper-batch-size)."""
 DEADLINE_SLACK_SECONDS = 30
 """The pod's activeDeadlineSeconds beyond every volume's own timeout: a backstop only."""
 
@@ -122,11 +136,15 @@ echo "$status" > "$LPS_RESULT_DIR/status"
 exit 0
 """
 
-# One line per volume: `I ok`, `I skipped` or `I failed CODE TAIL`. LPS_ACTION says whose
-# result allows `finish`: a teardown's success (create: a setup's failure).
+# The outcome line first (see FINISH_PREFIX), then a line per failure, cut to the message's
+# share, which a kubelet keeps from its start. LPS_ACTION says whose result allows `finish`: a
+# teardown's success (create: a setup's failure).
 BATCH_FINISH_SCRIPT = """\
 set -u
-: > "$LPS_MESSAGE"
+nl='
+'
+outcomes=""
+failures=""
 i=0
 while [ "$i" -lt "$LPS_COUNT" ]; do
   eval "dir=\\$LPS_DIR_$i base=\\$LPS_BASE_$i"
@@ -136,17 +154,28 @@ while [ "$i" -lt "$LPS_COUNT" ]; do
     *) run=no ;;
   esac
   if [ "$run" = no ]; then
-    echo "$i skipped" >> "$LPS_MESSAGE"
+    outcomes="${outcomes}s"
   elif out="$(VOL_DIR="$dir" LPS_BASE="$base" /bin/sh "$LPS_SCRIPTS/finish" 2>&1)"; then
-    echo "$i ok" >> "$LPS_MESSAGE"
+    outcomes="${outcomes}o"
   else
     code=$?
     tail="$(printf '%s' "$out" | tail -c "$LPS_LINE_BYTES" | tr '\\n' ' ')"
-    echo "$i failed $code $tail" >> "$LPS_MESSAGE"
+    outcomes="${outcomes}f"
+    failures="$failures$i $code $tail$nl"
   fi
   i=$((i + 1))
 done
+printf 'lps-finish %s\\n%s' "$outcomes" "$failures" | head -c "$LPS_MESSAGE_BYTES" > "$LPS_MESSAGE"
 """
+
+
+class VolumePartError(ValueError):
+    """One volume's part of a batch pod could not be built from its input: that volume fails
+    alone, and the batch is built again without it."""
+
+    def __init__(self, volume_name: str, cause: Exception) -> None:
+        super().__init__(f"building the helper pod part of volume {volume_name}: {cause}")
+        self.volume_name = volume_name
 
 
 def is_batchable(action: HelperAction, target: HelperTarget, bundle: ConfigBundle) -> bool:
@@ -181,14 +210,21 @@ def volume_container_name(action: HelperAction, index: int) -> str:
     return f"{'setup' if action == 'create' else 'teardown'}-{index}"
 
 
-def tail_bytes(count: int) -> int:
-    """Each volume's share of the message budget."""
-    return max(TAIL_MIN_BYTES, min(TAIL_MAX_BYTES, MESSAGE_BUDGET_BYTES // max(1, count)))
+def message_bytes(containers: int) -> int:
+    """What a kubelet keeps of each container's termination message in a pod of `containers`
+    (init containers included)."""
+    return min(CONTAINER_MESSAGE_BYTES, POD_MESSAGE_BYTES // max(1, containers))
 
 
-def finish_line_bytes(count: int) -> int:
-    """Each volume's share of the finish container's message (its line's tail)."""
-    return max(16, FINISH_MESSAGE_BYTES // max(1, count) - 24)
+def tail_bytes(message: int) -> int:
+    """A volume container's output tail, after its `lps-exit` line, within its message."""
+    return max(0, min(TAIL_MAX_BYTES, message - EXIT_LINE_BYTES))
+
+
+def finish_line_bytes(message: int, count: int) -> int:
+    """A failed finish's output tail: what its message has left after the outcome line (the
+    whole message is cut to its share, so several failures share what is left)."""
+    return max(16, message - len(FINISH_PREFIX) - count - EXIT_LINE_BYTES)
 
 
 def build_batch_helper_pod(
@@ -201,6 +237,8 @@ def build_batch_helper_pod(
     """The batch pod for `targets` (at least two, one node, each `is_batchable`)."""
     if len(targets) < 2:
         raise ValueError("a batch pod serves at least two volumes; one gets its own pod")
+    if len(targets) > MAX_BATCH_VOLUMES:
+        raise ValueError(f"a batch pod serves at most {MAX_BATCH_VOLUMES} volumes")
     nodes = {target.node_name for target in targets}
     if len(nodes) != 1:
         raise ValueError(f"a batch pod serves one node, not {sorted(map(str, nodes))}")
@@ -241,18 +279,27 @@ def build_batch_helper_pod(
     template = _without_mounts(spec["containers"][0], ours)
     spec["volumes"] = [v for v in spec.get("volumes") or () if v.get("name") not in ours]
     spec["volumes"] += volumes
-    built = [
-        _volume_container(
-            action,
-            index,
-            target,
-            bundle=bundle,
-            template=template,
-            base_volume=base_volume,
-            count=len(targets),
-        )
-        for index, target in enumerate(targets)
-    ]
+    # The template's init containers, the stage, one per volume and the finish.
+    containers = len(spec.get("initContainers") or ()) + len(targets) + 2
+    message = message_bytes(containers)
+    if len(FINISH_PREFIX) + len(targets) + 1 > message:
+        raise ValueError(f"{containers} containers leave no room for the batch's outcome line")
+    built = []
+    for index, target in enumerate(targets):
+        try:
+            built.append(
+                _volume_container(
+                    action,
+                    index,
+                    target,
+                    bundle=bundle,
+                    template=template,
+                    base_volume=base_volume,
+                    message=message,
+                )
+            )
+        except Exception as error:  # whatever a volume's input does, it fails that volume alone
+            raise VolumePartError(target.volume_name, error) from error
     scripts = built[0][1]
     if any(staged != scripts for _, staged in built):
         raise ValueError("the volumes of a batch must run the same scripts")
@@ -261,7 +308,7 @@ def build_batch_helper_pod(
         _stage_container(template, scripts),
         *(container for container, _ in built),
     ]
-    spec["containers"][0] = _finish_container(action, targets, template, base_volume)
+    spec["containers"][0] = _finish_container(action, targets, template, base_volume, message)
     return pod
 
 
@@ -287,7 +334,7 @@ def _volume_container(
     bundle: ConfigBundle,
     template: Mapping[str, Any],
     base_volume: Mapping[str, str],
-    count: int,
+    message: int,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The volume's guarded script, as its own pod would run it, inside the wrapper, which
     reads the scripts from the staged files; and the stage container's variables for them."""
@@ -315,7 +362,7 @@ def _volume_container(
         {"name": "LPS_SCRIPTS", "value": SCRIPTS_DIR},
         {"name": "LPS_RESULT_DIR", "value": RESULT_DIR},
         {"name": "LPS_VOLUME_TIMEOUT", "value": str(bundle.config.cmd_timeout_seconds)},
-        {"name": "LPS_TAIL_BYTES", "value": str(tail_bytes(count))},
+        {"name": "LPS_TAIL_BYTES", "value": str(tail_bytes(message))},
         {"name": "LPS_MESSAGE", "value": OUTCOME_PATH},
     ]
     container["terminationMessagePath"] = OUTCOME_PATH
@@ -349,6 +396,7 @@ def _finish_container(
     targets: Sequence[HelperTarget],
     template: Mapping[str, Any],
     base_volume: Mapping[str, str],
+    message: int,
 ) -> dict[str, Any]:
     container = copy.deepcopy(dict(template))
     container["name"] = FINISH_CONTAINER
@@ -364,7 +412,8 @@ def _finish_container(
         "LPS_RESULTS": RESULTS_DIR,
         "LPS_SCRIPTS": SCRIPTS_DIR,
         "LPS_MESSAGE": OUTCOME_PATH,
-        "LPS_LINE_BYTES": str(finish_line_bytes(len(targets))),
+        "LPS_LINE_BYTES": str(finish_line_bytes(message, len(targets))),
+        "LPS_MESSAGE_BYTES": str(message),
     }
     for index, target in enumerate(targets):
         env[f"LPS_DIR_{index}"] = target.path

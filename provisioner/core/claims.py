@@ -53,7 +53,7 @@ from provisioner.core.paths import (
     render_pattern,
     resolve_volume_path,
 )
-from provisioner.core.quantities import format_bytes
+from provisioner.core.quantities import QuantityTooLarge, format_bytes
 from provisioner.core.records import (
     ClaimRecord,
     NodeRecord,
@@ -288,7 +288,7 @@ def decide_claim_action(
         return Reject("volumeMode Block is not supported: local paths are directories")
     if claim.requested_storage is None:
         return Reject("spec.resources.requests.storage is required")
-    outside = _outside_size_range(claim.requested_storage, storage_class)
+    outside = _outside_size_range(claim, claim.requested_storage, storage_class)
     if outside is not None:
         return Reject(outside)
     storage = config.storage_for(storage_class.name)
@@ -344,14 +344,22 @@ class NoRoom(Exception):  # noqa: N818 (reads as a sentence at the raise site)
     budgets."""
 
 
-def _outside_size_range(requested: str, storage_class: StorageClassRecord) -> str | None:
-    """Why the request is outside the class's minSize/maxSize, or None when it is inside."""
+def _outside_size_range(
+    claim: ClaimRecord, requested: str, storage_class: StorageClassRecord
+) -> str | None:
+    """Why the request is not a size we accept or is outside the class's minSize/maxSize, or
+    None when it is inside."""
     try:
         low, high = size_range(storage_class.parameters)
     except ConfigError as error:
         return f"StorageClass {storage_class.name}: {error}"
     try:
         size = quantity_to_bytes(requested)
+    except QuantityTooLarge as error:
+        return (
+            f"claim {claim.namespace}/{claim.name} requests {error}:"
+            " request a smaller spec.resources.requests.storage"
+        )
     except ValueError as error:
         return str(error)
     if (low is not None and size < low) or (high is not None and size > high):

@@ -18,7 +18,7 @@ from provisioner.core.budgets import committed_bytes, no_room_reason, path_rooms
 from provisioner.core.claims import PROVISIONED_BY, volume_node_name, volume_size_bytes
 from provisioner.core.config import ConfigError, ProvisionerConfig, size_range
 from provisioner.core.paths import PathBook, is_strictly_inside
-from provisioner.core.quantities import format_bytes, quantity_to_bytes
+from provisioner.core.quantities import QuantityTooLarge, format_bytes, quantity_to_bytes
 from provisioner.core.records import ClaimRecord, StorageClassRecord, VolumeRecord
 
 
@@ -79,6 +79,10 @@ def decide_expansion(
         return NoExpansion(f"volume {volume.name} is not this claim's")
     try:
         requested = quantity_to_bytes(claim.requested_storage or "0")
+    except QuantityTooLarge as error:
+        return RefuseExpansion(
+            f"claim {claim.namespace}/{claim.name} requests {error}: request a smaller size"
+        )
     except ValueError as error:
         return NoExpansion(str(error))
     current = volume_size_bytes(volume)

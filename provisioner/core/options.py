@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from provisioner.core.batch_pods import MAX_BATCH_VOLUMES
+
 DEFAULT_PROVISIONER_NAME = "local-path-storage.io/local-path"
 ORPHANS_COMMAND = "orphans"
 """`python -m provisioner orphans ...` runs the orphans command, not the provisioner."""
@@ -66,6 +68,8 @@ class Options:
     """The leader exits this long after its last successful renewal unless it renews again."""
     leader_election_retry_period: float = 2.0
     """Between renewals, and between a standby's attempts to take the lease."""
+    helper_hold_timeout: float = 300.0
+    """Seconds a volume waits for a helper pod we did not start to go away."""
 
 
 def _env_bool(value: str) -> bool:
@@ -151,7 +155,8 @@ def parse_options(
         type=int,
         default=int(env("HELPER_BATCH_SIZE", "12")),
         help="volumes that arrive for a node while its helper pod runs share its next one, "
-        "up to this many; 1 gives each volume its own pod [HELPER_BATCH_SIZE]",
+        f"up to this many (at most {MAX_BATCH_VOLUMES}); 1 gives each volume its own pod "
+        "[HELPER_BATCH_SIZE]",
     )
     add(
         "--helper-pods-per-node",
@@ -159,6 +164,14 @@ def parse_options(
         default=int(env("HELPER_PODS_PER_NODE", "2")),
         help="setup (and teardown) helper pods running at once per node; beyond the first, only "
         "for a full batch [HELPER_PODS_PER_NODE]",
+    )
+    add(
+        "--helper-hold-timeout",
+        type=float,
+        default=float(env("HELPER_HOLD_TIMEOUT", "300")),
+        help="seconds a volume waits for a helper pod this process did not start (deleted, but "
+        "on an unreachable node or kept by a finalizer) before its helper fails with a Warning, "
+        "or, for a shared filesystem, runs on another node [HELPER_HOLD_TIMEOUT]",
     )
     add(
         "--provisioning-retry-count",
@@ -272,6 +285,14 @@ def parse_options(
         if getattr(ns, flag) < 1:
             name = "worker-threads" if flag == "workers" else flag.replace("_", "-")
             parser.error(f"--{name} must be at least 1, got {getattr(ns, flag)}")
+    if ns.helper_hold_timeout <= 0:
+        parser.error(f"--helper-hold-timeout must be above 0, got {ns.helper_hold_timeout:g}")
+    if ns.helper_batch_size > MAX_BATCH_VOLUMES:
+        parser.error(
+            f"--helper-batch-size must be at most {MAX_BATCH_VOLUMES}, got"
+            f" {ns.helper_batch_size}: the outcomes of a larger batch pod do not fit in what a"
+            " kubelet keeps of its termination messages"
+        )
     for flag in ("provisioning_retry_count", "deletion_retry_count"):
         if getattr(ns, flag) < 0:
             parser.error(f"--{flag.replace('_', '-')} must be 0 (forever) or more")
@@ -302,4 +323,5 @@ def parse_options(
         leader_election_lease_duration=ns.leader_election_lease_duration,
         leader_election_renew_deadline=ns.leader_election_renew_deadline,
         leader_election_retry_period=ns.leader_election_retry_period,
+        helper_hold_timeout=ns.helper_hold_timeout,
     )

@@ -322,6 +322,15 @@ class Actions:
         self._metrics.delete_duration_seconds.labels(class_name).observe(time.monotonic() - started)
         log.info("deleted volume %s and its directory %s", plan.volume_name, plan.path)
 
+    def helper_warning(self, plan: ProvisionPlan | TeardownPlan, message: str) -> None:
+        """A Warning (HelperPodStuck) on the claim or PV whose helper run it concerns."""
+        reference = (
+            claim_reference(plan.claim)
+            if isinstance(plan, ProvisionPlan)
+            else volume_reference(plan.volume_name)
+        )
+        self._recorder.warning(reference, "HelperPodStuck", message)
+
     def refuse(self, volume_name: str, reason: str) -> None:
         self._recorder.warning(volume_reference(volume_name), "VolumeFailedDelete", reason)
 

@@ -142,6 +142,7 @@ class Provisioner:
                     max_batch=options.helper_batch_size,
                     pods_per_node=options.helper_pods_per_node,
                     max_single_pods=options.workers,
+                    hold_timeout=options.helper_hold_timeout,
                 ),
             ),
             lambda: self.watcher.current,
@@ -214,7 +215,7 @@ class Provisioner:
         problem = self.controller.liveness(stall_after)
         if problem is not None:
             return False, problem
-        return True, "ok"
+        return True, self.controller.helper_counts()
 
     # -- config reload -------------------------------------------------------------------------
 

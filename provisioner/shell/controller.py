@@ -204,6 +204,7 @@ class Controller:
             running_pods=self._helper_index.pods_serving,
             delete_pod=lambda name: actions.delete_helper_pod(settings.helper_namespace, name),
             may_run=self._helper_run_problem,
+            on_warning=self._helper_warning,
         )
         # What each worker is on and since when: the work loop's heartbeat for /healthz.
         self._busy: dict[str, tuple[Key, float]] = {}
@@ -238,11 +239,24 @@ class Controller:
         dead = [worker.name for worker in self._workers if not worker.is_alive()]
         if dead:
             return f"worker threads ended: {', '.join(dead)}"
+        problem = self._helpers.liveness()
+        if problem is not None:
+            return problem
         now = time.monotonic()
         for worker, (key, since) in sorted(self._busy.copy().items()):
             if now - since > stall_after:
                 return f"{worker} has been on {key[0]} {key[1]} for {now - since:.0f}s"
         return None
+
+    def helper_counts(self) -> str:
+        """ "ok", or the helper runs and held volumes there are (shown on /healthz)."""
+        counts = self._helpers.counts()
+        return f"ok; {counts}" if counts else "ok"
+
+    def _helper_warning(self, key: Key, message: str) -> None:
+        handoff = self._handoffs.get(key)
+        if handoff is not None:
+            self._actions.helper_warning(handoff.plan, message)
 
     def has_synced(self) -> bool:
         return self._started and all(informer.has_synced for informer in self.informers)

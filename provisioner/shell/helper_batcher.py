@@ -8,6 +8,13 @@ Never two helpers for one volume at once: a volume that a running pod we did not
 that the wait is short (its volumes run again; setup and teardown are idempotent). The only
 exception is a pod of the very name the volume's own pods have: the single-pod run adopts it,
 as it always did.
+
+A pod that never goes away (on an unreachable node, or kept Terminating by a finalizer) holds
+its volumes only until `hold_timeout`: then a volume whose helper runs on that pod's node fails
+with `HelperPodStuck` (a Warning event on its claim or PV; it is retried with backoff), and one
+whose helper runs elsewhere (a shared-filesystem volume) stops waiting for it, with a Warning.
+`liveness` reports runs and held volumes that outlived every bound, so that /healthz restarts a
+process whose helper runs wedged.
 """
 
 from __future__ import annotations
@@ -20,12 +27,13 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from provisioner.core.batch_planner import HelperPlanner, Launch
-from provisioner.core.batch_pods import batch_pod_name, is_batchable
+from provisioner.core.batch_pods import DEADLINE_SLACK_SECONDS, batch_pod_name, is_batchable
 from provisioner.core.config import ConfigBundle
 from provisioner.core.helpers import HELPER_STEPS, HelperAction, HelperTarget, helper_pod_name
 from provisioner.kube.helper_pods import HelperPodError
 from provisioner.shell.actions import ActionFailed
-from provisioner.shell.helper_runs import HelperResult, HelperRuns
+from provisioner.shell.helper_pod_index import ServingPod
+from provisioner.shell.helper_runs import BATCH_WAIT_MARGIN_SECONDS, HelperResult, HelperRuns
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +43,21 @@ RECHECK_SECONDS = 10.0
 """Volumes held for another pod are looked at again this often, in case an event got lost."""
 DELETE_AGAIN_SECONDS = 30.0
 DROPPED = RuntimeError("the helper run was dropped before it started (stopping)")
+RUN_MARGIN_SECONDS = 120.0
+"""Beyond the longest its pods may take, before a helper run counts as wedged (/healthz)."""
+
+
+class HelperPodStuck(HelperPodError):  # noqa: N818 (reads as the others: HelperPodFailed, ...)
+    """A pod we did not start, serving the volume, did not go away within the hold timeout."""
+
+    def __init__(self, pod: str, seen: ServingPod, waited: float) -> None:
+        super().__init__(
+            pod,
+            f"still {seen.state} on node {seen.node or '(none)'} {waited:.0f}s after the"
+            " volume began to wait for it (it was asked to go): its node may be unreachable,"
+            " or a finalizer keeps it; bring the node back, or remove the pod's finalizers"
+            " (kubectl delete pod --force --grace-period=0 once nothing runs there)",
+        )
 
 
 class HelperRunRefused(ActionFailed):
@@ -59,6 +82,8 @@ class BatchSettings:
     """Helper pods running per node and action, at most (for volumes that may share a pod)."""
     max_single_pods: int = 8
     """Pods of their own running at once, for volumes that may not share one."""
+    hold_timeout: float = 300.0
+    """How long a volume waits for a pod we did not start to go away (see the module)."""
 
 
 class HelperBatcher(Generic[K]):
@@ -68,14 +93,16 @@ class HelperBatcher(Generic[K]):
         settings: BatchSettings,
         *,
         on_done: Callable[[K], None],
-        running_pods: Callable[[str], Mapping[str, bool]],
+        running_pods: Callable[[str], Mapping[str, ServingPod]],
         delete_pod: Callable[[str], None],
         may_run: Callable[[HelperJob[K]], str | None] = lambda job: None,
+        on_warning: Callable[[K, str], None] = lambda key, message: None,
     ) -> None:
         """`running_pods(volume)`: the helper pods that serve the volume, by name, each with
-        whether it may still be running (from the helper-pod informer); `delete_pod(name)`
-        deletes one of them; `may_run(job)`, asked just before a job's pod is built (it may
-        have queued a while), None or why the job must not run now."""
+        its node and state (from the helper-pod informer); `delete_pod(name)` deletes one of
+        them; `may_run(job)`, asked just before a job's pod is built (it may have queued a
+        while), None or why the job must not run now; `on_warning(key, text)` reports a held
+        volume that stopped waiting (a Warning event)."""
         self._runs = runs
         self._planner: HelperPlanner[HelperJob[K]] = HelperPlanner(
             max_batch=settings.max_batch,
@@ -86,11 +113,17 @@ class HelperBatcher(Generic[K]):
         self._running_pods = running_pods
         self._delete_pod = delete_pod
         self._may_run = may_run
+        self._on_warning = on_warning
+        self._hold_timeout = settings.hold_timeout
         self._lock = threading.Condition()
         self._jobs: dict[K, HelperJob[K]] = {}
         """Handed over and not yet ended (queued, held or running)."""
         self._held: dict[K, HelperJob[K]] = {}
         """Waiting for another pod serving the same volume to be gone."""
+        self._held_since: dict[K, float] = {}
+        """When each volume began to wait (kept while it is looked at again)."""
+        self._threads: dict[int, tuple[str, float, float]] = {}
+        """Each helper run's thread: its name, when it started and how long it may take."""
         self._deleting: dict[str, float] = {}
         """Pods we asked to delete, and when (asked again after DELETE_AGAIN_SECONDS)."""
         self._generation = 0
@@ -151,6 +184,7 @@ class HelperBatcher(Generic[K]):
                 self._recheck.cancel()
             for job in dropped:
                 self._jobs.pop(job.key, None)
+                self._held_since.pop(job.key, None)
 
     def wait_idle(self, deadline: float) -> bool:
         """Until the running pods ended or `deadline` (monotonic); whether they all did."""
@@ -172,24 +206,37 @@ class HelperBatcher(Generic[K]):
     def _place(self, job: HelperJob[K]) -> None:
         """Queue the job in the planner, or hold it while another pod serves its volume."""
         own = {helper_pod_name(step, job.target.volume_name) for step in HELPER_STEPS[job.action]}
+        warning = ""
         while True:
             with self._lock:
                 generation, in_flight = self._generation, set(self._in_flight)
             others = {
-                name
-                for name, running in self._running_pods(job.target.volume_name).items()
-                if running and name not in in_flight
+                name: pod
+                for name, pod in self._running_pods(job.target.volume_name).items()
+                if pod.running and name not in in_flight
             }
-            blockers = sorted(others - own)
+            blockers = sorted(set(others) - own)
             now = time.monotonic()
             launches: list[Launch[HelperJob[K]]] = []
+            stuck: HelperPodStuck | None = None
             with self._lock:
                 if self._stopped:
                     self._jobs.pop(job.key, None)
+                    self._held_since.pop(job.key, None)
                     return
                 if blockers and generation != self._generation:
                     continue  # a pod changed while we looked: look again
-                if blockers:
+                waited = now - self._held_since.get(job.key, now)
+                if blockers and waited >= self._hold_timeout:
+                    stuck, warning = _held_too_long(job, blockers, others, waited)
+                    blockers = [] if stuck is None else blockers
+                if stuck is not None:
+                    to_delete = []
+                    self._jobs.pop(job.key, None)
+                    self._held_since.pop(job.key, None)
+                    self._results[job.key] = HelperResult(waited, stuck)
+                elif blockers:
+                    self._held_since.setdefault(job.key, now)
                     self._held[job.key] = job
                     to_delete = [
                         name
@@ -201,6 +248,7 @@ class HelperBatcher(Generic[K]):
                     self._schedule_recheck()
                 else:
                     to_delete = []
+                    self._held_since.pop(job.key, None)
                     alone = bool(others) or not is_batchable(job.action, job.target, job.bundle)
                     group = None if alone else (job.action, job.target.node_name or "")
                     launches = self._planner.submit(job, group, job.bundle)
@@ -213,13 +261,22 @@ class HelperBatcher(Generic[K]):
                 name,
             )
             self._delete_pod(name)
+        if stuck is not None:
+            log.warning("volume %s: %s", job.target.volume_name, stuck)
+            self._on_done(job.key)
+        if warning:
+            log.warning("%s", warning)
+            self._on_warning(job.key, warning)
         self._start(launches)
 
+    def _recheck_seconds(self) -> float:
+        return min(RECHECK_SECONDS, max(1.0, self._hold_timeout / 2))
+
     def _schedule_recheck(self) -> None:
-        """Held volumes are looked at again now and then, in case a deletion got lost (under
-        the lock)."""
+        """Held volumes are looked at again now and then, in case a deletion got lost or their
+        wait ran out (under the lock)."""
         if self._recheck is None:
-            self._recheck = threading.Timer(RECHECK_SECONDS, self._recheck_held)
+            self._recheck = threading.Timer(self._recheck_seconds(), self._recheck_held)
             self._recheck.daemon = True
             self._recheck.start()
 
@@ -245,8 +302,36 @@ class HelperBatcher(Generic[K]):
         for launch in launches:
             first = launch.jobs[0]
             name = f"helper-{first.action}-{first.target.volume_name}"
+            with self._lock:
+                self._threads[id(launch)] = (name, time.monotonic(), _longest_run(launch))
             thread = threading.Thread(target=self._run, args=(launch,), name=name, daemon=True)
             thread.start()
+
+    # -- liveness --------------------------------------------------------------------------------
+
+    def counts(self) -> str:
+        """The helper runs and held volumes, as /healthz shows them ("" when there are none)."""
+        with self._lock:
+            return self._counts() if self._threads or self._held else ""
+
+    def _counts(self) -> str:
+        return f"helper runs: {len(self._threads)} running, {len(self._held)} held"
+
+    def liveness(self, now: float | None = None) -> str | None:
+        """None while every helper run and held volume is within its bounds; otherwise which
+        one outlived them (a wedged thread or recheck: the process needs a restart)."""
+        now = time.monotonic() if now is None else now
+        overdue = self._hold_timeout + 3 * self._recheck_seconds()
+        with self._lock:
+            for name, started, longest in sorted(self._threads.values()):
+                if now - started > longest:
+                    ran = now - started
+                    return f"helper run {name} has run for {ran:.0f}s ({self._counts()})"
+            for key in self._held:
+                waited = now - self._held_since.get(key, now)
+                if waited > overdue:
+                    return f"{key} has been held for {waited:.0f}s ({self._counts()})"
+        return None
 
     def _run(self, launch: Launch[HelperJob[K]]) -> None:
         """Runs the launch's pod; its results are reported as soon as it ended (before it is
@@ -280,6 +365,8 @@ class HelperBatcher(Generic[K]):
         finally:
             report({})
             self._release_pods(launch)
+            with self._lock:
+                self._threads.pop(id(launch), None)
 
     def _refusals(self, launch: Launch[HelperJob[K]]) -> dict[str, HelperResult]:
         """Each volume's result when any job of the launch may not run: the refused ones say
@@ -328,6 +415,33 @@ class HelperBatcher(Generic[K]):
 
 def _volume_names(launch: Launch[HelperJob[Any]]) -> str:
     return ", ".join(job.target.volume_name for job in launch.jobs)
+
+
+def _held_too_long(
+    job: HelperJob[Any], blockers: list[str], others: Mapping[str, ServingPod], waited: float
+) -> tuple[HelperPodStuck | None, str]:
+    """What a volume that waited its hold timeout does: fail, when a pod it waits for runs on
+    the node its helper runs on; else stop waiting, with a warning. Only a shared-filesystem
+    volume's pods run on other nodes, and a pod stuck on one of them does not stop its helper
+    from running here."""
+    here = [name for name in blockers if others[name].node == job.target.node_name]
+    if here:
+        return HelperPodStuck(here[0], others[here[0]], waited), ""
+    pods = "; ".join(f"{name}: {others[name].state} on {others[name].node}" for name in blockers)
+    return None, (
+        f"stopped waiting for the helper pods of volume {job.target.volume_name} after"
+        f" {waited:.0f}s ({pods}): its helper runs on another node"
+    )
+
+
+def _longest_run(launch: Launch[HelperJob[Any]]) -> float:
+    """The longest a launch's run may take: each volume's timeout per step (or the batch
+    pod's deadline and the wait past it), and a margin."""
+    first = launch.jobs[0]
+    timeout = float(first.bundle.config.cmd_timeout_seconds)
+    steps = len(launch.jobs) if len(launch.jobs) > 1 else len(HELPER_STEPS[first.action]) + 1
+    slack = DEADLINE_SLACK_SECONDS + BATCH_WAIT_MARGIN_SECONDS
+    return timeout * steps + slack + RUN_MARGIN_SECONDS
 
 
 def _pod_names(launch: Launch[HelperJob[Any]]) -> list[str]:

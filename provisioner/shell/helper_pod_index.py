@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from provisioner.core.batch_pods import batch_volume_names
@@ -27,20 +28,42 @@ def may_be_running(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") not in FINISHED_PHASES
 
 
+@dataclass(frozen=True)
+class ServingPod:
+    """A helper pod serving a volume, as the informer last saw it."""
+
+    running: bool
+    """Whether it may still be running (not Succeeded or Failed)."""
+    node: str = ""
+    state: str = ""
+    """Its phase, and whether it is being deleted: what a volume waiting for it is told."""
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> ServingPod:
+        phase = (pod.get("status") or {}).get("phase") or "Pending"
+        deleting = (pod.get("metadata") or {}).get("deletionTimestamp")
+        state = f"{phase}, being deleted since {deleting}" if deleting else phase
+        node = str((pod.get("spec") or {}).get("nodeName") or "")
+        return cls(may_be_running(pod), node, state)
+
+
 class HelperPodIndex:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_volume: dict[str, dict[str, bool]] = {}
+        self._by_volume: dict[str, dict[str, ServingPod]] = {}
         self._volumes_of: dict[str, set[str]] = {}
 
     def update(self, name: str, pod: Mapping[str, Any] | None) -> bool:
         """The pod as the informer now has it (None: deleted). Whether it went or ended, which
         may free a volume that waits for it."""
         volumes = served_volumes(pod) if pod is not None else set()
-        running = pod is not None and may_be_running(pod)
+        serving = ServingPod.of(pod) if pod is not None else ServingPod(False)
+        running = serving.running
         with self._lock:
             before = self._volumes_of.pop(name, set())
-            was_running = any(self._by_volume.get(v, {}).get(name, False) for v in before)
+            was_running = any(
+                self._by_volume.get(v, {}).get(name, ServingPod(False)).running for v in before
+            )
             for volume in before:
                 pods = self._by_volume.get(volume, {})
                 pods.pop(name, None)
@@ -49,10 +72,10 @@ class HelperPodIndex:
             if volumes:
                 self._volumes_of[name] = volumes
                 for volume in volumes:
-                    self._by_volume.setdefault(volume, {})[name] = running
+                    self._by_volume.setdefault(volume, {})[name] = serving
         return bool(before) and (pod is None or (was_running and not running))
 
-    def pods_serving(self, volume_name: str) -> dict[str, bool]:
-        """The helper pods serving the volume, by name, each with whether it may still run."""
+    def pods_serving(self, volume_name: str) -> dict[str, ServingPod]:
+        """The helper pods serving the volume, by name."""
         with self._lock:
             return dict(self._by_volume.get(label_value(volume_name), {}))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.core.batch_outcomes import batch_outcomes
-from provisioner.core.batch_pods import build_batch_helper_pod
+from provisioner.core.batch_pods import VolumePartError, batch_pod_name, build_batch_helper_pod
 from provisioner.core.config import ConfigBundle
 from provisioner.core.helpers import HelperAction, HelperTarget, build_helper_pod, helper_steps
 from provisioner.kube.helper_pods import (
@@ -31,6 +31,13 @@ BATCH_WAIT_MARGIN_SECONDS = 30.0
 class HelperSettings:
     namespace: str
     service_account: str
+
+
+class HelperPodNotBuilt(HelperPodError):  # noqa: N818 (reads as the others: HelperPodFailed)
+    """A volume's part of a batch pod could not be built: it failed alone, before any pod."""
+
+    def __init__(self, pod: str, error: VolumePartError) -> None:
+        super().__init__(pod, f"not created: {error}")
 
 
 @dataclass(frozen=True)
@@ -90,9 +97,10 @@ class HelperRuns:
         by its name as soon as the pod ended, before the pod is deleted (nothing waits on
         that). A volume the pod never got to fails with why (the pod's own failure or
         deadline, or the error that ended the run)."""
-        manifest = build_batch_helper_pod(
-            action, targets, bundle, self._helper.namespace, self._helper.service_account
-        )
+        targets, manifest, refused = self._buildable_batch(action, targets, bundle)
+        if manifest is None:
+            report({**refused, **self._run_each(action, targets, bundle)})
+            return
         wait = float(manifest["spec"]["activeDeadlineSeconds"]) + BATCH_WAIT_MARGIN_SECONDS
         kept = False
         try:
@@ -107,7 +115,7 @@ class HelperRuns:
                 unfinished=f"the pod ended ({_pod_end(final)}) before this volume's turn",
                 ended=None,
             )
-            report(results)
+            report({**refused, **results})
         except HelperPodError as error:
             results = self._results(
                 action,
@@ -118,10 +126,45 @@ class HelperRuns:
                 unfinished=str(error),
                 ended=error,
             )
-            report(results)
+            report({**refused, **results})
         finally:
             if kept:
                 self._runner.delete(manifest)
+
+    def _buildable_batch(
+        self, action: HelperAction, targets: Sequence[HelperTarget], bundle: ConfigBundle
+    ) -> tuple[list[HelperTarget], dict[str, Any] | None, dict[str, HelperResult]]:
+        """The batch pod for the volumes whose part of it can be built (None when fewer than
+        two are left), those volumes, and the failures of the others: one volume's bad input
+        never fails the rest of its batch."""
+        kept, refused = list(targets), {}
+        while len(kept) > 1:
+            try:
+                manifest = build_batch_helper_pod(
+                    action, kept, bundle, self._helper.namespace, self._helper.service_account
+                )
+            except VolumePartError as error:
+                log.warning("%s: it fails alone, the rest of its batch goes on", error)
+                self._metrics.observe_helper_pod(action, "failed", 0.0)
+                pod = batch_pod_name(action, [target.volume_name for target in targets])
+                failure = HelperPodNotBuilt(f"{self._helper.namespace}/{pod}", error)
+                refused[error.volume_name] = HelperResult(0.0, failure)
+                kept = [target for target in kept if target.volume_name != error.volume_name]
+            else:
+                return kept, manifest, refused
+        return kept, None, refused
+
+    def _run_each(
+        self, action: HelperAction, targets: Sequence[HelperTarget], bundle: ConfigBundle
+    ) -> dict[str, HelperResult]:
+        """What is left of a batch, in the volumes' own pods (at most one is left)."""
+        results: dict[str, HelperResult] = {}
+        for target in targets:
+            try:
+                results[target.volume_name] = HelperResult(self.run(action, target, bundle))
+            except HelperPodError as error:
+                results[target.volume_name] = HelperResult(error.duration or 0.0, error)
+        return results
 
     def _results(
         self,

@@ -48,7 +48,7 @@ def test_each_setup_has_the_outcome_its_wrapper_reported() -> None:
             terminated(0, "lps-exit 3\nno room for it\n"),
             terminated(0, "lps-exit 124\ntimed out after 90s\n"),
         ],
-        terminated(0, "0 skipped\n1 ok\n2 ok\n"),
+        terminated(0, "lps-finish soo\n"),
     )
     assert batch_outcomes("create", seen, NAMES, unfinished="?") == [
         VolumeOutcome("pvc-0", True, "setup-0", 0, "Completed", "made it\n"),
@@ -64,9 +64,7 @@ def test_a_teardown_succeeds_only_once_its_finish_did() -> None:
             terminated(0, "lps-exit 0\n"),
             terminated(0, "lps-exit 2\nrm: busy\n"),
         ],
-        terminated(
-            0, "0 ok\n1 failed 1 refusing /a/b: the teardown left 2 entries in it \n2 skipped\n"
-        ),
+        terminated(0, "lps-finish ofs\n1 1 refusing /a/b: the teardown left 2 entries in it \n"),
         action="delete",
     )
     outcomes = batch_outcomes("delete", seen, NAMES, unfinished="?")
@@ -109,3 +107,16 @@ def test_a_pod_with_no_status_yet_has_no_outcome_for_any_volume() -> None:
     assert [(o.succeeded, o.reason, o.message) for o in outcomes] == [
         (False, "NotRun", "it could not start")
     ] * 3
+
+
+def test_a_failed_finish_whose_line_was_cut_off_still_fails_its_volume() -> None:
+    seen = pod(
+        [terminated(0, "lps-exit 0\n"), terminated(0, "lps-exit 0\n")],
+        terminated(0, "lps-finish of\n"),
+        action="delete",
+    )
+    outcomes = batch_outcomes("delete", seen, NAMES[:2], unfinished="?")
+    assert outcomes[0].succeeded
+    assert outcomes[1] == VolumeOutcome(
+        "pvc-1", False, "finish", None, "Error", "its output did not fit in the message"
+    )

@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 
+from provisioner.core.batch_outcomes import VolumeOutcome, batch_outcomes
 from provisioner.core.batch_pods import (
     BATCH_FINISH_SCRIPT,
     BATCH_VOLUMES_ANNOTATION,
     DEADLINE_SLACK_SECONDS,
     EXIT_PREFIX,
+    MAX_BATCH_VOLUMES,
     OUTCOME_PATH,
     RESULT_DIR,
     RESULTS_DIR,
@@ -29,6 +31,7 @@ from provisioner.core.batch_pods import (
     batch_volume_names,
     build_batch_helper_pod,
     is_batchable,
+    message_bytes,
     tail_bytes,
 )
 from provisioner.core.claims import TeardownPlan
@@ -170,10 +173,40 @@ def test_the_pod_name_is_the_batch_s_own() -> None:
     assert len(batch_pod_name("delete", [f"pvc-{n}" for n in range(32)])) <= 63
 
 
-def test_tails_share_a_budget_that_stays_under_the_kubelet_s_limits() -> None:
-    assert tail_bytes(2) == 2048
-    assert tail_bytes(32) * 32 <= 12_000
-    assert tail_bytes(1000) == 200
+def test_messages_are_sized_to_the_kubelet_s_share_of_each_container() -> None:
+    assert message_bytes(1) == 4096, "what a kubelet reads of a file"
+    assert message_bytes(14) == 877, "12 KiB split over 12 volumes, the stage and the finish"
+    assert message_bytes(MAX_BATCH_VOLUMES + 2) == 186
+    assert tail_bytes(4096) == 2048
+    assert tail_bytes(877) == 877 - 16
+
+
+def kubelet_kept(pod: dict[str, Any], written: bytes) -> str:
+    """What a kubelet reports of a termination-message file the container wrote: the file's
+    last 4096 bytes, then the first 12 KiB / (the pod's containers) of that."""
+    spec = pod["spec"]
+    share = 12 * 1024 // (len(spec["initContainers"]) + len(spec["containers"]))
+    return written[-4096:][:share].decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize("count", [2, 12, MAX_BATCH_VOLUMES])
+def test_every_container_s_message_fits_its_share_at_any_batch_size(count: int) -> None:
+    pod = build_batch_helper_pod(
+        "delete", [target(n) for n in range(count)], BUNDLE, "lps", "helper"
+    )
+    spec = pod["spec"]
+    share = 12 * 1024 // (len(spec["initContainers"]) + len(spec["containers"]))
+    for container in spec["initContainers"][1:]:
+        assert len(f"{EXIT_PREFIX}255\n") + int(env_of(container)["LPS_TAIL_BYTES"]) <= share
+    finish = env_of(spec["containers"][0])
+    assert int(finish["LPS_MESSAGE_BYTES"]) <= share
+    assert len("lps-finish \n") + count <= share, "the outcome line fits"
+
+
+def test_a_batch_larger_than_the_kubelet_s_messages_can_report_is_refused() -> None:
+    targets = [target(n) for n in range(MAX_BATCH_VOLUMES + 1)]
+    with pytest.raises(ValueError, match="at most 64 volumes"):
+        build_batch_helper_pod("delete", targets, BUNDLE, "lps", "helper")
 
 
 def test_only_volumes_whose_own_pod_runs_the_guarded_script_in_one_step_are_batched() -> None:
@@ -304,7 +337,10 @@ def test_a_volume_that_outruns_its_timeout_fails_alone(tmp_path: Path) -> None:
 
 
 def run_finish(
-    tmp_path: Path, action: str, volumes: list[tuple[str | None, list[str]]]
+    tmp_path: Path,
+    action: str,
+    volumes: list[tuple[str | None, list[str]]],
+    message_bytes: int = 4096,
 ) -> tuple[Path, list[Path], list[str]]:
     """The finish loop over volumes given as (recorded status or None, entries left in its
     directory); returns the base path, the directories and the loop's lines."""
@@ -319,6 +355,7 @@ def run_finish(
         "LPS_SCRIPTS": str(scripts),
         "LPS_MESSAGE": str(tmp_path / "message"),
         "LPS_LINE_BYTES": "60",
+        "LPS_MESSAGE_BYTES": str(message_bytes),
     }
     directories = []
     for index, (status, entries) in enumerate(volumes):
@@ -349,10 +386,11 @@ def test_finish_removes_only_the_directories_whose_teardown_succeeded(tmp_path: 
         tmp_path, "delete", [("0", []), ("1", []), (None, []), ("0", ["left"])]
     )
     assert [d.exists() for d in directories] == [False, True, True, True]
-    assert lines[:3] == ["0 ok", "1 skipped", "2 skipped"]
-    assert lines[3].startswith("3 failed 1 "), lines[3]
-    assert "left 1 entries" in lines[3]
-    assert len(lines[3]) <= len("3 failed 1 ") + 60
+    assert lines[0] == "lps-finish ossf"
+    assert lines[1].startswith("3 1 "), lines[1]
+    assert "left 1 entries" in lines[1]
+    assert len(lines[1]) <= len("3 1 ") + 60
+    assert len(lines) == 2
 
 
 def test_after_setups_finish_removes_the_directories_a_failed_one_left_empty(
@@ -362,7 +400,44 @@ def test_after_setups_finish_removes_the_directories_a_failed_one_left_empty(
         tmp_path, "create", [("0", []), ("3", []), ("124", ["partial"]), (None, [])]
     )
     assert [d.exists() for d in directories] == [True, False, True, True]
-    assert lines[0] == "0 skipped"
-    assert lines[1] == "1 ok"
-    assert lines[2].startswith("2 failed 1 ")
-    assert lines[3] == "3 skipped"
+    assert lines[0] == "lps-finish sofs"
+    assert lines[1].startswith("2 1 ")
+
+
+def test_teardown_outcomes_survive_the_kubelet_s_cuts_at_the_largest_batch(
+    tmp_path: Path,
+) -> None:
+    """The finish script run for real over the largest batch, its message cut as a kubelet
+    cuts it (a share of 186 bytes): every volume's outcome is still read right."""
+    count = MAX_BATCH_VOLUMES
+    targets = [target(n) for n in range(count)]
+    pod = build_batch_helper_pod("delete", targets, BUNDLE, "lps", "helper")
+    share = int(env_of(pod["spec"]["containers"][0])["LPS_MESSAGE_BYTES"])
+    volumes: list[tuple[str | None, list[str]]] = [("0", [])] * count
+    volumes[7] = ("0", ["left"])  # its finish fails
+    volumes[40] = ("2", [])  # its teardown failed: skipped
+    run_finish(tmp_path, "delete", volumes, message_bytes=share)
+    written = (tmp_path / "message").read_bytes()
+    done = {"terminated": {"exitCode": 0, "message": f"{EXIT_PREFIX}0\n"}}
+    failed = {"terminated": {"exitCode": 0, "message": f"{EXIT_PREFIX}2\nrm: busy\n"}}
+    seen = {
+        "status": {
+            "initContainerStatuses": [
+                {"name": f"teardown-{n}", "state": failed if n == 40 else done}
+                for n in range(count)
+            ],
+            "containerStatuses": [
+                {
+                    "name": "finish",
+                    "state": {"terminated": {"exitCode": 0, "message": kubelet_kept(pod, written)}},
+                }
+            ],
+        }
+    }
+    names = [t.volume_name for t in targets]
+    outcomes = batch_outcomes("delete", seen, names, unfinished="never got there")
+    succeeded = [o.volume_name for o in outcomes if o.succeeded]
+    assert succeeded == [name for n, name in enumerate(names) if n not in (7, 40)]
+    assert outcomes[7].container == "finish" and outcomes[7].exit_code == 1
+    assert "left 1 entries" in outcomes[7].message
+    assert outcomes[40] == VolumeOutcome("pvc-40", False, "teardown-40", 2, "Error", "rm: busy\n")

@@ -219,6 +219,15 @@ def decide(c: ClaimRecord = CLAIM, sc: StorageClassRecord | None = LOCAL, **kw: 
             Reject('permPattern: "rwx" is not an octal mode such as 0777'),
         ),
         (claim(requested_storage="lots"), LOCAL, Reject("'lots' is not a Kubernetes quantity")),
+        (
+            claim(requested_storage="1e5000"),
+            LOCAL,
+            Reject(
+                "claim ns/c requests '1e5000' is above the largest size accepted,"
+                " 9223372036854775807 bytes (2^63-1, about 8Ei): request a smaller"
+                " spec.resources.requests.storage"
+            ),
+        ),
     ],
 )
 def test_claim_decision_table(c: ClaimRecord, sc: StorageClassRecord | None, expected: Any) -> None:

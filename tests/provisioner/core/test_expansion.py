@@ -111,6 +111,13 @@ def test_above_max_size_refuses() -> None:
     assert "maxSize" in decision.reason
 
 
+def test_a_size_above_int64_refuses_naming_the_claim_and_the_limit() -> None:
+    decision = decide(dataclasses.replace(CLAIM, requested_storage="999999999999e999987"))
+    assert isinstance(decision, RefuseExpansion)
+    assert decision.reason.startswith("claim ns/data requests '999999999999e999987' is above")
+    assert "9223372036854775807 bytes" in decision.reason
+
+
 def test_a_path_without_room_refuses_and_names_the_budget() -> None:
     # 1Gi of this volume and 1.5Gi of another on the 3Gi path: 0.5Gi free, 1Gi more asked.
     book = PathBook(

@@ -62,6 +62,7 @@ def test_flags_win_over_environment() -> None:
     [
         (["--worker-threads", "0"], "--worker-threads must be at least 1, got 0"),
         (["--helper-batch-size", "0"], "--helper-batch-size must be at least 1, got 0"),
+        (["--helper-batch-size", "65"], "--helper-batch-size must be at most 64, got 65"),
         (["--helper-pods-per-node", "0"], "--helper-pods-per-node must be at least 1, got 0"),
         (["--deletion-retry-count", "-1"], "--deletion-retry-count must be 0 (forever) or more"),
     ],

@@ -21,7 +21,14 @@ from provisioner.core.config import (
 )
 from provisioner.core.helpers import HelperAction, HelperTarget
 from provisioner.kube.helper_pod_outcome import HelperPodFailed
-from provisioner.shell.helper_batcher import DROPPED, BatchSettings, HelperBatcher, HelperJob
+from provisioner.shell.helper_batcher import (
+    DROPPED,
+    BatchSettings,
+    HelperBatcher,
+    HelperJob,
+    HelperPodStuck,
+)
+from provisioner.shell.helper_pod_index import ServingPod
 from provisioner.shell.helper_runs import HelperResult
 
 BUNDLE = load_config_bundle(
@@ -102,15 +109,24 @@ class Harness:
         self.runs = FakeRuns()
         self.done: list[str] = []
         self.done_changed = threading.Condition()
-        self.pods: dict[str, dict[str, bool]] = {}
+        self.pods: dict[str, dict[str, bool | ServingPod]] = {}
         self.deleted: list[str] = []
+        self.warnings: list[tuple[str, str]] = []
         self.batcher: HelperBatcher[str] = HelperBatcher(
             lambda: cast(Any, self.runs),
             BatchSettings(**{"pods_per_node": 1, **settings}),
             on_done=self._done,
-            running_pods=lambda volume: dict(self.pods.get(volume, {})),
+            running_pods=self._serving,
             delete_pod=self.deleted.append,
+            on_warning=lambda key, message: self.warnings.append((key, message)),
         )
+
+    def _serving(self, volume: str) -> dict[str, ServingPod]:
+        """A pod given as a bool runs (or not) on node-1."""
+        return {
+            name: pod if isinstance(pod, ServingPod) else ServingPod(pod, "node-1", "Running")
+            for name, pod in self.pods.get(volume, {}).items()
+        }
 
     def _done(self, key: str) -> None:
         with self.done_changed:
@@ -273,3 +289,58 @@ def test_a_node_s_backlog_of_a_full_batch_gets_another_pod_at_once() -> None:
     h.runs.release.release()
     h.runs.release.release()
     h.wait_done("key-1", "key-2", "key-3")
+
+
+STUCK = ServingPod(True, "node-1", "Running, being deleted since 2026-11-24T20:00:00Z")
+
+
+def test_a_volume_held_past_the_hold_timeout_by_a_pod_on_its_node_fails_saying_why() -> None:
+    """A pod on an unreachable node (or kept Terminating by a finalizer) never goes away: the
+    volume waits for it only so long, then fails (and is retried by its key's backoff)."""
+    h = Harness(hold_timeout=0.5)
+    h.pods["pvc-1"] = {"helper-batch-delete-old": STUCK}
+    h.batcher.submit(job(1, "delete"))
+    assert h.batcher.liveness() is None
+    assert h.batcher.counts() == "helper runs: 0 running, 1 held"
+    h.wait_done("key-1")
+    result = h.batcher.take("key-1")
+    assert result is not None and isinstance(result.error, HelperPodStuck)
+    assert str(result.error).startswith(
+        "helper pod helper-batch-delete-old: still Running, being deleted since"
+        " 2026-11-24T20:00:00Z on node node-1"
+    )
+    assert "remove the pod's finalizers" in str(result.error)
+    assert h.runs.calls == [], "nothing ran beside that pod"
+    assert h.batcher.counts() == ""
+
+
+def test_a_shared_volume_stops_waiting_for_a_pod_stuck_on_another_node_with_a_warning() -> None:
+    h = Harness(hold_timeout=0.5)
+    h.pods["pvc-1"] = {"helper-batch-delete-old": dataclasses.replace(STUCK, node="node-2")}
+    h.batcher.submit(job(1, "delete"))
+    assert h.runs.wait_calls(1) == [("single", ("pvc-1",))]
+    [(key, message)] = h.warnings
+    assert key == "key-1"
+    assert "stopped waiting for the helper pods of volume pvc-1 after" in message
+    assert "helper-batch-delete-old: Running, being deleted since" in message
+    h.runs.release.release()
+    h.wait_done("key-1")
+    assert h.batcher.take("key-1") == HelperResult(1.0)
+
+
+def test_liveness_reports_a_run_or_a_held_volume_that_outlived_every_bound() -> None:
+    h = Harness(hold_timeout=60)
+    h.pods["pvc-2"] = {"helper-batch-delete-old": STUCK}
+    h.batcher.submit(job(1))
+    h.batcher.submit(job(2, "delete"))
+    h.runs.wait_calls(1)
+    assert h.batcher.counts() == "helper runs: 1 running, 1 held"
+    assert h.batcher.liveness() is None
+    # A recheck that never came (a wedged timer) leaves the volume held past its timeout.
+    late = h.batcher.liveness(time.monotonic() + 60 + 3 * 10 + 1)
+    assert late == "key-2 has been held for 91s (helper runs: 1 running, 1 held)"
+    wedged = h.batcher.liveness(time.monotonic() + 10_000)
+    assert wedged is not None and wedged.startswith("helper run helper-create-pvc-1 has run for")
+    h.runs.release.release()
+    h.wait_done("key-1")
+    h.batcher.stop()

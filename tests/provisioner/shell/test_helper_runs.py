@@ -1,0 +1,100 @@
+"""Running batch pods, with the pod runner replaced by a fake that lets every pod succeed (the
+pods themselves are tested against the local cluster)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, cast
+
+from provisioner.core.batch_pods import batch_volume_names
+from provisioner.core.claims import TeardownPlan
+from provisioner.core.config import (
+    DEFAULT_HELPER_POD_YAML,
+    DEFAULT_SETUP_SCRIPT,
+    DEFAULT_TEARDOWN_SCRIPT,
+    load_config_bundle,
+)
+from provisioner.kube.metrics import Metrics
+from provisioner.shell.helper_runs import (
+    HelperPodNotBuilt,
+    HelperResult,
+    HelperRuns,
+    HelperSettings,
+)
+
+BUNDLE = load_config_bundle(
+    '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/opt/a"]}]}',
+    DEFAULT_SETUP_SCRIPT,
+    DEFAULT_TEARDOWN_SCRIPT,
+    DEFAULT_HELPER_POD_YAML,
+)
+
+
+def target(number: int, size_bytes: int = 1024) -> TeardownPlan:
+    return TeardownPlan(
+        volume_name=f"pvc-{number}",
+        path=f"/opt/a/pvc-{number}",
+        node_name="node-1",
+        volume_mode="Filesystem",
+        size_bytes=size_bytes,
+        delete_volume=True,
+        remove_finalizer=True,
+        base_path="/opt/a",
+    )
+
+
+class SucceedingRunner:
+    """Every pod succeeds; a batch pod's volume containers each report exit code 0."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+        self.singles: list[str] = []
+
+    def run(self, manifest: Mapping[str, Any], timeout: float) -> float:
+        self.singles.append(manifest["metadata"]["name"])
+        return 1.0
+
+    def run_to_end(
+        self, manifest: Mapping[str, Any], timeout: float
+    ) -> tuple[float, dict[str, Any]]:
+        self.batches.append(batch_volume_names(manifest))
+        done = {"terminated": {"exitCode": 0, "message": "lps-exit 0\n"}}
+        inits = [{"name": c["name"], "state": done} for c in manifest["spec"]["initContainers"]]
+        final = {"status": {"phase": "Succeeded", "initContainerStatuses": inits}}
+        final["status"]["containerStatuses"] = [{"name": "finish", "state": done}]
+        return 2.0, final
+
+    def delete(self, manifest: Mapping[str, Any]) -> None:
+        pass
+
+
+def run_batch(targets: list[TeardownPlan]) -> tuple[dict[str, HelperResult], SucceedingRunner]:
+    runner = SucceedingRunner()
+    runs = HelperRuns(cast(Any, runner), Metrics(), HelperSettings("lps", "helper"))
+    reported: list[dict[str, HelperResult]] = []
+    runs.run_batch("create", targets, BUNDLE, reported.append)
+    assert len(reported) == 1, "one report, with every volume"
+    return reported[0], runner
+
+
+def test_a_volume_whose_part_cannot_be_built_fails_alone_and_the_batch_runs_without_it() -> None:
+    """A size no string can hold (10**5000 bytes: str() refuses it) stands for any input that
+    breaks one volume's part of the pod: before, the whole batch failed with it."""
+    bad = dataclasses.replace(target(2), size_bytes=10**5000)
+    results, runner = run_batch([target(1), bad, target(3)])
+    assert runner.batches == [["pvc-1", "pvc-3"]]
+    assert results["pvc-1"].error is None and results["pvc-3"].error is None
+    error = results["pvc-2"].error
+    assert isinstance(error, HelperPodNotBuilt), "a helper failure: a Warning on its claim"
+    assert str(error).startswith("helper pod lps/helper-batch-create-")
+    assert "not created: building the helper pod part of volume pvc-2:" in str(error)
+
+
+def test_the_one_volume_left_of_a_batch_runs_in_its_own_pod() -> None:
+    bad = dataclasses.replace(target(2), size_bytes=10**5000)
+    results, runner = run_batch([target(1), bad])
+    assert runner.batches == []
+    assert runner.singles == ["helper-create-pvc-1"]
+    assert results["pvc-1"] == HelperResult(1.0)
+    assert isinstance(results["pvc-2"].error, HelperPodNotBuilt)
