@@ -118,6 +118,7 @@ STORAGE_CLASS_PARAMETERS = (
     "permPattern",
     "minSize",
     "maxSize",
+    "reuseExistingData",
 )
 SIZE_PARAMETERS = ("minSize", "maxSize")
 VOLUME_TYPES = {"hostpath": "hostPath", "local": "local"}
@@ -571,6 +572,13 @@ def allow_unsafe_path_pattern(
     return False
 
 
+def reuse_existing_data(parameters: Mapping[str, str]) -> bool:
+    """The class's `reuseExistingData` (default false): whether a new claim may be handed an
+    existing directory with its data (see fresh_directory)."""
+    value = parameters.get("reuseExistingData")
+    return value is not None and parse_go_bool(value, "parameters.reuseExistingData")
+
+
 def is_label_key(key: str) -> bool:
     prefix, _, name = key.rpartition("/")
     if "/" in prefix or (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix))):
@@ -621,6 +629,7 @@ def validate_storage_class_parameters(
                 f"unknown parameter (known: {', '.join(STORAGE_CLASS_PARAMETERS)})",
             )
     unsafe = allow_unsafe_path_pattern(parameters, annotations)
+    reuse_existing_data(parameters)
     if (node_path := parameters.get("nodePath")) is not None:
         _check_base_path(node_path, "parameters.nodePath")
         configured = {p for e in storage.node_path_map for p in e.path_names}

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import posixpath
 import textwrap
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
 from provisioner.core.config import ConfigBundle
+from provisioner.core.fresh_directory import (
+    CLAIM_DIRECTORY,
+    FORGET_DIRECTORY,
+    is_named_for_volume,
+)
 from provisioner.core.paths import is_strictly_inside
 from provisioner.core.quota import quota_environment
 
@@ -120,9 +124,14 @@ make_path() {
 """
     + textwrap.indent(NEXT_COMPONENT, "    ")
     + """\
-    if [ ! -d "$dir" ]; then mkdir "$dir" 2>/dev/null || [ -d "$dir" ] || return 1; fi
+    if [ -n "$rest" ]; then
+      if [ ! -d "$dir" ]; then mkdir "$dir" 2>/dev/null || [ -d "$dir" ] || return 1; fi
+    elif mkdir "$dir" 2>/dev/null; then fresh=yes
+    elif [ ! -d "$dir" ]; then return 1
+    fi
   done
 }
+fresh=""
 attempt=1
 until make_path; do
   if [ "$attempt" -ge 5 ]; then refuse "cannot create $dir"; fi
@@ -133,6 +142,7 @@ cd "$VOL_DIR"
 real="$(pwd -P)"
 if [ "$real" != "$VOL_DIR" ]; then refuse "its real path is $real"; fi
 """
+    + CLAIM_DIRECTORY
 )
 FINISH_SCRIPT = (
     "set -eu\n"
@@ -152,6 +162,11 @@ if [ "$deepest" = "$VOL_DIR" ]; then
   left="$(ls -A "$VOL_DIR" | wc -l)"
   rmdir "$VOL_DIR" 2>/dev/null || refuse "the teardown left $left entries in it"
   deepest="${VOL_DIR%/*}"
+fi
+if [ ! -e "$VOL_DIR" ]; then
+"""
+    + textwrap.indent(FORGET_DIRECTORY, "  ")
+    + """\
 fi
 while [ "$deepest" != "$LPS_BASE" ]; do
   if [ -L "$deepest" ] || ! rmdir "$deepest" 2>/dev/null; then break; fi
@@ -193,12 +208,14 @@ exit "$status"
 
 
 def helper_steps(action: HelperAction, target: HelperTarget) -> tuple[HelperStep, ...]:
-    """The pods an action takes, in order. A volume directly in its base path needs no
-    `prepare`: the kubelet makes one directory in the base path, where no tenant can plant a
-    link; a nested one's parents are made by `prepare`, one component at a time."""
+    """The pods an action takes, in order. A volume directly in its base path, named for it,
+    needs no `prepare`: the kubelet makes one directory in the base path, where no tenant can
+    plant a link, and one already there can only be its own (see fresh_directory). Any other
+    is made by `prepare`, one component at a time, and never handed out holding someone
+    else's data."""
     if action == "create":
-        nested = posixpath.dirname(target.path) != target.base_path
-        return ("prepare", "create") if nested else ("create",)
+        named = is_named_for_volume(target.path, target.base_path, target.volume_name)
+        return ("create",) if named else ("prepare", "create")
     return ("delete",)
 
 
@@ -368,9 +385,14 @@ def _command(
 ) -> tuple[list[str], list[str]]:
     """The step's command and arguments; adds what the guard needs to `env`."""
     args = ["-p", target.path, "-s", str(target.size_bytes), "-m", target.volume_mode]
-    if step in ("prepare", "finish"):
-        text = PREPARE_SCRIPT if step == "prepare" else FINISH_SCRIPT
-        return ["/bin/sh", "-c", text, step], []
+    if step == "prepare":
+        env["LPS_VOLUME"] = target.volume_name
+        # Only a ProvisionPlan carries the class's choice (see fresh_directory).
+        if getattr(target, "reuse_existing_data", False) is True:
+            env["LPS_REUSE_EXISTING_DATA"] = "true"
+        return ["/bin/sh", "-c", PREPARE_SCRIPT, step], []
+    if step == "finish":
+        return ["/bin/sh", "-c", FINISH_SCRIPT, step], []
     action: HelperAction = "create" if step == "create" else "delete"
     config = bundle.config
     custom = config.setup_command if action == "create" else config.teardown_command

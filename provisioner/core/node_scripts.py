@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from provisioner.core.config import ConfigBundle
+from provisioner.core.fresh_directory import OWNERS_DIR
 from provisioner.core.helpers import (
     BASE_VOLUME,
     HELPER_ACTION_LABEL,
@@ -34,7 +35,8 @@ RESULT_BUDGET_BYTES = 3900
 
 # Walks the base path breadth first without following a symbolic link, descending only into
 # directories that hold an owned path (LPS_OWNED, relative, one per line), never into an owned
-# one. Prints `now EPOCH`, one `KIND MTIME RELATIVE` per entry no owner holds, `missing
+# one, nor into the provisioner's owners directory (LPS_OWNERS_DIR: see fresh_directory).
+# Prints `now EPOCH`, one `KIND MTIME RELATIVE` per entry no owner holds, `missing
 # RELATIVE` per owned path that is not a plain directory, then `end`.
 LIST_SCRIPT = """\
 set -eu
@@ -63,6 +65,7 @@ while [ -n "$queue" ]; do
     if [ "$rel" = . ]; then child="$name"; else child="$rel/$name"; fi
     case "$child" in *"$NL"*) skipped=$((skipped + 1)); continue ;; esac
     case "$owned" in *"$NL$child$NL"*) continue ;; esac
+    if [ "$child" = "${LPS_OWNERS_DIR:-}" ]; then continue; fi
     if [ -L "$entry" ]; then kind=symlink
     elif [ -d "$entry" ]; then
       case "$owned" in *"$NL$child/"*) queue="$queue${queue:+$NL}$child"; continue ;; esac
@@ -138,6 +141,7 @@ def build_listing_pod(
         "LPS_OWNED": "\n".join(owned),
         "LPS_RESULT": RESULT_PATH,
         "LPS_BUDGET": str(RESULT_BUDGET_BYTES),
+        "LPS_OWNERS_DIR": OWNERS_DIR,
     }
     _finish(pod, base_path, LIST_SCRIPT, "list", env, read_only=True)
     return pod
