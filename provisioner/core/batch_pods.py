@@ -34,6 +34,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from provisioner.core.base_path_checks import base_host_path, volume_host_path_type
 from provisioner.core.config import ConfigBundle
 from provisioner.core.helpers import (
     BASE_VIEW,
@@ -156,7 +157,7 @@ def is_batchable(action: HelperAction, target: HelperTarget, bundle: ConfigBundl
         return False
     if not target.base_path or not is_strictly_inside(target.path, target.base_path):
         return False
-    return action == "delete" or helper_steps("create", target) == ("create",)
+    return action == "delete" or helper_steps("create", target, config) == ("create",)
 
 
 def batch_pod_name(action: HelperAction, volume_names: Sequence[str]) -> str:
@@ -227,12 +228,18 @@ def build_batch_helper_pod(
     spec["activeDeadlineSeconds"] = timeout * len(targets) + DEADLINE_SLACK_SECONDS
     bases = sorted({target.base_path for target in targets})
     base_volume = {base: f"base-{index}" for index, base in enumerate(bases)}
+    rules = bundle.config.base_path_rules
     volumes: list[dict[str, Any]] = [
-        {"name": base_volume[base], "hostPath": {"path": base, "type": "DirectoryOrCreate"}}
-        for base in bases
+        {"name": base_volume[base], "hostPath": base_host_path(base, rules(base))} for base in bases
     ]
     volumes += [
-        {"name": f"data-{index}", "hostPath": {"path": t.path, "type": "DirectoryOrCreate"}}
+        {
+            "name": f"data-{index}",
+            "hostPath": {
+                "path": t.path,
+                "type": volume_host_path_type(rules(t.base_path), made_before=False),
+            },
+        }
         for index, t in enumerate(targets)
     ]
     volumes.append({"name": RESULTS_VOLUME, "emptyDir": {}})

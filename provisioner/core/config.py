@@ -133,7 +133,7 @@ _TOP_KEYS = (
 )
 _CLASS_KEYS = ("nodePathMap", "sharedFileSystemPath")
 _ENTRY_KEYS = ("node", "paths")
-_BASE_PATH_KEYS = ("path", "capacity")
+_BASE_PATH_KEYS = ("path", "capacity", "create", "mountPoint")
 _GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True}
 _GO_BOOLS |= {"0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
 _OCTAL_MODE = re.compile(r"0?[0-7]{3,4}")
@@ -150,10 +150,39 @@ class BasePath(_Strict):
 
     path: str
     capacity: str | None = None
+    create: bool | None = None
+    """Whether a helper may create the path when it is missing (see BasePathRules)."""
+    mount_point: bool | None = Field(default=None, alias="mountPoint")
+    """A filesystem must be mounted at the path, or no volume is made there."""
 
     @property
     def capacity_bytes(self) -> int | None:
         return None if self.capacity is None else parse_size(self.capacity, "capacity")
+
+    @property
+    def rules(self) -> BasePathRules:
+        mount_point = bool(self.mount_point)
+        create = self.create if self.create is not None else not mount_point
+        return BasePathRules(create=create, mount_point=mount_point)
+
+
+@dataclass(frozen=True, slots=True)
+class BasePathRules:
+    """What a base path must be on a node before a volume is made there.
+
+    `create`: a missing base path may be made (rancher's behaviour, and the default, so that
+    every rancher config.json, `/opt/local-path-provisioner` first, keeps working); with
+    `"create": false` a missing one is refused instead of made on the root filesystem under
+    a disk that is not mounted. `mount_point`: a filesystem must be mounted right there;
+    such a path is never created.
+    """
+
+    create: bool = True
+    mount_point: bool = False
+
+
+CREATED_BASE_PATH = BasePathRules()
+"""The rules of a plain string path and of a sharedFileSystemPath, as in rancher."""
 
 
 class NodePathMapEntry(_Strict):
@@ -205,7 +234,23 @@ def _base_path_item(item: Any, index: int) -> Any:
             parse_size(fields["capacity"], "capacity")
         except ValueError as error:
             raise ConfigError(f"{where}.capacity", str(error).removeprefix("capacity: ")) from None
-    return BasePath(path=fields["path"], capacity=fields.get("capacity"))
+    for key in ("create", "mountPoint"):
+        if key in fields and not isinstance(fields[key], bool):
+            raise ConfigError(
+                f"{where}.{key}", f"must be true or false (got {json.dumps(fields[key])[:60]})"
+            )
+    if fields.get("mountPoint") is True and fields.get("create") is True:
+        raise ConfigError(
+            f"{where}.create",
+            "a mount point is never created (the disk is mounted there, or nothing is made):"
+            " drop create, or mountPoint",
+        )
+    return BasePath(
+        path=fields["path"],
+        capacity=fields.get("capacity"),
+        create=fields.get("create"),
+        mount_point=fields.get("mountPoint"),
+    )
 
 
 class StorageClassConfig(_Strict):
@@ -271,6 +316,7 @@ class ProvisionerConfig(_Strict):
                 " or storageClassConfigs",
             )
         _check_nesting(self._base_paths_with_keys())
+        _check_rules_agree(self)
         if self.cmd_timeout_seconds <= 0:
             raise ConfigError(
                 "cmdTimeoutSeconds",
@@ -357,6 +403,20 @@ class ProvisionerConfig(_Strict):
             for item in entry.paths
         )
 
+    def base_path_rules(self, path: str) -> BasePathRules:
+        """The rules of a base path, wherever it is listed (they agree: see `_check`)."""
+        return self._rules_by_path().get(path, CREATED_BASE_PATH)
+
+    def _rules_by_path(self) -> dict[str, BasePathRules]:
+        storages = [*self.storage_class_configs.values(), self.storage_for("")]
+        return {
+            path_of(item): item.rules if isinstance(item, BasePath) else CREATED_BASE_PATH
+            for storage in storages
+            if storage is not None
+            for entry in storage.node_path_map
+            for item in entry.paths
+        }
+
     def shared_path_for(self, class_name: str) -> str | None:
         storage = self.storage_for(class_name)
         return None if storage is None else storage.shared_filesystem_path
@@ -406,6 +466,29 @@ def _check_storage(entries: list[NodePathMapEntry], shared: str | None) -> None:
                 "cannot be combined with a non-empty"
                 " nodePathMap: use one of them and set nodePathMap to []",
             )
+
+
+def _check_rules_agree(config: ProvisionerConfig) -> None:
+    """One directory on a node is either created when missing or not, a mount point or not,
+    whichever node entry or class lists it."""
+    seen: dict[str, tuple[str, BasePathRules]] = {}
+    storages = [("", config.storage_for(""))]
+    storages += [
+        (f"storageClassConfigs[{json.dumps(name)}].", storage)
+        for name, storage in config.storage_class_configs.items()
+    ]
+    for prefix, storage in storages:
+        for i, entry in enumerate(storage.node_path_map if storage is not None else ()):
+            for k, item in enumerate(entry.paths):
+                key = f"{prefix}nodePathMap[{i}].paths[{k}]"
+                rules = item.rules if isinstance(item, BasePath) else CREATED_BASE_PATH
+                first_key, first = seen.setdefault(path_of(item), (key, rules))
+                if first != rules:
+                    raise ConfigError(
+                        key,
+                        f"{json.dumps(path_of(item))} has other create/mountPoint settings"
+                        f" than at {first_key}: give it the same ones everywhere",
+                    )
 
 
 def _check_nesting(base_paths: list[tuple[str, str]]) -> None:

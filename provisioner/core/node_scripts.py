@@ -16,6 +16,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+from provisioner.core.base_path_checks import base_host_path
 from provisioner.core.config import ConfigBundle
 from provisioner.core.fresh_directory import OWNERS_DIR
 from provisioner.core.helpers import (
@@ -143,7 +144,7 @@ def build_listing_pod(
         "LPS_BUDGET": str(RESULT_BUDGET_BYTES),
         "LPS_OWNERS_DIR": OWNERS_DIR,
     }
-    _finish(pod, base_path, LIST_SCRIPT, "list", env, read_only=True)
+    _finish(pod, base_path, LIST_SCRIPT, "list", env, read_only=True, bundle=bundle)
     return pod
 
 
@@ -168,7 +169,9 @@ def build_orphan_removal_pod(
         node_name=node,
     )
     env = {"LPS_BASE": base_path, "VOL_DIR": path, "LPS_MIN_AGE": str(min_age_seconds)}
-    _finish(pod, base_path, REMOVE_SCRIPT, REMOVE_ORPHAN_ACTION, env, read_only=False)
+    _finish(
+        pod, base_path, REMOVE_SCRIPT, REMOVE_ORPHAN_ACTION, env, read_only=False, bundle=bundle
+    )
     return pod
 
 
@@ -180,12 +183,16 @@ def _finish(
     env: dict[str, str],
     *,
     read_only: bool,
+    bundle: ConfigBundle,
 ) -> None:
     spec = pod["spec"]
     spec["volumes"] = [
         # As for a volume's first helper: a base path not there yet is made, empty, rather than
-        # the pod waiting for it until its deadline.
-        {"name": BASE_VOLUME, "hostPath": {"path": base_path, "type": "DirectoryOrCreate"}},
+        # the pod waiting for it until its deadline, unless config.json says it must exist.
+        {
+            "name": BASE_VOLUME,
+            "hostPath": base_host_path(base_path, bundle.config.base_path_rules(base_path)),
+        },
     ]
     container = spec["containers"][0]
     container["volumeMounts"] = [

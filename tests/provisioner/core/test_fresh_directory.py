@@ -138,26 +138,26 @@ def test_the_orphan_listing_never_reports_the_owners_directory(tmp_path: Path) -
     assert OWNERS_DIR not in result.read_text()
 
 
-def plan(path: str, volume_name: str = "pvc-1") -> TeardownPlan:
-    return TeardownPlan(volume_name, path, "n", "Filesystem", 0, True, False, base_path="/b")
-
-
-def test_only_a_folder_named_for_its_volume_skips_prepare() -> None:
-    assert helper_steps("create", plan("/b/pvc-1_ns_c")) == ("create",)
-    assert helper_steps("create", plan("/b/pvc-1")) == ("create",)
-    # An unsafe pattern such as {{ .PVC.Name }}: another claim's directory could be there.
-    assert helper_steps("create", plan("/b/claim")) == ("prepare", "create")
-    assert helper_steps("create", plan("/b/pvc-10_ns_c")) == ("prepare", "create")
-    assert helper_steps("create", plan("/b/ns/pvc-1")) == ("prepare", "create")
-    assert not is_named_for_volume("/b/ns/pvc-1_x", "/b", "pvc-1")
-
-
 BUNDLE = load_config_bundle(
     json.dumps({"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/b"]}]}),
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
     DEFAULT_HELPER_POD_YAML,
 )
+
+
+def plan(path: str, volume_name: str = "pvc-1") -> TeardownPlan:
+    return TeardownPlan(volume_name, path, "n", "Filesystem", 0, True, False, base_path="/b")
+
+
+def test_only_a_folder_named_for_its_volume_skips_prepare() -> None:
+    assert helper_steps("create", plan("/b/pvc-1_ns_c"), BUNDLE.config) == ("create",)
+    assert helper_steps("create", plan("/b/pvc-1"), BUNDLE.config) == ("create",)
+    # An unsafe pattern such as {{ .PVC.Name }}: another claim's directory could be there.
+    assert helper_steps("create", plan("/b/claim"), BUNDLE.config) == ("prepare", "create")
+    assert helper_steps("create", plan("/b/pvc-10_ns_c"), BUNDLE.config) == ("prepare", "create")
+    assert helper_steps("create", plan("/b/ns/pvc-1"), BUNDLE.config) == ("prepare", "create")
+    assert not is_named_for_volume("/b/ns/pvc-1_x", "/b", "pvc-1")
 
 
 def prepare_env(target: object) -> dict[str, str]:

@@ -357,12 +357,12 @@ def test_one_teardown_pod_runs_the_teardown_code_then_the_fixed_finish_apart_fro
 
 
 def test_steps_make_and_remove_the_directory_with_fixed_scripts() -> None:
-    assert helper_steps("create", TARGET) == ("prepare", "create")
+    assert helper_steps("create", TARGET, BUNDLE.config) == ("prepare", "create")
     flat = TeardownPlan(
         "pvc-4", "/opt/lp/pvc-4_ns_c", "n", "Filesystem", 0, True, False, base_path="/opt/lp"
     )
-    assert helper_steps("create", flat) == ("create",)
-    assert helper_steps("delete", flat) == ("delete",)
+    assert helper_steps("create", flat, BUNDLE.config) == ("create",)
+    assert helper_steps("delete", flat, BUNDLE.config) == ("delete",)
     for step, script in (("prepare", PREPARE_SCRIPT), ("finish", FINISH_SCRIPT)):
         pod = build(step)
         container = pod["spec"]["containers"][0]
