@@ -161,28 +161,35 @@ class BasePath(_Strict):
 
     @property
     def rules(self) -> BasePathRules:
-        mount_point = bool(self.mount_point)
-        create = self.create if self.create is not None else not mount_point
-        return BasePathRules(create=create, mount_point=mount_point)
+        if self.mount_point:
+            return BasePathRules(create=False, mount_point=True)
+        if self.create is None:
+            return rules_of_plain_path(self.path)
+        return BasePathRules(create=self.create)
 
 
 @dataclass(frozen=True, slots=True)
 class BasePathRules:
     """What a base path must be on a node before a volume is made there.
 
-    `create`: a missing base path may be made (rancher's behaviour, and the default, so that
-    every rancher config.json, `/opt/local-path-provisioner` first, keeps working); with
-    `"create": false` a missing one is refused instead of made on the root filesystem under
-    a disk that is not mounted. `mount_point`: a filesystem must be mounted right there;
-    such a path is never created.
+    `create`: a missing base path may be made. Only rancher's default path is made unless
+    config.json says `"create": true`: any other, missing, is refused instead of made on the
+    root filesystem under a disk that is not mounted. `mount_point`: a filesystem must be
+    mounted right there; such a path is never created.
     """
 
-    create: bool = True
+    create: bool
     mount_point: bool = False
 
 
-CREATED_BASE_PATH = BasePathRules()
-"""The rules of a plain string path and of a sharedFileSystemPath, as in rancher."""
+RANCHER_DEFAULT_PATH = "/opt/local-path-provisioner"
+SHARED_PATH_RULES = BasePathRules(create=True)
+
+
+def rules_of_plain_path(path: str) -> BasePathRules:
+    """A path without create/mountPoint: rancher's default path may be made where it is
+    missing (so rancher's own config works out of the box), any other must exist."""
+    return BasePathRules(create=path == RANCHER_DEFAULT_PATH)
 
 
 class NodePathMapEntry(_Strict):
@@ -404,13 +411,14 @@ class ProvisionerConfig(_Strict):
         )
 
     def base_path_rules(self, path: str) -> BasePathRules:
-        """The rules of a base path, wherever it is listed (they agree: see `_check`)."""
-        return self._rules_by_path().get(path, CREATED_BASE_PATH)
+        """The rules of a base path, wherever it is listed (they agree: see `_check`). A
+        sharedFileSystemPath, a plain string in rancher's config.json, may always be made."""
+        return self._rules_by_path().get(path, SHARED_PATH_RULES)
 
     def _rules_by_path(self) -> dict[str, BasePathRules]:
         storages = [*self.storage_class_configs.values(), self.storage_for("")]
         return {
-            path_of(item): item.rules if isinstance(item, BasePath) else CREATED_BASE_PATH
+            path_of(item): item.rules if isinstance(item, BasePath) else rules_of_plain_path(item)
             for storage in storages
             if storage is not None
             for entry in storage.node_path_map
@@ -481,7 +489,7 @@ def _check_rules_agree(config: ProvisionerConfig) -> None:
         for i, entry in enumerate(storage.node_path_map if storage is not None else ()):
             for k, item in enumerate(entry.paths):
                 key = f"{prefix}nodePathMap[{i}].paths[{k}]"
-                rules = item.rules if isinstance(item, BasePath) else CREATED_BASE_PATH
+                rules = item.rules if isinstance(item, BasePath) else rules_of_plain_path(item)
                 first_key, first = seen.setdefault(path_of(item), (key, rules))
                 if first != rules:
                     raise ConfigError(

@@ -139,7 +139,16 @@ def test_the_orphan_listing_never_reports_the_owners_directory(tmp_path: Path) -
 
 
 BUNDLE = load_config_bundle(
-    json.dumps({"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/b"]}]}),
+    json.dumps(
+        {
+            "nodePathMap": [
+                {
+                    "node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",
+                    "paths": [{"path": "/b", "create": True}],
+                }
+            ]
+        }
+    ),
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
     DEFAULT_HELPER_POD_YAML,

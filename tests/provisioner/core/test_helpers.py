@@ -230,7 +230,8 @@ def test_hardening_fields_are_welcome() -> None:
 
 
 BUNDLE = load_config_bundle(
-    '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/opt/lp"]}],'
+    '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths":'
+    ' [{"path": "/opt/lp", "create": true}]}],'
     ' "cmdTimeoutSeconds": 90}',
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
