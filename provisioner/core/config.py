@@ -17,7 +17,10 @@ Where we are stricter than rancher, on purpose:
 
 Our addition: a base path may be an object `{"path": "/data", "capacity": "100Gi"}`, the most
 the provisioner commits to that path (the sum of the capacities of the PVs it made there).
-A plain string is a path without a budget, as in rancher.
+A plain string is a path without a budget, as in rancher. The object also says whether the
+path may be made where it is missing (`create`) and whether a filesystem must be mounted
+there (`mountPoint`): see BasePathRules. Unlike rancher, only rancher's default path is made
+without being told.
 """
 
 from __future__ import annotations
