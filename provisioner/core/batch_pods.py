@@ -23,7 +23,8 @@ setup is followed by `finish`). It reports one line per volume in its terminatio
 Only volumes whose single pod would run the scripts through the guard in one step are batched:
 a configured setupCommand/teardownCommand (the image may have no shell for the wrapper) and a
 nested volume whose parents `prepare` must make first (its data hostPath must exist before a
-pod that mounts it can start) keep their own pods.
+pod that mounts it can start) keep their own pods, as do the volumes of a base path that may
+not be made (base_path_checks).
 """
 
 from __future__ import annotations
@@ -157,7 +158,11 @@ def is_batchable(action: HelperAction, target: HelperTarget, bundle: ConfigBundl
         return False
     if not target.base_path or not is_strictly_inside(target.path, target.base_path):
         return False
-    return action == "delete" or helper_steps("create", target, config) == ("create",)
+    if action == "delete":
+        # A teardown on a base path that is never made mounts its volume as `Directory`: one
+        # whose directory is gone would hold the whole pod, not its own, until the deadline.
+        return config.base_path_rules(target.base_path).create
+    return helper_steps("create", target, config) == ("create",)
 
 
 def batch_pod_name(action: HelperAction, volume_names: Sequence[str]) -> str:
