@@ -29,7 +29,8 @@ setup is followed by `finish`). It reports one line per volume in its terminatio
 Only volumes whose single pod would run the scripts through the guard in one step are batched:
 a configured setupCommand/teardownCommand (the image may have no shell for the wrapper) and a
 nested volume whose parents `prepare` must make first (its data hostPath must exist before a
-pod that mounts it can start) keep their own pods.
+pod that mounts it can start) keep their own pods, as do the volumes of a base path that may
+not be made (base_path_checks).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from provisioner.core.base_path_checks import base_host_path, volume_host_path_type
 from provisioner.core.config import ConfigBundle
 from provisioner.core.helpers import (
     BASE_VIEW,
@@ -185,7 +187,11 @@ def is_batchable(action: HelperAction, target: HelperTarget, bundle: ConfigBundl
         return False
     if not target.base_path or not is_strictly_inside(target.path, target.base_path):
         return False
-    return action == "delete" or helper_steps("create", target) == ("create",)
+    if action == "delete":
+        # A teardown on a base path that is never made mounts its volume as `Directory`: one
+        # whose directory is gone would hold the whole pod, not its own, until the deadline.
+        return config.base_path_rules(target.base_path).create
+    return helper_steps("create", target, config) == ("create",)
 
 
 def batch_pod_name(action: HelperAction, volume_names: Sequence[str]) -> str:
@@ -265,12 +271,18 @@ def build_batch_helper_pod(
     spec["activeDeadlineSeconds"] = timeout * len(targets) + DEADLINE_SLACK_SECONDS
     bases = sorted({target.base_path for target in targets})
     base_volume = {base: f"base-{index}" for index, base in enumerate(bases)}
+    rules = bundle.config.base_path_rules
     volumes: list[dict[str, Any]] = [
-        {"name": base_volume[base], "hostPath": {"path": base, "type": "DirectoryOrCreate"}}
-        for base in bases
+        {"name": base_volume[base], "hostPath": base_host_path(base, rules(base))} for base in bases
     ]
     volumes += [
-        {"name": f"data-{index}", "hostPath": {"path": t.path, "type": "DirectoryOrCreate"}}
+        {
+            "name": f"data-{index}",
+            "hostPath": {
+                "path": t.path,
+                "type": volume_host_path_type(rules(t.base_path), made_before=False),
+            },
+        }
         for index, t in enumerate(targets)
     ]
     volumes.append({"name": RESULTS_VOLUME, "emptyDir": {}})

@@ -33,6 +33,7 @@ from provisioner.core.config import (
     ProvisionerConfig,
     allow_unsafe_path_pattern,
     check_perm,
+    reuse_existing_data,
     size_range,
     validate_storage_class_parameters,
     volume_type_of,
@@ -95,6 +96,8 @@ class ProvisionPlan:
     record_base_path: bool = False
     """Write base_path on the claim (BASE_PATH_ANNOTATION) before any directory is made: the
     node has several candidates and the claim does not name one yet."""
+    reuse_existing_data: bool = False
+    """The class lets an existing directory at `path` be handed over with its data."""
 
     @property
     def volume_mode(self) -> str:
@@ -483,6 +486,7 @@ def _plan(
         vol_group=rendered["group"],
         vol_perm=rendered["perm"],
         record_base_path=record,
+        reuse_existing_data=reuse_existing_data(parameters),
     )
 
 

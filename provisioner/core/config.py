@@ -17,7 +17,10 @@ Where we are stricter than rancher, on purpose:
 
 Our addition: a base path may be an object `{"path": "/data", "capacity": "100Gi"}`, the most
 the provisioner commits to that path (the sum of the capacities of the PVs it made there).
-A plain string is a path without a budget, as in rancher.
+A plain string is a path without a budget, as in rancher. The object also says whether the
+path may be made where it is missing (`create`) and whether a filesystem must be mounted
+there (`mountPoint`): see BasePathRules. Unlike rancher, only rancher's default path is made
+without being told.
 """
 
 from __future__ import annotations
@@ -118,6 +121,7 @@ STORAGE_CLASS_PARAMETERS = (
     "permPattern",
     "minSize",
     "maxSize",
+    "reuseExistingData",
 )
 SIZE_PARAMETERS = ("minSize", "maxSize")
 VOLUME_TYPES = {"hostpath": "hostPath", "local": "local"}
@@ -132,7 +136,7 @@ _TOP_KEYS = (
 )
 _CLASS_KEYS = ("nodePathMap", "sharedFileSystemPath")
 _ENTRY_KEYS = ("node", "paths")
-_BASE_PATH_KEYS = ("path", "capacity")
+_BASE_PATH_KEYS = ("path", "capacity", "create", "mountPoint")
 _GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True}
 _GO_BOOLS |= {"0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
 _OCTAL_MODE = re.compile(r"0?[0-7]{3,4}")
@@ -149,10 +153,46 @@ class BasePath(_Strict):
 
     path: str
     capacity: str | None = None
+    create: bool | None = None
+    """Whether a helper may create the path when it is missing (see BasePathRules)."""
+    mount_point: bool | None = Field(default=None, alias="mountPoint")
+    """A filesystem must be mounted at the path, or no volume is made there."""
 
     @property
     def capacity_bytes(self) -> int | None:
         return None if self.capacity is None else parse_size(self.capacity, "capacity")
+
+    @property
+    def rules(self) -> BasePathRules:
+        if self.mount_point:
+            return BasePathRules(create=False, mount_point=True)
+        if self.create is None:
+            return rules_of_plain_path(self.path)
+        return BasePathRules(create=self.create)
+
+
+@dataclass(frozen=True, slots=True)
+class BasePathRules:
+    """What a base path must be on a node before a volume is made there.
+
+    `create`: a missing base path may be made. Only rancher's default path is made unless
+    config.json says `"create": true`: any other, missing, is refused instead of made on the
+    root filesystem under a disk that is not mounted. `mount_point`: a filesystem must be
+    mounted right there; such a path is never created.
+    """
+
+    create: bool
+    mount_point: bool = False
+
+
+RANCHER_DEFAULT_PATH = "/opt/local-path-provisioner"
+SHARED_PATH_RULES = BasePathRules(create=True)
+
+
+def rules_of_plain_path(path: str) -> BasePathRules:
+    """A path without create/mountPoint: rancher's default path may be made where it is
+    missing (so rancher's own config works out of the box), any other must exist."""
+    return BasePathRules(create=path == RANCHER_DEFAULT_PATH)
 
 
 class NodePathMapEntry(_Strict):
@@ -204,7 +244,23 @@ def _base_path_item(item: Any, index: int) -> Any:
             parse_size(fields["capacity"], "capacity")
         except ValueError as error:
             raise ConfigError(f"{where}.capacity", str(error).removeprefix("capacity: ")) from None
-    return BasePath(path=fields["path"], capacity=fields.get("capacity"))
+    for key in ("create", "mountPoint"):
+        if key in fields and not isinstance(fields[key], bool):
+            raise ConfigError(
+                f"{where}.{key}", f"must be true or false (got {json.dumps(fields[key])[:60]})"
+            )
+    if fields.get("mountPoint") is True and fields.get("create") is True:
+        raise ConfigError(
+            f"{where}.create",
+            "a mount point is never created (the disk is mounted there, or nothing is made):"
+            " drop create, or mountPoint",
+        )
+    return BasePath(
+        path=fields["path"],
+        capacity=fields.get("capacity"),
+        create=fields.get("create"),
+        mount_point=fields.get("mountPoint"),
+    )
 
 
 class StorageClassConfig(_Strict):
@@ -270,6 +326,7 @@ class ProvisionerConfig(_Strict):
                 " or storageClassConfigs",
             )
         _check_nesting(self._base_paths_with_keys())
+        _check_rules_agree(self)
         if self.cmd_timeout_seconds <= 0:
             raise ConfigError(
                 "cmdTimeoutSeconds",
@@ -356,6 +413,21 @@ class ProvisionerConfig(_Strict):
             for item in entry.paths
         )
 
+    def base_path_rules(self, path: str) -> BasePathRules:
+        """The rules of a base path, wherever it is listed (they agree: see `_check`). A
+        sharedFileSystemPath, a plain string in rancher's config.json, may always be made."""
+        return self._rules_by_path().get(path, SHARED_PATH_RULES)
+
+    def _rules_by_path(self) -> dict[str, BasePathRules]:
+        storages = [*self.storage_class_configs.values(), self.storage_for("")]
+        return {
+            path_of(item): item.rules if isinstance(item, BasePath) else rules_of_plain_path(item)
+            for storage in storages
+            if storage is not None
+            for entry in storage.node_path_map
+            for item in entry.paths
+        }
+
     def shared_path_for(self, class_name: str) -> str | None:
         storage = self.storage_for(class_name)
         return None if storage is None else storage.shared_filesystem_path
@@ -405,6 +477,29 @@ def _check_storage(entries: list[NodePathMapEntry], shared: str | None) -> None:
                 "cannot be combined with a non-empty"
                 " nodePathMap: use one of them and set nodePathMap to []",
             )
+
+
+def _check_rules_agree(config: ProvisionerConfig) -> None:
+    """One directory on a node is either created when missing or not, a mount point or not,
+    whichever node entry or class lists it."""
+    seen: dict[str, tuple[str, BasePathRules]] = {}
+    storages = [("", config.storage_for(""))]
+    storages += [
+        (f"storageClassConfigs[{json.dumps(name)}].", storage)
+        for name, storage in config.storage_class_configs.items()
+    ]
+    for prefix, storage in storages:
+        for i, entry in enumerate(storage.node_path_map if storage is not None else ()):
+            for k, item in enumerate(entry.paths):
+                key = f"{prefix}nodePathMap[{i}].paths[{k}]"
+                rules = item.rules if isinstance(item, BasePath) else rules_of_plain_path(item)
+                first_key, first = seen.setdefault(path_of(item), (key, rules))
+                if first != rules:
+                    raise ConfigError(
+                        key,
+                        f"{json.dumps(path_of(item))} has other create/mountPoint settings"
+                        f" than at {first_key}: give it the same ones everywhere",
+                    )
 
 
 def _check_nesting(base_paths: list[tuple[str, str]]) -> None:
@@ -571,6 +666,13 @@ def allow_unsafe_path_pattern(
     return False
 
 
+def reuse_existing_data(parameters: Mapping[str, str]) -> bool:
+    """The class's `reuseExistingData` (default false): whether a new claim may be handed an
+    existing directory with its data (see fresh_directory)."""
+    value = parameters.get("reuseExistingData")
+    return value is not None and parse_go_bool(value, "parameters.reuseExistingData")
+
+
 def is_label_key(key: str) -> bool:
     prefix, _, name = key.rpartition("/")
     if "/" in prefix or (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix))):
@@ -621,6 +723,7 @@ def validate_storage_class_parameters(
                 f"unknown parameter (known: {', '.join(STORAGE_CLASS_PARAMETERS)})",
             )
     unsafe = allow_unsafe_path_pattern(parameters, annotations)
+    reuse_existing_data(parameters)
     if (node_path := parameters.get("nodePath")) is not None:
         _check_base_path(node_path, "parameters.nodePath")
         configured = {p for e in storage.node_path_map for p in e.path_names}

@@ -11,12 +11,23 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import posixpath
 import textwrap
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
-from provisioner.core.config import ConfigBundle
+from provisioner.core.base_path_checks import (
+    MOUNT_POINT_CHECK,
+    base_host_path,
+    mount_point_environment,
+    needs_prepare,
+    volume_host_path_type,
+)
+from provisioner.core.config import ConfigBundle, ProvisionerConfig
+from provisioner.core.fresh_directory import (
+    CLAIM_DIRECTORY,
+    FORGET_DIRECTORY,
+    is_named_for_volume,
+)
 from provisioner.core.paths import is_strictly_inside
 from provisioner.core.quota import quota_environment
 
@@ -112,6 +123,7 @@ if [ -L "$dir" ]; then refuse "$dir is a symbolic link"; fi
 PREPARE_SCRIPT = (
     "set -eu\n"
     + INSIDE_BASE
+    + MOUNT_POINT_CHECK
     + """\
 make_path() {
   dir="$LPS_BASE"
@@ -120,9 +132,14 @@ make_path() {
 """
     + textwrap.indent(NEXT_COMPONENT, "    ")
     + """\
-    if [ ! -d "$dir" ]; then mkdir "$dir" 2>/dev/null || [ -d "$dir" ] || return 1; fi
+    if [ -n "$rest" ]; then
+      if [ ! -d "$dir" ]; then mkdir "$dir" 2>/dev/null || [ -d "$dir" ] || return 1; fi
+    elif mkdir "$dir" 2>/dev/null; then fresh=yes
+    elif [ ! -d "$dir" ]; then return 1
+    fi
   done
 }
+fresh=""
 attempt=1
 until make_path; do
   if [ "$attempt" -ge 5 ]; then refuse "cannot create $dir"; fi
@@ -133,6 +150,7 @@ cd "$VOL_DIR"
 real="$(pwd -P)"
 if [ "$real" != "$VOL_DIR" ]; then refuse "its real path is $real"; fi
 """
+    + CLAIM_DIRECTORY
 )
 FINISH_SCRIPT = (
     "set -eu\n"
@@ -152,6 +170,11 @@ if [ "$deepest" = "$VOL_DIR" ]; then
   left="$(ls -A "$VOL_DIR" | wc -l)"
   rmdir "$VOL_DIR" 2>/dev/null || refuse "the teardown left $left entries in it"
   deepest="${VOL_DIR%/*}"
+fi
+if [ ! -e "$VOL_DIR" ]; then
+"""
+    + textwrap.indent(FORGET_DIRECTORY, "  ")
+    + """\
 fi
 while [ "$deepest" != "$LPS_BASE" ]; do
   if [ -L "$deepest" ] || ! rmdir "$deepest" 2>/dev/null; then break; fi
@@ -192,13 +215,20 @@ exit "$status"
 )
 
 
-def helper_steps(action: HelperAction, target: HelperTarget) -> tuple[HelperStep, ...]:
-    """The pods an action takes, in order. A volume directly in its base path needs no
-    `prepare`: the kubelet makes one directory in the base path, where no tenant can plant a
-    link; a nested one's parents are made by `prepare`, one component at a time."""
+def helper_steps(
+    action: HelperAction, target: HelperTarget, config: ProvisionerConfig
+) -> tuple[HelperStep, ...]:
+    """The pods an action takes, in order. A volume directly in its base path, named for it,
+    needs no `prepare`: the kubelet makes one directory in the base path, where no tenant can
+    plant a link, and one already there can only be its own (see fresh_directory). Any other
+    is made by `prepare`, one component at a time, and never handed out holding someone
+    else's data; so is every volume of a base path that must exist or be a mount point (see
+    base_path_checks)."""
     if action == "create":
-        nested = posixpath.dirname(target.path) != target.base_path
-        return ("prepare", "create") if nested else ("create",)
+        named = is_named_for_volume(target.path, target.base_path, target.volume_name)
+        if named and not needs_prepare(config.base_path_rules(target.base_path)):
+            return ("create",)
+        return ("prepare", "create")
     return ("delete",)
 
 
@@ -234,7 +264,7 @@ def build_helper_pod(
         node_name=target.node_name,
     )
     spec = pod["spec"]
-    volumes, mounts = _mounts(step, target)
+    volumes, mounts = _mounts(step, target, bundle.config)
     ours = {DATA_VOLUME, BASE_VOLUME}
     spec["volumes"] = [v for v in spec.get("volumes") or () if v.get("name") not in ours] + volumes
     template_container = spec["containers"][0]
@@ -247,7 +277,7 @@ def build_helper_pod(
     # read-write to remove the directory and the empty parents a pattern made, runs after it
     # in the main container, only if the teardown succeeded (a kubelet runs init containers in
     # order and fails the pod at the first that fails, the main one never started).
-    _, finish_mounts = _mounts("finish", target)
+    _, finish_mounts = _mounts("finish", target, bundle.config)
     finish = step_container("finish", target, bundle, template_container, finish_mounts)
     spec["initContainers"] = [
         *(spec.get("initContainers") or ()),
@@ -331,28 +361,29 @@ def helper_pod_frame(
 
 
 def _mounts(
-    step: HelperStep, target: HelperTarget
+    step: HelperStep, target: HelperTarget, config: ProvisionerConfig
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The step's volumes and their mounts."""
     # Every hostPath is the base path or VOL_DIR, never the volume's parent (rancher's): the
     # kubelet resolves a hostPath on the host, so a parent reached through a link a tenant
     # planted would mount whatever it points at. VOL_DIR itself may be such a redirect; the
     # guard refuses it before any code runs.
-    base: dict[str, Any] = {"path": target.base_path, "type": "DirectoryOrCreate"}
+    rules = config.base_path_rules(target.base_path)
+    base = base_host_path(target.base_path, rules)
     volumes: list[dict[str, Any]]
     mounts: list[dict[str, Any]]
     if step in ("prepare", "finish"):
         volumes = [{"name": BASE_VOLUME, "hostPath": base}]
         mounts = [{"name": BASE_VOLUME, "mountPath": target.base_path}]
     else:
-        made_by_prepare = step == "create" and "prepare" in helper_steps("create", target)
+        made_by_prepare = step == "create" and "prepare" in helper_steps("create", target, config)
         volumes = [
             {"name": BASE_VOLUME, "hostPath": base},
             {
                 "name": DATA_VOLUME,
                 "hostPath": {
                     "path": target.path,
-                    "type": "Directory" if made_by_prepare else "DirectoryOrCreate",
+                    "type": volume_host_path_type(rules, made_before=made_by_prepare),
                 },
             },
         ]
@@ -368,9 +399,16 @@ def _command(
 ) -> tuple[list[str], list[str]]:
     """The step's command and arguments; adds what the guard needs to `env`."""
     args = ["-p", target.path, "-s", str(target.size_bytes), "-m", target.volume_mode]
-    if step in ("prepare", "finish"):
-        text = PREPARE_SCRIPT if step == "prepare" else FINISH_SCRIPT
-        return ["/bin/sh", "-c", text, step], []
+    if step == "prepare":
+        env["LPS_VOLUME"] = target.volume_name
+        rules = bundle.config.base_path_rules(target.base_path)
+        env.update(mount_point_environment(target.base_path, rules))
+        # Only a ProvisionPlan carries the class's choice (see fresh_directory).
+        if getattr(target, "reuse_existing_data", False) is True:
+            env["LPS_REUSE_EXISTING_DATA"] = "true"
+        return ["/bin/sh", "-c", PREPARE_SCRIPT, step], []
+    if step == "finish":
+        return ["/bin/sh", "-c", FINISH_SCRIPT, step], []
     action: HelperAction = "create" if step == "create" else "delete"
     config = bundle.config
     custom = config.setup_command if action == "create" else config.teardown_command

@@ -16,7 +16,9 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+from provisioner.core.base_path_checks import base_host_path
 from provisioner.core.config import ConfigBundle
+from provisioner.core.fresh_directory import OWNERS_DIR
 from provisioner.core.helpers import (
     BASE_VOLUME,
     HELPER_ACTION_LABEL,
@@ -34,7 +36,8 @@ RESULT_BUDGET_BYTES = 3900
 
 # Walks the base path breadth first without following a symbolic link, descending only into
 # directories that hold an owned path (LPS_OWNED, relative, one per line), never into an owned
-# one. Prints `now EPOCH`, one `KIND MTIME RELATIVE` per entry no owner holds, `missing
+# one, nor into the provisioner's owners directory (LPS_OWNERS_DIR: see fresh_directory).
+# Prints `now EPOCH`, one `KIND MTIME RELATIVE` per entry no owner holds, `missing
 # RELATIVE` per owned path that is not a plain directory, then `end`.
 LIST_SCRIPT = """\
 set -eu
@@ -63,6 +66,7 @@ while [ -n "$queue" ]; do
     if [ "$rel" = . ]; then child="$name"; else child="$rel/$name"; fi
     case "$child" in *"$NL"*) skipped=$((skipped + 1)); continue ;; esac
     case "$owned" in *"$NL$child$NL"*) continue ;; esac
+    if [ "$child" = "${LPS_OWNERS_DIR:-}" ]; then continue; fi
     if [ -L "$entry" ]; then kind=symlink
     elif [ -d "$entry" ]; then
       case "$owned" in *"$NL$child/"*) queue="$queue${queue:+$NL}$child"; continue ;; esac
@@ -138,8 +142,9 @@ def build_listing_pod(
         "LPS_OWNED": "\n".join(owned),
         "LPS_RESULT": RESULT_PATH,
         "LPS_BUDGET": str(RESULT_BUDGET_BYTES),
+        "LPS_OWNERS_DIR": OWNERS_DIR,
     }
-    _finish(pod, base_path, LIST_SCRIPT, "list", env, read_only=True)
+    _finish(pod, base_path, LIST_SCRIPT, "list", env, read_only=True, bundle=bundle)
     return pod
 
 
@@ -164,7 +169,9 @@ def build_orphan_removal_pod(
         node_name=node,
     )
     env = {"LPS_BASE": base_path, "VOL_DIR": path, "LPS_MIN_AGE": str(min_age_seconds)}
-    _finish(pod, base_path, REMOVE_SCRIPT, REMOVE_ORPHAN_ACTION, env, read_only=False)
+    _finish(
+        pod, base_path, REMOVE_SCRIPT, REMOVE_ORPHAN_ACTION, env, read_only=False, bundle=bundle
+    )
     return pod
 
 
@@ -176,12 +183,16 @@ def _finish(
     env: dict[str, str],
     *,
     read_only: bool,
+    bundle: ConfigBundle,
 ) -> None:
     spec = pod["spec"]
     spec["volumes"] = [
         # As for a volume's first helper: a base path not there yet is made, empty, rather than
-        # the pod waiting for it until its deadline.
-        {"name": BASE_VOLUME, "hostPath": {"path": base_path, "type": "DirectoryOrCreate"}},
+        # the pod waiting for it until its deadline, unless config.json says it must exist.
+        {
+            "name": BASE_VOLUME,
+            "hostPath": base_host_path(base_path, bundle.config.base_path_rules(base_path)),
+        },
     ]
     container = spec["containers"][0]
     container["volumeMounts"] = [

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Literal
 
+from provisioner.core.fresh_directory import OWNERS_DIR
+
 SUPPORTED_SYNTAX = (
     "{{.PVName}}, {{.PVC.Namespace}}, {{.PVC.Name}}, {{.PVC.Labels.<key>}}, "
     '{{.PVC.Annotations.<key>}}, {{index .PVC.Labels "<key>"}}, {{index .PVC.Annotations "<key>"}}'
@@ -170,6 +172,11 @@ def check_volume_path(base_path: str, relative: str, scope: tuple[str, str] | No
         components.pop()  # one trailing slash, as in rancher's "{{.PVC.Namespace}}/{{.PVC.Name}}/"
     if not components:
         raise PathPatternError("the pattern renders an empty path")
+    if components[0] == OWNERS_DIR:
+        raise PathPatternError(
+            f"rendered path {relative!r} begins with {OWNERS_DIR}, the provisioner's own"
+            " directory in every base path: change the pattern or the value it renders"
+        )
     for component in components:
         if component in (".", ".."):
             raise PathPatternError(f"rendered path {relative!r} has a {component!r} component")

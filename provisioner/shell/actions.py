@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 
 from urllib3.exceptions import HTTPError
 
+from provisioner.core.base_path_checks import missing_base_path_hint
 from provisioner.core.claims import (
     BASE_PATH_ANNOTATION,
     SELECTED_NODE,
@@ -30,7 +31,12 @@ from provisioner.core.volumes import build_persistent_volume, foreign_volume_pro
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
 from provisioner.kube.events import EventRecorder, ObjectReference
-from provisioner.kube.helper_pods import HelperPodError, HelperPodRunner
+from provisioner.kube.helper_pods import (
+    HelperPodError,
+    HelperPodNotStarted,
+    HelperPodRunner,
+    HelperPodTimeout,
+)
 from provisioner.kube.metrics import Metrics
 from provisioner.shell.helper_runs import HelperResult, HelperRuns, HelperSettings
 
@@ -108,10 +114,15 @@ class Actions:
         error = helper.error
         if isinstance(error, HelperPodError):
             self._metrics.provision_failed_total.labels(class_name, "").inc()
+            hint = ""
+            if isinstance(error, (HelperPodTimeout, HelperPodNotStarted)):
+                # Its pod waits for a base path that is missing and may not be made.
+                rules = bundle.config.base_path_rules(plan.base_path)
+                hint = missing_base_path_hint(plan.base_path, where, rules)
             self._recorder.warning(
                 reference,
                 "ProvisioningFailed",
-                f"failed to create {plan.path} on {where}: {error}; will retry with backoff",
+                f"failed to create {plan.path} on {where}: {error}{hint}; will retry with backoff",
             )
             raise ActionFailed(str(error)) from error
         if error is not None:

@@ -58,7 +58,7 @@ class HelperRuns:
     def run(self, action: HelperAction, target: HelperTarget, bundle: ConfigBundle) -> float:
         """The volume's own pods, one step after another; raises the first `HelperPodError`."""
         seconds = 0.0
-        for step in helper_steps(action, target):
+        for step in helper_steps(action, target, bundle.config):
             manifest = build_helper_pod(
                 step, target, bundle, self._helper.namespace, self._helper.service_account
             )

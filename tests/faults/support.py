@@ -30,6 +30,7 @@ from urllib3.exceptions import HTTPError
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE, LocalCluster, wait_for
 from localcluster.raw_api import call_json, manifest
 from provisioner.core.config import ConfigError, parse_config_json
+from provisioner.core.fresh_directory import OWNERS_DIR
 from provisioner.core.options import parse_options
 from provisioner.kube.leader_election import lease_name_for
 from provisioner.shell.app import Provisioner
@@ -261,8 +262,8 @@ def _orphans(node: str, node_dir: Path, directory: Path, path: str, live: set[st
         return []
     found: list[str] = []
     for child in sorted(directory.iterdir()):
-        if not child.is_dir() or child.is_symlink():
-            continue
+        if not child.is_dir() or child.is_symlink() or child.name == OWNERS_DIR:
+            continue  # OWNERS_DIR: the provisioner's own markers, in every base path
         child_path = f"{path}/{child.name}"
         if child_path in live:
             continue

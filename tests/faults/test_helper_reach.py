@@ -14,7 +14,13 @@ import pytest
 
 from provisioner.core.config import DEFAULT_NODE, DEFAULT_SETUP_SCRIPT, DEFAULT_TEARDOWN_SCRIPT
 from tests.faults.support import unique_base_path, wait_no_helper_pods
-from tests.provisioner.e2e.support import ConfigFiles, ProvisionerSetup, volume_path, wait_gone
+from tests.provisioner.e2e.support import (
+    ConfigFiles,
+    ProvisionerSetup,
+    creatable,
+    volume_path,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -31,7 +37,7 @@ mkdir "$base/dir-by-$0" || true
 
 
 def config_for(base: str) -> dict[str, Any]:
-    return {"nodePathMap": [{"node": DEFAULT_NODE, "paths": [base]}]}
+    return {"nodePathMap": [{"node": DEFAULT_NODE, "paths": [creatable(base)]}]}
 
 
 def hostile(script: str) -> str:

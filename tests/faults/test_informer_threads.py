@@ -23,6 +23,7 @@ from tests.faults.support import in_process_provisioner, unique_base_path
 from tests.provisioner.e2e.support import (
     ConfigFiles,
     ProvisionerSetup,
+    creatable,
     wait_gone,
 )
 
@@ -36,7 +37,7 @@ def test_informer_threads_only_list_and_watch(
 ) -> None:
     base = unique_base_path("threads")
     setup = make_setup(
-        ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [base]}]})
+        ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [creatable(base)]}]})
     )
     provisioner = in_process_provisioner(setup, cluster)
     calls: list[tuple[str, str, str]] = []

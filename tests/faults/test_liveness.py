@@ -28,6 +28,7 @@ from tests.faults.support import in_process_provisioner, unique_base_path
 from tests.provisioner.e2e.support import (
     ConfigFiles,
     ProvisionerSetup,
+    creatable,
 )
 
 pytestmark = pytest.mark.cluster
@@ -108,7 +109,7 @@ def test_a_worker_stuck_on_one_claim_fails_healthz_and_recovers_when_it_moves_on
     setup = make_setup(
         ConfigFiles(
             config={
-                "nodePathMap": [{"node": DEFAULT_NODE, "paths": [base]}],
+                "nodePathMap": [{"node": DEFAULT_NODE, "paths": [creatable(base)]}],
                 "cmdTimeoutSeconds": 5,
             }
         )
@@ -142,7 +143,7 @@ def test_an_informer_whose_watch_hangs_fails_healthz_and_recovers_when_it_return
 ) -> None:
     base = unique_base_path("wedged-informer")
     setup = make_setup(
-        ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [base]}]})
+        ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [creatable(base)]}]})
     )
     # In production a healthy watch may stay silent for up to its 600 s timeout; here 2 s.
     monkeypatch.setattr(informer_module, "WATCH_READ_MARGIN", 1.0)

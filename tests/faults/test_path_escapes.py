@@ -39,6 +39,7 @@ from tests.faults.support import (
 from tests.provisioner.e2e.support import (
     ConfigFiles,
     ProvisionerSetup,
+    creatable,
     volume_node,
     volume_path,
 )
@@ -147,7 +148,7 @@ def test_hostile_claims_are_refused_and_nothing_outside_the_base_path_is_touched
 ) -> None:
     base = unique_base_path("escape")
     setup = make_setup(
-        ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [base]}]})
+        ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [creatable(base)]}]})
     )
     cluster = setup.cluster
     before = snapshot_nodes(cluster)
@@ -209,7 +210,7 @@ def test_a_claim_name_too_long_for_a_directory_is_reported_and_creates_nothing(
     before any helper runs, with the limit in the message."""
     base = unique_base_path("longname")
     setup = make_setup(
-        ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [base]}]})
+        ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [creatable(base)]}]})
     )
     before = snapshot_nodes(setup.cluster)
     setup.start()
@@ -328,8 +329,8 @@ def test_forged_volumes_outside_the_base_paths_are_never_torn_down(
     base = unique_base_path("forged")
     config = {
         "nodePathMap": [
-            {"node": DEFAULT_NODE, "paths": [base]},
-            {"node": "node-3", "paths": [f"{base}-node3"]},
+            {"node": DEFAULT_NODE, "paths": [creatable(base)]},
+            {"node": "node-3", "paths": [creatable(f"{base}-node3")]},
         ]
     }
     setup = make_setup(ConfigFiles(config=config))
@@ -404,7 +405,7 @@ def test_a_symlink_planted_in_a_retained_volume_does_not_lead_a_new_volume_outsi
     annotation `d/evil/x`: lexically inside its own `<ns>/a/`, on disk the node's /etc/x."""
     base = unique_base_path("symlink")
     setup = make_setup(
-        ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [base]}]})
+        ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [creatable(base)]}]})
     )
     setup.start()
     storage_class = setup.create_class(

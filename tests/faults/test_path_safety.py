@@ -29,6 +29,7 @@ from tests.faults.support import (
 from tests.provisioner.e2e.support import (
     ConfigFiles,
     ProvisionerSetup,
+    creatable,
     volume_node,
     volume_path,
     wait_gone,
@@ -42,7 +43,9 @@ BY_ANNOTATION = '{{ index .PVC.Annotations "dir" }}'
 
 
 def config_for(*base_paths: str) -> dict[str, Any]:
-    return {"nodePathMap": [{"node": DEFAULT_NODE, "paths": list(base_paths)}]}
+    return {
+        "nodePathMap": [{"node": DEFAULT_NODE, "paths": [creatable(path) for path in base_paths]}]
+    }
 
 
 def delete_claim(setup: ProvisionerSetup, claim: str, consumer: str) -> None:

@@ -46,7 +46,8 @@ from provisioner.core.quota import QUOTA_SCRIPT, project_id_for
 
 BUNDLE = load_config_bundle(
     '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",'
-    ' "paths": ["/opt/a", "/opt/b"]}], "cmdTimeoutSeconds": 90}',
+    ' "paths": [{"path": "/opt/a", "create": true}, {"path": "/opt/b", "create": true}]}],'
+    ' "cmdTimeoutSeconds": 90}',
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
     DEFAULT_HELPER_POD_YAML,

@@ -503,7 +503,8 @@ BAD_PARAMETERS: list[tuple[ProvisionerConfig, dict[str, str], dict[str, str], st
         {"nodepath": "/opt/lp"},
         {},
         "parameters.nodepath: unknown parameter (known: nodePath, pathPattern, nodeAffinityKey,"
-        " allowUnsafePathPattern, userPattern, groupPattern, permPattern, minSize, maxSize)",
+        " allowUnsafePathPattern, userPattern, groupPattern, permPattern, minSize, maxSize,"
+        " reuseExistingData)",
     ),
     (
         parse_config_json('{"storageClassConfigs": {"other": {"sharedFileSystemPath": "/n"}}}'),

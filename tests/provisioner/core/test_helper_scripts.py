@@ -11,9 +11,16 @@ from provisioner.core.helpers import FINISH_SCRIPT, PREPARE_SCRIPT
 
 
 def run_script(
-    script: str, base: Path, volume: Path, path_prefix: Path | None = None
+    script: str,
+    base: Path,
+    volume: Path,
+    path_prefix: Path | None = None,
+    *,
+    volume_name: str = "pvc-1",
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     env = {"PATH": "/usr/bin:/bin", "LPS_BASE": str(base), "VOL_DIR": str(volume)}
+    env |= {"LPS_VOLUME": volume_name, **(extra_env or {})}
     if path_prefix is not None:
         env["PATH"] = f"{path_prefix}:{env['PATH']}"
     return subprocess.run(

@@ -230,7 +230,8 @@ def test_hardening_fields_are_welcome() -> None:
 
 
 BUNDLE = load_config_bundle(
-    '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/opt/lp"]}],'
+    '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths":'
+    ' [{"path": "/opt/lp", "create": true}]}],'
     ' "cmdTimeoutSeconds": 90}',
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
@@ -357,12 +358,12 @@ def test_one_teardown_pod_runs_the_teardown_code_then_the_fixed_finish_apart_fro
 
 
 def test_steps_make_and_remove_the_directory_with_fixed_scripts() -> None:
-    assert helper_steps("create", TARGET) == ("prepare", "create")
+    assert helper_steps("create", TARGET, BUNDLE.config) == ("prepare", "create")
     flat = TeardownPlan(
         "pvc-4", "/opt/lp/pvc-4_ns_c", "n", "Filesystem", 0, True, False, base_path="/opt/lp"
     )
-    assert helper_steps("create", flat) == ("create",)
-    assert helper_steps("delete", flat) == ("delete",)
+    assert helper_steps("create", flat, BUNDLE.config) == ("create",)
+    assert helper_steps("delete", flat, BUNDLE.config) == ("delete",)
     for step, script in (("prepare", PREPARE_SCRIPT), ("finish", FINISH_SCRIPT)):
         pod = build(step)
         container = pod["spec"]["containers"][0]

@@ -31,6 +31,7 @@ from provisioner.core.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
+    RANCHER_DEFAULT_PATH,
 )
 
 REPO = Path(__file__).resolve().parents[3]
@@ -39,8 +40,16 @@ CONFIGMAP = "local-path-config"
 T = TypeVar("T")
 
 
-def default_config(path: str = "/opt/local-path-provisioner") -> dict[str, Any]:
-    return {"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": [path]}]}
+def default_config(path: str = RANCHER_DEFAULT_PATH) -> dict[str, Any]:
+    return {
+        "nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": [creatable(path)]}]
+    }
+
+
+def creatable(path: str) -> str | dict[str, Any]:
+    """A base path the helpers may create: a test's own paths are not there beforehand (only
+    rancher's default path is created without being told)."""
+    return path if path == RANCHER_DEFAULT_PATH else {"path": path, "create": True}
 
 
 @dataclass

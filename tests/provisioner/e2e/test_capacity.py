@@ -29,8 +29,14 @@ pytestmark = pytest.mark.cluster
 BUDGETS = {
     "nodePathMap": [
         {"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": []},
-        {"node": "node-1", "paths": [{"path": "/opt/capacity-small", "capacity": "1Gi"}]},
-        {"node": "node-2", "paths": [{"path": "/opt/capacity-large", "capacity": "10Gi"}]},
+        {
+            "node": "node-1",
+            "paths": [{"path": "/opt/capacity-small", "capacity": "1Gi", "create": True}],
+        },
+        {
+            "node": "node-2",
+            "paths": [{"path": "/opt/capacity-large", "capacity": "10Gi", "create": True}],
+        },
     ]
 }
 

@@ -10,6 +10,7 @@ from localcluster.raw_api import call_json
 from tests.provisioner.e2e.support import (
     ConfigFiles,
     ProvisionerSetup,
+    creatable,
     eventually,
     volume_node,
     volume_path,
@@ -116,7 +117,7 @@ def test_custom_node_affinity_key_and_storage_class_configs(
                     "nodePathMap": [
                         {
                             "node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",
-                            "paths": ["/mnt/fast-a", "/mnt/fast-b"],
+                            "paths": [creatable("/mnt/fast-a"), creatable("/mnt/fast-b")],
                         }
                     ]
                 }

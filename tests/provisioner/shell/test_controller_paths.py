@@ -5,6 +5,7 @@ empty (no claim or PV is seen), which is all these paths need."""
 
 from __future__ import annotations
 
+import json
 import threading
 from types import SimpleNamespace
 from typing import Any, cast
@@ -28,7 +29,17 @@ from provisioner.shell.helper_batcher import BatchSettings, HelperRunRefused
 from provisioner.shell.helper_runs import HelperResult
 
 BUNDLE = load_config_bundle(
-    '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/data"]}]}',
+    json.dumps(
+        {
+            "nodePathMap": [
+                {
+                    "node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",
+                    # Made where missing: such a path's volumes may share a batch pod.
+                    "paths": [{"path": "/data", "create": True}],
+                }
+            ]
+        }
+    ),
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
     DEFAULT_HELPER_POD_YAML,

@@ -32,7 +32,8 @@ from provisioner.shell.helper_pod_index import ServingPod
 from provisioner.shell.helper_runs import HelperResult
 
 BUNDLE = load_config_bundle(
-    '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/opt/a"]}]}',
+    '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",'
+    ' "paths": [{"path": "/opt/a", "create": true}]}]}',
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
     DEFAULT_HELPER_POD_YAML,

@@ -4,6 +4,7 @@ pods themselves are tested against the local cluster)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -24,7 +25,17 @@ from provisioner.shell.helper_runs import (
 )
 
 BUNDLE = load_config_bundle(
-    '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/opt/a"]}]}',
+    json.dumps(
+        {
+            "nodePathMap": [
+                {
+                    "node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",
+                    # Made where missing: such a path's volumes may share a batch pod.
+                    "paths": [{"path": "/opt/a", "create": True}],
+                }
+            ]
+        }
+    ),
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
     DEFAULT_HELPER_POD_YAML,

@@ -1,0 +1,204 @@
+"""A new volume never gets an existing directory with someone's data (see
+provisioner/core/fresh_directory.py): the fixed `prepare` script run by /bin/sh on a real tree,
+the steps that decide when it runs, and the class parameter that opts in."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from provisioner.core.claims import TeardownPlan
+from provisioner.core.config import (
+    DEFAULT_HELPER_POD_YAML,
+    DEFAULT_SETUP_SCRIPT,
+    DEFAULT_TEARDOWN_SCRIPT,
+    ConfigError,
+    load_config_bundle,
+    parse_config_json,
+    reuse_existing_data,
+    validate_storage_class_parameters,
+)
+from provisioner.core.fresh_directory import OWNERS_DIR, is_named_for_volume
+from provisioner.core.helpers import FINISH_SCRIPT, PREPARE_SCRIPT, build_helper_pod, helper_steps
+from provisioner.core.node_scripts import LIST_SCRIPT
+from provisioner.core.paths import PathPatternError, check_volume_path
+from tests.provisioner.core.test_helper_scripts import make_base, run_script
+
+REUSE = {"LPS_REUSE_EXISTING_DATA": "true"}
+
+
+def retained(base: Path) -> Path:
+    """An earlier claim's directory, left with its data when its Retain PV was deleted."""
+    volume = base / "team" / "db"
+    volume.mkdir(parents=True)
+    (volume / "secret.txt").write_text("the old team's data")
+    return volume
+
+
+def marker(base: Path, volume: Path) -> Path:
+    return base / OWNERS_DIR / hashlib.sha256(str(volume).encode()).hexdigest()
+
+
+def test_prepare_refuses_an_existing_directory_with_data_and_leaves_it_alone(
+    tmp_path: Path,
+) -> None:
+    base = make_base(tmp_path)
+    volume = retained(base)
+    done = run_script(PREPARE_SCRIPT, base, volume, volume_name="pvc-new")
+    assert done.returncode == 1
+    assert f"refusing {volume}: it already exists with data" in done.stderr
+    assert "reuseExistingData" in done.stderr
+    assert [p.name for p in volume.iterdir()] == ["secret.txt"]
+    assert (volume / "secret.txt").read_text() == "the old team's data"
+    assert not marker(base, volume).exists()
+
+
+def test_the_class_may_opt_in_to_reuse_the_data(tmp_path: Path) -> None:
+    base = make_base(tmp_path)
+    volume = retained(base)
+    done = run_script(PREPARE_SCRIPT, base, volume, volume_name="pvc-new", extra_env=REUSE)
+    assert done.returncode == 0, done.stderr
+    assert (volume / "secret.txt").read_text() == "the old team's data"
+    assert marker(base, volume).read_text() == "pvc-new\n"
+
+
+def test_a_retry_of_the_same_volume_gets_what_its_earlier_attempt_made(tmp_path: Path) -> None:
+    """The provisioner died after the setup (which left a file) and before the PV was saved."""
+    base = make_base(tmp_path)
+    volume = base / "team" / "db"
+    first = run_script(PREPARE_SCRIPT, base, volume, volume_name="pvc-1")
+    assert first.returncode == 0, first.stderr
+    (volume / "made-by-setup").write_text("x")
+    again = run_script(PREPARE_SCRIPT, base, volume, volume_name="pvc-1")
+    assert again.returncode == 0, again.stderr
+    assert "earlier attempt" in again.stdout
+    other = run_script(PREPARE_SCRIPT, base, volume, volume_name="pvc-2")
+    assert other.returncode == 1, "another claim of the same path is refused"
+
+
+def test_an_empty_directory_is_taken_unless_a_marker_names_another_volume(
+    tmp_path: Path,
+) -> None:
+    base = make_base(tmp_path)
+    volume = base / "team" / "db"
+    volume.mkdir(parents=True)
+    done = run_script(PREPARE_SCRIPT, base, volume, volume_name="pvc-1")
+    assert done.returncode == 0, done.stderr
+    # pvc-1's prepare made its marker; its directory is still empty, yet another claim
+    # racing for that path is refused.
+    raced = run_script(PREPARE_SCRIPT, base, volume, volume_name="pvc-2")
+    assert raced.returncode == 1
+    assert marker(base, volume).read_text() == "pvc-1\n"
+
+
+def test_a_forged_marker_in_the_volume_counts_for_nothing(tmp_path: Path) -> None:
+    base = make_base(tmp_path)
+    volume = retained(base)
+    (volume / OWNERS_DIR).mkdir()
+    (volume / OWNERS_DIR / "anything").write_text("pvc-new\n")
+    done = run_script(PREPARE_SCRIPT, base, volume, volume_name="pvc-new")
+    assert done.returncode == 1
+
+
+def test_finish_forgets_the_marker_with_the_directory(tmp_path: Path) -> None:
+    base = make_base(tmp_path)
+    volume = base / "team" / "db"
+    assert run_script(PREPARE_SCRIPT, base, volume).returncode == 0
+    assert marker(base, volume).exists()
+    done = run_script(FINISH_SCRIPT, base, volume)
+    assert done.returncode == 0, done.stderr
+    assert not volume.exists()
+    assert not marker(base, volume).exists()
+    kept = base / "team" / "kept"
+    assert run_script(PREPARE_SCRIPT, base, kept).returncode == 0
+    (kept / "data").write_text("x")
+    assert run_script(FINISH_SCRIPT, base, kept).returncode == 1
+    assert marker(base, kept).exists(), "the directory is still there: so is its marker"
+
+
+def test_the_orphan_listing_never_reports_the_owners_directory(tmp_path: Path) -> None:
+    base = make_base(tmp_path)
+    (base / OWNERS_DIR).mkdir()
+    result = tmp_path / "result"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "LPS_BASE": str(base),
+        "LPS_RESULT": str(result),
+        "LPS_BUDGET": "3900",
+        "LPS_OWNERS_DIR": OWNERS_DIR,
+    }
+    done = subprocess.run(
+        ["/bin/sh", "-c", LIST_SCRIPT, "list"], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert OWNERS_DIR not in result.read_text()
+
+
+BUNDLE = load_config_bundle(
+    json.dumps(
+        {
+            "nodePathMap": [
+                {
+                    "node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",
+                    "paths": [{"path": "/b", "create": True}],
+                }
+            ]
+        }
+    ),
+    DEFAULT_SETUP_SCRIPT,
+    DEFAULT_TEARDOWN_SCRIPT,
+    DEFAULT_HELPER_POD_YAML,
+)
+
+
+def plan(path: str, volume_name: str = "pvc-1") -> TeardownPlan:
+    return TeardownPlan(volume_name, path, "n", "Filesystem", 0, True, False, base_path="/b")
+
+
+def test_only_a_folder_named_for_its_volume_skips_prepare() -> None:
+    assert helper_steps("create", plan("/b/pvc-1_ns_c"), BUNDLE.config) == ("create",)
+    assert helper_steps("create", plan("/b/pvc-1"), BUNDLE.config) == ("create",)
+    # An unsafe pattern such as {{ .PVC.Name }}: another claim's directory could be there.
+    assert helper_steps("create", plan("/b/claim"), BUNDLE.config) == ("prepare", "create")
+    assert helper_steps("create", plan("/b/pvc-10_ns_c"), BUNDLE.config) == ("prepare", "create")
+    assert helper_steps("create", plan("/b/ns/pvc-1"), BUNDLE.config) == ("prepare", "create")
+    assert not is_named_for_volume("/b/ns/pvc-1_x", "/b", "pvc-1")
+
+
+def prepare_env(target: object) -> dict[str, str]:
+    pod = build_helper_pod("prepare", target, BUNDLE, "ns", "sa")  # type: ignore[arg-type]
+    return {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_prepare_is_told_the_volume_and_the_classes_choice() -> None:
+    env = prepare_env(plan("/b/ns/c"))
+    assert env["LPS_VOLUME"] == "pvc-1"
+    assert "LPS_REUSE_EXISTING_DATA" not in env
+
+    class Reusing:
+        volume_name, path, node_name, volume_mode = "pvc-1", "/b/ns/c", "n", "Filesystem"
+        size_bytes, vol_user, vol_group, vol_perm, base_path = 0, "", "", "", "/b"
+        reuse_existing_data = True
+
+    assert prepare_env(Reusing())["LPS_REUSE_EXISTING_DATA"] == "true"
+
+
+def test_the_parameter_is_a_boolean_defaulting_to_false() -> None:
+    config = parse_config_json(json.dumps({"nodePathMap": [{"node": "n", "paths": ["/b"]}]}))
+    assert reuse_existing_data({}) is False
+    assert reuse_existing_data({"reuseExistingData": "true"}) is True
+    validate_storage_class_parameters("c", {"reuseExistingData": "false"}, {}, config)
+    with pytest.raises(ConfigError) as caught:
+        validate_storage_class_parameters("c", {"reuseExistingData": "yes"}, {}, config)
+    assert str(caught.value) == (
+        'parameters.reuseExistingData: "yes" is not a boolean: write true or false'
+    )
+
+
+def test_no_volume_can_be_the_owners_directory() -> None:
+    with pytest.raises(PathPatternError, match=OWNERS_DIR):
+        check_volume_path("/b", f"{OWNERS_DIR}/x", None)
