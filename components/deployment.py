@@ -115,6 +115,8 @@ def pod_template(args: ProvisionerDeploymentArgs, instance: str) -> core.PodTemp
     }
     if args.node_selector:
         spec["node_selector"] = dict(args.node_selector)
+    # Tolerations and affinity come from the stack in Kubernetes' camelCase shape, which the
+    # provider takes as it is; the SDK's TypedDicts spell them in snake_case (hence the ignores).
     if args.tolerations:
         spec["tolerations"] = [dict(toleration) for toleration in args.tolerations]  # type: ignore[misc]
     if args.priority_class_name is not None:

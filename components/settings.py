@@ -444,7 +444,11 @@ def _stored_in(key: str) -> str:
         return "the provisioner Deployment"
     if key == "storageClasses":
         return "the StorageClasses"
-    if key in ("namespace", "provisionerName", "configMapName", "createNamespace"):
+    if key == "configMapName":
+        return "the ConfigMap's name and the provisioner Deployment"
+    if key == "createNamespace":
+        return "the stack's resource graph"
+    if key in ("namespace", "provisionerName"):
         return "object names, the Deployment and the StorageClasses"
     if key == "renderYamlToDirectory":
         return "the stack outputs"

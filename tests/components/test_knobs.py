@@ -11,6 +11,8 @@ from components.args import MetricsExposure, UpdateStrategy
 from components.program import run
 from components.settings import parse_settings
 from components.stack_values import SettingsError
+from policy import default_class, helper_pods, provisioner_config, rbac, storage_paths
+from policy.resources import Resource
 from tests.components.mocked_engine import Registration, Run, run_mocked
 from tests.components.test_settings import PREFIX, dev_with, one_class
 
@@ -292,3 +294,38 @@ def test_a_bad_knob_fails_with_one_line_naming_the_key(
     assert str(caught.value) == PREFIX + message
     assert "\n" not in str(caught.value)
     assert caught.value.key_path == message.split(": ", 1)[0]
+
+
+def test_the_knobs_pass_the_policy_pack() -> None:
+    """No knob needs an opt-in: what they set (placement, pull secrets, labels, annotations,
+    the strategy, a Service) gives the provisioner no right and no privilege it did not have."""
+    resources = [
+        Resource(r.type, r.inputs, r.name) for r in kubernetes_objects(knobs_run(replicas=2))
+    ]
+    for resource in resources:
+        assert storage_paths.check_resource(resource, storage_paths.DEFAULT_SYSTEM_PATHS) == []
+        assert helper_pods.check_unsafe_flag(resource) == []
+        assert helper_pods.check_privileged(resource) == []
+        assert helper_pods.check_pinned_image(resource) == []
+        assert rbac.check_resource(resource) == [], resource.name
+        assert provisioner_config.check_resource(resource) == []
+    assert default_class.check_stack(resources) == []
+
+
+@pytest.mark.parametrize(
+    ("key", "stored_in"),
+    [
+        ("nodeSelector", "the provisioner Deployment"),
+        ("priorityClassName", "the provisioner Deployment"),
+        ("commonLabels", "the labels of every object"),
+        ("serviceAccount", "the provisioner ServiceAccount"),
+        ("metrics", "the metrics Service"),
+        ("configMapName", "the ConfigMap's name and the provisioner Deployment"),
+    ],
+)
+def test_a_secret_knob_is_refused_naming_where_it_would_be_plaintext(
+    key: str, stored_in: str
+) -> None:
+    with pytest.raises(SettingsError) as caught:
+        parse_settings(dev_with(**{key: KNOBS[key]}), secret_keys=frozenset({key}))
+    assert f"stored in plaintext in {stored_in} and the stack's state" in str(caught.value)
