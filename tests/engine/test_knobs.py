@@ -256,3 +256,13 @@ def test_a_service_monitor_without_its_crd_fails_preview_before_any_change(
     assert SERVICE_MONITOR_CRD in output, output
     assert any(SERVICE_MONITOR_CRD in line for line in error_lines(output)), output
     assert api_get(cluster, f"/api/v1/namespaces/{names.namespace}") is None
+
+
+def test_a_bad_knob_fails_preview_with_one_line_naming_the_key(stacks: StackFactory) -> None:
+    names = StackNames.fresh()
+    config = {**base_config(names), "podLabels": {"app.kubernetes.io/name": "other"}}
+    output = stacks.create(config, names).failed_preview()
+    assert error_lines(output) == [
+        'error: stack config local-path-storage:podLabels["app.kubernetes.io/name"]: selects '
+        "the provisioner's pods: the stack sets it"
+    ], output
