@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from components import naming
 
@@ -61,13 +62,46 @@ class ConfigMapFiles:
 
 
 @dataclass(frozen=True)
+class UpdateStrategy:
+    """The Deployment's update strategy. Either is safe with leader election: a new pod works
+    only once the old one has released (or lost) the Lease."""
+
+    type: str = "RollingUpdate"
+    """RollingUpdate or Recreate."""
+    max_unavailable: int | str | None = None
+    """RollingUpdate: pods (or a percentage) that may be down; None keeps Kubernetes' 25%."""
+    max_surge: int | str | None = None
+    """RollingUpdate: pods (or a percentage) above replicas; None keeps Kubernetes' 25%."""
+
+    def to_spec(self) -> dict[str, Any]:
+        """The Deployment's `spec.strategy`."""
+        bounds = {"maxUnavailable": self.max_unavailable, "maxSurge": self.max_surge}
+        rolling = {name: value for name, value in bounds.items() if value is not None}
+        return {"type": self.type, **({"rollingUpdate": rolling} if rolling else {})}
+
+
+@dataclass(frozen=True)
+class MetricsExposure:
+    """How Prometheus finds the provisioner's /metrics."""
+
+    service: bool = False
+    """A ClusterIP Service on the metrics port, selecting the provisioner pods."""
+    service_monitor: bool = False
+    """A Prometheus Operator ServiceMonitor for that Service (needs its CRD in the cluster)."""
+
+
+@dataclass(frozen=True)
 class ProvisionerDeploymentArgs:
     """Everything the provisioner's namespace, RBAC, ConfigMap and Deployment are built from."""
 
     config_files: ConfigMapFiles
     """The ConfigMap content (validated with provisioner.core.config)."""
     namespace: str = naming.DEFAULT_NAMESPACE
-    """Namespace of the provisioner, its ConfigMap, helper pods and leader Lease (created)."""
+    """Namespace of the provisioner, its ConfigMap, helper pods and leader Lease."""
+    create_namespace: bool = True
+    """Create (and on destroy delete) the namespace; False uses an existing one, left alone."""
+    config_map_name: str = naming.CONFIG_MAP_NAME
+    """The ConfigMap's name (the runtime's --configmap-name)."""
     image: str = naming.DEFAULT_IMAGE
     """Provisioner container image."""
     image_pull_policy: str = "IfNotPresent"
@@ -91,6 +125,36 @@ class ProvisionerDeploymentArgs:
     """Trust helperPod.yaml without the safety checks (trusted administrators only)."""
     resources: ContainerResources = field(default_factory=ContainerResources)
     """Container requests and limits."""
+    provisioning_retry_count: int = 15
+    """Failures after which a claim waits for its next change or resync; 0 retries forever."""
+    deletion_retry_count: int = 15
+    """The same for deleting a volume."""
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    """The provisioner pod's nodeSelector."""
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    """The provisioner pod's tolerations, in Kubernetes' shape."""
+    affinity: Mapping[str, Any] = field(default_factory=dict)
+    """The provisioner pod's affinity, in Kubernetes' shape. Without a podAntiAffinity of its
+    own, replicas above 1 keep the default one (spread over nodes)."""
+    priority_class_name: str | None = None
+    """The provisioner pod's PriorityClass; None for the cluster's default."""
+    image_pull_secrets: tuple[str, ...] = ()
+    """Secrets (in the namespace) for pulling the provisioner image."""
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
+    """Annotations of the provisioner pods."""
+    pod_labels: Mapping[str, str] = field(default_factory=dict)
+    """Further labels of the provisioner pods (never the selector's)."""
+    common_labels: Mapping[str, str] = field(default_factory=dict)
+    """Labels on every object of the installation (never the stack's own)."""
+    service_account_annotations: Mapping[str, str] = field(default_factory=dict)
+    """Annotations of the provisioner's ServiceAccount (e.g. IRSA, workload identity)."""
+    update_strategy: UpdateStrategy | None = None
+    """The Deployment's strategy; None keeps Kubernetes' (RollingUpdate, 25%/25%)."""
+    metrics: MetricsExposure = field(default_factory=MetricsExposure)
+    """A metrics Service and ServiceMonitor."""
+    look_up_service_monitor_crd: bool = True
+    """Read the ServiceMonitor CRD from the cluster first, so a missing one fails preview rather
+    than the update halfway; False in render mode (no cluster)."""
     deploy_csi_driver: bool = False
     """Deploy a CSIDriver named after the provisioner with storageCapacity: true, so the
     kube-scheduler reads the CSIStorageCapacity objects the provisioner publishes and places
@@ -136,6 +200,9 @@ class StorageClassArgs:
     """Where volumes can be provisioned: a node must match every expression of one term."""
     mount_options: tuple[str, ...] = ()
     """Mount options copied into each PersistentVolume."""
+    allow_volume_expansion: bool = True
+    """Let claims grow: the runtime grants an expansion when the volume's path has room
+    (README "Capacity")."""
 
     def all_annotations(self) -> dict[str, str]:
         """The class's annotations including the ones derived from is_default and
@@ -156,3 +223,5 @@ class StorageClassesArgs:
     """The classes, in stack-config order."""
     provisioner_name: str = naming.DEFAULT_PROVISIONER_NAME
     """The provisioner every class names."""
+    common_labels: Mapping[str, str] = field(default_factory=dict)
+    """Labels on every class (the stack's commonLabels)."""

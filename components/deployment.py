@@ -10,6 +10,9 @@ a config edit; the kubernetes provider is expected to update ConfigMaps in place
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pulumi
 import pulumi_kubernetes as kubernetes
 
@@ -32,9 +35,11 @@ def provisioner_arguments(args: ProvisionerDeploymentArgs) -> list[str]:
     arguments = [
         f"--provisioner-name={args.provisioner_name}",
         f"--config={naming.CONFIG_DIRECTORY}/config.json",
-        f"--configmap-name={naming.CONFIG_MAP_NAME}",
+        f"--configmap-name={args.config_map_name}",
         f"--service-account-name={naming.HELPER_SERVICE_ACCOUNT}",
         f"--worker-threads={args.workers}",
+        f"--provisioning-retry-count={args.provisioning_retry_count}",
+        f"--deletion-retry-count={args.deletion_retry_count}",
         f"--metrics-port={args.metrics_port}",
         "--leader-election" if args.leader_election else "--no-leader-election",
     ]
@@ -103,27 +108,54 @@ def pod_template(args: ProvisionerDeploymentArgs, instance: str) -> core.PodTemp
         },
         "containers": [container],
         "volumes": [
-            {"name": "config", "config_map": {"name": naming.CONFIG_MAP_NAME}},
+            {"name": "config", "config_map": {"name": args.config_map_name}},
             # Python and its libraries may want a scratch directory; the root is read-only.
             {"name": "tmp", "empty_dir": {"size_limit": "16Mi"}},
         ],
     }
-    if args.replicas > 1:
-        # Stand-by replicas on other nodes, so losing one node does not lose the provisioner.
-        spec["affinity"] = {
-            "pod_anti_affinity": {
-                "preferred_during_scheduling_ignored_during_execution": [
-                    {
-                        "weight": 100,
-                        "pod_affinity_term": {
-                            "topology_key": "kubernetes.io/hostname",
-                            "label_selector": {"match_labels": naming.selector_labels(instance)},
-                        },
-                    }
-                ]
-            }
+    if args.node_selector:
+        spec["node_selector"] = dict(args.node_selector)
+    # Tolerations and affinity come from the stack in Kubernetes' camelCase shape, which the
+    # provider takes as it is; the SDK's TypedDicts spell them in snake_case (hence the ignores).
+    if args.tolerations:
+        spec["tolerations"] = [dict(toleration) for toleration in args.tolerations]  # type: ignore[misc]
+    if args.priority_class_name is not None:
+        spec["priority_class_name"] = args.priority_class_name
+    if args.image_pull_secrets:
+        spec["image_pull_secrets"] = [{"name": secret} for secret in args.image_pull_secrets]
+    affinity = _affinity(args, instance)
+    if affinity:
+        spec["affinity"] = affinity  # type: ignore[typeddict-item]
+    metadata: kubernetes.meta.v1.ObjectMetaArgsDict = {
+        "labels": {
+            **args.common_labels,
+            **args.pod_labels,
+            **naming.labels(instance, "provisioner"),
         }
-    return {"metadata": {"labels": naming.labels(instance, "provisioner")}, "spec": spec}
+    }
+    if args.pod_annotations:
+        metadata["annotations"] = dict(args.pod_annotations)
+    return {"metadata": metadata, "spec": spec}
+
+
+def _affinity(args: ProvisionerDeploymentArgs, instance: str) -> dict[str, Any]:
+    """The stack's affinity (in Kubernetes' camelCase shape); with replicas above 1 and no
+    podAntiAffinity of the stack's own, stand-by replicas prefer other nodes, so losing one
+    node does not lose the provisioner."""
+    affinity = dict(args.affinity)
+    if args.replicas > 1 and "podAntiAffinity" not in affinity:
+        affinity["podAntiAffinity"] = {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": naming.selector_labels(instance)},
+                    },
+                }
+            ]
+        }
+    return affinity
 
 
 def csi_driver_spec() -> kubernetes.storage.v1.CSIDriverSpecArgsDict:
@@ -136,6 +168,17 @@ def csi_driver_spec() -> kubernetes.storage.v1.CSIDriverSpecArgsDict:
         "attach_required": False,
         "pod_info_on_mount": False,
         "volume_lifecycle_modes": ["Persistent"],
+    }
+
+
+SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
+
+
+def service_monitor_spec(instance: str) -> dict[str, Any]:
+    """Scrape /metrics of the pods behind the metrics Service (selected by its labels)."""
+    return {
+        "selector": {"matchLabels": naming.labels(instance, "metrics")},
+        "endpoints": [{"port": "metrics", "path": "/metrics"}],
     }
 
 
@@ -159,6 +202,36 @@ class ProvisionerDeployment(pulumi.ComponentResource):
     deployment_name: pulumi.Output[str]
     """The provisioner Deployment."""
 
+    def _service_monitor(
+        self,
+        name: str,
+        args: ProvisionerDeploymentArgs,
+        metadata: Callable[[str, str], kubernetes.meta.v1.ObjectMetaArgsDict],
+        service: core.Service,
+    ) -> None:
+        """The Prometheus Operator's ServiceMonitor for the metrics Service. Applying to a
+        cluster, the stack first reads the CRD: a cluster without it fails preview on that read
+        (naming the CRD), before anything is changed, instead of failing the update halfway.
+        Rendering, there is no cluster to ask: the manifest is written, for a cluster that has
+        the CRD."""
+        depends_on: list[pulumi.Resource] = [service]
+        if args.look_up_service_monitor_crd:
+            depends_on.append(
+                kubernetes.apiextensions.v1.CustomResourceDefinition.get(
+                    f"{name}-servicemonitor-crd",
+                    SERVICE_MONITOR_CRD,
+                    opts=pulumi.ResourceOptions(parent=self),
+                )
+            )
+        kubernetes.apiextensions.CustomResource(
+            f"{name}-servicemonitor",
+            api_version="monitoring.coreos.com/v1",
+            kind="ServiceMonitor",
+            metadata=metadata(naming.METRICS_SERVICE_NAME, "metrics"),
+            spec=service_monitor_spec(name),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
+        )
+
     def __init__(
         self,
         name: str,
@@ -168,35 +241,45 @@ class ProvisionerDeployment(pulumi.ComponentResource):
         super().__init__("local-path-storage:index:ProvisionerDeployment", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 
-        namespace_resource = core.Namespace(
-            f"{name}-namespace",
-            metadata={
-                "name": args.namespace,
-                "annotations": naming.FIELD_OWNERSHIP_ANNOTATIONS,
-                # Helper pods mount hostPath volumes, which the baseline and restricted Pod
-                # Security levels forbid; the provisioner pod itself is restricted-compliant.
-                "labels": {
-                    **naming.labels(name, "namespace"),
-                    "pod-security.kubernetes.io/enforce": "privileged",
+        def labels(component: str) -> dict[str, str]:
+            return {**args.common_labels, **naming.labels(name, component)}
+
+        namespace: pulumi.Input[str] = args.namespace
+        if args.create_namespace:
+            namespace_resource = core.Namespace(
+                f"{name}-namespace",
+                metadata={
+                    "name": args.namespace,
+                    "annotations": naming.FIELD_OWNERSHIP_ANNOTATIONS,
+                    # Helper pods mount hostPath volumes, which the baseline and restricted Pod
+                    # Security levels forbid; the provisioner pod itself is restricted-compliant.
+                    "labels": {**labels("namespace"), naming.POD_SECURITY_LABEL: "privileged"},
                 },
-            },
-            opts=child,
-        )
-        # Using the namespace's output (not the plain string) orders every namespaced child
-        # after the namespace's creation.
-        namespace = namespace_resource.metadata.name
+                opts=child,
+            )
+            # Using the namespace's output (not the plain string) orders every namespaced child
+            # after the namespace's creation.
+            namespace = namespace_resource.metadata.name
+        # Otherwise the namespace is the stack's input, not its resource: the stack neither
+        # creates nor deletes it (nor sets its Pod Security level: see components/README.md).
 
         def metadata(object_name: str, component: str) -> kubernetes.meta.v1.ObjectMetaArgsDict:
             return {
                 "name": object_name,
                 "namespace": namespace,
-                "labels": naming.labels(name, component),
+                "labels": labels(component),
                 "annotations": naming.FIELD_OWNERSHIP_ANNOTATIONS,
             }
 
         provisioner_account = core.ServiceAccount(
             f"{name}-provisioner-sa",
-            metadata=metadata(naming.PROVISIONER_SERVICE_ACCOUNT, "provisioner"),
+            metadata={
+                **metadata(naming.PROVISIONER_SERVICE_ACCOUNT, "provisioner"),
+                "annotations": {
+                    **args.service_account_annotations,
+                    **naming.FIELD_OWNERSHIP_ANNOTATIONS,
+                },
+            },
             opts=child,
         )
         core.ServiceAccount(
@@ -213,7 +296,7 @@ class ProvisionerDeployment(pulumi.ComponentResource):
         cluster_name = naming.cluster_scoped_name(args.namespace)
         cluster_metadata: kubernetes.meta.v1.ObjectMetaArgsDict = {
             "name": cluster_name,
-            "labels": naming.labels(name, "rbac"),
+            "labels": labels("rbac"),
             "annotations": naming.FIELD_OWNERSHIP_ANNOTATIONS,
         }
         cluster_role = access.ClusterRole(
@@ -252,10 +335,17 @@ class ProvisionerDeployment(pulumi.ComponentResource):
         )
         config_map = core.ConfigMap(
             f"{name}-config",
-            metadata=metadata(naming.CONFIG_MAP_NAME, "config"),
+            metadata=metadata(args.config_map_name, "config"),
             data=args.config_files.to_data(),
             opts=child,
         )
+        spec: kubernetes.apps.v1.DeploymentSpecArgsDict = {
+            "replicas": args.replicas,
+            "selector": {"match_labels": naming.selector_labels(name)},
+            "template": pod_template(args, name),
+        }
+        if args.update_strategy is not None:
+            spec["strategy"] = args.update_strategy.to_spec()  # type: ignore[typeddict-item]
         deployment = kubernetes.apps.v1.Deployment(
             f"{name}-deployment",
             metadata={
@@ -265,11 +355,7 @@ class ProvisionerDeployment(pulumi.ComponentResource):
                     **naming.FOREGROUND_DELETION_ANNOTATIONS,
                 },
             },
-            spec={
-                "replicas": args.replicas,
-                "selector": {"match_labels": naming.selector_labels(name)},
-                "template": pod_template(args, name),
-            },
+            spec=spec,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 # The pod template names its ConfigMap and service account by their fixed
@@ -289,7 +375,7 @@ class ProvisionerDeployment(pulumi.ComponentResource):
                 f"{name}-csidriver",
                 metadata={
                     "name": args.provisioner_name,
-                    "labels": naming.labels(name, "scheduling"),
+                    "labels": labels("scheduling"),
                     "annotations": naming.FIELD_OWNERSHIP_ANNOTATIONS,
                 },
                 spec=csi_driver_spec(),
@@ -306,7 +392,28 @@ class ProvisionerDeployment(pulumi.ComponentResource):
                 opts=child,
             )
 
-        self.namespace = namespace
+        if args.metrics.service:
+            service = core.Service(
+                f"{name}-metrics",
+                metadata=metadata(naming.METRICS_SERVICE_NAME, "metrics"),
+                spec={
+                    "type": "ClusterIP",
+                    "selector": naming.selector_labels(name),
+                    "ports": [
+                        {
+                            "name": "metrics",
+                            "port": args.metrics_port,
+                            "target_port": "metrics",
+                            "protocol": "TCP",
+                        }
+                    ],
+                },
+                opts=child,
+            )
+            if args.metrics.service_monitor:
+                self._service_monitor(name, args, metadata, service)
+
+        self.namespace = pulumi.Output.from_input(namespace)
         self.config_map_name = config_map.metadata.name
         self.provisioner_name = pulumi.Output.from_input(args.provisioner_name)
         self.deployment_name = deployment.metadata.name

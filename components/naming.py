@@ -22,6 +22,8 @@ DEFAULT_PROVISIONER_NAME = "local-path-storage.io/local-path"
 CONFIG_MAP_NAME = "local-path-config"
 """rancher's ConfigMap name and file names, so its users find config.json where they expect it;
 in the installation's own namespace, so it never meets rancher's."""
+METRICS_SERVICE_NAME = "local-path-storage-metrics"
+"""The metrics Service (and its ServiceMonitor), when the stack asks for them."""
 CONFIG_DIRECTORY = "/etc/config"
 """Where the ConfigMap is mounted (as a directory: kubelet's symlink swap makes updates
 visible to the runtime's hot reload)."""
@@ -33,6 +35,8 @@ DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 DEFAULT_VOLUME_TYPE_ANNOTATION = "defaultVolumeType"
 
 APP_NAME = "local-path-storage"
+POD_SECURITY_LABEL = "pod-security.kubernetes.io/enforce"
+"""Set to privileged on a namespace the stack creates: helper pods mount hostPath volumes."""
 
 FIELD_OWNERSHIP_ANNOTATIONS = {"pulumi.com/patchForce": "true"}
 """On every object the stack declares: the provider's documented way to take back fields that

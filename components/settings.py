@@ -33,33 +33,44 @@ from components import naming
 from components.args import (
     ConfigMapFiles,
     ContainerResources,
+    MetricsExposure,
     ProvisionerDeploymentArgs,
     StorageClassArgs,
     StorageClassesArgs,
     TopologyTerm,
+    UpdateStrategy,
 )
 from components.capacity_scheduling import csi_driver_name_problem
 from components.stack_values import (
     InvalidValueError,
     SettingsError,
+    affinity_object,
     boolean,
     check_dns_label,
+    check_label_value,
     check_not_empty,
+    check_object_name,
     check_provisioner_name,
     check_quantity,
     check_storage_class_name,
     class_annotations,
     class_parameters,
     decode_structured,
+    deployment_strategy,
     integer,
+    metrics_exposure,
     nullable_string,
     one_of,
     optional_text,
+    secret_names,
+    service_account_object,
     settings_error,
     show,
     string,
+    string_map,
     strings,
     structured,
+    toleration_list,
     topologies,
     unknown_key,
     yaml_text,
@@ -115,6 +126,8 @@ def parse_settings(
     deployment = ProvisionerDeploymentArgs(
         config_files=config_files,
         namespace=names.namespace,
+        create_namespace=names.create_namespace,
+        config_map_name=names.config_map_name,
         image=keys.image,
         image_pull_policy=keys.image_pull_policy,
         replicas=keys.replicas,
@@ -131,13 +144,30 @@ def parse_settings(
             cpu_limit=keys.cpu_limit,
             memory_limit=keys.memory_limit,
         ),
+        provisioning_retry_count=keys.provisioning_retry_count,
+        deletion_retry_count=keys.deletion_retry_count,
+        node_selector=keys.node_selector or {},
+        tolerations=keys.tolerations or (),
+        affinity=keys.affinity or {},
+        priority_class_name=keys.priority_class_name,
+        image_pull_secrets=keys.image_pull_secrets or (),
+        pod_annotations=keys.pod_annotations or {},
+        pod_labels=keys.pod_labels or {},
+        common_labels=names.common_labels or {},
+        service_account_annotations=keys.service_account or {},
+        update_strategy=keys.update_strategy,
+        metrics=keys.metrics or MetricsExposure(),
+        # Render mode has no cluster to read the CRD from.
+        look_up_service_monitor_crd=names.render_yaml_to_directory is None,
         deploy_csi_driver=wants_csi_driver and name_problem is None,
     )
     classes = _storage_classes(values.get("storageClasses"), config)
     return StackSettings(
         deployment=deployment,
         storage_classes=StorageClassesArgs(
-            classes=classes, provisioner_name=names.provisioner_name
+            classes=classes,
+            provisioner_name=names.provisioner_name,
+            common_labels=names.common_labels or {},
         ),
         render_yaml_to_directory=names.render_yaml_to_directory,
         warnings=warnings,
@@ -154,6 +184,21 @@ class _Keys(BaseModel):
     )
 
 
+_STACK_LABELS = {
+    **{
+        key: "is set by the stack on every object (and selects the provisioner's pods)"
+        for key in naming.labels("instance", "component")
+    },
+    naming.POD_SECURITY_LABEL: "is set by the stack on its namespace: helper pods mount hostPath "
+    "volumes, which only the privileged level allows",
+}
+"""Labels commonLabels may not set: the stack's own."""
+_SELECTOR_LABELS = {
+    key: "selects the provisioner's pods: the stack sets it" for key in naming.selector_labels("")
+}
+"""Labels podLabels may not set: a pod with another value would not belong to its Deployment."""
+
+
 class _Names(_Keys):
     """The installation's names, which both components use, and where its objects go."""
 
@@ -164,6 +209,12 @@ class _Names(_Keys):
         naming.DEFAULT_PROVISIONER_NAME
     )
     render_yaml_to_directory: Annotated[str | None, optional_text()] = ""
+    create_namespace: Annotated[bool, boolean()] = True
+    config_map_name: Annotated[str, string(check_object_name)] = naming.CONFIG_MAP_NAME
+    common_labels: Annotated[
+        dict[str, str] | None,
+        string_map("label keys to values", check_label_value, _STACK_LABELS),
+    ] = None
 
 
 class _ConfigMapKeys(_Keys):
@@ -244,6 +295,25 @@ class _DeploymentKeys(_Keys):
     memory_request: Annotated[str, string(check_quantity)] = "64Mi"
     cpu_limit: Annotated[str | None, optional_text(check_quantity)] = ""
     memory_limit: Annotated[str | None, optional_text(check_quantity)] = "192Mi"
+    provisioning_retry_count: Annotated[int, integer(minimum=0)] = 15
+    deletion_retry_count: Annotated[int, integer(minimum=0)] = 15
+    priority_class_name: Annotated[str | None, optional_text(check_object_name)] = ""
+    node_selector: Annotated[
+        dict[str, str] | None, string_map("node label keys to values", check_label_value)
+    ] = None
+    tolerations: Annotated[tuple[dict[str, Any], ...] | None, toleration_list()] = None
+    affinity: Annotated[dict[str, Any] | None, affinity_object()] = None
+    image_pull_secrets: Annotated[tuple[str, ...] | None, secret_names()] = None
+    pod_annotations: Annotated[dict[str, str] | None, string_map("annotation keys to values")] = (
+        None
+    )
+    pod_labels: Annotated[
+        dict[str, str] | None,
+        string_map("label keys to values", check_label_value, _SELECTOR_LABELS),
+    ] = None
+    service_account: Annotated[dict[str, str] | None, service_account_object()] = None
+    update_strategy: Annotated[UpdateStrategy | None, deployment_strategy()] = None
+    metrics: Annotated[MetricsExposure | None, metrics_exposure()] = None
 
 
 STORAGE_CLASS_KEYS = (
@@ -256,6 +326,7 @@ STORAGE_CLASS_KEYS = (
     "annotations",
     "allowedTopologies",
     "mountOptions",
+    "allowVolumeExpansion",
 )
 """The keys of a storageClasses entry, in the order an unknown key's message lists them."""
 
@@ -276,6 +347,7 @@ class _StorageClassKeys(BaseModel):
     annotations: Annotated[dict[str, str] | None, class_annotations()] = None
     allowed_topologies: Annotated[tuple[TopologyTerm, ...] | None, topologies()] = None
     mount_options: Annotated[tuple[str, ...] | None, strings()] = None
+    allow_volume_expansion: Annotated[bool | None, boolean()] = None
 
     @model_validator(mode="before")
     @classmethod
@@ -306,6 +378,16 @@ STRUCTURED_KEYS = (
     "helperPodTemplate",
     "setupScript",
     "teardownScript",
+    "commonLabels",
+    "nodeSelector",
+    "tolerations",
+    "affinity",
+    "imagePullSecrets",
+    "podAnnotations",
+    "podLabels",
+    "serviceAccount",
+    "updateStrategy",
+    "metrics",
 )
 """Keys without a default in Pulumi.yaml (lists, objects, multi-line text)."""
 
@@ -352,10 +434,20 @@ def _stored_in(key: str) -> str:
     """Where a key's value ends up in plaintext, besides the stack's state."""
     if key == "capacityAwareScheduling":
         return "the stack's CSIDriver"
+    if key == "commonLabels":
+        return "the labels of every object"
+    if key == "serviceAccount":
+        return "the provisioner ServiceAccount"
+    if key == "metrics":
+        return "the metrics Service"
     if key in _fields_by_key(_DeploymentKeys) or key == "allowUnsafeHelperTemplate":
         return "the provisioner Deployment"
     if key == "storageClasses":
         return "the StorageClasses"
+    if key == "configMapName":
+        return "the ConfigMap's name and the provisioner Deployment"
+    if key == "createNamespace":
+        return "the stack's resource graph"
     if key in ("namespace", "provisionerName"):
         return "object names, the Deployment and the StorageClasses"
     if key == "renderYamlToDirectory":

@@ -13,14 +13,14 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import yaml
 from pydantic import BeforeValidator, ValidationError
 
 from components import naming
-from components.args import LabelExpression, TopologyTerm
+from components.args import LabelExpression, MetricsExposure, TopologyTerm, UpdateStrategy
 
 T = TypeVar("T")
 
@@ -348,3 +348,295 @@ def _label_expression(value: object, inner_path: str) -> LabelExpression:
     if not values:
         raise InvalidValueError("must not be empty", f"{inner_path}.values")
     return LabelExpression(key=_string(value["key"], f"{inner_path}.key"), values=values)
+
+
+# -- the provisioner pod and its objects -------------------------------------------------------
+
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_PERCENT = re.compile(r"[0-9]+%")
+TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
+AFFINITY_KEYS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
+
+
+def check_qualified_name(value: str) -> str | None:
+    """Kubernetes' rule for label and annotation keys: an optional DNS-subdomain prefix and "/",
+    then a name of at most 63 characters."""
+    prefix, slash, name = value.rpartition("/")
+    valid_prefix = not slash or (0 < len(prefix) <= 253 and DNS_SUBDOMAIN.fullmatch(prefix))
+    if valid_prefix and len(name) <= 63 and _QUALIFIED_NAME_PART.fullmatch(name):
+        return None
+    return (
+        f"{show(value)} is not a valid key (an optional DNS prefix and /, then at most 63 "
+        'letters, digits, "-", "_" or ".")'
+    )
+
+
+def check_label_value(value: str) -> str | None:
+    if len(value) <= 63 and _LABEL_VALUE.fullmatch(value):
+        return None
+    return (
+        f'{show(value)} is not a valid label value (at most 63 letters, digits, "-", "_" or ".", '
+        "starting and ending with a letter or digit)"
+    )
+
+
+def check_object_name(value: str) -> str | None:
+    if len(value) <= 253 and DNS_SUBDOMAIN.fullmatch(value):
+        return None
+    return (
+        f"{show(value)} is not a valid object name "
+        '(lower-case letters, digits, "-" and ".", at most 253 characters)'
+    )
+
+
+def string_map(
+    what: str,
+    check_value: Check | None = None,
+    reserved: Mapping[str, str] | None = None,
+) -> BeforeValidator:
+    """A top-level map of keys (label or annotation keys) to strings; None (not set) stays None.
+    `reserved` keys are refused with the reason given."""
+
+    def read(value: str | dict[str, Any] | None) -> dict[str, str] | None:
+        if value is None:
+            return None
+        decoded = (
+            value if isinstance(value, dict) else decode_structured(value, dict, f"a map of {what}")
+        )
+        return _string_map(decoded, check_value, reserved or {})
+
+    return BeforeValidator(read)
+
+
+def _string_map(
+    value: object, check_value: Check | None, reserved: Mapping[str, str], inner_path: str = ""
+) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise InvalidValueError(f"must be a map of strings, got {show(value)}", inner_path)
+    result = {}
+    for name, given in value.items():
+        item_path = f"{inner_path}[{show(name)}]"
+        if name in reserved:
+            raise InvalidValueError(reserved[name], item_path)
+        problem = check_qualified_name(name)
+        text = _string(given, item_path)
+        problem = problem or (None if check_value is None else check_value(text))
+        if problem is not None:
+            raise InvalidValueError(problem, item_path)
+        result[name] = text
+    return result
+
+
+def _object(value: object, what: str, known: tuple[str, ...], inner_path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidValueError(f"must be {what}, got {show(value)}", inner_path)
+    for name in value:
+        if name not in known:
+            raise InvalidValueError(unknown_key(name, known), f"{inner_path}.{name}")
+    return value
+
+
+def _structured_value(value: str | Any, expected: type[T], what: str) -> T:
+    """A top-level structured key as the engine gives it (JSON text) or already decoded."""
+    if isinstance(value, expected) and not isinstance(value, str):
+        return value
+    return decode_structured(value, expected, what)
+
+
+def toleration_list() -> BeforeValidator:
+    """Kubernetes tolerations: [{key, operator, value, effect, tolerationSeconds}]."""
+
+    def read(value: str | None) -> tuple[dict[str, Any], ...] | None:
+        if value is None:
+            return None
+        items = _structured_value(value, list, "a list of tolerations")
+        return tuple(_toleration(item, f"[{index}]") for index, item in enumerate(items))
+
+    return BeforeValidator(read)
+
+
+def _toleration(value: object, inner_path: str) -> dict[str, Any]:
+    toleration = _object(
+        value, "a toleration {key, operator, value, effect}", TOLERATION_KEYS, inner_path
+    )
+    for name in ("key", "value"):
+        if name in toleration:
+            _string(toleration[name], f"{inner_path}.{name}")
+    operator = toleration.get("operator", "Equal")
+    if operator not in ("Equal", "Exists"):
+        raise InvalidValueError(
+            f"must be one of Equal, Exists; got {show(operator)}", f"{inner_path}.operator"
+        )
+    if operator == "Exists" and toleration.get("value", "") != "":
+        raise InvalidValueError(
+            "must be empty when operator is Exists (it matches every value)",
+            f"{inner_path}.value",
+        )
+    if "key" not in toleration and operator != "Exists":
+        raise InvalidValueError(
+            "an empty key needs operator Exists (it then tolerates every taint)",
+            f"{inner_path}.operator",
+        )
+    effect = toleration.get("effect", "")
+    if effect not in ("", "NoSchedule", "PreferNoSchedule", "NoExecute"):
+        raise InvalidValueError(
+            f"must be one of NoSchedule, PreferNoSchedule, NoExecute; got {show(effect)}",
+            f"{inner_path}.effect",
+        )
+    if "tolerationSeconds" in toleration:
+        seconds = toleration["tolerationSeconds"]
+        if isinstance(seconds, bool) or not isinstance(seconds, int):
+            raise InvalidValueError(
+                f"must be an integer, got {show(seconds)}", f"{inner_path}.tolerationSeconds"
+            )
+        if effect != "NoExecute":
+            raise InvalidValueError(
+                "applies only to effect NoExecute", f"{inner_path}.tolerationSeconds"
+            )
+    return dict(toleration)
+
+
+def affinity_object() -> BeforeValidator:
+    """A pod's affinity in Kubernetes' shape; its three parts must be objects (their insides are
+    the API server's to check, which the provider's preview asks)."""
+
+    def read(value: str | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        decoded = _structured_value(value, dict, "an object {nodeAffinity, podAffinity, ...}")
+        _object(decoded, "an object", AFFINITY_KEYS, "")
+        for name, part in decoded.items():
+            if not isinstance(part, dict):
+                raise InvalidValueError(f"must be an object, got {show(part)}", f".{name}")
+        return decoded
+
+    return BeforeValidator(read)
+
+
+def secret_names() -> BeforeValidator:
+    """Names of Secrets in the provisioner's namespace: ["regcred"], or Helm's
+    [{name: regcred}]."""
+
+    def read(value: str | None) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        items = _structured_value(value, list, "a list of Secret names")
+        names = []
+        for index, item in enumerate(items):
+            inner_path = f"[{index}]"
+            given = item
+            if isinstance(item, dict):
+                given = _object(item, "a Secret name", ("name",), inner_path).get("name")
+                inner_path += ".name"
+            name = _string(given, inner_path)
+            problem = check_object_name(name)
+            if problem is not None:
+                raise InvalidValueError(problem, inner_path)
+            names.append(name)
+        return tuple(names)
+
+    return BeforeValidator(read)
+
+
+def service_account_object() -> BeforeValidator:
+    """{annotations: {...}} of the provisioner's ServiceAccount (e.g. IRSA, workload identity)."""
+
+    def read(value: str | None) -> dict[str, str] | None:
+        if value is None:
+            return None
+        decoded = _structured_value(value, dict, "an object {annotations}")
+        _object(decoded, "an object {annotations}", ("annotations",), "")
+        return _string_map(decoded.get("annotations", {}), None, {}, ".annotations")
+
+    return BeforeValidator(read)
+
+
+def deployment_strategy() -> BeforeValidator:
+    """The Deployment's strategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable,
+    maxSurge}} or {type: Recreate}."""
+
+    def read(value: str | None) -> UpdateStrategy | None:
+        if value is None:
+            return None
+        decoded = _structured_value(value, dict, "an object {type, rollingUpdate}")
+        _object(decoded, "an object {type, rollingUpdate}", ("type", "rollingUpdate"), "")
+        kind = decoded.get("type", "RollingUpdate")
+        if kind not in ("RollingUpdate", "Recreate"):
+            raise InvalidValueError(
+                f"must be one of RollingUpdate, Recreate; got {show(kind)}", ".type"
+            )
+        rolling = decoded.get("rollingUpdate")
+        if rolling is None:
+            return UpdateStrategy(type=kind)
+        if kind == "Recreate":
+            raise InvalidValueError("is only for type RollingUpdate", ".rollingUpdate")
+        _object(
+            rolling,
+            "an object {maxUnavailable, maxSurge}",
+            ("maxUnavailable", "maxSurge"),
+            ".rollingUpdate",
+        )
+        bounds = {
+            name: _int_or_percent(rolling[name], f".rollingUpdate.{name}")
+            for name in ("maxUnavailable", "maxSurge")
+            if name in rolling
+        }
+        if all(bound in (0, "0%") for bound in bounds.values()) and len(bounds) == 2:
+            raise InvalidValueError(
+                "maxUnavailable and maxSurge cannot both be 0 (the rollout could never start)",
+                ".rollingUpdate",
+            )
+        return UpdateStrategy(
+            type=kind,
+            max_unavailable=bounds.get("maxUnavailable"),
+            max_surge=bounds.get("maxSurge"),
+        )
+
+    return BeforeValidator(read)
+
+
+def _int_or_percent(value: object, inner_path: str) -> int | str:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and _PERCENT.fullmatch(value):
+        return value
+    raise InvalidValueError(
+        f"must be a number of pods or a percentage (e.g. 1 or 25%), got {show(value)}",
+        inner_path,
+    )
+
+
+def metrics_exposure() -> BeforeValidator:
+    """{service: {enabled}, serviceMonitor: {enabled}}."""
+
+    def read(value: str | None) -> MetricsExposure | None:
+        if value is None:
+            return None
+        decoded = _structured_value(value, dict, "an object {service, serviceMonitor}")
+        _object(decoded, "an object {service, serviceMonitor}", ("service", "serviceMonitor"), "")
+        enabled = {
+            part: _enabled(decoded.get(part, {}), f".{part}")
+            for part in ("service", "serviceMonitor")
+        }
+        if enabled["serviceMonitor"] and not enabled["service"]:
+            raise InvalidValueError(
+                "needs metrics.service.enabled: true (a ServiceMonitor scrapes a Service)",
+                ".serviceMonitor.enabled",
+            )
+        return MetricsExposure(
+            service=enabled["service"], service_monitor=enabled["serviceMonitor"]
+        )
+
+    return BeforeValidator(read)
+
+
+def _enabled(value: object, inner_path: str) -> bool:
+    part = _object(value, "an object {enabled}", ("enabled",), inner_path)
+    enabled = part.get("enabled", False)
+    if enabled in ("true", "false"):
+        return bool(enabled == "true")
+    if not isinstance(enabled, bool):
+        raise InvalidValueError(
+            f"must be true or false, got {show(enabled)}", f"{inner_path}.enabled"
+        )
+    return enabled

@@ -46,7 +46,7 @@ class StorageClasses(pulumi.ComponentResource):
                 f"{name}-{storage_class.name}",
                 metadata={
                     "name": storage_class.name,
-                    "labels": naming.labels(name, "storageclass"),
+                    "labels": {**args.common_labels, **naming.labels(name, "storageclass")},
                     "annotations": {
                         **storage_class.all_annotations(),
                         **naming.FIELD_OWNERSHIP_ANNOTATIONS,
@@ -56,8 +56,8 @@ class StorageClasses(pulumi.ComponentResource):
                 reclaim_policy=storage_class.reclaim_policy,
                 volume_binding_mode=storage_class.volume_binding_mode,
                 parameters=dict(storage_class.parameters),
-                # Volumes are directories without a size of their own: nothing to expand.
-                allow_volume_expansion=False,
+                # The runtime grants an expansion when the volume's path has room.
+                allow_volume_expansion=storage_class.allow_volume_expansion,
                 allowed_topologies=[_topology_term(t) for t in storage_class.allowed_topologies]
                 or None,
                 mount_options=list(storage_class.mount_options) or None,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -53,10 +53,15 @@ class _RecordingMonitor(MockMonitor):
     def __init__(self, mocks: _Mocks) -> None:
         super().__init__(mocks)
         self.requests: list[Any] = []
+        self.reads: list[Any] = []
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (the gRPC method name)
         self.requests.append(request)
         return super().RegisterResource(request)  # type: ignore[no-untyped-call]
+
+    def ReadResource(self, request: Any) -> Any:  # noqa: N802 (the gRPC method name)
+        self.reads.append(request)
+        return super().ReadResource(request)  # type: ignore[no-untyped-call]
 
 
 @dataclass
@@ -64,6 +69,8 @@ class Run:
     registrations: list[Registration]
     outputs: dict[str, Any]
     error: BaseException | None
+    reads: list[tuple[str, str, str]] = field(default_factory=list)
+    """Existing objects the program reads (`Resource.get`): type, name, id."""
 
     def of_type(self, type_token: str) -> list[Registration]:
         return [r for r in self.registrations if r.type == type_token]
@@ -85,6 +92,9 @@ def run_mocked(raw_config: dict[str, str], program: Callable[[], None], stack: s
     error: BaseException | None = None
 
     def build() -> pulumi.Output[Any]:
+        # The mocks' root stack is made once per process: without this, a run would also
+        # report an earlier run's exports.
+        pulumi.runtime.get_root_resource().outputs.clear()  # type: ignore[union-attr]
         program()
         stack_outputs = pulumi.runtime.get_root_resource().outputs  # type: ignore[union-attr]
         return pulumi.Output.from_input(stack_outputs).apply(outputs.update)
@@ -110,4 +120,5 @@ def run_mocked(raw_config: dict[str, str], program: Callable[[], None], stack: s
         for request in monitor.requests
         if request.type != "pulumi:pulumi:Stack"
     ]
-    return Run(registrations, outputs, error)
+    reads = [(request.type, request.name, request.id) for request in monitor.reads]
+    return Run(registrations, outputs, error, reads)

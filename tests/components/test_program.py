@@ -199,6 +199,8 @@ def test_deployment_pod() -> None:
         "--configmap-name=local-path-config",
         "--service-account-name=local-path-storage-helper",
         "--worker-threads=8",
+        "--provisioning-retry-count=15",
+        "--deletion-retry-count=15",
         "--metrics-port=8080",
         "--leader-election",
     ]
@@ -282,7 +284,7 @@ def test_storage_classes_as_registered() -> None:
         "reclaimPolicy": "Delete",
         "volumeBindingMode": "WaitForFirstConsumer",
         "parameters": {"pathPattern": "{{ .PVC.Namespace }}/{{ .PVC.Name }}"},
-        "allowVolumeExpansion": False,
+        "allowVolumeExpansion": True,
     }
     assert classes["local-path-retain"]["reclaimPolicy"] == "Retain"
     assert classes["fast-ssd"]["parameters"] == {
