@@ -177,11 +177,18 @@ def shipped_stack_config(stack: str) -> dict[str, Any]:
 def base_config(
     names: StackNames, node_path: str = "/opt/local-path-provisioner"
 ) -> dict[str, Any]:
-    """The dev stack's shape, with this stack's names (keys without the project prefix)."""
+    """The dev stack's shape, with this stack's names (keys without the project prefix). A
+    path of the test's own is not on the nodes beforehand, so it says it may be created (only
+    rancher's default path is created without being told)."""
+    path: str | dict[str, Any] = (
+        node_path
+        if node_path == "/opt/local-path-provisioner"
+        else {"path": node_path, "create": True}
+    )
     return {
         "namespace": names.namespace,
         "provisionerName": names.provisioner_name,
-        "nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": [node_path]}],
+        "nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": [path]}],
         "storageClasses": [
             {
                 "name": names.class_name,
