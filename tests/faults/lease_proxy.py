@@ -7,7 +7,9 @@ own kubeconfig would have), streaming watch responses as they come. Told to, it 
 requests for coordination.k8s.io Leases (accepts them and never answers: a server that hangs),
 or answers them with an HTTP status (429, 503) itself, while everything else keeps flowing.
 Each forwarded write (POST, PUT, PATCH, DELETE) is recorded with when its answer came back, so
-a test can tell whether the replica wrote anything after a given moment.
+a test can tell whether the replica wrote anything after a given moment. Told to, it also holds
+one kind of request (a method on a path): accepted, never sent on and never answered, so a test
+can kill the replica at exactly that point of its work, the request never made.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class LeaseFaultProxy:
         self._ca_pem = cluster.ca_cert.read_bytes()
         self._lock = threading.Lock()
         self._lease_fault: int | str | None = None
+        self._holds: dict[tuple[str, str], threading.Event] = {}
         self._closed = threading.Event()
         self.writes: list[ForwardedWrite] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
@@ -75,6 +78,14 @@ class LeaseFaultProxy:
         """From now on Lease requests hang ("hang") or are answered with that HTTP status."""
         with self._lock:
             self._lease_fault = fault
+
+    def hold(self, method: str, path: str) -> threading.Event:
+        """From now on requests of `method` on `path` (the query aside) hang unsent; the event
+        is set when the first arrives."""
+        arrived = threading.Event()
+        with self._lock:
+            self._holds[(method, path)] = arrived
+        return arrived
 
     def writes_since(self, moment: float) -> list[ForwardedWrite]:
         """Writes the server may have applied after `moment` (wall clock), Lease ones too."""
@@ -124,6 +135,12 @@ class LeaseFaultProxy:
     def _serve(self, request: BaseHTTPRequestHandler) -> None:
         length = int(request.headers.get("Content-Length") or 0)
         body = request.rfile.read(length) if length else None
+        with self._lock:
+            held = self._holds.get((request.command, request.path.partition("?")[0]))
+        if held is not None:
+            held.set()
+            self._closed.wait()
+            return
         if request.path.startswith(LEASES):
             with self._lock:
                 fault = self._lease_fault
