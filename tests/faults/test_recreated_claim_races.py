@@ -27,7 +27,13 @@ from tests.faults.support import (
     events_with_reason,
     unique_base_path,
 )
-from tests.provisioner.e2e.support import ConfigFiles, ProvisionerSetup, volume_path, wait_gone
+from tests.provisioner.e2e.support import (
+    ConfigFiles,
+    ProvisionerSetup,
+    creatable,
+    volume_path,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -56,7 +62,7 @@ def test_a_claim_recreated_while_its_old_teardown_is_queued_keeps_its_data(
     record_helper_pods: Callable[[ProvisionerSetup], HelperPodRecorder],
 ) -> None:
     base = unique_base_path("recreated")
-    config = {"nodePathMap": [{"node": DEFAULT_NODE, "paths": [base]}]}
+    config = {"nodePathMap": [{"node": DEFAULT_NODE, "paths": [creatable(base)]}]}
     setup = make_setup(ConfigFiles(config=config, teardown=HELD_TEARDOWN))
     with provisioner_with_faults(setup, cluster) as (provisioner, _):
         storage_class = setup.create_class(

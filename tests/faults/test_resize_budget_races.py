@@ -45,7 +45,7 @@ def test_a_provision_during_a_resize_never_takes_the_room_it_grows_into(
     config = {
         "nodePathMap": [
             {"node": DEFAULT_NODE, "paths": []},
-            {"node": "node-1", "paths": [{"path": base, "capacity": "3Gi"}]},
+            {"node": "node-1", "paths": [{"path": base, "capacity": "3Gi", "create": True}]},
         ]
     }
     setup = make_setup(ConfigFiles(config=config))

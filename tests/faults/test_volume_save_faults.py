@@ -21,7 +21,7 @@ from provisioner.shell.app import Provisioner
 from provisioner.shell.controller import CLAIM, Key
 from tests.faults.api_answer_faults import provisioner_with_faults
 from tests.faults.support import unique_base_path
-from tests.provisioner.e2e.support import ConfigFiles, ProvisionerSetup, volume_path
+from tests.provisioner.e2e.support import ConfigFiles, ProvisionerSetup, creatable, volume_path
 
 pytestmark = pytest.mark.cluster
 
@@ -69,7 +69,7 @@ def test_a_pv_saved_but_answered_503_keeps_its_directory_and_binds(
 ) -> None:
     base = unique_base_path("save-503")
     setup = make_setup(
-        ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [base]}]})
+        ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [creatable(base)]}]})
     )
     with provisioner_with_faults(setup, cluster) as (provisioner, faults):
         provisioner.controller._actions._pv_save_retry_delay = 0.1
@@ -97,7 +97,7 @@ def test_a_read_answered_429_after_already_exists_keeps_the_directory(
 ) -> None:
     base = unique_base_path("save-429")
     setup = make_setup(
-        ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [base]}]})
+        ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [creatable(base)]}]})
     )
     with provisioner_with_faults(setup, cluster) as (provisioner, faults):
         provisioner.controller._actions._pv_save_retry_delay = 0.1
