@@ -130,9 +130,10 @@ class LocalCluster(ClusterAccess):
         """Starts a cluster and waits until it is usable; raises ClusterError (one line) and
         leaves nothing running when it cannot."""
         options = options or ClusterOptions()
-        started = time.monotonic()
         locate_binaries()  # fail before making anything when binaries are missing
+        # Before the clock starts: a first build of the image is not the cluster's start-up.
         provisioner = provisioner_runtime(options)
+        started = time.monotonic()
         if options.apiserver_port is not None:
             ensure_port_free(options.apiserver_port, "kube-apiserver")
         etcd_client, etcd_peer, apiserver = pick_free_ports(3)

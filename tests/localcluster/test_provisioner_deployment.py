@@ -267,10 +267,11 @@ def test_the_deployed_provisioner_runs_in_its_pod_and_binds_a_claim(
 def _provisioner_process(provisioner_name: str) -> psutil.Process:
     """The container's process: the image's interpreter running the entry point for this
     installation's provisioner name."""
+    flag = f"--provisioner-name={provisioner_name}"
     for process in psutil.process_iter(["cmdline"]):
         cmdline = process.info["cmdline"] or []
-        if provisioner_name in cmdline and any(
-            "local-path-storage-provisioner" in a for a in cmdline
+        if flag in cmdline and any(
+            part.endswith("local-path-storage-provisioner") for part in cmdline
         ):
             return process
     raise AssertionError(f"no provisioner process for {provisioner_name}")
@@ -297,7 +298,10 @@ def assert_runs_from_the_image(cluster: LocalCluster, installation: Installation
     assert "PYTHONPATH" not in environment
     assert environment["PATH"] == "/usr/local/bin:/usr/bin"
     assert process.uids().real == process.gids().real == 65532
-    assert process.exe() == "/usr/bin/python3.11"
+    # The image's interpreter, seen from here through the pod's root.
+    interpreter = Path(process.exe())
+    assert interpreter.is_relative_to(cluster.dir / "pods"), interpreter
+    assert interpreter.parts[-3:] == ("usr", "bin", "python3.11"), interpreter
 
 
 def test_an_image_without_a_library_it_needs_crash_loops_with_the_import_error(
