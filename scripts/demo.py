@@ -25,7 +25,13 @@ from typing import Any, TypeVar
 import yaml
 
 from components.naming import DEFAULT_NAMESPACE
-from localcluster import ClusterError, ClusterOptions, LocalCluster, wait_for
+from localcluster import (
+    PROVISIONER_IMAGE_REPOSITORY,
+    ClusterError,
+    ClusterOptions,
+    LocalCluster,
+    wait_for,
+)
 from localcluster.raw_api import call_json, manifest
 from scripts import build_image
 from scripts.pulumi_engine import ROOT, EngineUnavailableError, find_engine, project_copy
@@ -98,6 +104,11 @@ def deploy(cluster: LocalCluster, pulumi: Pulumi) -> dict[str, Any]:
         f"  provisioner pod {namespace}/{pod['metadata']['name']} Ready on "
         f"{pod['spec']['nodeName']}; its log: "
         f"{cluster.pod_log_path(namespace, pod['metadata']['name'], pod['metadata']['uid'])}"
+    )
+    image = cluster.image_table.entries[PROVISIONER_IMAGE_REPOSITORY]
+    print(
+        f"  its container ({pod['spec']['containers'][0]['image']}) runs from the image's root "
+        f"filesystem, unpacked at {image.root}"
     )
     return pod
 
