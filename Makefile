@@ -19,7 +19,7 @@ engine:
 image:
 	@$(PY) -m scripts.build_image
 
-demo: tools engine
+demo: tools engine image
 	@$(PY) -m scripts.demo
 
 lint:

@@ -4,8 +4,8 @@ etcd, kube-apiserver, kube-controller-manager and kube-scheduler run as real pro
 from the pinned Go modules; kwok keeps N fake nodes Ready and ordinary pods Running; pods
 labelled `local-path-storage.io/helper-pod: "true"` are run for real by the harness, with each
 node's hostPath volumes mapped to a directory of its own, and pods whose image is in the image
-table (by default `local-path-storage/provisioner`: this Python environment) are run as a
-kubelet would run them. Nothing here is used by the runtime.
+table (by default `local-path-storage/provisioner`: the provisioner's built image, its root
+filesystem unpacked) are run as a kubelet would run them. Nothing here is used by the runtime.
 
     with LocalCluster.start() as cluster:
         cluster.kubeconfig, cluster.nodes, cluster.node_dir("node-2"), cluster.core_v1()

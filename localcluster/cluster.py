@@ -33,7 +33,8 @@ from localcluster.event_log import EventLog
 from localcluster.helper_runner import HelperPodRunner
 from localcluster.image_pod_plan import RestartBackoff
 from localcluster.image_pod_runner import ImagePodRunner
-from localcluster.image_table import ImageRuntime, ImageTable
+from localcluster.image_root import image_runtime
+from localcluster.image_table import PROVISIONER_IMAGE_REPOSITORY, ImageRuntime, ImageTable
 from localcluster.kwok_stages import write_stages
 from localcluster.nodes import (
     NodeSpec,
@@ -44,6 +45,7 @@ from localcluster.nodes import (
 )
 from localcluster.ports import ensure_port_free, pick_free_ports
 from localcluster.raw_api import call_json
+from scripts import build_image
 
 DEFAULT_STARTUP_TIMEOUT_SECONDS = 120.0
 
@@ -60,18 +62,40 @@ class ClusterOptions:
     startup_timeout_seconds: float = DEFAULT_STARTUP_TIMEOUT_SECONDS
     announce: bool = True
     """Print "cluster ready in X.Xs" to stderr once ready."""
+    provisioner_image: Path | None = None
+    """The provisioner's built image (the directory `python -m scripts.build_image --path`
+    prints), run for `local-path-storage/provisioner`; None builds or reuses the cached image
+    of this checkout's tracked files."""
     images: Mapping[str, ImageRuntime] = field(default_factory=dict)
-    """More image-table entries (image repository -> runtime), added to the default one
-    (`local-path-storage/provisioner`: this Python environment); see image_table.py."""
+    """More image-table entries (image repository -> runtime), added to the provisioner's
+    image (or replacing it); see image_table.py."""
     restart_backoff: RestartBackoff = field(default_factory=RestartBackoff)
     """The crash-loop back-off of image-table pods (kubelet: 10 s doubling to 300 s)."""
+
+
+def provisioner_runtime(options: ClusterOptions) -> ImageRuntime | None:
+    """The provisioner's image, unpacked, unless an extra entry replaces it."""
+    if PROVISIONER_IMAGE_REPOSITORY in options.images:
+        return None
+    directory = options.provisioner_image
+    if directory is None:
+        try:
+            directory = build_image.image().directory
+        except build_image.ImageBuildError as error:
+            raise ClusterError(f"localcluster: no provisioner image: {error}") from error
+    return image_runtime(directory)
 
 
 class LocalCluster(ClusterAccess):
     """A running local cluster. Use `LocalCluster.start()` or `with LocalCluster.start() as c`."""
 
     def __init__(
-        self, options: ClusterOptions, layout: ClusterLayout, ports: ClusterPorts, pki: ClusterPki
+        self,
+        options: ClusterOptions,
+        layout: ClusterLayout,
+        ports: ClusterPorts,
+        pki: ClusterPki,
+        provisioner: ImageRuntime | None = None,
     ) -> None:
         super().__init__(
             f"https://127.0.0.1:{ports.apiserver}", pki.ca.cert, pki.admin, layout.root
@@ -88,7 +112,7 @@ class LocalCluster(ClusterAccess):
         self.runner = HelperPodRunner(
             self.admin_client, layout.root, self.node_dir, self.harness_log
         )
-        self.image_table = ImageTable(options.images)
+        self.image_table = ImageTable(options.images, provisioner)
         self.image_runner = ImagePodRunner(
             self.admin_client,
             layout.root,
@@ -106,8 +130,10 @@ class LocalCluster(ClusterAccess):
         """Starts a cluster and waits until it is usable; raises ClusterError (one line) and
         leaves nothing running when it cannot."""
         options = options or ClusterOptions()
-        started = time.monotonic()
         locate_binaries()  # fail before making anything when binaries are missing
+        # Before the clock starts: a first build of the image is not the cluster's start-up.
+        provisioner = provisioner_runtime(options)
+        started = time.monotonic()
         if options.apiserver_port is not None:
             ensure_port_free(options.apiserver_port, "kube-apiserver")
         etcd_client, etcd_peer, apiserver = pick_free_ports(3)
@@ -117,7 +143,7 @@ class LocalCluster(ClusterAccess):
         layout = ClusterLayout(root)
         try:
             pki = generate_pki(layout.pki)
-            cluster = cls(options, layout, ports, pki)
+            cluster = cls(options, layout, ports, pki, provisioner)
         except BaseException:
             shutil.rmtree(root, ignore_errors=True)
             raise

@@ -75,6 +75,9 @@ class SandboxPlan:
     read_only_root: bool = False
     fresh_tmp: bool = True
     """A tmpfs at /tmp; real images bring their own /tmp, read-only with the root."""
+    image_root: str | None = None
+    """The image's unpacked root filesystem, the container's root under a writable layer of
+    its own; None builds the root from the host's system directories."""
     hostname: str = ""
     """The container's hostname (its own UTS namespace), as kubelet sets it: the pod's
     spec.hostname, else its name. Programs use it as their identity (a leader election's
@@ -132,16 +135,18 @@ def plan_sandbox(
     image: ImageRuntime | None = None,
     container: Mapping[str, Any] | None = None,
 ) -> SandboxPlan:
-    """The sandbox for one of the pod's containers (`container`, else its only one): command,
-    environment (`env`, else computed from the pod alone), working directory, the `image`'s
-    directories read-only at their own paths, and one bind mount per volume mount of that
-    container (hostPath from the node's directory, other kinds from the directories in
-    `materialized`, keyed by volume name)."""
+    """The sandbox for one of the pod's containers (`container`, else its only one): command
+    (else the `image`'s entrypoint), environment (`env`, else computed from the pod alone),
+    working directory, the `image`'s root filesystem or its directories read-only at their own
+    paths, and one bind mount per volume mount of that container (hostPath from the node's
+    directory, other kinds from the directories in `materialized`, keyed by volume name)."""
     container = container if container is not None else only_container(pod)
     name = pod["metadata"]["name"]
     env = dict(env) if env is not None else container_environment(container, name, pod=pod)
     command = [expand_variables(str(part), env) for part in container.get("command") or []]
     args = [expand_variables(str(part), env) for part in container.get("args") or []]
+    if not command and image is not None:
+        command = list(image.entrypoint)
     if not command:
         raise UnsupportedPodError(
             "UnsupportedPod",
@@ -150,6 +155,7 @@ def plan_sandbox(
         )
     volumes = {volume["name"]: volume for volume in pod["spec"].get("volumes") or []}
     mounts = [Mount(str(path), str(path), read_only=True) for path in image.mounts] if image else []
+    image_root = str(image.root) if image is not None and image.root is not None else None
     for volume_mount in container.get("volumeMounts") or []:
         volume = volumes.get(volume_mount["name"])
         if volume is None:
@@ -183,8 +189,9 @@ def plan_sandbox(
         root=str(root),
         argv=command + args,
         env=env,
-        working_dir=container.get("workingDir") or "/",
+        working_dir=container.get("workingDir") or (image.working_dir if image else "/"),
         mounts=mounts,
+        image_root=image_root,
         hostname=pod_hostname(pod),
     )
 

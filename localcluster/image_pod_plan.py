@@ -61,14 +61,21 @@ def service_environment(api_port: int) -> dict[str, str]:
 
 
 def environment_defaults(runtime: ImageRuntime, api_port: int, user: int | None) -> dict[str, str]:
-    """PATH with the image's directories first, HOME as a runtime sets it for the user, and
-    the service variables."""
+    """PATH with the image's directories first, HOME as a runtime sets it for the user, the
+    image's own environment over both (an image's config names its PATH and HOME), and the
+    service variables."""
     path = ":".join([*(str(directory) for directory in runtime.path), DEFAULT_PATH])
     home = "/root" if user in (None, 0) else "/"
     python_path = (
         {"PYTHONPATH": ":".join(map(str, runtime.python_path))} if runtime.python_path else {}
     )
-    return {"PATH": path, "HOME": home, **python_path, **service_environment(api_port)}
+    return {
+        "PATH": path,
+        "HOME": home,
+        **python_path,
+        **runtime.env,
+        **service_environment(api_port),
+    }
 
 
 @dataclass(frozen=True)
@@ -79,21 +86,27 @@ class SecuritySettings:
     read_only_root: bool
 
 
-def security_settings(pod: Mapping[str, Any], container: Mapping[str, Any]) -> SecuritySettings:
+def security_settings(
+    pod: Mapping[str, Any], container: Mapping[str, Any], image: ImageRuntime | None = None
+) -> SecuritySettings:
     """The container's securityContext over the pod's (runAsUser, runAsGroup, runAsNonRoot,
-    readOnlyRootFilesystem; supplementalGroups and fsGroup as extra groups)."""
+    readOnlyRootFilesystem; supplementalGroups and fsGroup as extra groups), over the
+    `image`'s User."""
     pod_context = pod["spec"].get("securityContext") or {}
     context = {**pod_context, **(container.get("securityContext") or {})}
     user = context.get("runAsUser")
+    group = context.get("runAsGroup")
+    if user is None and image is not None and image.user is not None:
+        user = image.user
+        group = image.group if group is None else group
     if context.get("runAsNonRoot") and user in (None, 0):
         raise ContainerConfigError(
             "container has runAsNonRoot and image will run as root (no runAsUser is set, and "
-            "the local cluster's images run as root by default)"
+            "the image names no non-root User)"
         )
     groups = [int(group) for group in pod_context.get("supplementalGroups") or []]
     if pod_context.get("fsGroup") is not None:
         groups.append(int(pod_context["fsGroup"]))
-    group = context.get("runAsGroup")
     if group is None and user is not None:
         group = 0  # as container runtimes do when an image names no group
     return SecuritySettings(

@@ -1,13 +1,14 @@
 """The image table: which container images the harness runs for real, and from what.
 
 Why: kwok only pretends to run pods, but the provisioner's own Deployment must really run (and
-bind claims) for `pulumi up` to be tested end to end. No image is ever pulled: an entry maps an
-image repository to host directories that stand in for the image's filesystem, mounted
-read-only at their own paths in the pod's root, and the ones put first on PATH. The default
-entry, `local-path-storage/provisioner` (any tag or digest), is the Python environment running
-the harness: its virtualenv, the interpreter installation it was made from, and the checkouts
-its editable installs point at, and this checkout first on PYTHONPATH, so the pod runs the code
-of this working tree even when the shared virtualenv's editable install points at another clone.
+bind claims) for `pulumi up` to be tested end to end. No image is ever pulled: an entry is
+either an image's unpacked root filesystem (`root`, with its config's environment, user and
+entrypoint), which becomes the container's root under a writable layer of its own, or host
+directories that stand in for an image, mounted read-only at their own paths in a root made of
+the host's system directories. The entry `local-path-storage/provisioner` (any tag or digest)
+is the provisioner's built image (image_root.py), so the Deployment runs the very artifact a
+user pushes; `python_environment()` (the harness's own interpreter and this checkout) serves
+tests that need a Python image with a shell, as an explicit extra entry.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import ast
 import re
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +29,20 @@ _EDITABLE_MAPPING = re.compile(r"^MAPPING\s*(?::[^=]*)?=\s*(\{.*?\})\s*$", re.MU
 
 @dataclass(frozen=True)
 class ImageRuntime:
-    """What stands in for one image: host directories mounted read-only at their own paths
-    (`mounts`), the ones put first on the container's PATH (`path`) and on its PYTHONPATH
-    (`python_path`)."""
+    """What stands in for one image: its unpacked root filesystem (`root`) with its config's
+    `env`, `user`, `group`, `entrypoint` and `working_dir`; or, when `root` is None, host
+    directories mounted read-only at their own paths (`mounts`), the ones put first on the
+    container's PATH (`path`) and on its PYTHONPATH (`python_path`)."""
 
     path: tuple[Path, ...] = ()
     mounts: tuple[Path, ...] = ()
     python_path: tuple[Path, ...] = ()
+    root: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    user: int | None = None
+    group: int | None = None
+    entrypoint: tuple[str, ...] = ()
+    working_dir: str = "/"
 
     @classmethod
     def directory(cls, binaries: Path) -> ImageRuntime:
@@ -91,11 +99,16 @@ def image_repository(image: str) -> str:
 
 
 class ImageTable:
-    """Image repository -> runtime; `extra` entries are added to (or replace) the default."""
+    """Image repository -> runtime: the `provisioner` image (when given) under
+    `local-path-storage/provisioner`, and the `extra` entries (which may replace it)."""
 
-    def __init__(self, extra: Mapping[str, ImageRuntime] | None = None) -> None:
+    def __init__(
+        self,
+        extra: Mapping[str, ImageRuntime] | None = None,
+        provisioner: ImageRuntime | None = None,
+    ) -> None:
         self.entries: dict[str, ImageRuntime] = {
-            PROVISIONER_IMAGE_REPOSITORY: python_environment(),
+            **({PROVISIONER_IMAGE_REPOSITORY: provisioner} if provisioner else {}),
             **(extra or {}),
         }
 

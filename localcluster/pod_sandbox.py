@@ -4,11 +4,12 @@ Why: a helper pod's command uses absolute node paths (`mkdir -p /opt/lps/pvc-...
 node those are the node's disk. Here each node is a directory of the harness, so the command
 must see `<node dir>/opt/lps` at `/opt/lps`. The runner starts this file under
 `unshare --mount --propagation private`; it joins the pod's network namespace when the plan
-names one, builds a per-pod root (the host's /usr, /etc and friends read-only, a fresh /tmp,
-/dev, /proc, the image's directories read-only, then each volume bind-mounted at its
-mountPath), makes that root read-only if asked, chroots into it, takes the pod's uid and gid
-and execs the command. The mounts die with the namespace when the command ends, so nothing
-leaks into the host's mount table.
+names one, builds a per-pod root (an image's unpacked root filesystem under a writable layer of
+the container's own, as container runtimes do with overlayfs; or the host's /usr, /etc and
+friends read-only, a fresh /tmp and the image's directories read-only; then /dev, /proc and
+each volume bind-mounted at its mountPath), makes that root read-only if asked, chroots into
+it, takes the pod's uid and gid and execs the command. The mounts die with the namespace when
+the command ends, so nothing leaks into the host's mount table.
 
 It is run as a file with `python -I -S`, so it imports only the standard library (starting it
 must stay cheap: it is on the path of every helper pod).
@@ -32,6 +33,7 @@ MS_NODEV = 4
 MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
+MAX_SYMLINKS = 40  # as the kernel's path walk
 CLONE_NEWNET = 0x40000000
 DIRECTORY_MODE = 0o755
 SYSTEM_DIRECTORIES = ("usr", "bin", "lib", "lib64", "sbin", "etc")
@@ -61,7 +63,29 @@ def _bind(source: str, target: str, *, read_only: bool) -> None:
 
 
 def _inside(root: Path, path: str) -> Path:
-    return root / path.lstrip("/")
+    """`path` as the container will see it, its symlinks followed within `root` (an image's
+    /var/run -> /run must not lead a mount to the host's /run), as runc resolves mount
+    targets; the last missing components are appended as they are."""
+    resolved = root
+    pending = [part for part in path.split("/") if part not in ("", ".")]
+    links = 0
+    while pending:
+        part = pending.pop(0)
+        if part == "..":
+            resolved = resolved.parent if resolved != root else root
+            continue
+        candidate = resolved / part
+        if not candidate.is_symlink():
+            resolved = candidate
+            continue
+        links += 1
+        if links > MAX_SYMLINKS:
+            raise SandboxError(f"too many symbolic links in {path}")
+        target = str(candidate.readlink())
+        if target.startswith("/"):
+            resolved = root
+        pending = [piece for piece in target.split("/") if piece not in ("", ".")] + pending
+    return resolved
 
 
 def _make_directories(directory: Path) -> None:
@@ -111,15 +135,24 @@ def _entry_by_entry(host: Path, inside: Path) -> None:
             _bind(str(entry), str(target), read_only=True)
 
 
-def build_root(plan: dict[str, Any]) -> None:
-    root = Path(plan["root"])
-    root.mkdir(parents=True, exist_ok=True)
-    root.chmod(DIRECTORY_MODE)
-    read_only_root = bool(plan.get("read_only_root"))
-    if read_only_root:
-        # A mount of its own, so it can be made read-only once every mount point exists.
-        _bind(str(root), str(root), read_only=False)
-    targets = [str(mount["target"]) for mount in plan["mounts"]]
+def _image_layers(image_root: Path, root: Path) -> None:
+    """The image's root filesystem, read-only, under a writable layer on a tmpfs of this
+    namespace (the container's changes and its mount points go there and die with it)."""
+    if any(character in str(image_root) for character in ",:"):
+        raise SandboxError(f"image root {image_root} has a ',' or ':' (overlayfs options)")
+    layer = root.with_name(f"{root.name}-layer")
+    layer.mkdir(exist_ok=True)
+    _mount("tmpfs", str(layer), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    upper, work = layer / "upper", layer / "work"
+    upper.mkdir()
+    work.mkdir()
+    options = f"lowerdir={image_root},upperdir={upper},workdir={work}"
+    _mount("overlay", str(root), "overlay", 0, options)
+
+
+def _host_system_directories(root: Path, targets: list[str]) -> list[Path]:
+    """The host's SYSTEM_DIRECTORIES read-only in `root`; returns those made entry by entry
+    (to be remounted read-only with the root)."""
     shadowed = []
     for name in SYSTEM_DIRECTORIES:
         host = Path("/") / name
@@ -135,9 +168,28 @@ def build_root(plan: dict[str, Any]) -> None:
                 shadowed.append(inside)
             else:
                 _bind(str(host), str(inside), read_only=True)
+    return shadowed
+
+
+def build_root(plan: dict[str, Any]) -> None:
+    root = Path(plan["root"])
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(DIRECTORY_MODE)
+    read_only_root = bool(plan.get("read_only_root"))
+    image_root = plan.get("image_root")
+    shadowed: list[Path] = []
+    if image_root:
+        _image_layers(Path(image_root), root)
+    else:
+        if read_only_root:
+            # A mount of its own, so it can be made read-only once every mount point exists.
+            _bind(str(root), str(root), read_only=False)
+        targets = [str(mount["target"]) for mount in plan["mounts"]]
+        shadowed = _host_system_directories(root, targets)
     for name in ("tmp", "dev", "proc"):
         (root / name).mkdir(exist_ok=True)
-    (root / "tmp").chmod(0o1777)
+    if not image_root:  # an image's /tmp is the image's
+        (root / "tmp").chmod(0o1777)
     if plan.get("fresh_tmp", True):
         _mount("tmpfs", str(root / "tmp"), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
     _bind("/dev", str(root / "dev"), read_only=False)

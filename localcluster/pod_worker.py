@@ -195,7 +195,7 @@ class PodWorker:
 
     def _plan(self, volumes: Mapping[str, Path], attempt: int) -> SandboxPlan:
         container = only_container(self.pod)
-        security = rules.security_settings(self.pod, container)
+        security = rules.security_settings(self.pod, container, self.context.runtime)
         defaults = rules.environment_defaults(
             self.context.runtime, self.context.api_port, security.user
         )

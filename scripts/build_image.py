@@ -20,6 +20,7 @@ with the same inputs builds nothing.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import gzip
 import hashlib
 import json
@@ -550,13 +551,17 @@ def image(rebuild: bool = False) -> BuiltImage:
     """The cached image of the current inputs, built if it is not there yet."""
     ensure_tools()  # also when cached: the tests unpack with umoci, users push with skopeo
     directory = cache_dir() / f"image-{input_key()}"
-    if rebuild:
-        shutil.rmtree(directory, ignore_errors=True)
-    if (directory / "image.json").is_file():
-        return BuiltImage.load(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
-    progress(f"building {REPOSITORY}:{project_version()} into {directory}")
-    return build(directory)
+    # Sessions started together (two test runs, a test run and the demo) build it once: the
+    # others wait here, then find it built.
+    with directory.with_name(f"{directory.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if rebuild:
+            shutil.rmtree(directory, ignore_errors=True)
+        if (directory / "image.json").is_file():
+            return BuiltImage.load(directory)
+        progress(f"building {REPOSITORY}:{project_version()} into {directory}")
+        return build(directory)
 
 
 def file_digest(path: Path) -> str:

@@ -1,6 +1,7 @@
-"""The demo, as a user lives through it: a local cluster, `pulumi up` of the dev stack's
-config, a claim bound by the provisioner that `up` deployed, its directory on the pod's node,
-the release that removes it again, `pulumi destroy`, and a clean stop; a time per step.
+"""The demo, as a user lives through it: the provisioner's image, a local cluster, `pulumi up`
+of the dev stack's config, a claim bound by the provisioner that `up` deployed (its pod runs
+from that image's root filesystem, the very artifact a user pushes), its directory on the
+pod's node, the release that removes it again, `pulumi destroy`, and a clean stop; a time per step.
 
 Why: it shows the whole product path with nothing but this repository: a real control plane
 with fake nodes whose provisioner pod the harness runs as a kubelet would, the real Pulumi
@@ -24,8 +25,15 @@ from typing import Any, TypeVar
 import yaml
 
 from components.naming import DEFAULT_NAMESPACE
-from localcluster import ClusterError, ClusterOptions, LocalCluster, wait_for
+from localcluster import (
+    PROVISIONER_IMAGE_REPOSITORY,
+    ClusterError,
+    ClusterOptions,
+    LocalCluster,
+    wait_for,
+)
 from localcluster.raw_api import call_json, manifest
+from scripts import build_image
 from scripts.pulumi_engine import ROOT, EngineUnavailableError, find_engine, project_copy
 
 STACK = "demo"
@@ -96,6 +104,11 @@ def deploy(cluster: LocalCluster, pulumi: Pulumi) -> dict[str, Any]:
         f"  provisioner pod {namespace}/{pod['metadata']['name']} Ready on "
         f"{pod['spec']['nodeName']}; its log: "
         f"{cluster.pod_log_path(namespace, pod['metadata']['name'], pod['metadata']['uid'])}"
+    )
+    image = cluster.image_table.entries[PROVISIONER_IMAGE_REPOSITORY]
+    print(
+        f"  its container ({pod['spec']['containers'][0]['image']}) runs from the image's root "
+        f"filesystem, unpacked at {image.root}"
     )
     return pod
 
@@ -194,13 +207,17 @@ def main() -> int:
     started = time.monotonic()
     code = 0
     try:
+        with step("The provisioner's image (built from this checkout's tracked files, cached)"):
+            image = build_image.image()
+            print(f"  {image.reference} {image.digest}; archive {image.archive}")
         with step(
             "Starting the local cluster (etcd, kube-apiserver, controller-manager, scheduler, kwok)"
         ):
-            cluster = LocalCluster.start(ClusterOptions(announce=False))
+            options = ClusterOptions(announce=False, provisioner_image=image.directory)
+            cluster = LocalCluster.start(options)
             seconds = cluster.startup_seconds
             print(f"  cluster ready in {seconds:.1f}s; kubeconfig {cluster.kubeconfig}")
-    except ClusterError as error:
+    except (ClusterError, build_image.ImageBuildError) as error:
         print(error, file=sys.stderr)
         return 1
     try:

@@ -11,17 +11,25 @@ from collections.abc import Iterator
 
 import pytest
 
-from localcluster import ClusterError, LocalCluster
+from localcluster import ClusterError, ClusterOptions, LocalCluster
+from scripts import build_image
+from tests.localcluster.image_pods import host_images
 
 _started: list[LocalCluster] = []
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[LocalCluster]:
-    """A running local cluster (3 kwok nodes node-1..node-3), stopped at the end of the session."""
+    """A running local cluster (3 kwok nodes node-1..node-3), stopped at the end of the session.
+    The provisioner's Deployment runs the image of this working tree's tracked files, built
+    (or reused from the cache) first."""
     problem = ""
     try:
-        running = LocalCluster.start()
+        image = build_image.image()
+        options = ClusterOptions(provisioner_image=image.directory, images=host_images())
+        running = LocalCluster.start(options)
+    except build_image.ImageBuildError as error:
+        problem = f"the provisioner's image could not be built: {error}"
     except ClusterError as error:
         problem = str(error)
     if problem:  # failed outside the except block, so pytest shows the one line alone

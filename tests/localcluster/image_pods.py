@@ -8,9 +8,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from localcluster import PROVISIONER_IMAGE_REPOSITORY, LocalCluster, wait_for
+from localcluster import ImageRuntime, LocalCluster, wait_for
+from localcluster.image_table import python_environment
 
-IMAGE = f"{PROVISIONER_IMAGE_REPOSITORY}:test"
+# A Python image with a shell and coreutils: the harness's own interpreter and the host's
+# system directories, an extra image-table entry of the test clusters.
+HOST_PYTHON_REPOSITORY = "localcluster.invalid/host-python"
+IMAGE = f"{HOST_PYTHON_REPOSITORY}:test"
+
+
+def host_images() -> dict[str, ImageRuntime]:
+    return {HOST_PYTHON_REPOSITORY: python_environment()}
+
 
 # A small server: /readyz and /healthz answer 200 while the mounted ConfigMap's `ready` and
 # `alive` keys say "yes"; every state of the ConfigMap's directory it sees (..data target,

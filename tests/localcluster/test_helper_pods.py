@@ -15,6 +15,7 @@ from localcluster.helper_pods import (
     plan_sandbox,
     termination_message,
 )
+from localcluster.image_table import ImageRuntime
 from localcluster.pod_env import container_environment, expand_variables
 from tests.localcluster.pods import helper_pod
 
@@ -69,6 +70,23 @@ def test_unsupported_volumes_and_missing_command_are_refused(tmp_path: Path) -> 
     del pod["spec"]["containers"][0]["command"]
     with pytest.raises(UnsupportedPodError, match="command"):
         plan_sandbox(pod, root=tmp_path, node_dir=tmp_path, materialized={})
+
+
+def test_an_image_root_is_the_plans_root_with_no_host_directory_and_its_entrypoint(
+    tmp_path: Path,
+) -> None:
+    pod = _with_uid(helper_pod("p", "node-1", "true"))
+    container = pod["spec"]["containers"][0]
+    del container["command"]
+    container["args"] = ["--workers", "2"]
+    image = ImageRuntime(
+        root=tmp_path / "rootfs", entrypoint=("provisioner",), working_dir="/home/nonroot"
+    )
+    plan = plan_sandbox(pod, root=tmp_path, node_dir=tmp_path / "n", materialized={}, image=image)
+    assert plan.image_root == str(tmp_path / "rootfs")
+    assert plan.argv == ["provisioner", "--workers", "2"]
+    assert plan.working_dir == "/home/nonroot"
+    assert [m.target for m in plan.mounts] == ["/opt/lps"], "the volume only"
 
 
 def test_kubernetes_variable_expansion() -> None:

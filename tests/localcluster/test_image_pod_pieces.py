@@ -55,23 +55,40 @@ def test_image_repository_drops_tag_and_digest_but_not_a_registry_port(
     assert image_repository(image) == repository
 
 
-def test_the_default_entry_is_this_python_environment_and_extra_entries_add_to_it(
+IMAGE_ROOT = ImageRuntime(
+    root=Path("/cache/image-1/rootfs"),
+    env={"PATH": "/usr/local/bin:/usr/bin", "HOME": "/home/nonroot", "LANG": "C.UTF-8"},
+    user=65532,
+    group=65532,
+    entrypoint=("local-path-storage-provisioner",),
+)
+
+
+def test_the_provisioner_entry_is_its_image_and_extra_entries_add_to_or_replace_it(
     tmp_path: Path,
 ) -> None:
-    table = ImageTable({"example.com/tools": ImageRuntime.directory(tmp_path)})
+    tools = ImageRuntime.directory(tmp_path)
+    table = ImageTable({"example.com/tools": tools}, IMAGE_ROOT)
     assert table.repositories == ["example.com/tools", PROVISIONER_IMAGE_REPOSITORY]
-    default = table.runtime_for(_pod())
-    assert default is not None
-    assert default.path == (Path(sys.prefix) / "bin",)
-    mounted = default.mounts
+    assert table.runtime_for(_pod()) == IMAGE_ROOT
+    assert table.runtime_for(_pod("example.com/tools:2")) == ImageRuntime((tmp_path,), (tmp_path,))
+    assert table.runtime_for(_pod("busybox")) is None
+    replaced = ImageTable({PROVISIONER_IMAGE_REPOSITORY: tools}, IMAGE_ROOT)
+    assert replaced.runtime_for(_pod()) == tools
+    assert ImageTable({"example.com/tools": tools}).repositories == ["example.com/tools"]
+
+
+def test_the_python_environment_entry_is_this_interpreter_and_this_checkout() -> None:
+    runtime = python_environment()
+    assert runtime.root is None
+    assert runtime.path == (Path(sys.prefix) / "bin",)
+    mounted = runtime.mounts
     assert any(Path(sys.prefix).resolve().is_relative_to(path) for path in mounted)
     assert any(Path(sys.base_prefix).resolve().is_relative_to(path) for path in mounted)
     checkout = Path(__file__).resolve().parents[2]
     assert any(checkout.is_relative_to(path) for path in mounted), "the editable checkout"
     # This checkout's code first, whichever clone the shared virtualenv's editable install names.
-    assert default.python_path == (checkout,)
-    assert table.runtime_for(_pod("example.com/tools:2")) == ImageRuntime((tmp_path,), (tmp_path,))
-    assert table.runtime_for(_pod("busybox")) is None
+    assert runtime.python_path == (checkout,)
 
 
 def test_outermost_keeps_only_paths_not_inside_another(tmp_path: Path) -> None:
@@ -149,6 +166,15 @@ def test_environment_defaults_put_the_image_first_and_point_at_the_relay() -> No
     )
 
 
+def test_an_image_roots_environment_is_its_configs_with_nothing_of_the_host() -> None:
+    defaults = environment_defaults(IMAGE_ROOT, 6443, 65532)
+    assert defaults["PATH"] == "/usr/local/bin:/usr/bin"
+    assert defaults["HOME"] == "/home/nonroot"
+    assert defaults["LANG"] == "C.UTF-8"
+    assert "PYTHONPATH" not in defaults
+    assert defaults["KUBERNETES_SERVICE_HOST"] == "127.0.0.1"
+
+
 def test_security_context_container_over_pod_and_run_as_non_root() -> None:
     pod = _pod(securityContext={"runAsUser": 1000, "fsGroup": 2000, "supplementalGroups": [3]})
     container = {"securityContext": {"runAsUser": 1001, "readOnlyRootFilesystem": True}}
@@ -158,6 +184,18 @@ def test_security_context_container_over_pod_and_run_as_non_root() -> None:
     assert settings.read_only_root
     with pytest.raises(ContainerConfigError, match="runAsNonRoot"):
         security_settings(_pod(securityContext={"runAsNonRoot": True}), {})
+
+
+def test_the_images_user_applies_unless_the_security_context_names_one() -> None:
+    non_root = _pod(securityContext={"runAsNonRoot": True})
+    settings = security_settings(non_root, {}, IMAGE_ROOT)
+    assert (settings.user, settings.group) == (65532, 65532)
+    own_user = security_settings(_pod(securityContext={"runAsUser": 1000}), {}, IMAGE_ROOT)
+    assert (own_user.user, own_user.group) == (1000, 0)
+    own_group = security_settings(_pod(securityContext={"runAsGroup": 7}), {}, IMAGE_ROOT)
+    assert (own_group.user, own_group.group) == (65532, 7)
+    with pytest.raises(ContainerConfigError, match="runAsNonRoot"):
+        security_settings(non_root, {}, ImageRuntime(root=Path("/r"), user=0))
 
 
 def test_back_off_restarts_at_once_then_doubles_up_to_the_cap() -> None:

@@ -19,7 +19,7 @@ from localcluster import (
 )
 from localcluster.raw_api import call_json
 from localcluster.state_file import read_state, state_path
-from tests.localcluster.image_pods import IMAGE, container_status, is_ready, pod
+from tests.localcluster.image_pods import IMAGE, container_status, host_images, is_ready, pod
 from tests.localcluster.pods import helper_pod
 
 pytestmark = pytest.mark.cluster
@@ -109,6 +109,7 @@ def test_image_table_pods_restart_with_the_configured_back_off_and_die_with_the_
         parent_dir=tmp_path,
         restart_backoff=RestartBackoff(initial_seconds=0.2, max_seconds=0.4),
         announce=False,
+        images=host_images(),
     )
     with LocalCluster.start(options) as cluster:
         cluster.create_namespace("work")

@@ -1,17 +1,23 @@
 """End to end through the image table: the provisioner's Deployment, as components/ declares
 it (namespace, accounts, RBAC from components.rbac, ConfigMap, and the pod template of
-components/deployment.py itself), runs the real `local-path-storage-provisioner` in a pod; a
-WaitForFirstConsumer claim binds and its directory appears on the node; releasing it removes
-the directory."""
+components/deployment.py itself), runs the real `local-path-storage-provisioner` in a pod, from
+the built image's root filesystem and nothing of the host's Python; a WaitForFirstConsumer claim
+binds and its directory appears on the node; releasing it removes the directory. An image
+missing a library the provisioner imports makes the pod crash-loop with the ImportError."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
+import sys
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -19,7 +25,15 @@ from kubernetes.client.exceptions import ApiException
 from components import naming, rbac
 from components.args import ConfigMapFiles, ProvisionerDeploymentArgs
 from components.deployment import pod_template
-from localcluster import LocalCluster, wait_for
+from localcluster import (
+    PROVISIONER_IMAGE_REPOSITORY,
+    ClusterOptions,
+    LocalCluster,
+    NodeSpec,
+    RestartBackoff,
+    wait_for,
+)
+from localcluster.image_table import CHECKOUT
 from localcluster.raw_api import call_json, manifest
 from provisioner.core.config import (
     DEFAULT_HELPER_POD_YAML,
@@ -31,6 +45,7 @@ from tests.localcluster.image_pods import container_status, is_ready, log_of
 pytestmark = pytest.mark.cluster
 
 NODE_PATH = "/opt/lps-deployed"
+IMAGE_SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"
 
 
 def _rules(rules: tuple[rbac.PolicyRule, ...]) -> list[dict[str, Any]]:
@@ -200,6 +215,7 @@ def test_the_deployed_provisioner_runs_in_its_pod_and_binds_a_claim(
 
     running = wait_for(provisioner_pod, 120, "the provisioner's pod to be Ready")
     assert container_status(running)["restartCount"] == 0
+    assert_runs_from_the_image(cluster, installation)
     claim = {
         "metadata": {"name": "data"},
         "spec": {
@@ -246,3 +262,76 @@ def test_the_deployed_provisioner_runs_in_its_pod_and_binds_a_claim(
         return True if not directory.exists() else None
 
     wait_for(removed, 90, f"{directory} to be removed after the claim is released")
+
+
+def _provisioner_process(provisioner_name: str) -> psutil.Process:
+    """The container's process: the image's interpreter running the entry point for this
+    installation's provisioner name."""
+    flag = f"--provisioner-name={provisioner_name}"
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if flag in cmdline and any(
+            part.endswith("local-path-storage-provisioner") for part in cmdline
+        ):
+            return process
+    raise AssertionError(f"no provisioner process for {provisioner_name}")
+
+
+def assert_runs_from_the_image(cluster: LocalCluster, installation: Installation) -> None:
+    """The pod's process sees the image's root filesystem, runs as the Deployment's user, and
+    nothing of the harness's virtualenv or checkout is mounted or named in its environment."""
+    image_root = cluster.image_table.entries[PROVISIONER_IMAGE_REPOSITORY].root
+    assert image_root is not None
+    process = _provisioner_process(installation.provisioner_name)
+    seen = Path(f"/proc/{process.pid}/root")
+    entry_point = "usr/local/bin/local-path-storage-provisioner"
+    assert (seen / entry_point).read_bytes() == (image_root / entry_point).read_bytes()
+    assert (seen / "etc/passwd").read_bytes() == (image_root / "etc/passwd").read_bytes()
+    assert not (seen / "bin").exists(), "the image has no shell; the host's /bin is not there"
+    assert not (seen / sys.prefix.lstrip("/")).exists()
+    mountinfo = Path(f"/proc/{process.pid}/mountinfo").read_text()
+    (root_mount,) = [line for line in mountinfo.splitlines() if line.split()[4] == "/"]
+    assert f"lowerdir={image_root}," in root_mount, root_mount
+    for harness_path in (sys.prefix, sys.base_prefix, str(CHECKOUT)):
+        assert harness_path not in mountinfo, mountinfo
+    environment = process.environ()
+    assert "PYTHONPATH" not in environment
+    assert environment["PATH"] == "/usr/local/bin:/usr/bin"
+    assert process.uids().real == process.gids().real == 65532
+    # The image's interpreter, seen from here through the pod's root.
+    interpreter = Path(process.exe())
+    assert interpreter.is_relative_to(cluster.dir / "pods"), interpreter
+    assert interpreter.parts[-3:] == ("usr", "bin", "python3.11"), interpreter
+
+
+def test_an_image_without_a_library_it_needs_crash_loops_with_the_import_error(
+    tmp_path: Path, cluster: LocalCluster
+) -> None:
+    built = cluster.image_table.entries[PROVISIONER_IMAGE_REPOSITORY]
+    assert built.root is not None
+    broken_root = tmp_path / "rootfs"
+    shutil.copytree(built.root, broken_root, symlinks=True)
+    shutil.rmtree(broken_root / IMAGE_SITE_PACKAGES / "yaml")
+    options = ClusterOptions(
+        nodes=(NodeSpec("solo"),),
+        parent_dir=tmp_path,
+        announce=False,
+        restart_backoff=RestartBackoff(initial_seconds=0.2, max_seconds=0.4),
+        images={PROVISIONER_IMAGE_REPOSITORY: replace(built, root=broken_root)},
+    )
+    with LocalCluster.start(options) as broken_cluster:
+        installation = Installation(broken_cluster)
+        installation.create()
+        core, namespace = broken_cluster.core_v1(), installation.namespace
+
+        def crash_looping() -> dict[str, Any] | None:
+            pods = call_json(core.list_namespaced_pod, namespace)["items"]
+            looping = [p for p in pods if container_status(p).get("restartCount", 0) >= 2]
+            return looping[0] if looping else None
+
+        found = wait_for(crash_looping, 90, "the provisioner's pod to restart twice")
+        status = container_status(found)
+        assert status["lastState"]["terminated"]["exitCode"] == 1
+        assert not is_ready(found)
+        log = log_of(broken_cluster, found).read_text()
+        assert "ModuleNotFoundError: No module named 'yaml'" in log, log[-3000:]
