@@ -82,7 +82,13 @@ class Installation:
         self.storage_class = f"deployed-{suffix}"
         self.cluster_scoped = naming.cluster_scoped_name(self.namespace)
         config = {
-            "nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": [NODE_PATH]}]
+            "nodePathMap": [
+                {
+                    "node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",
+                    # Not there beforehand on the test's nodes: the helpers may create it.
+                    "paths": [{"path": NODE_PATH, "create": True}],
+                }
+            ]
         }
         files = ConfigMapFiles(
             json.dumps(config),
