@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components import naming
+from provisioner.core.config import ConfigError, load_config_bundle
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,9 @@ class ContainerResources:
 
 @dataclass(frozen=True)
 class ConfigMapFiles:
-    """The provisioner's ConfigMap: rancher's four files, already validated together."""
+    """The provisioner's ConfigMap: rancher's four files, validated together when built (the
+    runtime's own loader), so no way of making one puts a file into a ConfigMap that the
+    provisioner would refuse: a relative base path raises here, not in the running pod."""
 
     config_json: str
     """config.json: nodePathMap / sharedFileSystemPath / storageClassConfigs and commands."""
@@ -50,6 +53,21 @@ class ConfigMapFiles:
     """The teardown script helper pods run to remove a volume directory."""
     helper_pod_yaml: str
     """helperPod.yaml: the helper pod template."""
+    allow_unsafe_helper_template: bool = field(default=False, compare=False)
+    """The stack's allowUnsafeHelperTemplate: a helper template with host access beyond the
+    volume's directory is accepted."""
+
+    def __post_init__(self) -> None:
+        try:
+            load_config_bundle(
+                self.config_json,
+                self.setup,
+                self.teardown,
+                self.helper_pod_yaml,
+                allow_unsafe_helper_template=self.allow_unsafe_helper_template,
+            )
+        except ConfigError as error:
+            raise ValueError(f"ConfigMap files: {error}") from error
 
     def to_data(self) -> dict[str, str]:
         """The ConfigMap's `data`, keyed by the file names the runtime reads."""

@@ -263,6 +263,7 @@ class _ConfigMapKeys(_Keys):
             setup=self.setup_script,
             teardown=self.teardown_script,
             helper_pod_yaml=helper_pod_yaml,
+            allow_unsafe_helper_template=self.allow_unsafe_helper_template,
         )
         return files, bundle.config
 

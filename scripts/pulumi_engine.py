@@ -164,7 +164,30 @@ def _install_from_bundle(bundle: Path, cli_version: str, provider_version: str) 
         _unpack(cli_archive, target / "cli")
         _unpack(provider_archive, target / "provider")
         (target / ".complete").touch()
+    _add_nodejs_host(bundle, cli_version, target / "cli")
     return target
+
+
+def _add_nodejs_host(bundle: Path, cli_version: str, cli_root: Path) -> None:
+    """The Node.js language host, unpacked into the CLI's own bin/ (the engine looks for
+    language hosts beside itself; elsewhere on PATH they are "ambient" and warned about), so
+    TypeScript programs (the package's consumers) run. Optional: a bundle without it still
+    serves Python programs."""
+    archive = bundle / f"pulumi-language-nodejs-{cli_version}-linux-x64.tar.xz"
+    host = cli_root / f"pulumi-{cli_version}" / "bin" / "pulumi-language-nodejs"
+    if host.exists() or not archive.is_file():
+        return
+    _say(f"adding the Node.js language host {cli_version} from {bundle}")
+    _verify_checksums(bundle, (archive,))
+    scratch = cli_root.with_name("nodejs.partial")
+    _unpack(archive, scratch)
+    unpacked_bin = scratch / f"pulumi-{cli_version}" / "bin"
+    for binary in sorted(unpacked_bin.iterdir()):
+        # The host last: its presence is what says the step is done.
+        if binary.name != host.name:
+            shutil.copy2(binary, host.parent / binary.name)
+    shutil.copy2(unpacked_bin / host.name, host)
+    shutil.rmtree(scratch)
 
 
 def _install_provider_plugin(cli: Path, home: Path, provider_binary: Path, version: str) -> None:

@@ -29,6 +29,11 @@ from components.deployment import (
 from localcluster import LocalCluster
 from localcluster.ports import pick_free_ports
 from localcluster.raw_api import manifest
+from provisioner.core.config import (
+    DEFAULT_HELPER_POD_YAML,
+    DEFAULT_SETUP_SCRIPT,
+    DEFAULT_TEARDOWN_SCRIPT,
+)
 from scripts.build_image import ENTRYPOINT, BuiltImage, image
 from tests.provisioner.e2e.support import (
     ConfigFiles,
@@ -66,6 +71,14 @@ FORBIDDEN = (
 # Resolved on the host: the process gets the image's PATH, which the host's chroot is not on.
 CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"
 BIN_DIRECTORIES = ("bin", "sbin", "usr/bin", "usr/sbin", "usr/local/bin", "usr/local/sbin")
+
+# The Deployment's pod needs a ConfigMap's files to be built; these are valid, and unused here.
+PLACEHOLDER_FILES = ConfigMapFiles(
+    json.dumps({"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/x"]}]}),
+    DEFAULT_SETUP_SCRIPT,
+    DEFAULT_TEARDOWN_SCRIPT,
+    DEFAULT_HELPER_POD_YAML,
+)
 
 
 @pytest.fixture(scope="session")
@@ -133,7 +146,7 @@ def test_archive_is_the_layout_a_registry_would_get(built: BuiltImage) -> None:
 
 def test_runs_the_deployments_command_as_non_root(spec: dict[str, Any]) -> None:
     """The runtime spec umoci derives: the Deployment's uid and command (components/)."""
-    files = ConfigMapFiles("{}", "", "", "")
+    files = PLACEHOLDER_FILES
     template: Any = pod_template(ProvisionerDeploymentArgs(config_files=files), "lps")
     container = next(c for c in template["spec"]["containers"] if c["name"] == CONTAINER_NAME)
     assert spec["user"]["uid"] == RUN_AS_USER
@@ -225,7 +238,7 @@ def start_and_bind(
 ) -> None:
     port = pick_free_ports(1)[0]
     deployment = ProvisionerDeploymentArgs(
-        config_files=ConfigMapFiles("{}", "", "", ""),
+        config_files=PLACEHOLDER_FILES,
         namespace=setup.namespace,
         provisioner_name=setup.name,
         metrics_port=port,

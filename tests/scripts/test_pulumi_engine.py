@@ -61,6 +61,8 @@ def test_the_bundle_is_unpacked_once_with_its_provider_as_a_plugin(
     assert engine.origin.startswith("bundle ")
     assert engine.version() == cli_version
     assert (engine.home / "plugins" / f"resource-kubernetes-{provider_version}").is_dir()
+    # TypeScript programs (the package's consumers) need the Node.js host beside the CLI.
+    assert (engine.root / "bin" / "pulumi-language-nodejs").is_file()
     environment = engine.environment()
     assert environment["PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION"] == "true"
     assert environment["PATH"].startswith(f"{engine.root / 'bin'}:")
