@@ -239,6 +239,26 @@ def find_engine() -> PulumiEngine:
     return PulumiEngine(root, origin, home, offline_provider)
 
 
+def ensure_node() -> None:
+    """Node.js and npm, for TypeScript programs (the package's consumer tests): Debian's
+    `nodejs` and `npm` installed with apt-get when missing and this runs as root, else one
+    line saying what to install."""
+    missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
+    if not missing:
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise EngineUnavailableError(
+            f"{' and '.join(missing)} not found: install Node.js 20 or newer with npm "
+            "(Debian: apt-get install nodejs npm) for the TypeScript programs"
+        )
+    _say("installing Node.js and npm (apt-get install nodejs npm)")
+    for command in (
+        ["apt-get", "update", "-q"],
+        ["apt-get", "install", "-y", "-q", "nodejs", "npm"],
+    ):
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+
+
 def copy_entry_point(source: Path, destination: Path) -> None:
     """Copies a Pulumi entry point (the program's or the policy pack's) so that it imports this
     checkout's packages first: the shared virtualenv's editable install points at whichever
@@ -286,6 +306,11 @@ def main(arguments: list[str]) -> int:
         return 1
     if command == "install":
         _say(f"using pulumi {engine.version()} from {engine.origin} ({engine.cli})")
+        try:
+            ensure_node()
+        except EngineUnavailableError as error:
+            print(f"pulumi-engine: {error}", file=sys.stderr)
+            return 1
         return 0
     # No backend and no passphrase: those are the user's choice (see README).
     for key, value in engine.environment().items():

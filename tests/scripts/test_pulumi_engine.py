@@ -87,3 +87,13 @@ def test_pulumi_on_path_comes_first(isolated: Path, monkeypatch: pytest.MonkeyPa
     assert engine.version() == "v3.300.0"
     # Without the bundle's provider the user's engine may download plugins as usual.
     assert "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION" not in engine.environment()
+
+
+def test_missing_node_without_root_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    with pytest.raises(EngineUnavailableError) as raised:
+        pulumi_engine.ensure_node()
+    message = str(raised.value)
+    assert message.startswith("node and npm not found: install Node.js 20 or newer with npm")
+    assert "\n" not in message
