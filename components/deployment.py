@@ -18,6 +18,7 @@ import pulumi_kubernetes as kubernetes
 
 from components import naming, rbac
 from components.args import ProvisionerDeploymentArgs
+from components.plain_args import refuse_outputs
 
 core = kubernetes.core.v1
 access = kubernetes.rbac.v1
@@ -238,6 +239,7 @@ class ProvisionerDeployment(pulumi.ComponentResource):
         args: ProvisionerDeploymentArgs,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        refuse_outputs(args)
         super().__init__("local-path-storage:index:ProvisionerDeployment", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
 

@@ -14,6 +14,7 @@ import pulumi_kubernetes as kubernetes
 
 from components import naming
 from components.args import StorageClassesArgs, TopologyTerm
+from components.plain_args import refuse_outputs
 
 IMMUTABLE_FIELDS = ("parameters", "provisioner", "reclaimPolicy", "volumeBindingMode")
 """StorageClass fields Kubernetes refuses to update in place."""
@@ -39,6 +40,7 @@ class StorageClasses(pulumi.ComponentResource):
         args: StorageClassesArgs,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        refuse_outputs(args)
         super().__init__("local-path-storage:index:StorageClasses", name, None, opts)
         names = []
         for storage_class in args.classes:
