@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from localcluster import ClusterOptions, LocalCluster, NodeSpec, component_args
+from localcluster.pod_start import FAST, PodStartModel
 
 AUDIT_POLICY = """\
 apiVersion: audit.k8s.io/v1
@@ -56,7 +57,10 @@ def _extra_flags(apiserver: list[str], controller_manager: list[str]) -> Iterato
 
 
 def start_audited_cluster(
-    nodes: Sequence[NodeSpec], work_dir: Path, controller_manager_qps: int | None = None
+    nodes: Sequence[NodeSpec],
+    work_dir: Path,
+    controller_manager_qps: int | None = None,
+    pod_start: PodStartModel = FAST,
 ) -> tuple[LocalCluster, AuditLog]:
     """A fresh local cluster whose apiserver writes every request to an audit log."""
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -77,7 +81,9 @@ def start_audited_cluster(
             f"--kube-api-burst={2 * controller_manager_qps}",
         ]
     with _extra_flags(audit, controller_manager):
-        cluster = LocalCluster.start(ClusterOptions(nodes=tuple(nodes), announce=False))
+        cluster = LocalCluster.start(
+            ClusterOptions(nodes=tuple(nodes), announce=False, pod_start=pod_start)
+        )
     return cluster, AuditLog(log)
 
 

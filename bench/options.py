@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.implementations import ALL, Implementation
+from localcluster.pod_start import MODELS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,6 +32,8 @@ class BenchOptions:
     lifted_qps: int
     """kube-controller-manager's client QPS in the `lifted` scenario (burst twice that)."""
     py_spy: Path | None
+    pod_start: str
+    """The helper-pod runner's pod start model by name (localcluster.pod_start.MODELS)."""
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -101,6 +104,14 @@ def parse_options(argv: Sequence[str]) -> BenchOptions:
         help="profile ours with this py-spy binary (raw stacks beside each log under "
         "bench/results/work); its figures then include the profiler's overhead",
     )
+    add(
+        "--pod-start",
+        choices=sorted(MODELS),
+        default="kubelet",
+        help="time the local cluster takes to start a helper pod, for every implementation "
+        "alike: kubelet (default; a sandbox and each container cost what published kubelet "
+        "figures say, localcluster/pod_start.py) or fast (the tests' runner, no added time)",
+    )
     add("--timeout", type=float, default=900.0, help="seconds any one wait may take")
     args = parser.parse_args(list(argv))
     chosen = tuple(i for i in ALL if not args.only or i.key in args.only)
@@ -121,4 +132,5 @@ def parse_options(argv: Sequence[str]) -> BenchOptions:
         controller_manager_qps=args.controller_manager_qps,
         lifted_qps=args.lifted_qps,
         py_spy=args.py_spy,
+        pod_start=args.pod_start,
     )

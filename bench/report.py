@@ -251,6 +251,7 @@ def build_report(
             "quick": options.quick,
             "controller_manager_qps": options.controller_manager_qps,
             "lifted_qps": options.lifted_qps,
+            "pod_start": options.pod_start,
         },
         "figures": figures,
         "targets": _targets(results),
@@ -364,7 +365,8 @@ def print_report(report: dict[str, Any]) -> None:
     options = report["options"]
     print(
         f"\n{options['claims']} claims over {options['nodes']} nodes; "
-        f"{options['scale_volumes']} volumes for scale; wall time {report['wall_seconds']:.0f}s"
+        f"{options['scale_volumes']} volumes for scale; helper pods start as "
+        f"{options.get('pod_start', 'fast')} (--pod-start); wall time {report['wall_seconds']:.0f}s"
     )
     print(figures_table(report))
     print()

@@ -19,6 +19,7 @@ from bench.options import BenchOptions
 from bench.scale import DatasetResult, ScaleResult, create_dataset, run_scale
 from bench.workspace import prepare_workspace
 from localcluster import default_node_specs
+from localcluster.pod_start import MODELS
 
 
 @dataclass
@@ -59,7 +60,9 @@ def run_bursts(
         say(f"{scenario}: {implementation.label}: starting a fresh {options.nodes}-node cluster")
         cluster_dir = work_dir / f"{scenario}-{implementation.key}"
         qps = options.lifted_qps if lifted else options.controller_manager_qps
-        cluster, audit = start_audited_cluster(default_node_specs(options.nodes), cluster_dir, qps)
+        cluster, audit = start_audited_cluster(
+            default_node_specs(options.nodes), cluster_dir, qps, MODELS[options.pod_start]
+        )
         api = RawApi.for_cluster(cluster, pool_size=options.concurrency + 8)
         try:
             budget = burst_budget(options.claims) if implementation.capacity else None
@@ -104,7 +107,10 @@ def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> No
     say(f"scale: starting a fresh cluster for {', '.join(map(str, options.scale_sizes))} volumes")
     cluster_dir = work_dir / "scale"
     cluster, audit = start_audited_cluster(
-        default_node_specs(options.nodes), cluster_dir, options.controller_manager_qps
+        default_node_specs(options.nodes),
+        cluster_dir,
+        options.controller_manager_qps,
+        MODELS[options.pod_start],
     )
     api = RawApi.for_cluster(cluster, pool_size=2 * options.concurrency + 8)
     try:

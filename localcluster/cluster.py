@@ -43,6 +43,7 @@ from localcluster.nodes import (
     delete_node,
     wait_until_usable,
 )
+from localcluster.pod_start import FAST, PodStartModel
 from localcluster.ports import ensure_port_free, pick_free_ports
 from localcluster.raw_api import call_json
 from scripts import build_image
@@ -71,6 +72,8 @@ class ClusterOptions:
     image (or replacing it); see image_table.py."""
     restart_backoff: RestartBackoff = field(default_factory=RestartBackoff)
     """The crash-loop back-off of image-table pods (kubelet: 10 s doubling to 300 s)."""
+    pod_start: PodStartModel = FAST
+    """Time a kubelet would take to start a helper pod (pod_start.py); none by default."""
 
 
 def provisioner_runtime(options: ClusterOptions) -> ImageRuntime | None:
@@ -110,7 +113,11 @@ class LocalCluster(ClusterAccess):
         self.harness_log = EventLog(layout.logs / "harness.log")
         self.control_plane = ControlPlane(locate_binaries(), layout, ports, pki)
         self.runner = HelperPodRunner(
-            self.admin_client, layout.root, self.node_dir, self.harness_log
+            self.admin_client,
+            layout.root,
+            self.node_dir,
+            self.harness_log,
+            pod_start=options.pod_start,
         )
         self.image_table = ImageTable(options.images, provisioner)
         self.image_runner = ImagePodRunner(

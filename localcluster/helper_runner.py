@@ -42,6 +42,7 @@ from localcluster.helper_pods import (
     termination_message_mount,
 )
 from localcluster.pod_api import PodRunnerBase
+from localcluster.pod_start import FAST, PodStartModel
 from localcluster.pod_volumes import VolumeMaterializer, VolumeNotReadyError, prepare_host_paths
 from localcluster.resource_watch import ResourceWatch
 from localcluster.sandbox_process import SandboxOutcome, run_sandbox
@@ -69,8 +70,11 @@ class HelperPodRunner(PodRunnerBase):
         cluster_dir: Path,
         node_dir: Callable[[str], Path],
         log: EventLog,
+        *,
+        pod_start: PodStartModel = FAST,
     ) -> None:
         super().__init__(api_client, cluster_dir, node_dir, log)
+        self._pod_start = pod_start
         self._runs: dict[str, _PodRun] = {}
         self._waiting_reported: dict[str, str] = {}
         # A list (a resync that retries pods waiting for a node), then a watch for a while.
@@ -197,6 +201,8 @@ class HelperPodRunner(PodRunnerBase):
             now = utc_now()
             self._report_start_error(pod, now, now, error.message, error.reason)
             return
+        if not self._pod_start.wait_sandbox(run.cancelled):
+            return
         # activeDeadlineSeconds counts from the pod's start, across all its containers.
         deadline = pod["spec"].get("activeDeadlineSeconds")
         ends_at = time.monotonic() + deadline if deadline else None
@@ -215,6 +221,8 @@ class HelperPodRunner(PodRunnerBase):
             plan = self._with_termination_file(planned, container, container_dir)
             plan_path = container_dir / "plan.json"
             plan_path.write_text(plan.to_json(), encoding="utf-8")
+            if not self._pod_start.wait_container(run.cancelled):
+                return
             started_at = utc_now()
             if main:
                 self.api.patch_status(pod, status.running_status(pod, started_at, init_done))
