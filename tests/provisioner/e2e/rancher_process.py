@@ -1,7 +1,7 @@
 """rancher/local-path-provisioner's real binary (v0.0.37, built by
 `scripts/build-go-tools.sh reference`) run against the local cluster as the bench runs it
-(bench/implementations.py), in a test's setup: its namespace, ConfigMap, config directory and
-provisioner name, so that ours can later be started on the very same installation."""
+(bench/implementations.py), on a test's namespace, ConfigMap, config directory and provisioner
+name, so that ours can later be started on the very same installation."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import yaml
 
 from bench.implementations import REFERENCE_BINARY
-from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE, wait_for
+from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE, LocalCluster, wait_for
 from localcluster.ports import pick_free_ports
-from tests.provisioner.e2e.support import CONFIGMAP, HELPER_SERVICE_ACCOUNT, ProvisionerSetup
+from tests.provisioner.e2e.support import CONFIGMAP, HELPER_SERVICE_ACCOUNT
 
 # The scripts of rancher's v0.0.37 manifest (deploy/local-path-storage.yaml), as its ConfigMap
 # holds them: the teardown ours runs for an adopted volume is rancher's own.
@@ -51,9 +51,20 @@ def labelled_helper_pod(template: str = RANCHER_HELPER_POD, image: str | None = 
 
 
 class RancherProcess:
-    """One rancher provisioner serving `setup`'s provisioner name from its config directory."""
+    """One rancher provisioner serving `provisioner_name` from `config_dir` (config.json and
+    helperPod.yaml), with its helper pods in `namespace`."""
 
-    def __init__(self, setup: ProvisionerSetup, log_path: Path) -> None:
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        config_dir: Path,
+        provisioner_name: str,
+        namespace: str,
+        log_path: Path,
+        *,
+        service_account: str = HELPER_SERVICE_ACCOUNT,
+    ) -> None:
+        """`service_account`: of rancher's helper pods (its manifest's default is its own)."""
         if not REFERENCE_BINARY.is_file():
             raise AssertionError(
                 f"{REFERENCE_BINARY} is missing: build it with scripts/build-go-tools.sh reference"
@@ -62,18 +73,18 @@ class RancherProcess:
         self._log = log_path.open("ab")
         command = [
             str(REFERENCE_BINARY), "start",
-            "--kubeconfig", str(setup.cluster.kubeconfig),
-            "--config", str(setup.config_dir / "config.json"),
-            "--provisioner-name", setup.name,
-            "--namespace", setup.namespace,
+            "--kubeconfig", str(cluster.kubeconfig),
+            "--config", str(config_dir / "config.json"),
+            "--provisioner-name", provisioner_name,
+            "--namespace", namespace,
             "--configmap-name", CONFIGMAP,
-            "--service-account-name", HELPER_SERVICE_ACCOUNT,
-            "--helper-pod-file", str(setup.config_dir / "helperPod.yaml"),
+            "--service-account-name", service_account,
+            "--helper-pod-file", str(config_dir / "helperPod.yaml"),
             "--health-port", str(pick_free_ports(1)[0]),
         ]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         # As its Deployment sets it: the namespace the library would hold its lock in.
-        env["POD_NAMESPACE"] = setup.namespace
+        env["POD_NAMESPACE"] = namespace
         self.process = subprocess.Popen(
             command, env=env, stdout=self._log, stderr=subprocess.STDOUT
         )

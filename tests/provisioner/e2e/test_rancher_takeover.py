@@ -57,7 +57,13 @@ def rancher_installation(
     started: list[RancherProcess] = []
 
     def start() -> RancherProcess:
-        rancher = RancherProcess(setup, tmp_path / f"rancher-{len(started)}.log")
+        rancher = RancherProcess(
+            setup.cluster,
+            setup.config_dir,
+            setup.name,
+            setup.namespace,
+            tmp_path / f"rancher-{len(started)}.log",
+        )
         started.append(rancher)
         rancher.wait_ready()
         return rancher
