@@ -159,7 +159,6 @@ def test_rancher_s_class_and_config_map_are_imported_and_kept_on_delete() -> Non
     assert storage_class.retain_on_delete
     assert not storage_class.delete_before_replace
     assert storage_class.inputs["provisioner"] == "rancher.io/local-path"
-    assert "parameters" not in storage_class.inputs  # rancher's class has none
     config_map = result.one("kubernetes:core/v1:ConfigMap")
     assert config_map.import_id == "local-path-storage/local-path-config"
     assert config_map.retain_on_delete
