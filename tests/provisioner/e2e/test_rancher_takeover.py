@@ -23,6 +23,8 @@ import pytest
 from localcluster import NEVER_STARTS_IMAGE
 from localcluster.raw_api import call_json
 from provisioner.core.claims import NODE_ANNOTATION, PROVISIONED_BY, RANCHER_NODE_ANNOTATION
+from provisioner.core.config import RANCHER_DEFAULT_PATH
+from provisioner.core.quantities import format_bytes
 from tests.provisioner.e2e.rancher_process import (
     RANCHER_SETUP,
     RANCHER_TEARDOWN,
@@ -205,3 +207,46 @@ def test_a_claim_whose_rancher_died_mid_setup_gets_exactly_one_volume_from_ours(
     assert volume["metadata"]["name"] == f"pvc-{uid}"
     assert [v["metadata"]["name"] for v in volumes_of(setup, "switching")] == [f"pvc-{uid}"]
     assert on_disk(setup, volume).is_dir()
+
+
+def test_rancher_s_volumes_count_against_a_budget_set_after_the_takeover(
+    rancher_installation: tuple[ProvisionerSetup, Callable[[], RancherProcess]],
+) -> None:
+    setup, start_rancher = rancher_installation
+    storage_class = setup.create_class("rancher-delete")
+    rancher = start_rancher()
+    node_1 = {"kubernetes.io/hostname": "node-1"}
+    for claim in ("first", "second"):
+        setup.create_claim(claim, storage_class, size="2Gi")
+        setup.create_consumer(claim, claim, node_selector=node_1)
+    for claim in ("first", "second"):
+        setup.wait_bound(claim)
+    rancher.stop()
+    # rancher cannot read a budget (a path object): the admin adds it once ours runs.
+    budget = {
+        "nodePathMap": [
+            {
+                "node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",
+                "paths": [{"path": RANCHER_DEFAULT_PATH, "capacity": "5Gi"}],
+            }
+        ]
+    }
+    setup.update_config(
+        ConfigFiles(
+            config=budget,
+            setup=RANCHER_SETUP,
+            teardown=RANCHER_TEARDOWN,
+            helper_pod=labelled_helper_pod(),
+        )
+    )
+    setup.start()
+
+    setup.create_claim("over", storage_class, size="2Gi")
+    setup.create_consumer("over", "over", node_selector=node_1)
+    event = setup.wait_event("over", "ProvisioningFailed")
+    committed = format_bytes(4 * 2**30)
+    assert f"({committed} committed)" in event["message"], event["message"]
+    setup.create_claim("fits", storage_class, size="1Gi")
+    setup.create_consumer("fits", "fits", node_selector=node_1)
+    assert volume_node(setup.wait_bound("fits")) == "node-1"
+    assert setup.phase("over") == "Pending"
