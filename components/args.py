@@ -126,6 +126,9 @@ class AdoptionArgs:
     """rancher's Deployment, scaled to 0 replicas (and left so: the way back scales it up)."""
     storage_classes: tuple[str, ...] = ("local-path",)
     """rancher's StorageClasses, imported; each must be one of the stack's storageClasses."""
+    pod_selector: str = "app=local-path-provisioner"
+    """The label of the pods of rancher's Deployment (its manifest's): the provisioner starts
+    working only once none is left (--predecessor-selector), terminating ones included."""
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,9 @@ def provisioner_arguments(args: ProvisionerDeploymentArgs) -> list[str]:
         arguments.append("--json-logs")
     if args.allow_unsafe_helper_template:
         arguments.append("--allow-unsafe-helper-template")
+    if args.adopt is not None:
+        # rancher holds no lock to share: the leader works only once rancher's pods are gone.
+        arguments.append(f"--predecessor-selector={args.adopt.pod_selector}")
     return arguments
 
 

@@ -51,6 +51,7 @@ from provisioner.shell.helper_runs import HelperSettings
 from provisioner.shell.installation_removal import release_finalizers, removal_reason
 from provisioner.shell.logs import configure_logging
 from provisioner.shell.node_scan import NodeScanner, ScanSources
+from provisioner.shell.predecessors import wait_for_predecessors
 from provisioner.shell.server import ProbeServer
 
 log = logging.getLogger(__name__)
@@ -259,6 +260,11 @@ class Provisioner:
         threading.Thread(target=self._run_controller, name="controller-start", daemon=True).start()
 
     def _run_controller(self) -> None:
+        selector = self.options.predecessor_selector
+        if selector and not wait_for_predecessors(
+            self.clients, self.options.namespace, selector, self._stopping
+        ):
+            return
         try:
             self.controller.start()
         except Exception:

@@ -177,6 +177,7 @@ def test_rancher_s_deployment_is_scaled_to_zero_before_ours_starts() -> None:
     assert any(urn.endswith(f"::{patch.name}") for urn in ours.dependencies)
     args = ours.inputs["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--provisioner-name=rancher.io/local-path" in args
+    assert "--predecessor-selector=app=local-path-provisioner" in args
     assert ours.inputs["metadata"]["namespace"] == "local-path-storage"
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from localcluster import NEVER_STARTS_IMAGE
-from localcluster.raw_api import call_json
+from localcluster.raw_api import call_json, manifest
 from provisioner.core.claims import NODE_ANNOTATION, PROVISIONED_BY, RANCHER_NODE_ANNOTATION
 from provisioner.core.config import RANCHER_DEFAULT_PATH
 from provisioner.core.quantities import format_bytes
@@ -250,3 +250,52 @@ def test_rancher_s_volumes_count_against_a_budget_set_after_the_takeover(
     setup.create_consumer("fits", "fits", node_selector=node_1)
     assert volume_node(setup.wait_bound("fits")) == "node-1"
     assert setup.phase("over") == "Pending"
+
+
+def test_ours_provisions_only_once_rancher_s_pods_are_gone_even_terminating_ones(
+    make_setup: Callable[..., ProvisionerSetup],
+) -> None:
+    setup = make_setup()
+    storage_class = setup.create_class("rancher-delete")
+    hold = "test.local-path-storage.io/hold"
+    # rancher's pod as its Deployment labels it, kept Terminating by a finalizer once deleted.
+    setup.core.create_namespaced_pod(
+        setup.namespace,
+        manifest(
+            {
+                "metadata": {
+                    "name": "local-path-provisioner-0",
+                    "labels": {"app": "local-path-provisioner"},
+                    "finalizers": [hold],
+                },
+                "spec": {
+                    "nodeName": "node-1",
+                    "containers": [{"name": "rancher", "image": "registry.invalid/rancher:1"}],
+                },
+            }
+        ),
+    )
+    replica = setup.start("--predecessor-selector", "app=local-path-provisioner", wait_ready=False)
+    setup.create_claim("waits", storage_class)
+    setup.create_consumer("waits", "waits")
+    eventually(
+        lambda: "local-path-provisioner-0" in replica.log() or None,
+        60,
+        "ours to say it waits for rancher's pod",
+    )
+    setup.core.delete_namespaced_pod("local-path-provisioner-0", setup.namespace)
+    eventually(
+        lambda: setup.annotations("waits").get("volume.kubernetes.io/selected-node"),
+        60,
+        "the scheduler to choose the claim's node",
+    )
+    uid = setup.claim("waits")["metadata"]["uid"]
+    assert setup.volume(f"pvc-{uid}") is None, "provisioned while rancher's pod was there"
+    assert "the predecessor's pods (app=local-path-provisioner) are gone" not in replica.log()
+
+    setup.core.patch_namespaced_pod(
+        "local-path-provisioner-0", setup.namespace, {"metadata": {"finalizers": None}}
+    )
+
+    assert setup.wait_bound("waits")["metadata"]["name"] == f"pvc-{uid}"
+    assert "the predecessor's pods (app=local-path-provisioner) are gone" in replica.log()
