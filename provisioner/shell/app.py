@@ -102,6 +102,8 @@ class Provisioner:
         self._exit_code = EXIT_OK
         self._leading = threading.Event()
         self._began = threading.Event()
+        self._waiting_for = ""
+        """Why the leader does not work yet, besides syncing (shown by /readyz)."""
         self._begin_lock = threading.RLock()  # stop() may run in a signal handler mid-_begin
         self.watcher = ConfigWatcher(
             options.config_path,
@@ -201,6 +203,8 @@ class Provisioner:
             return False, "the Kubernetes API is not reachable"
         if self.elector is not None and not self.elector.is_leader:
             return True, f"standby: {self.elector.observed_holder or 'nobody'} leads"
+        if self._waiting_for:
+            return False, self._waiting_for
         if not self.controller.has_synced():
             return False, "informers are syncing"
         return True, "leading: informers synced"
@@ -261,10 +265,14 @@ class Provisioner:
 
     def _run_controller(self) -> None:
         selector = self.options.predecessor_selector
-        if selector and not wait_for_predecessors(
-            self.clients, self.options.namespace, selector, self._stopping
-        ):
-            return
+        if selector:
+            self._waiting_for = f"waiting for the predecessor's pods ({selector}) to be gone"
+            gone = wait_for_predecessors(
+                self.clients, self.options.namespace, selector, self._stopping
+            )
+            self._waiting_for = ""
+            if not gone:
+                return
         try:
             self.controller.start()
         except Exception:

@@ -283,6 +283,10 @@ def test_ours_provisions_only_once_rancher_s_pods_are_gone_even_terminating_ones
         60,
         "ours to say it waits for rancher's pod",
     )
+    assert replica.probe("/readyz") == (
+        503,
+        "waiting for the predecessor's pods (app=local-path-provisioner) to be gone\n",
+    )
     setup.core.delete_namespaced_pod("local-path-provisioner-0", setup.namespace)
     eventually(
         lambda: setup.annotations("waits").get("volume.kubernetes.io/selected-node"),
