@@ -127,6 +127,9 @@ class TeardownPlan:
     vol_perm: str = ""
     base_path: str = ""
     """The configured base path holding `path`: what the helper pod mounts."""
+    only_own_attempt: bool = False
+    """The `finish` step removes the directory only when its owner marker names this volume
+    (fresh_directory): the clean-up after a claim that went while its setup failed."""
 
 
 @dataclass(frozen=True, slots=True)

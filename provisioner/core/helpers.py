@@ -26,6 +26,7 @@ from provisioner.core.config import ConfigBundle, ProvisionerConfig
 from provisioner.core.fresh_directory import (
     CLAIM_DIRECTORY,
     FORGET_DIRECTORY,
+    ONLY_OWN_ATTEMPT,
     is_named_for_volume,
 )
 from provisioner.core.paths import is_strictly_inside
@@ -155,6 +156,7 @@ if [ "$real" != "$VOL_DIR" ]; then refuse "its real path is $real"; fi
 FINISH_SCRIPT = (
     "set -eu\n"
     + INSIDE_BASE
+    + ONLY_OWN_ATTEMPT
     + """\
 dir="$LPS_BASE"
 deepest="$LPS_BASE"
@@ -408,6 +410,8 @@ def _command(
             env["LPS_REUSE_EXISTING_DATA"] = "true"
         return ["/bin/sh", "-c", PREPARE_SCRIPT, step], []
     if step == "finish":
+        if getattr(target, "only_own_attempt", False) is True:
+            env["LPS_ONLY_OWN_ATTEMPT"] = target.volume_name
         return ["/bin/sh", "-c", FINISH_SCRIPT, step], []
     action: HelperAction = "create" if step == "create" else "delete"
     config = bundle.config

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Any, NoReturn
 
 from urllib3.exceptions import HTTPError
@@ -25,6 +26,7 @@ from provisioner.core.claims import (
 )
 from provisioner.core.config import ConfigBundle
 from provisioner.core.expansion import Expand
+from provisioner.core.fresh_directory import is_named_for_volume
 from provisioner.core.records import ClaimRecord
 from provisioner.core.resize import build_resize_helper_pod
 from provisioner.core.volumes import build_persistent_volume, foreign_volume_problem
@@ -136,6 +138,33 @@ class Actions:
             reference,
             "ProvisioningSucceeded",
             f"Successfully provisioned volume {plan.volume_name} at {plan.path} on {where}",
+        )
+
+    def clean_up_abandoned(self, plan: ProvisionPlan, bundle: ConfigBundle) -> None:
+        """The claim went while its setup failed (timed out, say: the pod was killed before
+        its `finish` step could remove the directory): no retry will come to use or remove
+        it. The fixed `finish` step alone removes it, and only if it is empty and this
+        attempt's own (its owner marker names the volume, or its name holds the volume's):
+        never a teardown, never data, whatever `prepare` found there. What is left is logged
+        and left to the orphan scan."""
+        own_name = is_named_for_volume(plan.path, plan.base_path, plan.volume_name)
+        target = replace(_cleanup_target(plan), only_own_attempt=not own_name)
+        try:
+            self.helper_runs.finish(target, bundle)
+        except HelperPodError as error:
+            log.warning(
+                "claim %s/%s went while its setup failed; removing %s failed: %s",
+                plan.claim.namespace,
+                plan.claim.name,
+                plan.path,
+                error,
+            )
+            return
+        log.info(
+            "claim %s/%s went while its setup failed; removed %s",
+            plan.claim.namespace,
+            plan.claim.name,
+            plan.path,
         )
 
     def _save_volume(

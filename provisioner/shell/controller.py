@@ -62,7 +62,7 @@ from provisioner.core.records import (
 )
 from provisioner.core.storage_capacity import HOSTNAME_LABEL, CapacityObject, desired_capacities
 from provisioner.kube.client import KubeClients
-from provisioner.kube.helper_pods import HelperPodError
+from provisioner.kube.helper_pods import HelperPodError, HelperPodNotStarted
 from provisioner.kube.informer import Informer, name_key, uid_key
 from provisioner.kube.metrics import Metrics
 from provisioner.kube.pod_events import ADDED, DELETED, MODIFIED, PodEventHub
@@ -196,6 +196,9 @@ class Controller:
         # Setups and teardowns handed to the batcher, by key: what their reconcile carries
         # out once the helper run ended (see `_settle_claim` and `_settle_volume`).
         self._handoffs: dict[Key, _Handoff] = {}
+        # Claims whose last setup failed, by UID, with that attempt: should the claim go before
+        # a retry, the directory the attempt left is removed (see `_clean_up_after`).
+        self._failed_attempts: dict[str, _Handoff] = {}
         self._helper_index = HelperPodIndex()
         self._helpers: HelperBatcher[Key] = HelperBatcher(
             lambda: actions.helper_runs,
@@ -551,6 +554,8 @@ class Controller:
         if key in self._handoffs:
             return self._settle_claim(key)
         claim = self.claims.get(uid)
+        if claim is None or claim.being_deleted:
+            self._clean_up_after(uid)
         if claim is None:
             return True
         if claim.volume_name:
@@ -642,11 +647,57 @@ class Controller:
             self._handoffs[key] = replace(handoff, result=result)
             raise
         except BaseException:
-            self._release(plan.volume_name)
+            try:
+                if self._leaves_a_directory(plan, result):
+                    claim = self.claims.get(plan.claim.uid)
+                    if claim is None or claim.being_deleted:
+                        # Still reserved in the book: nothing can be set up there meanwhile.
+                        self._actions.clean_up_abandoned(plan, handoff.bundle)
+                    else:
+                        self._failed_attempts[plan.claim.uid] = handoff
+            finally:
+                self._release(plan.volume_name)
             raise
         finally:
             self.capacity.poke()
+        self._failed_attempts.pop(plan.claim.uid, None)
         return True
+
+    @staticmethod
+    def _leaves_a_directory(plan: ProvisionPlan, result: HelperResult) -> bool:
+        """Whether a failed setup may have left a directory that only a retry of this claim
+        would use, and that is this attempt's own: `prepare` made it, or took it only as this
+        volume's earlier attempt or empty. Not so when the class hands over existing data
+        (`reuseExistingData`): that directory is never removed here."""
+        error = result.error
+        # A pod that never started (a missing base path, an image never pulled) made nothing.
+        started = isinstance(error, HelperPodError) and not isinstance(error, HelperPodNotStarted)
+        return started and not plan.reuse_existing_data
+
+    def _clean_up_after(self, uid: str) -> None:
+        """The claim went between a failed setup and its retry: remove what that setup left,
+        unless its path is in use again (then it is not this attempt's any more)."""
+        attempt = self._failed_attempts.pop(uid, None)
+        if attempt is None:
+            return
+        plan = attempt.plan
+        assert isinstance(plan, ProvisionPlan)
+        with self._paths_lock:
+            if plan.volume_name in self._paths or self._paths.overlapping(
+                plan.volume_name, plan.location, plan.path
+            ):
+                return
+            self._paths.reserve(
+                plan.volume_name,
+                plan.location,
+                plan.path,
+                size_bytes=plan.size_bytes,
+                node=plan.node_name or "",
+            )
+        try:
+            self._actions.clean_up_abandoned(plan, attempt.bundle)
+        finally:
+            self._release(plan.volume_name)
 
     def _volume_gone(self, volume_name: str) -> None:
         """A PV went: its path and its budget are free, and whoever waited for them (a claim

@@ -78,13 +78,19 @@ class HelperRuns:
         """A setup that ran and failed leaves no directory made for it: the `finish` step
         removes it if the setup code left it empty (a retry makes it again). One whose image
         never started is not followed by another pod of that image."""
+        try:
+            self.finish(target, bundle)
+        except HelperPodError as error:
+            log.warning("removing %s after its failed setup: %s", target.path, error)
+
+    def finish(self, target: HelperTarget, bundle: ConfigBundle) -> None:
+        """The fixed `finish` step alone, in the volume's own pod: the directory removed if
+        empty (and, for a `TeardownPlan` with `only_own_attempt`, only if its owner marker names
+        the volume); raises `HelperPodError` when it is left."""
         manifest = build_helper_pod(
             "finish", target, bundle, self._helper.namespace, self._helper.service_account
         )
-        try:
-            self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
-        except HelperPodError as error:
-            log.warning("removing %s after its failed setup: %s", target.path, error)
+        self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
 
     def run_batch(
         self,
