@@ -31,6 +31,7 @@ pytestmark = pytest.mark.cluster
 NODE = "node-1"
 ON_NODE = {"kubernetes.io/hostname": NODE}
 SELECTED_NODE = "volume.kubernetes.io/selected-node"
+STORAGE_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
 SPARSE_BYTES = 64 << 20
 
 
@@ -174,7 +175,8 @@ def test_each_refusal_says_why_on_the_claim_and_makes_nothing(
     claim_and_consume(setup, "other-class-source", other_class)
     setup.create_claim("pending-source", storage_class)
 
-    # A snapshot is another controller's to restore: no event from us, nothing made.
+    # A snapshot is another controller's to restore: handed to us, it gets no event from us
+    # and nothing is made for it.
     create_clone(
         setup,
         "from-snapshot",
@@ -182,6 +184,12 @@ def test_each_refusal_says_why_on_the_claim_and_makes_nothing(
         storage_class,
         kind="VolumeSnapshot",
         api_group="snapshot.storage.k8s.io",
+    )
+    setup.create_consumer("from-snapshot", "from-snapshot", node_selector=ON_NODE)
+    eventually(
+        lambda: setup.annotations("from-snapshot").get(STORAGE_PROVISIONER) == setup.name or None,
+        60,
+        "the snapshot claim to be handed to us",
     )
     refusals = {
         "missing": ("nothing-by-this-name", "1Gi", "(spec.dataSource) not found"),
@@ -198,7 +206,6 @@ def test_each_refusal_says_why_on_the_claim_and_makes_nothing(
         assert setup.volume(f"pvc-{setup.claim(name)['metadata']['uid']}") is None
 
     # The snapshot claim was handed to us before the refused ones, and nothing came of it.
-    assert setup.annotations("from-snapshot")
     assert our_events(setup, "from-snapshot") == []
     assert setup.phase("from-snapshot") == "Pending"
     base_dir = setup.node_path(NODE, base)
