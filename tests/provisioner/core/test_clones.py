@@ -16,6 +16,7 @@ from provisioner.core.claims import (
     Reject,
     Reschedule,
     decide_claim_action,
+    record_volume,
 )
 from provisioner.core.clone_step import (
     CHECK_CONTAINER,
@@ -35,6 +36,7 @@ from provisioner.core.config import (
     parse_config_json,
 )
 from provisioner.core.helpers import BASE_VIEW, helper_steps
+from provisioner.core.paths import PathBook
 from provisioner.core.records import (
     ClaimRecord,
     ClaimReference,
@@ -173,6 +175,45 @@ def test_a_shared_filesystem_clone_goes_to_any_node() -> None:
     assert decision.plan.node_name == "n2"
     assert decision.plan.clone_source == dataclasses.replace(
         SOURCE, path="/mnt/nfs/pvc-u-src_ns_src", base_path="/mnt/nfs", node_name=None
+    )
+
+
+def test_a_clone_counts_against_its_nodes_budget_like_any_volume() -> None:
+    budgeted = parse_config_json(
+        json.dumps(
+            {
+                "storageClassConfigs": {
+                    "local": {
+                        "nodePathMap": [
+                            {
+                                "node": DEFAULT_NODE,
+                                "paths": [{"path": "/opt/lp", "capacity": "2Gi"}],
+                            }
+                        ]
+                    }
+                }
+            }
+        )
+    )
+    book = PathBook()
+    record_volume(book, SOURCE_VOLUME)
+
+    def decide_with_budget(requested: str) -> Any:
+        return decide_claim_action(
+            dataclasses.replace(CLONE, requested_storage=requested),
+            LOCAL,
+            budgeted,
+            set(),
+            NODES,
+            provisioner_name=ME,
+            paths=book,
+            sources=Sources(),
+        )
+
+    assert isinstance(decide_with_budget("1Gi"), Provision)
+    # The source's 1Gi is committed on n1, the only node a copy can go to.
+    assert decide_with_budget("2Gi") == Reschedule(
+        "node n1 has no base path with room for 2Gi: /opt/lp has 1Gi free of 2Gi (1Gi committed)"
     )
 
 

@@ -375,3 +375,36 @@ def test_a_source_deleted_while_its_clone_is_made_leaves_no_volume_and_no_direct
     (base_dir / f".hold-{source_dir.name}").unlink()
     wait_gone(lambda: setup.volume(source_volume), 90, "the source's volume to be torn down")
     assert not source_dir.exists()
+
+
+def test_a_source_directory_replaced_by_a_link_is_never_copied(
+    make_setup: Callable[..., ProvisionerSetup],
+) -> None:
+    """A source's directory swapped for a link to another volume's (a tenant with a way onto
+    the node, or an admin's mistake): the kubelet follows the link when it mounts the source,
+    so the check must see through it, and nothing is copied."""
+    base = f"/opt/clones-{uuid.uuid4().hex[:6]}"
+    setup = make_setup(ConfigFiles(config=default_config(base)))
+    setup.start()
+    storage_class = setup.create_class("clones")
+    source = claim_and_consume(setup, "source", storage_class)
+    victim = claim_and_consume(setup, "victim", storage_class)
+    victim_dir = setup.node_path(NODE, volume_path(victim))
+    (victim_dir / "secret").write_text("another claim's data")
+    source_dir = setup.node_path(NODE, volume_path(source))
+    source_dir.rename(source_dir.with_name(f".aside-{source_dir.name}"))
+    source_dir.symlink_to(victim_dir.name)
+
+    create_clone(setup, "copy", "source", storage_class)
+    setup.create_consumer("copy", "copy", node_selector=ON_NODE)
+    event = wait_refusal(setup, "copy", "is reached through a symbolic link")
+    assert f"refusing to clone {volume_path(source)}" in event["message"]
+    clone_volume = f"pvc-{setup.claim('copy')['metadata']['uid']}"
+    assert setup.volume(clone_volume) is None
+
+    def clone_dirs() -> list[Path] | None:
+        base_dir = setup.node_path(NODE, base)
+        return [p for p in base_dir.iterdir() if p.name.startswith(clone_volume)] or None
+
+    wait_gone(clone_dirs, 60, "the clone's empty directory to be removed")
+    assert sorted(p.name for p in victim_dir.iterdir()) == ["secret"]
