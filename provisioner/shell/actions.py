@@ -23,7 +23,7 @@ from provisioner.core.claims import (
     ProvisionPlan,
     TeardownPlan,
 )
-from provisioner.core.clones import CloneSource, source_changed
+from provisioner.core.clones import CLAIM_KIND, CloneSource, source_changed
 from provisioner.core.config import ConfigBundle
 from provisioner.core.expansion import Expand
 from provisioner.core.records import ClaimRecord, claim_record, volume_record
@@ -114,7 +114,7 @@ class Actions:
         reference = claim_reference(claim)
         error = helper.error
         if isinstance(error, HelperPodError):
-            self._metrics.provision_failed_total.labels(class_name, "").inc()
+            self._metrics.provision_failed_total.labels(class_name, _source_label(plan)).inc()
             hint = ""
             if isinstance(error, (HelperPodTimeout, HelperPodNotStarted)):
                 # Its pod waits for a base path that is missing and may not be made.
@@ -131,11 +131,11 @@ class Actions:
         if plan.clone_source is not None:
             changed = self._clone_source_changed(plan.clone_source)
             if changed is not None:
-                self._metrics.provision_failed_total.labels(class_name, "").inc()
+                self._metrics.provision_failed_total.labels(class_name, _source_label(plan)).inc()
                 self._give_back(plan, bundle, reference, f"{changed}, so the copy may miss files")
         self._save_volume(plan, bundle, reference)
-        self._metrics.provision_total.labels(class_name, "").inc()
-        self._metrics.provision_duration_seconds.labels(class_name, "").observe(
+        self._metrics.provision_total.labels(class_name, _source_label(plan)).inc()
+        self._metrics.provision_duration_seconds.labels(class_name, _source_label(plan)).observe(
             time.monotonic() - started
         )
         self._recorder.normal(
@@ -188,7 +188,9 @@ class Actions:
             )
             if attempt < PV_SAVE_ATTEMPTS:
                 time.sleep(self._pv_save_retry_delay * attempt)
-        self._metrics.provision_failed_total.labels(plan.storage_class.name, "").inc()
+        self._metrics.provision_failed_total.labels(
+            plan.storage_class.name, _source_label(plan)
+        ).inc()
         if unsettled:
             raise VolumeSaveUnsettled(
                 f"saving PV {plan.volume_name} failed ({last_error}); it may have been saved,"
@@ -422,6 +424,11 @@ def _refused(status: int | None) -> bool:
     """A client error other than 429 (Too Many Requests): the server looked at the request
     and did not carry it out."""
     return status is not None and 400 <= status < 500 and status != HTTP_TOO_MANY_REQUESTS
+
+
+def _source_label(plan: ProvisionPlan) -> str:
+    """The provision metrics' `source` label, as the library sets it: the data source's kind."""
+    return CLAIM_KIND if plan.clone_source is not None else ""
 
 
 def _cleanup_target(plan: ProvisionPlan) -> TeardownPlan:

@@ -5,13 +5,15 @@ A read that fails proves nothing: the copy is kept and the provision retried."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, cast
 
 import pytest
 
 from provisioner.core.clones import CloneSource
 from provisioner.kube.api_error import ApiError
-from provisioner.shell.actions import ActionFailed
-from provisioner.shell.helper_runs import HelperResult
+from provisioner.kube.metrics import Metrics
+from provisioner.shell.actions import ActionFailed, Actions
+from provisioner.shell.helper_runs import HelperResult, HelperSettings
 from tests.provisioner.shell.test_volume_save import (
     BUNDLE,
     ME,
@@ -19,7 +21,6 @@ from tests.provisioner.shell.test_volume_save import (
     PLAN,
     Recorded,
     ScriptedApi,
-    actions_on,
 )
 
 SOURCE = CloneSource(
@@ -44,9 +45,19 @@ SOURCE_VOLUME = {
 NOT_FOUND = ApiError(404, "Not Found")
 
 
-def finish(api: ScriptedApi) -> tuple[Recorded, ActionFailed | None]:
+def finish(
+    api: ScriptedApi, metrics: Metrics | None = None
+) -> tuple[Recorded, ActionFailed | None]:
     recorded = Recorded()
-    actions = actions_on(api, recorded)
+    actions = Actions(
+        cast(Any, api),
+        cast(Any, None),
+        cast(Any, recorded),
+        metrics or Metrics(),
+        HelperSettings("lps", "helper"),
+        pv_save_retry_delay=0.0,
+    )
+    actions.helper_runs = cast(Any, recorded)
     try:
         actions.finish_provision(CLONE_PLAN, BUNDLE, HelperResult(1.0), started=0.0)
     except ActionFailed as error:
@@ -56,10 +67,14 @@ def finish(api: ScriptedApi) -> tuple[Recorded, ActionFailed | None]:
 
 def test_a_clone_whose_source_is_still_there_is_saved() -> None:
     api = ScriptedApi(GET=[SOURCE_CLAIM, SOURCE_VOLUME], POST=[OURS])
-    recorded, error = finish(api)
+    recorded, error = finish(api, metrics := Metrics())
     assert error is None
     assert api.calls == ["GET", "GET", "POST"]
     assert recorded.removed == []
+    # Counted as the library counts a provision from a data source: by the source's kind.
+    labels = {"class": "local", "source": "PersistentVolumeClaim"}
+    sample = "controller_persistentvolumeclaim_provision_total"
+    assert metrics.registry.get_sample_value(sample, labels) == 1
 
 
 @pytest.mark.parametrize(
