@@ -69,6 +69,7 @@ from provisioner.kube.pod_events import ADDED, DELETED, MODIFIED, PodEventHub
 from provisioner.kube.workqueue import WorkQueue
 from provisioner.shell.actions import ActionFailed, Actions, VolumeSaveUnsettled
 from provisioner.shell.capacity_publisher import CapacityPublisher
+from provisioner.shell.clone_sources import CloneWaits, InformerClaimSources
 from provisioner.shell.helper_batcher import BatchSettings, HelperBatcher, HelperJob
 from provisioner.shell.helper_pod_index import HelperPodIndex
 from provisioner.shell.helper_runs import HelperResult
@@ -183,6 +184,8 @@ class Controller:
             label_selector=f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}",
         )
         self._volume_names = _InformerNames(self.volumes)
+        self._clone_sources = InformerClaimSources(self.claims, self.volumes)
+        self._clone_waits = CloneWaits()
         # The one picture of taken paths the core decides on: our PVs as the informer sees
         # them, plus the provisions and teardowns in flight. Decisions and the bookkeeping that
         # carries them out happen under one lock, so two workers never both think a path free.
@@ -222,6 +225,7 @@ class Controller:
             min_interval=settings.capacity_min_interval,
         )
         self._register_handlers()
+        self.claims.add_event_handler(self._wake_clones, self._wake_clones, self._wake_clones)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -425,6 +429,11 @@ class Controller:
         self.nodes.add_event_handler(on_node, on_node, on_node)
         self.helper_pods.add_event_handler(on_helper_pod, on_helper_pod, on_helper_pod)
 
+    def _wake_clones(self, key: str, old: ClaimRecord | None, new: ClaimRecord | None) -> None:
+        """A claim that just bound is a source its waiting clones may now be made from."""
+        for uid in self._clone_waits.update(old, new):
+            self._queue.add((CLAIM, uid))
+
     def _collect_helper_pod(self, key: str) -> None:
         """A finished helper pod no worker waits on is a leftover of a crashed run: delete it."""
         pod = self.helper_pods.get(key)
@@ -573,6 +582,7 @@ class Controller:
                 nodes,
                 provisioner_name=self._settings.provisioner_name,
                 paths=self._paths,
+                sources=self._clone_sources,
             )
             match decision:
                 case Provision(plan):
