@@ -14,7 +14,8 @@ tests/provisioner/core/test_claims.py):
 - Node gone: a Released volume keeps its PV (Warning, data untouched) so the admin sees it and
   the teardown resumes if the node returns; a PV the admin deletes while its node is gone has
   our finalizer removed without cleanup, as nothing can be cleaned.
-- A claim with a selector, a data source or volumeMode Block is rejected for shared paths too.
+- A claim with a selector or volumeMode Block is rejected for shared paths too. One whose data
+  source is another claim is a clone (see `clones`); any other data source is not ours to fill.
 - Budgets (`capacity` on a base path, see `budgets`): only paths with room for the claim are
   candidates; when the selected node has none, the claim goes back to the scheduler
   (Reschedule), as for a node that is gone. A claim outside the class's minSize/maxSize is
@@ -24,9 +25,18 @@ tests/provisioner/core/test_claims.py):
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from provisioner.core.budgets import committed_bytes, no_room_reason, path_rooms, paths_with_room
+from provisioner.core.clones import (
+    ClaimSources,
+    CloneSource,
+    clone_node,
+    is_served_source,
+    source_claim_refusal,
+    source_volume_refusal,
+    wrong_node_reason,
+)
 from provisioner.core.config import (
     DEFAULT_NODE_AFFINITY_KEY,
     ConfigError,
@@ -57,6 +67,7 @@ from provisioner.core.paths import (
 from provisioner.core.quantities import QuantityTooLarge, format_bytes
 from provisioner.core.records import (
     ClaimRecord,
+    DataSource,
     NodeRecord,
     StorageClassRecord,
     VolumeRecord,
@@ -98,6 +109,8 @@ class ProvisionPlan:
     node has several candidates and the claim does not name one yet."""
     reuse_existing_data: bool = False
     """The class lets an existing directory at `path` be handed over with its data."""
+    clone_source: CloneSource | None = None
+    """The volume whose data the fixed `clone` step copies in (see `clones`)."""
 
     @property
     def volume_mode(self) -> str:
@@ -127,6 +140,9 @@ class TeardownPlan:
     vol_perm: str = ""
     base_path: str = ""
     """The configured base path holding `path`: what the helper pod mounts."""
+    only_own_attempt: bool = False
+    """The `finish` step removes the directory only when its owner marker names this volume
+    (fresh_directory): the clean-up after a claim that went while its setup failed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,9 +282,11 @@ def decide_claim_action(
     *,
     provisioner_name: str,
     paths: PathBook | None = None,
+    sources: ClaimSources | None = None,
 ) -> ClaimDecision:
     """`paths` is the whole picture of taken paths (live, Released, in flight); without it no
-    overlap can be seen, which only pure tests of other rules may want."""
+    overlap can be seen, which only pure tests of other rules may want. `sources` finds a
+    clone's source claim and volume (see `clones`); without it no claim can be cloned."""
     if claim.volume_name:
         return Ignore(f"bound to volume {claim.volume_name}")
     if claim.being_deleted:
@@ -285,8 +303,8 @@ def decide_claim_action(
         return Ignore(f"volume {volume_name_for(claim)} is being provisioned")
     if claim.has_selector:
         return Reject("claims with spec.selector cannot be provisioned dynamically: remove it")
-    if claim.has_data_source:
-        return Reject("cloning or restoring (spec.dataSource) is not supported: remove it")
+    if claim.data_source is not None and not is_served_source(claim.data_source):
+        return Ignore(f"data source {claim.data_source.kind} is for another controller to fill")
     if claim.volume_mode == "Block":
         return Reject("volumeMode Block is not supported: local paths are directories")
     if claim.requested_storage is None:
@@ -298,6 +316,20 @@ def decide_claim_action(
     if storage is None:
         return Reject(f"config.json has no storageClassConfigs entry for {storage_class.name}")
     shared = storage.shared_filesystem_path is not None
+    clone: CloneSource | None = None
+    if claim.data_source is not None:
+        found = _clone_source(
+            claim,
+            claim.data_source,
+            storage_class=storage_class,
+            config=config,
+            sources=sources,
+            nodes=nodes,
+            provisioner_name=provisioner_name,
+        )
+        if isinstance(found, str):
+            return Reject(found)
+        clone = found
     allowed = {"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"}
     allowed = allowed if shared else set(NODE_LOCAL_ACCESS_MODES)
     if not claim.access_modes or not set(claim.access_modes) <= allowed:
@@ -306,7 +338,15 @@ def decide_claim_action(
             " allow ReadWriteOnce and ReadWriteOncePod; a sharedFileSystemPath allows all"
         )
     node = None
-    if claim.selected_node:
+    if clone is not None and clone.node_name is not None:
+        wrong_node = wrong_node_reason(claim, clone)
+        if wrong_node is not None:
+            return Reschedule(wrong_node)
+        node_name = clone_node(claim, clone, storage_class.binding_mode)
+        if node_name is None:
+            return Ignore("waiting for the scheduler to select a node")
+        node = nodes.get(node_name)
+    elif claim.selected_node:
         node = nodes.get(claim.selected_node)
         if node is None:
             return Reschedule(f"selected node {claim.selected_node} no longer exists")
@@ -331,6 +371,8 @@ def decide_claim_action(
         return Reschedule(str(error))
     except (ConfigError, PathPatternError, ValueError) as error:
         return Reject(str(error))
+    if clone is not None:
+        plan = replace(plan, clone_source=clone)
     blockers = paths.overlapping(plan.volume_name, plan.location, plan.path) if paths else []
     if blockers:
         return WaitForPath(
@@ -340,6 +382,66 @@ def decide_claim_action(
             tuple(entry.volume_name for entry in blockers),
         )
     return Provision(plan)
+
+
+def _clone_source(
+    claim: ClaimRecord,
+    data_source: DataSource,
+    *,
+    storage_class: StorageClassRecord,
+    config: ProvisionerConfig,
+    sources: ClaimSources | None,
+    nodes: Mapping[str, NodeRecord],
+    provisioner_name: str,
+) -> CloneSource | str:
+    """The volume the claim is to be a copy of, or why it cannot be (see `clones`)."""
+    if sources is None:
+        return "cloning needs the claim and volume caches, which this caller has not"
+    source_claim = sources.claim(claim.namespace, data_source.name)
+    refusal = source_claim_refusal(claim, data_source, source_claim)
+    if refusal is not None:
+        return refusal
+    assert source_claim is not None and claim.requested_storage is not None
+    volume = sources.volume(source_claim.volume_name)
+    refusal = source_volume_refusal(
+        source_claim,
+        volume,
+        provisioned_by=volume.annotations.get(PROVISIONED_BY) if volume else None,
+        provisioner_name=provisioner_name,
+        requested_bytes=quantity_to_bytes(claim.requested_storage),
+        source_bytes=volume_size_bytes(volume) if volume else 0,
+    )
+    if refusal is not None:
+        return refusal
+    assert volume is not None and volume.path is not None
+    if reuse_existing_data(storage_class.parameters):
+        return (
+            f"StorageClass {storage_class.name} sets reuseExistingData: a clone needs a"
+            " directory of its own, never one with data already in it; use a class without it"
+        )
+    storage = config.storage_for(storage_class.name)
+    node_name: str | None = None
+    if storage is not None and storage.shared_filesystem_path is not None:
+        base_paths = [storage.shared_filesystem_path]
+    else:
+        node_name, problem = resolve_volume_node(volume, nodes)
+        if node_name is None:
+            return f"cannot tell which node holds volume {volume.name}: {problem}"
+        base_paths = config.paths_for(storage_class.name, node_name) or []
+    if not is_deletable_path(volume.path, base_paths):
+        return (
+            f"volume {volume.name}'s path {volume.path} is not clean and strictly inside a"
+            f" base path configured for it ({', '.join(base_paths) or 'none'}): not copied"
+        )
+    return CloneSource(
+        claim_namespace=source_claim.namespace,
+        claim_name=source_claim.name,
+        claim_uid=source_claim.uid,
+        volume_name=volume.name,
+        path=volume.path,
+        base_path=next(base for base in base_paths if is_strictly_inside(volume.path, base)),
+        node_name=node_name,
+    )
 
 
 class NoRoom(Exception):  # noqa: N818 (reads as a sentence at the raise site)

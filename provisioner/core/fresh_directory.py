@@ -79,6 +79,19 @@ fi
 printf '%s\\n' "$LPS_VOLUME" > "$marker.$LPS_VOLUME"
 mv -f "$marker.$LPS_VOLUME" "$marker"
 """
+# Part of FINISH_SCRIPT, first: with LPS_ONLY_OWN_ATTEMPT (the clean-up after a claim that went
+# while its setup failed) the directory is removed only when its marker names that volume, so
+# a directory `prepare` refused (someone's retained data) or never reached stays as it is.
+ONLY_OWN_ATTEMPT = f"""\
+if [ -n "${{LPS_ONLY_OWN_ATTEMPT:-}}" ]; then
+  if [ -L "$LPS_BASE/{OWNERS_DIR}" ]; then refuse "$LPS_BASE/{OWNERS_DIR} is a symbolic link"; fi
+  marker="$LPS_BASE/{OWNERS_DIR}/$(printf '%s' "$VOL_DIR" | sha256sum | cut -d ' ' -f 1)"
+  owner="$(cat "$marker" 2>/dev/null)" || owner=""
+  if [ "$owner" != "$LPS_ONLY_OWN_ATTEMPT" ]; then
+    refuse "no owner marker says $LPS_ONLY_OWN_ATTEMPT made it; left as it is"
+  fi
+fi
+"""
 # Part of FINISH_SCRIPT, once VOL_DIR is gone: its marker goes with it.
 FORGET_DIRECTORY = f"""\
 marker="$LPS_BASE/{OWNERS_DIR}/$(printf '%s' "$VOL_DIR" | sha256sum | cut -d ' ' -f 1)"

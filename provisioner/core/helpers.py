@@ -22,10 +22,12 @@ from provisioner.core.base_path_checks import (
     needs_prepare,
     volume_host_path_type,
 )
+from provisioner.core.clones import CloneSource
 from provisioner.core.config import ConfigBundle, ProvisionerConfig
 from provisioner.core.fresh_directory import (
     CLAIM_DIRECTORY,
     FORGET_DIRECTORY,
+    ONLY_OWN_ATTEMPT,
     is_named_for_volume,
 )
 from provisioner.core.paths import is_strictly_inside
@@ -38,12 +40,13 @@ HELPER_VOLUME_LABEL = "local-path-storage.io/volume"
 DATA_VOLUME = "data"
 
 HelperAction = Literal["create", "delete"]
-HelperStep = Literal["prepare", "create", "delete", "finish"]
+HelperStep = Literal["prepare", "create", "clone", "delete", "finish"]
 """A helper pod's part in an action. `create` and `delete` run the setup and teardown code in
 force (a ConfigMap script or a custom command: arbitrary code); `prepare` and `finish` are the
-provisioner's own fixed scripts, which make and remove the volume's directory."""
+provisioner's own fixed scripts, which make and remove the volume's directory; `clone`, also
+fixed, copies a clone's source into it (clone_step.py)."""
 HELPER_STEPS: dict[HelperAction, tuple[HelperStep, ...]] = {
-    "create": ("prepare", "create", "finish"),
+    "create": ("prepare", "create", "clone", "finish"),
     "delete": ("delete",),
 }
 """Every step an action may take, each its own pod (see `helper_steps` for those a given volume
@@ -155,6 +158,7 @@ if [ "$real" != "$VOL_DIR" ]; then refuse "its real path is $real"; fi
 FINISH_SCRIPT = (
     "set -eu\n"
     + INSIDE_BASE
+    + ONLY_OWN_ATTEMPT
     + """\
 dir="$LPS_BASE"
 deepest="$LPS_BASE"
@@ -223,13 +227,21 @@ def helper_steps(
     plant a link, and one already there can only be its own (see fresh_directory). Any other
     is made by `prepare`, one component at a time, and never handed out holding someone
     else's data; so is every volume of a base path that must exist or be a mount point (see
-    base_path_checks)."""
+    base_path_checks). A clone's copy comes last, after the setup made the directory ready
+    (its quota included, so the copy counts against it)."""
     if action == "create":
         named = is_named_for_volume(target.path, target.base_path, target.volume_name)
-        if named and not needs_prepare(config.base_path_rules(target.base_path)):
-            return ("create",)
-        return ("prepare", "create")
+        steps: tuple[HelperStep, ...] = ("create",)
+        if not named or needs_prepare(config.base_path_rules(target.base_path)):
+            steps = ("prepare", "create")
+        return (*steps, "clone") if clone_source_of(target) is not None else steps
     return ("delete",)
+
+
+def clone_source_of(target: HelperTarget) -> CloneSource | None:
+    """The volume a target copies; only a ProvisionPlan of a clone names one."""
+    source = getattr(target, "clone_source", None)
+    return source if isinstance(source, CloneSource) else None
 
 
 def build_helper_pod(
@@ -408,6 +420,8 @@ def _command(
             env["LPS_REUSE_EXISTING_DATA"] = "true"
         return ["/bin/sh", "-c", PREPARE_SCRIPT, step], []
     if step == "finish":
+        if getattr(target, "only_own_attempt", False) is True:
+            env["LPS_ONLY_OWN_ATTEMPT"] = target.volume_name
         return ["/bin/sh", "-c", FINISH_SCRIPT, step], []
     action: HelperAction = "create" if step == "create" else "delete"
     config = bundle.config

@@ -26,6 +26,17 @@ BETA_STORAGE_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
 
 
 @dataclass(frozen=True, slots=True)
+class DataSource:
+    """A claim's spec.dataSourceRef (or spec.dataSource): the object to fill its volume from."""
+
+    api_group: str
+    kind: str
+    name: str
+    namespace: str | None = None
+    """Only a dataSourceRef names one (another namespace's source, an alpha feature)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimRecord:
     uid: str
     namespace: str
@@ -42,7 +53,8 @@ class ClaimRecord:
     """spec.resources.requests.storage, as the API wrote the quantity."""
     volume_mode: str = "Filesystem"
     has_selector: bool = False
-    has_data_source: bool = False
+    data_source: DataSource | None = None
+    """spec.dataSourceRef, else spec.dataSource: what the claim asks its volume be made from."""
     volume_name: str = ""
     being_deleted: bool = False
     status_capacity: str | None = None
@@ -145,12 +157,26 @@ def claim_record(obj: Mapping[str, Any]) -> ClaimRecord:
         requested_storage=_optional_shared(storage),
         volume_mode=_shared(spec.get("volumeMode") or "Filesystem"),
         has_selector=spec.get("selector") is not None,
-        has_data_source=bool(spec.get("dataSource") or spec.get("dataSourceRef")),
+        data_source=_data_source(spec.get("dataSourceRef") or spec.get("dataSource")),
         volume_name=spec.get("volumeName") or "",
         being_deleted=meta.get("deletionTimestamp") is not None,
         status_capacity=_optional_shared(
             ((obj.get("status") or {}).get("capacity") or {}).get("storage")
         ),
+    )
+
+
+def _data_source(value: Any) -> DataSource | None:
+    """dataSourceRef wins over dataSource: the API server keeps them equal when both are set,
+    and only dataSourceRef may name a namespace."""
+    if not value:
+        return None
+    namespace = value.get("namespace")
+    return DataSource(
+        api_group=str(value.get("apiGroup") or ""),
+        kind=str(value.get("kind", "")),
+        name=str(value.get("name", "")),
+        namespace=str(namespace) if namespace else None,
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 from typing import Any, NoReturn
 
 from urllib3.exceptions import HTTPError
@@ -23,9 +24,11 @@ from provisioner.core.claims import (
     ProvisionPlan,
     TeardownPlan,
 )
+from provisioner.core.clones import CLAIM_KIND, CloneSource, source_changed
 from provisioner.core.config import ConfigBundle
 from provisioner.core.expansion import Expand
-from provisioner.core.records import ClaimRecord
+from provisioner.core.fresh_directory import is_named_for_volume
+from provisioner.core.records import ClaimRecord, claim_record, volume_record
 from provisioner.core.resize import build_resize_helper_pod
 from provisioner.core.volumes import build_persistent_volume, foreign_volume_problem
 from provisioner.kube.api_error import ApiError
@@ -113,7 +116,7 @@ class Actions:
         reference = claim_reference(claim)
         error = helper.error
         if isinstance(error, HelperPodError):
-            self._metrics.provision_failed_total.labels(class_name, "").inc()
+            self._metrics.provision_failed_total.labels(class_name, _source_label(plan)).inc()
             hint = ""
             if isinstance(error, (HelperPodTimeout, HelperPodNotStarted)):
                 # Its pod waits for a base path that is missing and may not be made.
@@ -127,15 +130,47 @@ class Actions:
             raise ActionFailed(str(error)) from error
         if error is not None:
             raise error
+        if plan.clone_source is not None:
+            changed = self._clone_source_changed(plan.clone_source)
+            if changed is not None:
+                self._metrics.provision_failed_total.labels(class_name, _source_label(plan)).inc()
+                self._give_back(plan, bundle, reference, f"{changed}, so the copy may miss files")
         self._save_volume(plan, bundle, reference)
-        self._metrics.provision_total.labels(class_name, "").inc()
-        self._metrics.provision_duration_seconds.labels(class_name, "").observe(
+        self._metrics.provision_total.labels(class_name, _source_label(plan)).inc()
+        self._metrics.provision_duration_seconds.labels(class_name, _source_label(plan)).observe(
             time.monotonic() - started
         )
         self._recorder.normal(
             reference,
             "ProvisioningSucceeded",
             f"Successfully provisioned volume {plan.volume_name} at {plan.path} on {where}",
+        )
+
+    def clean_up_abandoned(self, plan: ProvisionPlan, bundle: ConfigBundle) -> None:
+        """The claim went while its setup failed (timed out, say: the pod was killed before
+        its `finish` step could remove the directory): no retry will come to use or remove
+        it. The fixed `finish` step alone removes it, and only if it is empty and this
+        attempt's own (its owner marker names the volume, or its name holds the volume's):
+        never a teardown, never data, whatever `prepare` found there. What is left is logged
+        and left to the orphan scan."""
+        own_name = is_named_for_volume(plan.path, plan.base_path, plan.volume_name)
+        target = replace(_cleanup_target(plan), only_own_attempt=not own_name)
+        try:
+            self.helper_runs.finish(target, bundle)
+        except HelperPodError as error:
+            log.warning(
+                "claim %s/%s went while its setup failed; removing %s failed: %s",
+                plan.claim.namespace,
+                plan.claim.name,
+                plan.path,
+                error,
+            )
+            return
+        log.info(
+            "claim %s/%s went while its setup failed; removed %s",
+            plan.claim.namespace,
+            plan.claim.name,
+            plan.path,
         )
 
     def _save_volume(
@@ -182,7 +217,9 @@ class Actions:
             )
             if attempt < PV_SAVE_ATTEMPTS:
                 time.sleep(self._pv_save_retry_delay * attempt)
-        self._metrics.provision_failed_total.labels(plan.storage_class.name, "").inc()
+        self._metrics.provision_failed_total.labels(
+            plan.storage_class.name, _source_label(plan)
+        ).inc()
         if unsettled:
             raise VolumeSaveUnsettled(
                 f"saving PV {plan.volume_name} failed ({last_error}); it may have been saved,"
@@ -197,6 +234,32 @@ class Actions:
         self._give_back(
             plan, bundle, reference, f"saving PV {plan.volume_name} failed ({last_error})"
         )
+
+    def _clone_source_changed(self, source: CloneSource) -> str | None:
+        """Why the copy just made may not be whole, read from the API server itself (the
+        caches may lag behind a deletion that a teardown beside the copy already acts on)."""
+        claim = self._read_or_none(
+            f"/api/v1/namespaces/{source.claim_namespace}"
+            f"/persistentvolumeclaims/{source.claim_name}"
+        )
+        volume = self._read_or_none(f"/api/v1/persistentvolumes/{source.volume_name}")
+        return source_changed(
+            source,
+            claim_record(claim) if claim is not None else None,
+            volume_record(volume) if volume is not None else None,
+        )
+
+    def _read_or_none(self, path: str) -> dict[str, Any] | None:
+        """The object, or None when it does not exist; any other answer fails the action (it
+        is retried)."""
+        try:
+            return self._clients.request_json("GET", path)
+        except ApiError as error:
+            if error.status == HTTP_NOT_FOUND:
+                return None
+            raise ActionFailed(f"reading {path}: {error.status} {error.reason}") from error
+        except (HTTPError, OSError) as error:
+            raise ActionFailed(f"reading {path}: {error}") from error
 
     def _read_volume(self, name: str) -> dict[str, Any] | None:
         """The PV, or None when a read says it does not exist. Any other answer (a 429, a 5xx,
@@ -390,6 +453,11 @@ def _refused(status: int | None) -> bool:
     """A client error other than 429 (Too Many Requests): the server looked at the request
     and did not carry it out."""
     return status is not None and 400 <= status < 500 and status != HTTP_TOO_MANY_REQUESTS
+
+
+def _source_label(plan: ProvisionPlan) -> str:
+    """The provision metrics' `source` label, as the library sets it: the data source's kind."""
+    return CLAIM_KIND if plan.clone_source is not None else ""
 
 
 def _cleanup_target(plan: ProvisionPlan) -> TeardownPlan:

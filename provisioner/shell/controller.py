@@ -62,13 +62,14 @@ from provisioner.core.records import (
 )
 from provisioner.core.storage_capacity import HOSTNAME_LABEL, CapacityObject, desired_capacities
 from provisioner.kube.client import KubeClients
-from provisioner.kube.helper_pods import HelperPodError
+from provisioner.kube.helper_pods import HelperPodError, HelperPodNotStarted
 from provisioner.kube.informer import Informer, name_key, uid_key
 from provisioner.kube.metrics import Metrics
 from provisioner.kube.pod_events import ADDED, DELETED, MODIFIED, PodEventHub
 from provisioner.kube.workqueue import WorkQueue
 from provisioner.shell.actions import ActionFailed, Actions, VolumeSaveUnsettled
 from provisioner.shell.capacity_publisher import CapacityPublisher
+from provisioner.shell.clone_sources import CloneWaits, InformerClaimSources
 from provisioner.shell.helper_batcher import BatchSettings, HelperBatcher, HelperJob
 from provisioner.shell.helper_pod_index import HelperPodIndex
 from provisioner.shell.helper_runs import HelperResult
@@ -183,6 +184,8 @@ class Controller:
             label_selector=f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}",
         )
         self._volume_names = _InformerNames(self.volumes)
+        self._clone_sources = InformerClaimSources(self.claims, self.volumes)
+        self._clone_waits = CloneWaits()
         # The one picture of taken paths the core decides on: our PVs as the informer sees
         # them, plus the provisions and teardowns in flight. Decisions and the bookkeeping that
         # carries them out happen under one lock, so two workers never both think a path free.
@@ -196,6 +199,9 @@ class Controller:
         # Setups and teardowns handed to the batcher, by key: what their reconcile carries
         # out once the helper run ended (see `_settle_claim` and `_settle_volume`).
         self._handoffs: dict[Key, _Handoff] = {}
+        # Claims whose last setup failed, by UID, with that attempt: should the claim go before
+        # a retry, the directory the attempt left is removed (see `_clean_up_after`).
+        self._failed_attempts: dict[str, _Handoff] = {}
         self._helper_index = HelperPodIndex()
         self._helpers: HelperBatcher[Key] = HelperBatcher(
             lambda: actions.helper_runs,
@@ -219,6 +225,7 @@ class Controller:
             min_interval=settings.capacity_min_interval,
         )
         self._register_handlers()
+        self.claims.add_event_handler(self._wake_clones, self._wake_clones, self._wake_clones)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -422,6 +429,11 @@ class Controller:
         self.nodes.add_event_handler(on_node, on_node, on_node)
         self.helper_pods.add_event_handler(on_helper_pod, on_helper_pod, on_helper_pod)
 
+    def _wake_clones(self, key: str, old: ClaimRecord | None, new: ClaimRecord | None) -> None:
+        """A claim that just bound is a source its waiting clones may now be made from."""
+        for uid in self._clone_waits.update(old, new):
+            self._queue.add((CLAIM, uid))
+
     def _collect_helper_pod(self, key: str) -> None:
         """A finished helper pod no worker waits on is a leftover of a crashed run: delete it."""
         pod = self.helper_pods.get(key)
@@ -551,6 +563,8 @@ class Controller:
         if key in self._handoffs:
             return self._settle_claim(key)
         claim = self.claims.get(uid)
+        if claim is None or claim.being_deleted:
+            self._clean_up_after(uid)
         if claim is None:
             return True
         if claim.volume_name:
@@ -568,6 +582,7 @@ class Controller:
                 nodes,
                 provisioner_name=self._settings.provisioner_name,
                 paths=self._paths,
+                sources=self._clone_sources,
             )
             match decision:
                 case Provision(plan):
@@ -642,11 +657,57 @@ class Controller:
             self._handoffs[key] = replace(handoff, result=result)
             raise
         except BaseException:
-            self._release(plan.volume_name)
+            try:
+                if self._leaves_a_directory(plan, result):
+                    claim = self.claims.get(plan.claim.uid)
+                    if claim is None or claim.being_deleted:
+                        # Still reserved in the book: nothing can be set up there meanwhile.
+                        self._actions.clean_up_abandoned(plan, handoff.bundle)
+                    else:
+                        self._failed_attempts[plan.claim.uid] = handoff
+            finally:
+                self._release(plan.volume_name)
             raise
         finally:
             self.capacity.poke()
+        self._failed_attempts.pop(plan.claim.uid, None)
         return True
+
+    @staticmethod
+    def _leaves_a_directory(plan: ProvisionPlan, result: HelperResult) -> bool:
+        """Whether a failed setup may have left a directory that only a retry of this claim
+        would use, and that is this attempt's own: `prepare` made it, or took it only as this
+        volume's earlier attempt or empty. Not so when the class hands over existing data
+        (`reuseExistingData`): that directory is never removed here."""
+        error = result.error
+        # A pod that never started (a missing base path, an image never pulled) made nothing.
+        started = isinstance(error, HelperPodError) and not isinstance(error, HelperPodNotStarted)
+        return started and not plan.reuse_existing_data
+
+    def _clean_up_after(self, uid: str) -> None:
+        """The claim went between a failed setup and its retry: remove what that setup left,
+        unless its path is in use again (then it is not this attempt's any more)."""
+        attempt = self._failed_attempts.pop(uid, None)
+        if attempt is None:
+            return
+        plan = attempt.plan
+        assert isinstance(plan, ProvisionPlan)
+        with self._paths_lock:
+            if plan.volume_name in self._paths or self._paths.overlapping(
+                plan.volume_name, plan.location, plan.path
+            ):
+                return
+            self._paths.reserve(
+                plan.volume_name,
+                plan.location,
+                plan.path,
+                size_bytes=plan.size_bytes,
+                node=plan.node_name or "",
+            )
+        try:
+            self._actions.clean_up_abandoned(plan, attempt.bundle)
+        finally:
+            self._release(plan.volume_name)
 
     def _volume_gone(self, volume_name: str) -> None:
         """A PV went: its path and its budget are free, and whoever waited for them (a claim

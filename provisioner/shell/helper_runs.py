@@ -11,6 +11,7 @@ from typing import Any
 
 from provisioner.core.batch_outcomes import batch_outcomes
 from provisioner.core.batch_pods import VolumePartError, batch_pod_name, build_batch_helper_pod
+from provisioner.core.clone_step import build_step_pod
 from provisioner.core.config import ConfigBundle
 from provisioner.core.helpers import HelperAction, HelperTarget, build_helper_pod, helper_steps
 from provisioner.kube.helper_pods import (
@@ -59,7 +60,7 @@ class HelperRuns:
         """The volume's own pods, one step after another; raises the first `HelperPodError`."""
         seconds = 0.0
         for step in helper_steps(action, target, bundle.config):
-            manifest = build_helper_pod(
+            manifest = build_step_pod(
                 step, target, bundle, self._helper.namespace, self._helper.service_account
             )
             try:
@@ -68,23 +69,30 @@ class HelperRuns:
                 self._metrics.observe_helper_pod(
                     action, "failed", seconds + (error.duration or 0.0)
                 )
-                if step == "create" and isinstance(error, HelperPodFailed):
+                if step in ("create", "clone") and isinstance(error, HelperPodFailed):
                     self._remove_empty_directory(target, bundle)
                 raise
         self._metrics.observe_helper_pod(action, "succeeded", seconds)
         return seconds
 
     def _remove_empty_directory(self, target: HelperTarget, bundle: ConfigBundle) -> None:
-        """A setup that ran and failed leaves no directory made for it: the `finish` step
-        removes it if the setup code left it empty (a retry makes it again). One whose image
-        never started is not followed by another pod of that image."""
+        """A setup (or a clone's copy, which empties it when it fails) that ran and failed
+        leaves no directory made for it: the `finish` step removes it if it is empty (a retry
+        makes it again). One whose image never started is not followed by another pod of that
+        image."""
+        try:
+            self.finish(target, bundle)
+        except HelperPodError as error:
+            log.warning("removing %s after its failed setup: %s", target.path, error)
+
+    def finish(self, target: HelperTarget, bundle: ConfigBundle) -> None:
+        """The fixed `finish` step alone, in the volume's own pod: the directory removed if
+        empty (and, for a `TeardownPlan` with `only_own_attempt`, only if its owner marker names
+        the volume); raises `HelperPodError` when it is left."""
         manifest = build_helper_pod(
             "finish", target, bundle, self._helper.namespace, self._helper.service_account
         )
-        try:
-            self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
-        except HelperPodError as error:
-            log.warning("removing %s after its failed setup: %s", target.path, error)
+        self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
 
     def run_batch(
         self,

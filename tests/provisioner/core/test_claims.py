@@ -32,7 +32,13 @@ from provisioner.core.claims import (
 )
 from provisioner.core.config import DEFAULT_NODE, parse_config_json
 from provisioner.core.paths import PathBook
-from provisioner.core.records import ClaimRecord, NodeRecord, StorageClassRecord, VolumeRecord
+from provisioner.core.records import (
+    ClaimRecord,
+    DataSource,
+    NodeRecord,
+    StorageClassRecord,
+    VolumeRecord,
+)
 
 ME = "local-path-storage.io/local-path"
 HOST = "kubernetes.io/hostname"
@@ -115,9 +121,17 @@ def decide(c: ClaimRecord = CLAIM, sc: StorageClassRecord | None = LOCAL, **kw: 
             Reject("claims with spec.selector cannot be provisioned dynamically: remove it"),
         ),
         (
-            claim(has_data_source=True),
+            claim(data_source=DataSource("snapshot.storage.k8s.io", "VolumeSnapshot", "s")),
             LOCAL,
-            Reject("cloning or restoring (spec.dataSource) is not supported: remove it"),
+            Ignore("data source VolumeSnapshot is for another controller to fill"),
+        ),
+        (
+            claim(
+                data_source=DataSource("populators.example.com", "Seed", "s"),
+                volume_mode="Block",
+            ),
+            LOCAL,
+            Ignore("data source Seed is for another controller to fill"),
         ),
         (
             claim(volume_mode="Block"),

@@ -202,3 +202,46 @@ def test_the_parameter_is_a_boolean_defaulting_to_false() -> None:
 def test_no_volume_can_be_the_owners_directory() -> None:
     with pytest.raises(PathPatternError, match=OWNERS_DIR):
         check_volume_path("/b", f"{OWNERS_DIR}/x", None)
+
+
+# The clean-up after a claim that went while its setup failed: `finish` alone, and only for the
+# directory whose owner marker names that volume.
+OWN_ATTEMPT = {"LPS_ONLY_OWN_ATTEMPT": "pvc-gone"}
+
+
+def test_the_clean_up_removes_the_empty_directory_its_own_attempt_made(tmp_path: Path) -> None:
+    base = make_base(tmp_path)
+    volume = base / "team" / "db"
+    made = run_script(PREPARE_SCRIPT, base, volume, volume_name="pvc-gone")
+    assert made.returncode == 0, made.stderr
+    done = run_script(FINISH_SCRIPT, base, volume, extra_env=OWN_ATTEMPT)
+    assert done.returncode == 0, done.stderr
+    assert not volume.exists()
+    assert not marker(base, volume).exists()
+
+
+def test_the_clean_up_leaves_a_directory_prepare_refused(tmp_path: Path) -> None:
+    """The claim's `prepare` refused a retained directory (someone's data), then the claim went:
+    the clean-up must not touch it, even were it empty."""
+    base = make_base(tmp_path)
+    volume = retained(base)
+    refused = run_script(PREPARE_SCRIPT, base, volume, volume_name="pvc-gone")
+    assert refused.returncode == 1
+    done = run_script(FINISH_SCRIPT, base, volume, extra_env=OWN_ATTEMPT)
+    assert done.returncode == 1
+    assert "no owner marker says pvc-gone made it" in done.stderr
+    assert (volume / "secret.txt").read_text() == "the old team's data"
+    (volume / "secret.txt").unlink()
+    again = run_script(FINISH_SCRIPT, base, volume, extra_env=OWN_ATTEMPT)
+    assert again.returncode == 1
+    assert volume.is_dir()
+
+
+def test_the_clean_up_leaves_a_directory_another_volume_owns(tmp_path: Path) -> None:
+    base = make_base(tmp_path)
+    volume = base / "team" / "db"
+    assert run_script(PREPARE_SCRIPT, base, volume, volume_name="pvc-other").returncode == 0
+    done = run_script(FINISH_SCRIPT, base, volume, extra_env=OWN_ATTEMPT)
+    assert done.returncode == 1
+    assert volume.is_dir()
+    assert marker(base, volume).read_text() == "pvc-other\n"

@@ -7,6 +7,7 @@ import pytest
 
 from provisioner.core.records import (
     ClaimReference,
+    DataSource,
     claim_record,
     node_record,
     quantity_to_bytes,
@@ -71,7 +72,7 @@ def test_claim_record_keeps_what_decisions_need() -> None:
     assert record.selected_node == "n1"
     assert record.requested_storage == "1Gi"
     assert record.has_selector
-    assert record.has_data_source
+    assert record.data_source == DataSource("", "PersistentVolumeClaim", "x")
     assert record.volume_mode == "Filesystem"
     assert record.labels == {"a": "b"}
     assert not record.being_deleted

@@ -147,6 +147,7 @@ def test_a_lone_volume_runs_at_once_in_its_own_pod_and_its_result_waits_for_its_
     assert h.batcher.in_flight_pods() == {
         "helper-prepare-pvc-1",
         "helper-create-pvc-1",
+        "helper-clone-pvc-1",
         "helper-finish-pvc-1",
     }
     h.runs.release.release()
