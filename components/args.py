@@ -109,6 +109,29 @@ class MetricsExposure:
 
 
 @dataclass(frozen=True)
+class AdoptionArgs:
+    """A rancher/local-path-provisioner installation this one takes over in place (stack config
+    `adopt`): the stack runs in its namespace under its provisioner name, imports its
+    StorageClasses and ConfigMap (kept in the cluster when the stack lets go of them) and scales
+    its Deployment to 0 before the provisioner's own starts. Defaults: rancher v0.0.37's
+    manifest (deploy/local-path-storage.yaml)."""
+
+    namespace: str = "local-path-storage"
+    """rancher's namespace: the provisioner, its helper pods and Lease run there."""
+    provisioner_name: str = "rancher.io/local-path"
+    """rancher's provisioner name: its classes and PVs name it, so the runtime serves them."""
+    config_map_name: str = "local-path-config"
+    """rancher's ConfigMap, imported and then written with the stack's files."""
+    deployment_name: str = "local-path-provisioner"
+    """rancher's Deployment, scaled to 0 replicas (and left so: the way back scales it up)."""
+    storage_classes: tuple[str, ...] = ("local-path",)
+    """rancher's StorageClasses, imported; each must be one of the stack's storageClasses."""
+    pod_selector: str = "app=local-path-provisioner"
+    """The label of the pods of rancher's Deployment (its manifest's): the provisioner starts
+    working only once none is left (--predecessor-selector), terminating ones included."""
+
+
+@dataclass(frozen=True)
 class ProvisionerDeploymentArgs:
     """Everything the provisioner's namespace, RBAC, ConfigMap and Deployment are built from."""
 
@@ -179,6 +202,9 @@ class ProvisionerDeploymentArgs:
     pods only on nodes with room. The stack sets it when capacityAwareScheduling is true, a
     path declares a capacity and the provisioner name can name a CSIDriver
     (components/capacity_scheduling.py)."""
+    adopt: AdoptionArgs | None = None
+    """The rancher installation taken over (its namespace, ConfigMap and Deployment); None for a
+    fresh installation."""
 
 
 @dataclass(frozen=True)
@@ -243,3 +269,6 @@ class StorageClassesArgs:
     """The provisioner every class names."""
     common_labels: Mapping[str, str] = field(default_factory=dict)
     """Labels on every class (the stack's commonLabels)."""
+    adopted: tuple[str, ...] = ()
+    """Names of classes that exist already (rancher's, stack config `adopt`): imported, and
+    left in the cluster when the stack deletes them."""

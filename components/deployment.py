@@ -17,7 +17,7 @@ import pulumi
 import pulumi_kubernetes as kubernetes
 
 from components import naming, rbac
-from components.args import ProvisionerDeploymentArgs
+from components.args import AdoptionArgs, ProvisionerDeploymentArgs
 from components.plain_args import refuse_outputs
 
 core = kubernetes.core.v1
@@ -50,6 +50,9 @@ def provisioner_arguments(args: ProvisionerDeploymentArgs) -> list[str]:
         arguments.append("--json-logs")
     if args.allow_unsafe_helper_template:
         arguments.append("--allow-unsafe-helper-template")
+    if args.adopt is not None:
+        # rancher holds no lock to share: the leader works only once rancher's pods are gone.
+        arguments.append(f"--predecessor-selector={args.adopt.pod_selector}")
     return arguments
 
 
@@ -189,6 +192,33 @@ def _policy_rule(rule: rbac.PolicyRule) -> access.PolicyRuleArgsDict:
         "resources": list(rule.resources),
         "verbs": list(rule.verbs),
     }
+
+
+def _adopted(parent: pulumi.Resource, namespace: str, object_name: str) -> pulumi.ResourceOptions:
+    """An object of the adopted installation: imported (then updated to the stack's inputs)
+    and left in the cluster when the stack deletes it, for the way back to rancher."""
+    return pulumi.ResourceOptions(
+        parent=parent, import_=f"{namespace}/{object_name}", retain_on_delete=True
+    )
+
+
+def _scale_down_rancher(
+    parent: pulumi.Resource, name: str, namespace: str, adopt: AdoptionArgs
+) -> pulumi.Resource:
+    """rancher's Deployment at 0 replicas (a server-side apply patch of that one field, taken
+    over from whoever set it), otherwise untouched: the way back scales it up again. Kept at 0
+    when the stack goes, so that destroying never restarts rancher beside a running provisioner
+    of ours."""
+    return kubernetes.apps.v1.DeploymentPatch(
+        f"{name}-rancher-scale-down",
+        metadata={
+            "name": adopt.deployment_name,
+            "namespace": namespace,
+            "annotations": {"pulumi.com/patchForce": "true"},
+        },
+        spec={"replicas": 0},
+        opts=pulumi.ResourceOptions(parent=parent, retain_on_delete=True),
+    )
 
 
 class ProvisionerDeployment(pulumi.ComponentResource):
@@ -339,8 +369,15 @@ class ProvisionerDeployment(pulumi.ComponentResource):
             f"{name}-config",
             metadata=metadata(args.config_map_name, "config"),
             data=args.config_files.to_data(),
-            opts=child,
+            opts=child
+            if args.adopt is None
+            else _adopted(self, args.namespace, args.config_map_name),
         )
+        # rancher holds no lock (v0.0.37 runs without leader election): it stops before ours
+        # starts, and a claim it was working on is ours to finish (same PV name, same path).
+        predecessors: list[pulumi.Resource] = []
+        if args.adopt is not None:
+            predecessors.append(_scale_down_rancher(self, name, args.namespace, args.adopt))
         spec: kubernetes.apps.v1.DeploymentSpecArgsDict = {
             "replicas": args.replicas,
             "selector": {"match_labels": naming.selector_labels(name)},
@@ -362,7 +399,13 @@ class ProvisionerDeployment(pulumi.ComponentResource):
                 parent=self,
                 # The pod template names its ConfigMap and service account by their fixed
                 # names; the rights must be in place before the first pod starts.
-                depends_on=[config_map, provisioner_account, cluster_role_binding, role_binding],
+                depends_on=[
+                    config_map,
+                    provisioner_account,
+                    cluster_role_binding,
+                    role_binding,
+                    *predecessors,
+                ],
                 # A replacement (a new namespace) moves the leader-election Lease with it: the
                 # new pods cannot see the old ones' Lease, so the old Deployment and its pods
                 # (foreground deletion) must be gone before the new one is created, or two

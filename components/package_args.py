@@ -144,6 +144,23 @@ class Metrics(TypedDict, total=False):
     """A Prometheus Operator ServiceMonitor for that Service (needs its CRD and the Service)."""
 
 
+class Adoption(TypedDict, total=False):
+    """A rancher/local-path-provisioner installation taken over in place (v0.0.37's names)."""
+
+    from_: pulumi.Input[str]
+    """The installation's kind: rancher (stack config `from`)."""
+    namespace: pulumi.Input[str]
+    """rancher's namespace (default local-path-storage)."""
+    provisioner_name: pulumi.Input[str]
+    """rancher's provisioner name (default rancher.io/local-path)."""
+    config_map_name: pulumi.Input[str]
+    """rancher's ConfigMap, imported (default local-path-config)."""
+    deployment_name: pulumi.Input[str]
+    """rancher's Deployment, scaled to 0 (default local-path-provisioner)."""
+    storage_classes: pulumi.Input[list[pulumi.Input[str]]]
+    """rancher's StorageClasses, imported; each one of storageClasses (default [local-path])."""
+
+
 class LocalPathStorageArgs(TypedDict, total=False):
     """The settings of one installation, the same as a stack's config keys (README "Deploying
     with Pulumi"); every one is optional except storageClasses and a path (nodePathMap,
@@ -241,6 +258,9 @@ class LocalPathStorageArgs(TypedDict, total=False):
     """The Deployment's update strategy; unset keeps Kubernetes' (RollingUpdate, 25%/25%)."""
     metrics: pulumi.Input[Metrics]
     """A metrics Service and ServiceMonitor."""
+    adopt: pulumi.Input[Adoption]
+    """Take over a running rancher/local-path-provisioner in place (its names, classes,
+    ConfigMap; its Deployment scaled to 0)."""
 
 
 def stack_config_values(resolved: Mapping[str, Any]) -> dict[str, str]:
@@ -270,7 +290,8 @@ def _stack_value(value: Any, annotation: Any) -> Any:
     if isinstance(value, Mapping) and typing.is_typeddict(shape):
         fields = inspect.get_annotations(shape)
         return {
-            to_camel(name): _stack_value(item, fields.get(name, Any))
+            # A keyword as a key (`from`) is a field with a trailing underscore.
+            to_camel(name.rstrip("_")): _stack_value(item, fields.get(name, Any))
             for name, item in value.items()
         }
     origin = typing.get_origin(shape)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as kubernetes
 
+from components.adoption import adoption_summary
 from components.deployment import ProvisionerDeployment
 from components.settings import StackSettings, parse_settings
 from components.stack_config import StackConfig, read_stack_config
@@ -87,6 +88,8 @@ def run() -> None:
     settings = load_settings(read_stack_config())
     for warning in settings.warnings:
         pulumi.log.warn(warning)
+    if settings.deployment.adopt is not None:
+        pulumi.log.info(adoption_summary(settings.deployment.adopt))
     warn_on_provisioner_rename(settings.deployment.provisioner_name)
     provider = kubernetes_provider(settings)
     with_provider = pulumi.ResourceOptions(providers=[provider])

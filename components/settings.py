@@ -30,6 +30,13 @@ from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
 from components import naming
+from components.adoption import (
+    ADOPT_KEY,
+    adopted_value,
+    check_adopted_classes,
+    check_stack_keys,
+    parse_adoption,
+)
 from components.args import (
     ConfigMapFiles,
     ContainerResources,
@@ -113,7 +120,21 @@ def parse_settings(
     are the keys (without namespace) set as secrets, which are refused.
     """
     values = _own_values(raw_config, secret_keys)
+    adoption = parse_adoption(values[ADOPT_KEY]) if ADOPT_KEY in values else None
+    if adoption is not None:
+        check_stack_keys(adoption, values, SCALAR_DEFAULTS)
+        values = {
+            **values,
+            **{key: adopted_value(adoption, key) for key in ADOPTED_NAMES},
+            "createNamespace": "false",
+        }
     names = _validated(_Names, values)
+    if adoption is not None and names.render_yaml_to_directory is not None:
+        raise SettingsError(
+            ADOPT_KEY,
+            "needs a cluster: the takeover imports rancher's objects, which rendering manifests"
+            " cannot; remove renderYamlToDirectory or adopt",
+        )
     config_map = _validated(_ConfigMapKeys, values)
     config_files, config = config_map.files()
     keys = _validated(_DeploymentKeys, values)
@@ -160,14 +181,18 @@ def parse_settings(
         # Render mode has no cluster to read the CRD from.
         look_up_service_monitor_crd=names.render_yaml_to_directory is None,
         deploy_csi_driver=wants_csi_driver and name_problem is None,
+        adopt=adoption,
     )
     classes = _storage_classes(values.get("storageClasses"), config)
+    if adoption is not None:
+        check_adopted_classes(adoption, [storage_class.name for storage_class in classes])
     return StackSettings(
         deployment=deployment,
         storage_classes=StorageClassesArgs(
             classes=classes,
             provisioner_name=names.provisioner_name,
             common_labels=names.common_labels or {},
+            adopted=adoption.storage_classes if adoption is not None else (),
         ),
         render_yaml_to_directory=names.render_yaml_to_directory,
         warnings=warnings,
@@ -389,8 +414,11 @@ STRUCTURED_KEYS = (
     "serviceAccount",
     "updateStrategy",
     "metrics",
+    ADOPT_KEY,
 )
 """Keys without a default in Pulumi.yaml (lists, objects, multi-line text)."""
+ADOPTED_NAMES = ("namespace", "provisionerName", "configMapName")
+"""The stack keys whose values `adopt` gives (components/adoption.py)."""
 
 SCALAR_DEFAULTS: Mapping[str, str | int | bool] = {
     key: field.default
@@ -449,7 +477,7 @@ def _stored_in(key: str) -> str:
         return "the ConfigMap's name and the provisioner Deployment"
     if key == "createNamespace":
         return "the stack's resource graph"
-    if key in ("namespace", "provisionerName"):
+    if key in ("namespace", "provisionerName", ADOPT_KEY):
         return "object names, the Deployment and the StorageClasses"
     if key == "renderYamlToDirectory":
         return "the stack outputs"

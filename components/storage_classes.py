@@ -5,6 +5,11 @@ volumeBindingMode. Declaring them replace-on-change makes `pulumi preview` show 
 replacement instead of an update that fails at apply time; since the name is fixed, the old
 class must go before the new one is created. Existing volumes keep working across the swap:
 a PersistentVolume holds everything it needs, and claims refer to the class only by name.
+
+An adopted class (stack config `adopt`: rancher's) is imported, then updated in place (labels,
+annotations); it is never deleted by the stack, so destroying it or ending the adoption leaves
+the class that rancher's volumes name. A difference in an immutable field would be a
+replacement: with the class kept on delete, its creation fails on the existing name instead.
 """
 
 from __future__ import annotations
@@ -26,6 +31,20 @@ def _topology_term(term: TopologyTerm) -> kubernetes.core.v1.TopologySelectorTer
             {"key": expression.key, "values": list(expression.values)} for expression in term
         ]
     }
+
+
+def _class_options(parent: pulumi.Resource, name: str, adopted: bool) -> pulumi.ResourceOptions:
+    if adopted:
+        # Once in the stack's state, the import option is a no-op on later updates.
+        return pulumi.ResourceOptions(
+            parent=parent,
+            import_=name,
+            retain_on_delete=True,
+            replace_on_changes=list(IMMUTABLE_FIELDS),
+        )
+    return pulumi.ResourceOptions(
+        parent=parent, replace_on_changes=list(IMMUTABLE_FIELDS), delete_before_replace=True
+    )
 
 
 class StorageClasses(pulumi.ComponentResource):
@@ -63,11 +82,7 @@ class StorageClasses(pulumi.ComponentResource):
                 allowed_topologies=[_topology_term(t) for t in storage_class.allowed_topologies]
                 or None,
                 mount_options=list(storage_class.mount_options) or None,
-                opts=pulumi.ResourceOptions(
-                    parent=self,
-                    replace_on_changes=list(IMMUTABLE_FIELDS),
-                    delete_before_replace=True,
-                ),
+                opts=_class_options(self, storage_class.name, storage_class.name in args.adopted),
             )
             names.append(resource.metadata.name)
         self.class_names = pulumi.Output.all(*names).apply(lambda values: [str(v) for v in values])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,10 @@ from provisioner.core.batch_pods import MAX_BATCH_VOLUMES
 
 DEFAULT_PROVISIONER_NAME = "local-path-storage.io/local-path"
 ORPHANS_COMMAND = "orphans"
+_LABEL_PAIR = r"[A-Za-z0-9][-A-Za-z0-9_./]*=[-A-Za-z0-9_.]*"
+_EQUALITY_SELECTOR = re.compile(rf"{_LABEL_PAIR}(,{_LABEL_PAIR})*")
+"""Equality-based label selectors (key=value, commas between): all a predecessor's pods need;
+the API server checks the names themselves."""
 """`python -m provisioner orphans ...` runs the orphans command, not the provisioner."""
 
 
@@ -70,6 +75,10 @@ class Options:
     """Between renewals, and between a standby's attempts to take the lease."""
     helper_hold_timeout: float = 300.0
     """Seconds a volume waits for a helper pod we did not start to go away."""
+    predecessor_selector: str = ""
+    """Label selector of the pods of a provisioner this one takes over (rancher's,
+    `app=local-path-provisioner`): the leader provisions only once none is left in --namespace.
+    Empty: no predecessor."""
 
 
 def _env_bool(value: str) -> bool:
@@ -252,6 +261,13 @@ def parse_options(
         " [NODE_SCAN_INTERVAL]",
     )
     add(
+        "--predecessor-selector",
+        default=env("PREDECESSOR_SELECTOR", ""),
+        help="label selector (key=value[,key=value]) of the pods of the provisioner this one"
+        " takes over, e.g. rancher's app=local-path-provisioner: the leader provisions only once"
+        " none is left in --namespace (rancher holds no lock to share) [PREDECESSOR_SELECTOR]",
+    )
+    add(
         "--debug",
         "-d",
         action="store_true",
@@ -287,6 +303,11 @@ def parse_options(
             parser.error(f"--{name} must be at least 1, got {getattr(ns, flag)}")
     if ns.helper_hold_timeout <= 0:
         parser.error(f"--helper-hold-timeout must be above 0, got {ns.helper_hold_timeout:g}")
+    if ns.predecessor_selector and not _EQUALITY_SELECTOR.fullmatch(ns.predecessor_selector):
+        parser.error(
+            f"--predecessor-selector {ns.predecessor_selector!r} is not a label selector of"
+            " key=value pairs separated by commas (e.g. app=local-path-provisioner)"
+        )
     if ns.helper_batch_size > MAX_BATCH_VOLUMES:
         parser.error(
             f"--helper-batch-size must be at most {MAX_BATCH_VOLUMES}, got"
@@ -324,4 +345,5 @@ def parse_options(
         leader_election_renew_deadline=ns.leader_election_renew_deadline,
         leader_election_retry_period=ns.leader_election_retry_period,
         helper_hold_timeout=ns.helper_hold_timeout,
+        predecessor_selector=ns.predecessor_selector,
     )

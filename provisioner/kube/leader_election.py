@@ -69,7 +69,13 @@ class LeaderElectionConfig:
 
 def lease_name_for(provisioner_name: str) -> str:
     """A valid Lease name (DNS subdomain) from a provisioner name such as
-    `local-path-storage.io/local-path` -> `local-path-storage.io-local-path`."""
+    `local-path-storage.io/local-path` -> `local-path-storage.io-local-path`.
+
+    For a name of lower-case letters, digits, dots, dashes and one slash (rancher.io/local-path)
+    this is sig-storage-lib-external-provisioner's lock name (`strings.Replace(name, "/", "-")`,
+    controller.go), in the same namespace (POD_NAMESPACE): a replica of ours taking over such a
+    provisioner campaigns on the very Lease its replicas would hold. rancher v0.0.37 holds none
+    (its main.go passes `LeaderElection(false)`), so the takeover stops it before ours starts."""
     name = re.sub(r"[^a-z0-9.-]+", "-", provisioner_name.lower())
     name = name[:253].strip("-.")
     if not name:

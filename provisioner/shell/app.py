@@ -51,6 +51,7 @@ from provisioner.shell.helper_runs import HelperSettings
 from provisioner.shell.installation_removal import release_finalizers, removal_reason
 from provisioner.shell.logs import configure_logging
 from provisioner.shell.node_scan import NodeScanner, ScanSources
+from provisioner.shell.predecessors import wait_for_predecessors
 from provisioner.shell.server import ProbeServer
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,8 @@ class Provisioner:
         self._exit_code = EXIT_OK
         self._leading = threading.Event()
         self._began = threading.Event()
+        self._waiting_for = ""
+        """Why the leader does not work yet, besides syncing (shown by /readyz)."""
         self._begin_lock = threading.RLock()  # stop() may run in a signal handler mid-_begin
         self.watcher = ConfigWatcher(
             options.config_path,
@@ -200,6 +203,8 @@ class Provisioner:
             return False, "the Kubernetes API is not reachable"
         if self.elector is not None and not self.elector.is_leader:
             return True, f"standby: {self.elector.observed_holder or 'nobody'} leads"
+        if self._waiting_for:
+            return False, self._waiting_for
         if not self.controller.has_synced():
             return False, "informers are syncing"
         return True, "leading: informers synced"
@@ -259,6 +264,15 @@ class Provisioner:
         threading.Thread(target=self._run_controller, name="controller-start", daemon=True).start()
 
     def _run_controller(self) -> None:
+        selector = self.options.predecessor_selector
+        if selector:
+            self._waiting_for = f"waiting for the predecessor's pods ({selector}) to be gone"
+            gone = wait_for_predecessors(
+                self.clients, self.options.namespace, selector, self._stopping
+            )
+            self._waiting_for = ""
+            if not gone:
+                return
         try:
             self.controller.start()
         except Exception:

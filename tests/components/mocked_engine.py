@@ -24,6 +24,11 @@ class Registration:
     replace_on_changes: list[str]
     delete_before_replace: bool
     inputs: dict[str, Any]
+    import_id: str = ""
+    """The `import_` option: the ID of an existing object the stack takes over."""
+    retain_on_delete: bool = False
+    dependencies: tuple[str, ...] = ()
+    """URNs of the resources this one depends on (depends_on, parent's aside)."""
 
     @property
     def parent_name(self) -> str:
@@ -116,6 +121,9 @@ def run_mocked(raw_config: dict[str, str], program: Callable[[], None], stack: s
             replace_on_changes=list(request.replaceOnChanges),
             delete_before_replace=request.deleteBeforeReplace,
             inputs=mocks.inputs.get((request.type, request.name), {}),
+            import_id=request.importId,
+            retain_on_delete=request.retainOnDelete,
+            dependencies=tuple(request.dependencies),
         )
         for request in monitor.requests
         if request.type != "pulumi:pulumi:Stack"

@@ -65,6 +65,10 @@ def test_flags_win_over_environment() -> None:
         (["--helper-batch-size", "65"], "--helper-batch-size must be at most 64, got 65"),
         (["--helper-pods-per-node", "0"], "--helper-pods-per-node must be at least 1, got 0"),
         (["--deletion-retry-count", "-1"], "--deletion-retry-count must be 0 (forever) or more"),
+        (
+            ["--predecessor-selector", "app in (a)"],
+            "--predecessor-selector 'app in (a)' is not a label selector of key=value pairs",
+        ),
     ],
 )
 def test_bad_flags_are_refused_with_a_clear_message(
@@ -112,3 +116,13 @@ def test_every_spelling_of_the_unsafe_flag_the_runtime_accepts(
 def test_the_pod_name_defaults_to_the_hostname_given() -> None:
     assert parse_options([], {}, hostname="lps-0").pod_name == "lps-0"
     assert parse_options([], {"POD_NAME": "lps-1"}, hostname="lps-0").pod_name == "lps-1"
+
+
+def test_a_predecessor_selector_from_the_flag_or_the_environment() -> None:
+    assert parse_options([], environ={}).predecessor_selector == ""
+    selector = "app=local-path-provisioner,app.kubernetes.io/instance=lp"
+    assert parse_options(["--predecessor-selector", selector], environ={}).predecessor_selector == (
+        selector
+    )
+    environ = {"PREDECESSOR_SELECTOR": "app=local-path-provisioner"}
+    assert parse_options([], environ=environ).predecessor_selector == "app=local-path-provisioner"

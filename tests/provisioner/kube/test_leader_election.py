@@ -255,6 +255,12 @@ def test_lease_names_are_valid_dns_subdomains() -> None:
         lease_name_for("///")
 
 
+def test_a_rancher_name_gets_the_lease_sig_storage_lib_would_hold_for_it() -> None:
+    # The library's lock: strings.Replace(provisionerName, "/", "-", -1) in POD_NAMESPACE.
+    for name in ("rancher.io/local-path", "cluster.local/nfs-subdir-external-provisioner"):
+        assert lease_name_for(name) == name.replace("/", "-")
+
+
 def test_identities_are_unique_per_elector() -> None:
     assert default_identity() != default_identity()
 
