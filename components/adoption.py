@@ -6,6 +6,8 @@
       provisionerName: rancher.io/local-path
       configMapName: local-path-config
       deploymentName: local-path-provisioner
+      clusterRoleBindingName: local-path-provisioner-bind
+      roleBindingName: local-path-provisioner-bind
       storageClasses: [local-path]
 
 Why the stack's own names are rancher's then: the runtime serves the volumes whose PVs carry
@@ -16,6 +18,12 @@ configMapName) follow `adopt`; one set to another value is refused. createNamesp
 the namespace is rancher's and stays when the stack goes. Every adopted class must be one of
 storageClasses, declared as rancher made it: StorageClass fields are immutable, and the import
 must not turn into a replacement of a class that bound volumes name.
+
+rancher's RBAC is taken away, not adopted: its ClusterRole grants pods and every PV across the
+cluster, which the policy pack's least-privilege-rbac refuses in a stack, and a service account
+of a Deployment at 0 replicas needs no rights. Its two bindings are left naming only a group no
+one is in (a server-side apply patch of their subjects); the roles, the bindings and the account
+stay, so the way back is one patch per binding (README "Switching from rancher").
 """
 
 from __future__ import annotations
@@ -43,6 +51,8 @@ ADOPT_KEYS = (
     "provisionerName",
     "configMapName",
     "deploymentName",
+    "clusterRoleBindingName",
+    "roleBindingName",
     "storageClasses",
 )
 """The keys of `adopt`, in the order they are checked (and an unknown key's message lists)."""
@@ -52,6 +62,8 @@ _CHECKS = {
     "provisionerName": check_provisioner_name,
     "configMapName": check_object_name,
     "deploymentName": check_object_name,
+    "clusterRoleBindingName": check_object_name,
+    "roleBindingName": check_object_name,
 }
 _FOLLOWS_ADOPT = {
     "namespace": "namespace",
@@ -158,5 +170,7 @@ def adoption_summary(adoption: AdoptionArgs) -> str:
         f"adopting rancher's installation in namespace {adoption.namespace}: StorageClasses "
         f"{classes} and ConfigMap {adoption.config_map_name} are imported (kept in the cluster "
         f"when the stack goes), Deployment {adoption.deployment_name} is scaled to 0 before the "
-        f"provisioner starts as {adoption.provisioner_name}; its volumes are served from then on"
+        f"provisioner starts as {adoption.provisioner_name}; its volumes are served from then on; "
+        f"ClusterRoleBinding {adoption.cluster_role_binding_name} and RoleBinding "
+        f"{adoption.role_binding_name} are bound to no one (rancher's account keeps no rights)"
     )

@@ -112,9 +112,10 @@ class MetricsExposure:
 class AdoptionArgs:
     """A rancher/local-path-provisioner installation this one takes over in place (stack config
     `adopt`): the stack runs in its namespace under its provisioner name, imports its
-    StorageClasses and ConfigMap (kept in the cluster when the stack lets go of them) and scales
-    its Deployment to 0 before the provisioner's own starts. Defaults: rancher v0.0.37's
-    manifest (deploy/local-path-storage.yaml)."""
+    StorageClasses and ConfigMap (kept in the cluster when the stack lets go of them), scales
+    its Deployment to 0 before the provisioner's own starts and takes its service account's
+    rights away (the subjects of its two bindings). Defaults: rancher v0.0.37's manifest
+    (deploy/local-path-storage.yaml)."""
 
     namespace: str = "local-path-storage"
     """rancher's namespace: the provisioner, its helper pods and Lease run there."""
@@ -124,6 +125,12 @@ class AdoptionArgs:
     """rancher's ConfigMap, imported and then written with the stack's files."""
     deployment_name: str = "local-path-provisioner"
     """rancher's Deployment, scaled to 0 replicas (and left so: the way back scales it up)."""
+    cluster_role_binding_name: str = "local-path-provisioner-bind"
+    """rancher's ClusterRoleBinding: bound to no one (TAKEN_OVER_GROUP), so that rancher's account
+    keeps no cluster-wide rights (pods, every PV) beside the provisioner's least-privilege
+    ones; the binding and its ClusterRole stay for the way back."""
+    role_binding_name: str = "local-path-provisioner-bind"
+    """rancher's RoleBinding in its namespace (pods there), bound to no one alike."""
     storage_classes: tuple[str, ...] = ("local-path",)
     """rancher's StorageClasses, imported; each must be one of the stack's storageClasses."""
     pod_selector: str = "app=local-path-provisioner"

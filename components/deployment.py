@@ -221,6 +221,54 @@ def _scale_down_rancher(
     )
 
 
+TAKEN_OVER_GROUP = "local-path-storage:taken-over-from-rancher"
+"""The one subject left in rancher's bindings: a group no identity is put in. Why not none: an
+apply patch cannot send an empty list (the provider drops it, and the field keeps its owner), and
+it says in `kubectl get rolebinding -o wide` what happened to the binding."""
+TAKEN_OVER_SUBJECT: access.SubjectPatchArgsDict = {
+    "kind": "Group",
+    "api_group": "rbac.authorization.k8s.io",
+    "name": TAKEN_OVER_GROUP,
+}
+
+
+def _take_rancher_rights(
+    parent: pulumi.Resource,
+    name: str,
+    namespace: str,
+    adopt: AdoptionArgs,
+    after: pulumi.Resource,
+) -> None:
+    """rancher's two bindings name no one but TAKEN_OVER_GROUP (server-side apply patches of
+    that one field, taken over from whoever set it): its service account keeps no rights once
+    the provisioner that replaces it runs (`after`: a rancher still running would fail its
+    writes half-way). The roles and bindings stay, kept so when the stack goes: the way back
+    puts the account back (README "Switching from rancher")."""
+    options = pulumi.ResourceOptions(parent=parent, depends_on=[after], retain_on_delete=True)
+    patch_force = {"pulumi.com/patchForce": "true"}
+    cluster_metadata: kubernetes.meta.v1.ObjectMetaPatchArgsDict = {
+        "name": adopt.cluster_role_binding_name,
+        "annotations": patch_force,
+    }
+    access.ClusterRoleBindingPatch(
+        f"{name}-rancher-unbind-cluster",
+        metadata=cluster_metadata,
+        subjects=[TAKEN_OVER_SUBJECT],
+        opts=options,
+    )
+    metadata: kubernetes.meta.v1.ObjectMetaPatchArgsDict = {
+        "name": adopt.role_binding_name,
+        "namespace": namespace,
+        "annotations": patch_force,
+    }
+    access.RoleBindingPatch(
+        f"{name}-rancher-unbind",
+        metadata=metadata,
+        subjects=[TAKEN_OVER_SUBJECT],
+        opts=options,
+    )
+
+
 class ProvisionerDeployment(pulumi.ComponentResource):
     """One installation of the provisioner (everything but the StorageClasses)."""
 
@@ -413,6 +461,8 @@ class ProvisionerDeployment(pulumi.ComponentResource):
                 delete_before_replace=True,
             ),
         )
+        if args.adopt is not None:
+            _take_rancher_rights(self, name, args.namespace, args.adopt, deployment)
         if args.deploy_csi_driver:
             # Named as the StorageClasses' provisioner: that is how the scheduler finds it.
             # Cluster-scoped, so a rename replaces it (a new name is a new object).

@@ -157,6 +157,10 @@ class Adoption(TypedDict, total=False):
     """rancher's ConfigMap, imported (default local-path-config)."""
     deployment_name: pulumi.Input[str]
     """rancher's Deployment, scaled to 0 (default local-path-provisioner)."""
+    cluster_role_binding_name: pulumi.Input[str]
+    """rancher's ClusterRoleBinding, bound to no one (default local-path-provisioner-bind)."""
+    role_binding_name: pulumi.Input[str]
+    """rancher's RoleBinding, bound to no one (default local-path-provisioner-bind)."""
     storage_classes: pulumi.Input[list[pulumi.Input[str]]]
     """rancher's StorageClasses, imported; each one of storageClasses (default [local-path])."""
 

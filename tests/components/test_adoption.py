@@ -61,6 +61,8 @@ def test_every_adopt_key_can_name_another_installation() -> None:
         "provisionerName": "example.com/local",
         "configMapName": "paths",
         "deploymentName": "local-provisioner",
+        "clusterRoleBindingName": "local-provisioner",
+        "roleBindingName": "local-provisioner-pods",
         "storageClasses": ["local", "local-retain"],
     }
     classes = [{**RANCHER_CLASS, "name": "local"}, {**RANCHER_CLASS, "name": "local-retain"}]
@@ -70,6 +72,8 @@ def test_every_adopt_key_can_name_another_installation() -> None:
         provisioner_name="example.com/local",
         config_map_name="paths",
         deployment_name="local-provisioner",
+        cluster_role_binding_name="local-provisioner",
+        role_binding_name="local-provisioner-pods",
         storage_classes=("local", "local-retain"),
     )
     assert settings.deployment.namespace == "storage"
@@ -181,14 +185,49 @@ def test_rancher_s_deployment_is_scaled_to_zero_before_ours_starts() -> None:
     assert ours.inputs["metadata"]["namespace"] == "local-path-storage"
 
 
+def test_rancher_s_account_loses_its_rights_once_ours_runs_and_the_bindings_stay() -> None:
+    result = takeover_run()
+    ours = result.one("kubernetes:apps/v1:Deployment")
+    cluster_patch = result.one("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBindingPatch")
+    role_patch = result.one("kubernetes:rbac.authorization.k8s.io/v1:RoleBindingPatch")
+    assert cluster_patch.inputs["metadata"]["name"] == "local-path-provisioner-bind"
+    assert role_patch.inputs["metadata"]["name"] == "local-path-provisioner-bind"
+    assert role_patch.inputs["metadata"]["namespace"] == "local-path-storage"
+    for patch in (cluster_patch, role_patch):
+        # Only the subjects: roleRef is immutable and the roles stay for the way back.
+        assert patch.inputs["subjects"] == [
+            {
+                "kind": "Group",
+                "apiGroup": "rbac.authorization.k8s.io",
+                "name": "local-path-storage:taken-over-from-rancher",
+            }
+        ]
+        assert "roleRef" not in patch.inputs
+        assert patch.inputs["metadata"]["annotations"] == {"pulumi.com/patchForce": "true"}
+        assert patch.retain_on_delete
+        assert any(urn.endswith(f"::{ours.name}") for urn in patch.dependencies)
+    # rancher's roles are not the stack's: the policy pack would refuse their cluster-wide pods.
+    roles = result.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole")
+    assert all(not role.import_id for role in roles)
+
+
 def test_a_stack_without_adopt_imports_nothing() -> None:
     result = run_mocked(engine_config(stack_file("dev")["config"]), run)
     assert result.error is None, result.error
     assert all(not r.import_id and not r.retain_on_delete for r in result.registrations)
     assert result.of_type("kubernetes:apps/v1:DeploymentPatch") == []
+    assert result.of_type("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBindingPatch") == []
+    assert result.of_type("kubernetes:rbac.authorization.k8s.io/v1:RoleBindingPatch") == []
 
 
 def test_the_preview_says_what_is_adopted() -> None:
     line = adoption_summary(AdoptionArgs())
-    for part in ("local-path-storage", "local-path", "local-path-config", "scaled to 0"):
+    for part in (
+        "local-path-storage",
+        "local-path",
+        "local-path-config",
+        "scaled to 0",
+        "ClusterRoleBinding local-path-provisioner-bind",
+        "bound to no one",
+    ):
         assert part in line

@@ -6,8 +6,9 @@ kwok's fake and the binary is stopped where the scale-down would stop it).
 Preview shows the imports and the scale-down; `up` keeps rancher's class and ConfigMap (same
 objects, now the stack's), scales rancher's Deployment to 0 and runs ours under rancher's
 name, which serves rancher's volumes (data kept, a released one removed) and binds a new claim;
-`destroy` leaves the class, the ConfigMap, the volumes and rancher's Deployment in place for
-the way back.
+rancher's service account loses its rights (its two bindings' subjects); `destroy` leaves the
+class, the ConfigMap, the volumes, rancher's Deployment and its RBAC in place for the way back,
+which README's one patch per binding completes.
 """
 
 from __future__ import annotations
@@ -57,14 +58,77 @@ DEPLOYMENT_PATH = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/local-path-
 CLASS_PATH = f"/apis/storage.k8s.io/v1/storageclasses/{CLASS}"
 CONFIG_MAP_PATH = f"/api/v1/namespaces/{NAMESPACE}/configmaps/local-path-config"
 RANCHER_LABELS = {"app": "local-path-provisioner"}
-# (collection, object) in the order rancher's v0.0.37 manifest creates them (its RBAC, which the
-# takeover leaves alone for the way back, aside).
+RANCHER_ACCOUNT = {
+    "kind": "ServiceAccount",
+    "name": "local-path-provisioner-service-account",
+    "namespace": NAMESPACE,
+}
+NO_ONE = {
+    "kind": "Group",
+    "apiGroup": "rbac.authorization.k8s.io",
+    "name": "local-path-storage:taken-over-from-rancher",
+}
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+CLUSTER_BINDING_PATH = f"{RBAC}/clusterrolebindings/local-path-provisioner-bind"
+BINDING_PATH = f"{RBAC}/namespaces/{NAMESPACE}/rolebindings/local-path-provisioner-bind"
+ROLE_PATHS = (
+    f"{RBAC}/clusterroles/local-path-provisioner-role",
+    f"{RBAC}/namespaces/{NAMESPACE}/roles/local-path-provisioner-role",
+)
+
+
+def _binding(kind: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "local-path-provisioner-bind"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": kind,
+            "name": "local-path-provisioner-role",
+        },
+        "subjects": [RANCHER_ACCOUNT],
+    }
+
+
+# (collection, object) in the order rancher's v0.0.37 manifest creates them.
 RANCHER_OBJECTS: list[tuple[str, dict[str, Any]]] = [
     ("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}}),
     (
         f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts",
         {"metadata": {"name": "local-path-provisioner-service-account"}},
     ),
+    (
+        f"{RBAC}/namespaces/{NAMESPACE}/roles",
+        {
+            "metadata": {"name": "local-path-provisioner-role"},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["pods"],
+                    "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
+                }
+            ],
+        },
+    ),
+    (
+        f"{RBAC}/clusterroles",
+        {
+            "metadata": {"name": "local-path-provisioner-role"},
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["nodes", "persistentvolumeclaims", "configmaps", "pods"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {
+                    "apiGroups": [""],
+                    "resources": ["persistentvolumes"],
+                    "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"],
+                },
+            ],
+        },
+    ),
+    (f"{RBAC}/namespaces/{NAMESPACE}/rolebindings", _binding("Role")),
+    (f"{RBAC}/clusterrolebindings", _binding("ClusterRole")),
     (
         f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments",
         {
@@ -146,6 +210,8 @@ def rancher(cluster: LocalCluster, tmp_path: Path) -> Iterator[RancherProcess]:
                 api_request(
                     cluster, "DELETE", f"/api/v1/persistentvolumes/{volume['metadata']['name']}"
                 )
+        for path in (CLUSTER_BINDING_PATH, ROLE_PATHS[0]):
+            api_request(cluster, "DELETE", path)
         api_request(cluster, "DELETE", f"/api/v1/namespaces/{NAMESPACE}")
         wait_for(
             lambda: None if api_get(cluster, f"/api/v1/namespaces/{NAMESPACE}") else True,
@@ -185,6 +251,10 @@ def test_the_takeover_stack_adopts_rancher_s_installation_and_serves_its_volumes
         preview.of("create")
     )
     assert "adopting rancher's installation in namespace local-path-storage" in preview.output
+    for patch_type in ("ClusterRoleBindingPatch", "RoleBindingPatch"):
+        assert f"kubernetes:rbac.authorization.k8s.io/v1:{patch_type}" in {
+            type_token for type_token, _ in preview.of("create")
+        }, preview.output
     # Where the scale-down stops rancher's pod, the host process stands in for it.
     rancher.stop()
     stack.up()
@@ -192,6 +262,9 @@ def test_the_takeover_stack_adopts_rancher_s_installation_and_serves_its_volumes
     assert {path: uid(cluster, path) for path in uids} == uids
     deployment = api_get(cluster, DEPLOYMENT_PATH)
     assert deployment is not None and deployment["spec"]["replicas"] == 0
+    for path in (CLUSTER_BINDING_PATH, BINDING_PATH):
+        binding = api_get(cluster, path)
+        assert binding is not None and binding["subjects"] == [NO_ONE], f"{path}: {binding}"
     wait_provisioner_ready(cluster, NAMESPACE)
     for claim, disk in disks.items():
         assert (disk / "data").read_text() == claim
@@ -207,3 +280,17 @@ def test_the_takeover_stack_adopts_rancher_s_installation_and_serves_its_volumes
     assert kept is not None and kept["status"]["phase"] == "Bound"
     assert (disks["kept"] / "data").read_text() == "kept"
     assert api_get(cluster, DEPLOYMENT_PATH) is not None
+    for path in ROLE_PATHS:
+        assert api_get(cluster, path) is not None, f"{path} is kept for the way back"
+    for path in (CLUSTER_BINDING_PATH, BINDING_PATH):
+        binding = api_get(cluster, path)
+        assert binding is not None and binding["subjects"] == [NO_ONE], binding
+        # The way back, as README "Switching from rancher" gives it.
+        status, answer = api_request(
+            cluster,
+            "PATCH",
+            path,
+            {"subjects": [RANCHER_ACCOUNT]},
+            "application/merge-patch+json",
+        )
+        assert status == 200 and answer["subjects"] == [RANCHER_ACCOUNT], answer
