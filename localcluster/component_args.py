@@ -104,6 +104,10 @@ def apiserver_args(
         f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
         "--allow-privileged=true",
         "--enable-admission-plugins=NodeRestriction",
+        # Without it the API server drops spec.dataSourceRef.namespace, so a claim naming a
+        # clone source in another namespace (which the provisioner must refuse) could not be
+        # written at all; users who turn it on get that refusal, and the tests prove it.
+        "--feature-gates=CrossNamespaceVolumeDataSource=true",
         # The `kubernetes` Service would point at 127.0.0.1, which Endpoints reject (a log
         # line every 10 s); nothing in this cluster reaches the API through that Service.
         "--endpoint-reconciler-type=none",

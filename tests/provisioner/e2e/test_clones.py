@@ -44,8 +44,11 @@ def create_clone(
     size: str = "1Gi",
     kind: str = "PersistentVolumeClaim",
     api_group: str | None = None,
+    namespace: str | None = None,
 ) -> None:
     data_source: dict[str, Any] = {"kind": kind, "name": source}
+    if namespace is not None:
+        data_source["namespace"] = namespace
     if api_group is not None:
         data_source["apiGroup"] = api_group
     body = {
@@ -196,10 +199,15 @@ def test_each_refusal_says_why_on_the_claim_and_makes_nothing(
         "other-class": ("other-class-source", "1Gi", "a clone must be of its source's class"),
         "too-small": ("source", "512Mi", "holds 1Gi, more than this claim requests"),
         "early": ("pending-source", "1Gi", "is not Bound yet: the clone is made once it is"),
+        "elsewhere": ("source", "1Gi", "is in another namespace: a clone's source must be"),
     }
+    # The API server keeps dataSourceRef.namespace (CrossNamespaceVolumeDataSource, on in the
+    # harness); the claim names a source of the same name in another tenant's namespace.
+    elsewhere = {"elsewhere": "kube-public"}
     for name, (source, size, _) in refusals.items():
-        create_clone(setup, name, source, storage_class, size=size)
+        create_clone(setup, name, source, storage_class, size=size, namespace=elsewhere.get(name))
         setup.create_consumer(name, name, node_selector=ON_NODE)
+    assert setup.claim("elsewhere")["spec"]["dataSourceRef"]["namespace"] == "kube-public"
     for name, (_, _, text) in refusals.items():
         wait_refusal(setup, name, text)
         assert setup.phase(name) == "Pending"
