@@ -547,6 +547,12 @@ def build(directory: Path) -> BuiltImage:
     return BuiltImage.load(directory)
 
 
+KEPT_IMAGES = 3
+"""Cached images kept, the most recently used first: every change to the project's files is a
+new image (about 200 MiB unpacked with its archive), so without a bound a checkout that is
+tested after each change fills the disk; three cover switching between a few branches."""
+
+
 def image(rebuild: bool = False) -> BuiltImage:
     """The cached image of the current inputs, built if it is not there yet."""
     ensure_tools()  # also when cached: the tests unpack with umoci, users push with skopeo
@@ -559,9 +565,36 @@ def image(rebuild: bool = False) -> BuiltImage:
         if rebuild:
             shutil.rmtree(directory, ignore_errors=True)
         if (directory / "image.json").is_file():
-            return BuiltImage.load(directory)
-        progress(f"building {REPOSITORY}:{project_version()} into {directory}")
-        return build(directory)
+            built = BuiltImage.load(directory)
+        else:
+            progress(f"building {REPOSITORY}:{project_version()} into {directory}")
+            built = build(directory)
+        os.utime(directory)  # its use, which the pruning goes by
+    prune_images(directory.parent)
+    return built
+
+
+def prune_images(cache: Path, kept: int = KEPT_IMAGES) -> None:
+    """Remove all but the `kept` most recently used images; one whose lock another session
+    holds (it is being built) is left alone. The empty lock files stay: removing one could let
+    two sessions lock different files of the same name."""
+    images = sorted(
+        (
+            path
+            for path in cache.glob("image-*")
+            if path.is_dir() and not path.name.startswith("image-verify-")
+        ),
+        key=lambda path: path.stat().st_mtime,
+        reverse=True,
+    )
+    for old in images[kept:]:
+        with old.with_name(f"{old.name}.lock").open("w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            shutil.rmtree(old, ignore_errors=True)
+            progress(f"removed the older cached image {old.name}")
 
 
 def file_digest(path: Path) -> str:
