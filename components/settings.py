@@ -19,6 +19,7 @@ the parts are checked in order, so it is the first problem on the path.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from components.adoption import (
 )
 from components.args import (
     ConfigMapFiles,
+    ConfigMapFilesError,
     ContainerResources,
     MetricsExposure,
     ProvisionerDeploymentArgs,
@@ -82,6 +84,7 @@ from components.stack_values import (
     unknown_key,
     yaml_text,
 )
+from provisioner.core import defaults
 from provisioner.core.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
@@ -89,7 +92,7 @@ from provisioner.core.config import (
     ConfigBundle,
     ConfigError,
     ProvisionerConfig,
-    load_config_bundle,
+    parse_config_json,
     validate_storage_class_parameters,
 )
 
@@ -209,6 +212,21 @@ class _Keys(BaseModel):
     )
 
 
+def _args_default(args: type[Any], field_name: str) -> Any:
+    """A stack key's default: the components' own default of the arg it sets (args.py), so each
+    is written once. An arg's None (unset) is the empty string, which Pulumi.yaml can declare."""
+    (default,) = (item.default for item in dataclasses.fields(args) if item.name == field_name)
+    return "" if default is None else default
+
+
+def _deployment_default(field_name: str) -> Any:
+    return _args_default(ProvisionerDeploymentArgs, field_name)
+
+
+def _resources_default(field_name: str) -> Any:
+    return _args_default(ContainerResources, field_name)
+
+
 _STACK_LABELS = {
     **{
         key: "is set by the stack on every object (and selects the provisioner's pods)"
@@ -234,7 +252,9 @@ class _Names(_Keys):
         naming.DEFAULT_PROVISIONER_NAME
     )
     render_yaml_to_directory: Annotated[str | None, optional_text()] = ""
-    create_namespace: Annotated[bool, boolean()] = True
+    create_namespace: Annotated[bool, boolean()] = _args_default(
+        ProvisionerDeploymentArgs, "create_namespace"
+    )
     config_map_name: Annotated[str, string(check_object_name)] = naming.CONFIG_MAP_NAME
     common_labels: Annotated[
         dict[str, str] | None,
@@ -252,17 +272,19 @@ class _ConfigMapKeys(_Keys):
     shared_file_system_path: Annotated[str | None, optional_text()] = ""
     setup_command: Annotated[str | None, optional_text()] = ""
     teardown_command: Annotated[str | None, optional_text()] = ""
-    cmd_timeout_seconds: Annotated[int, integer()] = 120
+    cmd_timeout_seconds: Annotated[int, integer()] = defaults.CMD_TIMEOUT_SECONDS
     setup_script: str = DEFAULT_SETUP_SCRIPT
     teardown_script: str = DEFAULT_TEARDOWN_SCRIPT
     helper_pod_template: Annotated[str, yaml_text()] = DEFAULT_HELPER_POD_YAML
-    allow_unsafe_helper_template: Annotated[bool, boolean()] = False
+    allow_unsafe_helper_template: Annotated[bool, boolean()] = _args_default(
+        ProvisionerDeploymentArgs, "allow_unsafe_helper_template"
+    )
     helper_image: Annotated[str | None, optional_text()] = ""
     """Checked by files(), after the files themselves."""
 
     def files(self) -> tuple[ConfigMapFiles, ProvisionerConfig]:
         """The ConfigMap's four files, validated together by provisioner.core.config, and
-        config.json as its model."""
+        config.json as its model: parsed once, then written in its canonical rendering."""
         document: dict[str, Any] = {}
         for key, value in (
             ("nodePathMap", self.node_path_map),
@@ -274,56 +296,66 @@ class _ConfigMapKeys(_Keys):
             if value is not None:
                 document[key] = value
         document["cmdTimeoutSeconds"] = self.cmd_timeout_seconds
-        helper_pod_yaml = self.helper_pod_template
-        bundle = self._bundle(document, helper_pod_yaml)
+        try:
+            config = parse_config_json(json.dumps(document))
+        except ConfigError as error:
+            raise SettingsError(*_stack_key_of(error)) from error
+        files = self._files(config, self.helper_pod_template)
         if self.helper_image is not None:
             problem = check_not_empty(self.helper_image)
             if problem is not None:
                 raise SettingsError("helperImage", problem)
-            helper_pod_yaml = _with_helper_image(bundle, self.helper_image)
-            bundle = self._bundle(document, helper_pod_yaml)
-        files = ConfigMapFiles(
-            # The canonical rendering: rancher's key spelling, whatever case the stack used.
-            config_json=bundle.config.to_config_json(),
-            setup=self.setup_script,
-            teardown=self.teardown_script,
-            helper_pod_yaml=helper_pod_yaml,
-            allow_unsafe_helper_template=self.allow_unsafe_helper_template,
-        )
-        return files, bundle.config
+            files = self._files(config, _with_helper_image(files.bundle, self.helper_image))
+        return files, config
 
-    def _bundle(self, document: dict[str, Any], helper_pod_yaml: str) -> ConfigBundle:
+    def _files(self, config: ProvisionerConfig, helper_pod_yaml: str) -> ConfigMapFiles:
         try:
-            return load_config_bundle(
-                json.dumps(document),
-                self.setup_script,
-                self.teardown_script,
-                helper_pod_yaml,
+            return ConfigMapFiles(
+                # The canonical rendering: rancher's key spelling, whatever case the stack used.
+                config_json=config.to_config_json(),
+                setup=self.setup_script,
+                teardown=self.teardown_script,
+                helper_pod_yaml=helper_pod_yaml,
                 allow_unsafe_helper_template=self.allow_unsafe_helper_template,
+                parsed_config=config,
             )
-        except ConfigError as error:
-            raise SettingsError(*_stack_key_of(error)) from error
+        except ConfigMapFilesError as error:
+            raise SettingsError(*_stack_key_of(error.error)) from error
 
 
 class _DeploymentKeys(_Keys):
     """The provisioner Deployment (and the CSIDriver beside it)."""
 
     capacity_aware_scheduling: Annotated[bool, boolean()] = True
-    image: Annotated[str, string(check_not_empty)] = naming.DEFAULT_IMAGE
-    image_pull_policy: Annotated[str, one_of("Always", "IfNotPresent", "Never")] = "IfNotPresent"
-    replicas: Annotated[int, integer(minimum=1)] = 1
+    image: Annotated[str, string(check_not_empty)] = _deployment_default("image")
+    image_pull_policy: Annotated[str, one_of("Always", "IfNotPresent", "Never")] = (
+        _deployment_default("image_pull_policy")
+    )
+    replicas: Annotated[int, integer(minimum=1)] = _deployment_default("replicas")
     log_level: Annotated[str, one_of("info", "debug")] = "info"
-    json_logs: Annotated[bool, boolean()] = False
-    workers: Annotated[int, integer(minimum=1)] = 8
-    metrics_port: Annotated[int, integer(minimum=1, maximum=65535)] = 8080
-    leader_election: Annotated[bool, boolean()] = True
-    cpu_request: Annotated[str, string(check_quantity)] = "50m"
-    memory_request: Annotated[str, string(check_quantity)] = "64Mi"
-    cpu_limit: Annotated[str | None, optional_text(check_quantity)] = ""
-    memory_limit: Annotated[str | None, optional_text(check_quantity)] = "192Mi"
-    provisioning_retry_count: Annotated[int, integer(minimum=0)] = 15
-    deletion_retry_count: Annotated[int, integer(minimum=0)] = 15
-    priority_class_name: Annotated[str | None, optional_text(check_object_name)] = ""
+    json_logs: Annotated[bool, boolean()] = _deployment_default("json_logs")
+    workers: Annotated[int, integer(minimum=1)] = _deployment_default("workers")
+    metrics_port: Annotated[int, integer(minimum=1, maximum=65535)] = _deployment_default(
+        "metrics_port"
+    )
+    leader_election: Annotated[bool, boolean()] = _deployment_default("leader_election")
+    cpu_request: Annotated[str, string(check_quantity)] = _resources_default("cpu_request")
+    memory_request: Annotated[str, string(check_quantity)] = _resources_default("memory_request")
+    cpu_limit: Annotated[str | None, optional_text(check_quantity)] = _resources_default(
+        "cpu_limit"
+    )
+    memory_limit: Annotated[str | None, optional_text(check_quantity)] = _resources_default(
+        "memory_limit"
+    )
+    provisioning_retry_count: Annotated[int, integer(minimum=0)] = _deployment_default(
+        "provisioning_retry_count"
+    )
+    deletion_retry_count: Annotated[int, integer(minimum=0)] = _deployment_default(
+        "deletion_retry_count"
+    )
+    priority_class_name: Annotated[str | None, optional_text(check_object_name)] = (
+        _deployment_default("priority_class_name")
+    )
     node_selector: Annotated[
         dict[str, str] | None, string_map("node label keys to values", check_label_value)
     ] = None
