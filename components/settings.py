@@ -6,10 +6,11 @@ The path, pure and engine-free (program.py only reads the config and hands the r
    text), and the keys the stack file holds as secrets.
 2. parse_settings(): refuses unknown and secret keys, then validates the stack's parts in
    order. Each part is a pydantic model declaring its keys (the stack key is the field name in
-   camelCase) with Pulumi.yaml's default and a reader of stack_values.py: the names, the
-   ConfigMap (then checked as a whole by provisioner.core.config, the runtime's own rules: a
-   rule is written once), the Deployment, the StorageClasses (each then checked against
-   config.json).
+   camelCase) with a reader of stack_values.py and a default read from the arg it sets
+   (args.py; Pulumi.yaml repeats it, a test holds the two equal): the names, the ConfigMap
+   (config.json parsed once by provisioner.core.config, the runtime's own parser and rules,
+   and the files then checked with that model), the Deployment, the StorageClasses (each then
+   checked against config.json).
 3. StackSettings holds the components' arguments (args.py).
 
 Every failure is a SettingsError whose text is one line naming the stack config key, e.g.
