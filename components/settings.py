@@ -213,19 +213,18 @@ class _Keys(BaseModel):
     )
 
 
-def _args_default(args: type[Any], field_name: str) -> Any:
-    """A stack key's default: the components' own default of the arg it sets (args.py), so each
-    is written once. An arg's None (unset) is the empty string, which Pulumi.yaml can declare."""
-    (default,) = (item.default for item in dataclasses.fields(args) if item.name == field_name)
-    return "" if default is None else default
+def _stack_defaults(args: type[Any]) -> dict[str, Any]:
+    """The stack keys' defaults: the components' own defaults of the args they set (args.py),
+    so each is written once. An arg's None (unset) is the empty string Pulumi.yaml declares."""
+    return {
+        item.name: "" if item.default is None else item.default
+        for item in dataclasses.fields(args)
+        if item.default is not dataclasses.MISSING
+    }
 
 
-def _deployment_default(field_name: str) -> Any:
-    return _args_default(ProvisionerDeploymentArgs, field_name)
-
-
-def _resources_default(field_name: str) -> Any:
-    return _args_default(ContainerResources, field_name)
+_DEPLOYMENT = _stack_defaults(ProvisionerDeploymentArgs)
+_RESOURCES = _stack_defaults(ContainerResources)
 
 
 _STACK_LABELS = {
@@ -253,9 +252,7 @@ class _Names(_Keys):
         naming.DEFAULT_PROVISIONER_NAME
     )
     render_yaml_to_directory: Annotated[str | None, optional_text()] = ""
-    create_namespace: Annotated[bool, boolean()] = _args_default(
-        ProvisionerDeploymentArgs, "create_namespace"
-    )
+    create_namespace: Annotated[bool, boolean()] = _DEPLOYMENT["create_namespace"]
     config_map_name: Annotated[str, string(check_object_name)] = naming.CONFIG_MAP_NAME
     common_labels: Annotated[
         dict[str, str] | None,
@@ -277,9 +274,9 @@ class _ConfigMapKeys(_Keys):
     setup_script: str = DEFAULT_SETUP_SCRIPT
     teardown_script: str = DEFAULT_TEARDOWN_SCRIPT
     helper_pod_template: Annotated[str, yaml_text()] = DEFAULT_HELPER_POD_YAML
-    allow_unsafe_helper_template: Annotated[bool, boolean()] = _args_default(
-        ProvisionerDeploymentArgs, "allow_unsafe_helper_template"
-    )
+    allow_unsafe_helper_template: Annotated[bool, boolean()] = _DEPLOYMENT[
+        "allow_unsafe_helper_template"
+    ]
     helper_image: Annotated[str | None, optional_text()] = ""
     """Checked by files(), after the files themselves."""
 
@@ -328,35 +325,27 @@ class _DeploymentKeys(_Keys):
     """The provisioner Deployment (and the CSIDriver beside it)."""
 
     capacity_aware_scheduling: Annotated[bool, boolean()] = True
-    image: Annotated[str, string(check_not_empty)] = _deployment_default("image")
-    image_pull_policy: Annotated[str, one_of("Always", "IfNotPresent", "Never")] = (
-        _deployment_default("image_pull_policy")
-    )
-    replicas: Annotated[int, integer(minimum=1)] = _deployment_default("replicas")
+    image: Annotated[str, string(check_not_empty)] = _DEPLOYMENT["image"]
+    image_pull_policy: Annotated[str, one_of("Always", "IfNotPresent", "Never")] = _DEPLOYMENT[
+        "image_pull_policy"
+    ]
+    replicas: Annotated[int, integer(minimum=1)] = _DEPLOYMENT["replicas"]
     log_level: Annotated[str, one_of("info", "debug")] = "info"
-    json_logs: Annotated[bool, boolean()] = _deployment_default("json_logs")
-    workers: Annotated[int, integer(minimum=1)] = _deployment_default("workers")
-    metrics_port: Annotated[int, integer(minimum=1, maximum=65535)] = _deployment_default(
-        "metrics_port"
-    )
-    leader_election: Annotated[bool, boolean()] = _deployment_default("leader_election")
-    cpu_request: Annotated[str, string(check_quantity)] = _resources_default("cpu_request")
-    memory_request: Annotated[str, string(check_quantity)] = _resources_default("memory_request")
-    cpu_limit: Annotated[str | None, optional_text(check_quantity)] = _resources_default(
-        "cpu_limit"
-    )
-    memory_limit: Annotated[str | None, optional_text(check_quantity)] = _resources_default(
-        "memory_limit"
-    )
-    provisioning_retry_count: Annotated[int, integer(minimum=0)] = _deployment_default(
+    json_logs: Annotated[bool, boolean()] = _DEPLOYMENT["json_logs"]
+    workers: Annotated[int, integer(minimum=1)] = _DEPLOYMENT["workers"]
+    metrics_port: Annotated[int, integer(minimum=1, maximum=65535)] = _DEPLOYMENT["metrics_port"]
+    leader_election: Annotated[bool, boolean()] = _DEPLOYMENT["leader_election"]
+    cpu_request: Annotated[str, string(check_quantity)] = _RESOURCES["cpu_request"]
+    memory_request: Annotated[str, string(check_quantity)] = _RESOURCES["memory_request"]
+    cpu_limit: Annotated[str | None, optional_text(check_quantity)] = _RESOURCES["cpu_limit"]
+    memory_limit: Annotated[str | None, optional_text(check_quantity)] = _RESOURCES["memory_limit"]
+    provisioning_retry_count: Annotated[int, integer(minimum=0)] = _DEPLOYMENT[
         "provisioning_retry_count"
-    )
-    deletion_retry_count: Annotated[int, integer(minimum=0)] = _deployment_default(
-        "deletion_retry_count"
-    )
-    priority_class_name: Annotated[str | None, optional_text(check_object_name)] = (
-        _deployment_default("priority_class_name")
-    )
+    ]
+    deletion_retry_count: Annotated[int, integer(minimum=0)] = _DEPLOYMENT["deletion_retry_count"]
+    priority_class_name: Annotated[str | None, optional_text(check_object_name)] = _DEPLOYMENT[
+        "priority_class_name"
+    ]
     node_selector: Annotated[
         dict[str, str] | None, string_map("node label keys to values", check_label_value)
     ] = None
