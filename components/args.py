@@ -2,18 +2,33 @@
 
 settings.py builds these from stack config (StackSettings holds them) and the components
 (deployment.py, storage_classes.py) consume them, so both sides are tested without the
-engine. The defaults are the components' own, and the same as a stack's (a test holds them
-equal).
+engine. Their defaults are the stack keys' defaults: settings.py reads them from here, and
+the ones the runtime shares from provisioner.core.defaults.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from components import naming
-from provisioner.core.config import ConfigError, load_config_bundle
+from provisioner.core import defaults
+from provisioner.core.config import (
+    ConfigBundle,
+    ConfigError,
+    ProvisionerConfig,
+    complete_bundle,
+    parse_config_json,
+)
+
+
+class ConfigMapFilesError(ValueError):
+    """Files the provisioner would refuse; `error` names the key path within them."""
+
+    def __init__(self, error: ConfigError) -> None:
+        super().__init__(f"ConfigMap files: {error}")
+        self.error = error
 
 
 @dataclass(frozen=True)
@@ -56,18 +71,27 @@ class ConfigMapFiles:
     allow_unsafe_helper_template: bool = field(default=False, compare=False)
     """The stack's allowUnsafeHelperTemplate: a helper template with host access beyond the
     volume's directory is accepted."""
+    parsed_config: InitVar[ProvisionerConfig | None] = None
+    """config.json already parsed by the runtime's parser, when `config_json` is its rendering
+    (the stack's settings): not parsed a second time. None: `config_json` is parsed here."""
+    bundle: ConfigBundle = field(init=False, compare=False, repr=False)
+    """The four files as the runtime loads them."""
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, parsed_config: ProvisionerConfig | None) -> None:
+        if parsed_config is not None and parsed_config.to_config_json() != self.config_json:
+            raise ValueError("ConfigMap files: config_json is not the rendering of parsed_config")
         try:
-            load_config_bundle(
-                self.config_json,
+            config = parse_config_json(self.config_json) if parsed_config is None else parsed_config
+            bundle = complete_bundle(
+                config,
                 self.setup,
                 self.teardown,
                 self.helper_pod_yaml,
                 allow_unsafe_helper_template=self.allow_unsafe_helper_template,
             )
         except ConfigError as error:
-            raise ValueError(f"ConfigMap files: {error}") from error
+            raise ConfigMapFilesError(error) from error
+        object.__setattr__(self, "bundle", bundle)
 
     def to_data(self) -> dict[str, str]:
         """The ConfigMap's `data`, keyed by the file names the runtime reads."""
@@ -163,19 +187,19 @@ class ProvisionerDeploymentArgs:
     """Debug logging (stack config logLevel: debug)."""
     json_logs: bool = False
     """One JSON object per log line."""
-    workers: int = 8
+    workers: int = defaults.WORKERS
     """Concurrent reconcilers."""
-    metrics_port: int = 8080
+    metrics_port: int = defaults.METRICS_PORT
     """Port of /healthz, /readyz and /metrics; the probes use it."""
-    leader_election: bool = True
+    leader_election: bool = defaults.LEADER_ELECTION
     """Elect one active replica on a Lease; turn off only for a single replica."""
     allow_unsafe_helper_template: bool = False
     """Trust helperPod.yaml without the safety checks (trusted administrators only)."""
     resources: ContainerResources = field(default_factory=ContainerResources)
     """Container requests and limits."""
-    provisioning_retry_count: int = 15
+    provisioning_retry_count: int = defaults.PROVISIONING_RETRY_COUNT
     """Failures after which a claim waits for its next change or resync; 0 retries forever."""
-    deletion_retry_count: int = 15
+    deletion_retry_count: int = defaults.DELETION_RETRY_COUNT
     """The same for deleting a volume."""
     node_selector: Mapping[str, str] = field(default_factory=dict)
     """The provisioner pod's nodeSelector."""

@@ -6,6 +6,8 @@ helper service account by name, and users find the namespace and classes by name
 
 from __future__ import annotations
 
+from provisioner.core import defaults
+
 CONFIG_NAMESPACE = "local-path-storage"
 """The Pulumi config namespace: the project name, so `pulumi config set --path nodePathMap...`
 needs no prefix and Pulumi.yaml can declare typed defaults for the keys."""
@@ -17,9 +19,9 @@ its namespace. Rancher's other names are namespaced (its ConfigMap, service acco
 distinct (ClusterRole `local-path-provisioner-role`); the stacks' class names avoid its
 `local-path`."""
 DEFAULT_IMAGE = "local-path-storage/provisioner:0.1.0"
-DEFAULT_PROVISIONER_NAME = "local-path-storage.io/local-path"
+DEFAULT_PROVISIONER_NAME = defaults.PROVISIONER_NAME
 
-CONFIG_MAP_NAME = "local-path-config"
+CONFIG_MAP_NAME = defaults.CONFIG_MAP_NAME
 """rancher's ConfigMap name and file names, so its users find config.json where they expect it;
 in the installation's own namespace, so it never meets rancher's."""
 METRICS_SERVICE_NAME = "local-path-storage-metrics"
@@ -28,7 +30,7 @@ CONFIG_DIRECTORY = "/etc/config"
 """Where the ConfigMap is mounted (as a directory: kubelet's symlink swap makes updates
 visible to the runtime's hot reload)."""
 PROVISIONER_SERVICE_ACCOUNT = "local-path-storage-provisioner"
-HELPER_SERVICE_ACCOUNT = "local-path-storage-helper"
+HELPER_SERVICE_ACCOUNT = defaults.HELPER_SERVICE_ACCOUNT
 """Helper pods run under this account: no rights, no token mounted."""
 
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"

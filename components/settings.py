@@ -6,10 +6,11 @@ The path, pure and engine-free (program.py only reads the config and hands the r
    text), and the keys the stack file holds as secrets.
 2. parse_settings(): refuses unknown and secret keys, then validates the stack's parts in
    order. Each part is a pydantic model declaring its keys (the stack key is the field name in
-   camelCase) with Pulumi.yaml's default and a reader of stack_values.py: the names, the
-   ConfigMap (then checked as a whole by provisioner.core.config, the runtime's own rules: a
-   rule is written once), the Deployment, the StorageClasses (each then checked against
-   config.json).
+   camelCase) with a reader of stack_values.py and a default read from the arg it sets
+   (args.py; Pulumi.yaml repeats it, a test holds the two equal): the names, the ConfigMap
+   (config.json parsed once by provisioner.core.config, the runtime's own parser and rules,
+   and the files then checked with that model), the Deployment, the StorageClasses (each then
+   checked against config.json).
 3. StackSettings holds the components' arguments (args.py).
 
 Every failure is a SettingsError whose text is one line naming the stack config key, e.g.
@@ -19,6 +20,7 @@ the parts are checked in order, so it is the first problem on the path.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,6 +41,7 @@ from components.adoption import (
 )
 from components.args import (
     ConfigMapFiles,
+    ConfigMapFilesError,
     ContainerResources,
     MetricsExposure,
     ProvisionerDeploymentArgs,
@@ -82,6 +85,7 @@ from components.stack_values import (
     unknown_key,
     yaml_text,
 )
+from provisioner.core import defaults
 from provisioner.core.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
@@ -89,7 +93,7 @@ from provisioner.core.config import (
     ConfigBundle,
     ConfigError,
     ProvisionerConfig,
-    load_config_bundle,
+    parse_config_json,
     validate_storage_class_parameters,
 )
 
@@ -209,6 +213,20 @@ class _Keys(BaseModel):
     )
 
 
+def _stack_defaults(args: type[Any]) -> dict[str, Any]:
+    """The stack keys' defaults: the components' own defaults of the args they set (args.py),
+    so each is written once. An arg's None (unset) is the empty string Pulumi.yaml declares."""
+    return {
+        item.name: "" if item.default is None else item.default
+        for item in dataclasses.fields(args)
+        if item.default is not dataclasses.MISSING
+    }
+
+
+_DEPLOYMENT = _stack_defaults(ProvisionerDeploymentArgs)
+_RESOURCES = _stack_defaults(ContainerResources)
+
+
 _STACK_LABELS = {
     **{
         key: "is set by the stack on every object (and selects the provisioner's pods)"
@@ -234,7 +252,7 @@ class _Names(_Keys):
         naming.DEFAULT_PROVISIONER_NAME
     )
     render_yaml_to_directory: Annotated[str | None, optional_text()] = ""
-    create_namespace: Annotated[bool, boolean()] = True
+    create_namespace: Annotated[bool, boolean()] = _DEPLOYMENT["create_namespace"]
     config_map_name: Annotated[str, string(check_object_name)] = naming.CONFIG_MAP_NAME
     common_labels: Annotated[
         dict[str, str] | None,
@@ -252,17 +270,19 @@ class _ConfigMapKeys(_Keys):
     shared_file_system_path: Annotated[str | None, optional_text()] = ""
     setup_command: Annotated[str | None, optional_text()] = ""
     teardown_command: Annotated[str | None, optional_text()] = ""
-    cmd_timeout_seconds: Annotated[int, integer()] = 120
+    cmd_timeout_seconds: Annotated[int, integer()] = defaults.CMD_TIMEOUT_SECONDS
     setup_script: str = DEFAULT_SETUP_SCRIPT
     teardown_script: str = DEFAULT_TEARDOWN_SCRIPT
     helper_pod_template: Annotated[str, yaml_text()] = DEFAULT_HELPER_POD_YAML
-    allow_unsafe_helper_template: Annotated[bool, boolean()] = False
+    allow_unsafe_helper_template: Annotated[bool, boolean()] = _DEPLOYMENT[
+        "allow_unsafe_helper_template"
+    ]
     helper_image: Annotated[str | None, optional_text()] = ""
     """Checked by files(), after the files themselves."""
 
     def files(self) -> tuple[ConfigMapFiles, ProvisionerConfig]:
         """The ConfigMap's four files, validated together by provisioner.core.config, and
-        config.json as its model."""
+        config.json as its model: parsed once, then written in its canonical rendering."""
         document: dict[str, Any] = {}
         for key, value in (
             ("nodePathMap", self.node_path_map),
@@ -274,56 +294,58 @@ class _ConfigMapKeys(_Keys):
             if value is not None:
                 document[key] = value
         document["cmdTimeoutSeconds"] = self.cmd_timeout_seconds
-        helper_pod_yaml = self.helper_pod_template
-        bundle = self._bundle(document, helper_pod_yaml)
+        try:
+            config = parse_config_json(json.dumps(document))
+        except ConfigError as error:
+            raise SettingsError(*_stack_key_of(error)) from error
+        files = self._files(config, self.helper_pod_template)
         if self.helper_image is not None:
             problem = check_not_empty(self.helper_image)
             if problem is not None:
                 raise SettingsError("helperImage", problem)
-            helper_pod_yaml = _with_helper_image(bundle, self.helper_image)
-            bundle = self._bundle(document, helper_pod_yaml)
-        files = ConfigMapFiles(
-            # The canonical rendering: rancher's key spelling, whatever case the stack used.
-            config_json=bundle.config.to_config_json(),
-            setup=self.setup_script,
-            teardown=self.teardown_script,
-            helper_pod_yaml=helper_pod_yaml,
-            allow_unsafe_helper_template=self.allow_unsafe_helper_template,
-        )
-        return files, bundle.config
+            files = self._files(config, _with_helper_image(files.bundle, self.helper_image))
+        return files, config
 
-    def _bundle(self, document: dict[str, Any], helper_pod_yaml: str) -> ConfigBundle:
+    def _files(self, config: ProvisionerConfig, helper_pod_yaml: str) -> ConfigMapFiles:
         try:
-            return load_config_bundle(
-                json.dumps(document),
-                self.setup_script,
-                self.teardown_script,
-                helper_pod_yaml,
+            return ConfigMapFiles(
+                # The canonical rendering: rancher's key spelling, whatever case the stack used.
+                config_json=config.to_config_json(),
+                setup=self.setup_script,
+                teardown=self.teardown_script,
+                helper_pod_yaml=helper_pod_yaml,
                 allow_unsafe_helper_template=self.allow_unsafe_helper_template,
+                parsed_config=config,
             )
-        except ConfigError as error:
-            raise SettingsError(*_stack_key_of(error)) from error
+        except ConfigMapFilesError as error:
+            raise SettingsError(*_stack_key_of(error.error)) from error
 
 
 class _DeploymentKeys(_Keys):
     """The provisioner Deployment (and the CSIDriver beside it)."""
 
     capacity_aware_scheduling: Annotated[bool, boolean()] = True
-    image: Annotated[str, string(check_not_empty)] = naming.DEFAULT_IMAGE
-    image_pull_policy: Annotated[str, one_of("Always", "IfNotPresent", "Never")] = "IfNotPresent"
-    replicas: Annotated[int, integer(minimum=1)] = 1
+    image: Annotated[str, string(check_not_empty)] = _DEPLOYMENT["image"]
+    image_pull_policy: Annotated[str, one_of("Always", "IfNotPresent", "Never")] = _DEPLOYMENT[
+        "image_pull_policy"
+    ]
+    replicas: Annotated[int, integer(minimum=1)] = _DEPLOYMENT["replicas"]
     log_level: Annotated[str, one_of("info", "debug")] = "info"
-    json_logs: Annotated[bool, boolean()] = False
-    workers: Annotated[int, integer(minimum=1)] = 8
-    metrics_port: Annotated[int, integer(minimum=1, maximum=65535)] = 8080
-    leader_election: Annotated[bool, boolean()] = True
-    cpu_request: Annotated[str, string(check_quantity)] = "50m"
-    memory_request: Annotated[str, string(check_quantity)] = "64Mi"
-    cpu_limit: Annotated[str | None, optional_text(check_quantity)] = ""
-    memory_limit: Annotated[str | None, optional_text(check_quantity)] = "192Mi"
-    provisioning_retry_count: Annotated[int, integer(minimum=0)] = 15
-    deletion_retry_count: Annotated[int, integer(minimum=0)] = 15
-    priority_class_name: Annotated[str | None, optional_text(check_object_name)] = ""
+    json_logs: Annotated[bool, boolean()] = _DEPLOYMENT["json_logs"]
+    workers: Annotated[int, integer(minimum=1)] = _DEPLOYMENT["workers"]
+    metrics_port: Annotated[int, integer(minimum=1, maximum=65535)] = _DEPLOYMENT["metrics_port"]
+    leader_election: Annotated[bool, boolean()] = _DEPLOYMENT["leader_election"]
+    cpu_request: Annotated[str, string(check_quantity)] = _RESOURCES["cpu_request"]
+    memory_request: Annotated[str, string(check_quantity)] = _RESOURCES["memory_request"]
+    cpu_limit: Annotated[str | None, optional_text(check_quantity)] = _RESOURCES["cpu_limit"]
+    memory_limit: Annotated[str | None, optional_text(check_quantity)] = _RESOURCES["memory_limit"]
+    provisioning_retry_count: Annotated[int, integer(minimum=0)] = _DEPLOYMENT[
+        "provisioning_retry_count"
+    ]
+    deletion_retry_count: Annotated[int, integer(minimum=0)] = _DEPLOYMENT["deletion_retry_count"]
+    priority_class_name: Annotated[str | None, optional_text(check_object_name)] = _DEPLOYMENT[
+        "priority_class_name"
+    ]
     node_selector: Annotated[
         dict[str, str] | None, string_map("node label keys to values", check_label_value)
     ] = None

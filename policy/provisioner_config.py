@@ -18,8 +18,10 @@ those); here the template is checked as the runtime checks it with
 
 from __future__ import annotations
 
-from policy.resources import Resource, config_map_files
-from provisioner.core.config import ConfigError, load_config_bundle
+from collections.abc import Mapping
+
+from policy.resources import Resource, config_map_files, parsed_config_json
+from provisioner.core.config import ConfigError, complete_bundle
 
 NAME = "provisioner-config-valid"
 
@@ -28,17 +30,28 @@ def check_resource(resource: Resource) -> list[str]:
     files = config_map_files(resource)
     if files is None:
         return []
+    error = _refusal(files)
+    if error is None:
+        return []
+    return [
+        f"ConfigMap {resource.name} {error}: the provisioner would refuse this ConfigMap "
+        "(provision nothing from start, or keep the old config on reload); fix the value named"
+    ]
+
+
+def _refusal(files: Mapping[str, str]) -> ConfigError | None:
+    """The runtime's error for these files, or None; config.json is parsed once for the pack."""
+    config = parsed_config_json(files["config.json"])
+    if isinstance(config, ConfigError):
+        return config
     try:
-        load_config_bundle(
-            files["config.json"],
+        complete_bundle(
+            config,
             files.get("setup", ""),
             files.get("teardown", ""),
             files.get("helperPod.yaml", ""),
             allow_unsafe_helper_template=True,
         )
     except ConfigError as error:
-        return [
-            f"ConfigMap {resource.name} {error}: the provisioner would refuse this ConfigMap "
-            "(provision nothing from start, or keep the old config on reload); fix the value named"
-        ]
-    return []
+        return error
+    return None

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import yaml
+
+from provisioner.core.config import ConfigError, ProvisionerConfig, parse_config_json
 
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 STORAGE_CLASS = "kubernetes:storage.k8s.io/v1:StorageClass"
@@ -51,6 +54,17 @@ def config_map_files(resource: Resource) -> dict[str, str] | None:
     if not isinstance(data, Mapping) or not isinstance(data.get("config.json"), str):
         return None
     return {str(key): value for key, value in data.items() if isinstance(value, str)}
+
+
+@lru_cache(maxsize=64)
+def parsed_config_json(text: str) -> ProvisionerConfig | ConfigError:
+    """config.json as the runtime parses it, or the runtime's error: parsed once per text for
+    every policy of the pack (each is called on its own with the same ConfigMap). Both results
+    are immutable, so sharing them is safe."""
+    try:
+        return parse_config_json(text)
+    except ConfigError as error:
+        return error
 
 
 def helper_template(files: Mapping[str, str]) -> dict[str, Any] | None:

@@ -16,8 +16,8 @@ import posixpath
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from policy.resources import STORAGE_CLASS, Resource, config_map_files
-from provisioner.core.config import BasePath, ConfigError, NodePathMapEntry, parse_config_json
+from policy.resources import STORAGE_CLASS, Resource, config_map_files, parsed_config_json
+from provisioner.core.config import BasePath, ConfigError, NodePathMapEntry
 
 NAME = "safe-storage-paths"
 DEFAULT_SYSTEM_PATHS = (
@@ -73,9 +73,8 @@ def config_json_paths(text: str) -> Iterator[tuple[str, str]]:
     class, as the runtime reads config.json (its parser: keys match as Go's encoding/json
     does, with a long s (U+017F) folding to s). A config.json it refuses has no
     paths here: provisioner-config-valid reports it."""
-    try:
-        config = parse_config_json(text)
-    except ConfigError:
+    config = parsed_config_json(text)
+    if isinstance(config, ConfigError):
         return
     where = "config.json"
     yield from _entries_paths(config.node_path_map, where)

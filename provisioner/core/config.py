@@ -36,6 +36,7 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 # ConfigError is part of this module's interface (docs/CONTRACTS.md): re-exported.
+from provisioner.core import defaults
 from provisioner.core.config_error import ConfigError as ConfigError  # noqa: PLC0414
 from provisioner.core.helper_template import parse_helper_template
 from provisioner.core.paths import (
@@ -290,7 +291,9 @@ class ProvisionerConfig(_Strict):
     teardown_command: str | None = Field(default=None, alias="teardownCommand")
     resize_command: str | None = Field(default=None, alias="resizeCommand")
     """Accepted because rancher's config.json may carry it; volumes are never expanded."""
-    cmd_timeout_seconds: int = Field(default=120, alias="cmdTimeoutSeconds")
+    cmd_timeout_seconds: int = Field(
+        default=defaults.CMD_TIMEOUT_SECONDS, alias="cmdTimeoutSeconds"
+    )
 
     @field_validator(
         "shared_filesystem_path",
@@ -817,7 +820,27 @@ def load_config_bundle(
     *,
     allow_unsafe_helper_template: bool = False,
 ) -> ConfigBundle:
-    config = parse_config_json(config_json)
+    """The ConfigMap's four files, validated together: config.json first, then the rest."""
+    return complete_bundle(
+        parse_config_json(config_json),
+        setup_script,
+        teardown_script,
+        helper_pod_yaml,
+        allow_unsafe_helper_template=allow_unsafe_helper_template,
+    )
+
+
+def complete_bundle(
+    config: ProvisionerConfig,
+    setup_script: str,
+    teardown_script: str,
+    helper_pod_yaml: str,
+    *,
+    allow_unsafe_helper_template: bool = False,
+) -> ConfigBundle:
+    """The scripts and helperPod.yaml, validated against a config.json parsed already: a reader
+    that holds the parsed config (the stack's settings, the policy pack) does not parse it again.
+    """
     for key, script, command in (
         ("setup", setup_script, config.setup_command),
         ("teardown", teardown_script, config.teardown_command),

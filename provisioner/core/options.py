@@ -19,9 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from provisioner.core import defaults
 from provisioner.core.batch_pods import MAX_BATCH_VOLUMES
 
-DEFAULT_PROVISIONER_NAME = "local-path-storage.io/local-path"
+DEFAULT_PROVISIONER_NAME = defaults.PROVISIONER_NAME
 ORPHANS_COMMAND = "orphans"
 _LABEL_PAIR = r"[A-Za-z0-9][-A-Za-z0-9_./]*=[-A-Za-z0-9_.]*"
 _EQUALITY_SELECTOR = re.compile(rf"{_LABEL_PAIR}(,{_LABEL_PAIR})*")
@@ -137,14 +138,14 @@ def parse_options(
     )
     add(
         "--configmap-name",
-        default=env("CONFIGMAP_NAME", "local-path-config"),
+        default=env("CONFIGMAP_NAME", defaults.CONFIG_MAP_NAME),
         help="the ConfigMap mounted at the --config directory; named in InvalidConfig events"
         " [CONFIGMAP_NAME]",
     )
     add(
         "--service-account-name",
         dest="helper_service_account",
-        default=env("SERVICE_ACCOUNT_NAME", "local-path-storage-helper"),
+        default=env("SERVICE_ACCOUNT_NAME", defaults.HELPER_SERVICE_ACCOUNT),
         help="service account of helper pods; it needs no rights [SERVICE_ACCOUNT_NAME]",
     )
     add(
@@ -156,7 +157,7 @@ def parse_options(
         "--worker-threads",
         dest="workers",
         type=int,
-        default=int(env("WORKER_THREADS", "8")),
+        default=int(env("WORKER_THREADS", str(defaults.WORKERS))),
         help="concurrent reconcilers [WORKER_THREADS]",
     )
     add(
@@ -185,14 +186,14 @@ def parse_options(
     add(
         "--provisioning-retry-count",
         type=int,
-        default=int(env("PROVISIONING_RETRY_COUNT", "15")),
+        default=int(env("PROVISIONING_RETRY_COUNT", str(defaults.PROVISIONING_RETRY_COUNT))),
         help="give up provisioning a claim after this many failures until its next change or "
         "resync; 0 retries forever [PROVISIONING_RETRY_COUNT]",
     )
     add(
         "--deletion-retry-count",
         type=int,
-        default=int(env("DELETION_RETRY_COUNT", "15")),
+        default=int(env("DELETION_RETRY_COUNT", str(defaults.DELETION_RETRY_COUNT))),
         help="the same for deleting a volume; 0 retries forever [DELETION_RETRY_COUNT]",
     )
     add(
@@ -215,12 +216,12 @@ def parse_options(
     add(
         "--metrics-port",
         type=int,
-        default=int(env("METRICS_PORT", "8080")),
+        default=int(env("METRICS_PORT", str(defaults.METRICS_PORT))),
         help="port of /healthz, /readyz, /metrics; 0 picks a free one [METRICS_PORT]",
     )
     add(
         "--leader-election",
-        default=_env_bool(env("LEADER_ELECTION", "true")),
+        default=_env_bool(env("LEADER_ELECTION", str(defaults.LEADER_ELECTION))),
         action=argparse.BooleanOptionalAction,
         help="elect one active replica on a Lease [LEADER_ELECTION]",
     )

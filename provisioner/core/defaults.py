@@ -1,0 +1,20 @@
+"""The defaults of the settings that both the runtime and the stack have, each written once.
+
+The runtime reads them as its flags' defaults (options.py) and config.json's (config.py); the
+Pulumi components read them as the defaults of their args (components/args.py), which are in
+turn the stack keys' defaults (components/settings.py). Pulumi.yaml and the package schema
+must spell them literally for users to see: tests hold those equal to these.
+"""
+
+from __future__ import annotations
+
+PROVISIONER_NAME = "local-path-storage.io/local-path"
+CONFIG_MAP_NAME = "local-path-config"
+HELPER_SERVICE_ACCOUNT = "local-path-storage-helper"
+WORKERS = 8
+PROVISIONING_RETRY_COUNT = 15
+DELETION_RETRY_COUNT = 15
+METRICS_PORT = 8080
+LEADER_ELECTION = True
+CMD_TIMEOUT_SECONDS = 120
+"""config.json cmdTimeoutSeconds: how long a helper pod may run."""
