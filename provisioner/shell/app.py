@@ -220,7 +220,7 @@ class Provisioner:
         problem = self.controller.liveness(stall_after)
         if problem is not None:
             return False, problem
-        return True, self.controller.helper_counts()
+        return True, self.controller.local_path.helper_counts()
 
     # -- config reload -------------------------------------------------------------------------
 
