@@ -1,4 +1,4 @@
-"""The helper pod for one action (its outcome is read by kube/helper_pod_outcome.py, the one
+"""The helper pod for one action (its outcome is read by shell/pod_outcomes.py, the one
 interpreter of a helper pod's status), built from the validated helperPod.yaml
 (helper_template.py).
 

@@ -36,18 +36,18 @@ from provisioner.core.records import (
 )
 from provisioner.core.storage_capacity import HOSTNAME_LABEL
 from provisioner.kube.client import KubeClients
-from provisioner.kube.helper_pods import HelperPodError
 from provisioner.kube.informer import Informer, name_key, uid_key
 from provisioner.kube.metrics import Metrics
-from provisioner.kube.pod_events import PodEventHub
 from provisioner.kube.workqueue import WorkQueue
 from provisioner.shell.actions import ActionFailed, Actions
-from provisioner.shell.helper_batcher import BatchSettings
 from provisioner.shell.local_path_provisioner import (
     POD_CLEANUP_SECONDS,
     Caches,
     LocalPathProvisioner,
 )
+from provisioner.shell.pod_batcher import BatchSettings
+from provisioner.shell.pod_events import PodEventHub
+from provisioner.shell.pod_runner import HelperPodError
 from provisioner.shell.work_keys import CLAIM, HELPER_POD, VOLUME, Key
 
 log = logging.getLogger(__name__)

@@ -51,16 +51,16 @@ from provisioner.core.paths import PathBook
 from provisioner.core.records import ClaimRecord, NodeRecord, StorageClassRecord, VolumeRecord
 from provisioner.core.storage_capacity import CapacityObject, desired_capacities
 from provisioner.kube.client import KubeClients
-from provisioner.kube.helper_pods import HelperPodError, HelperPodNotStarted
 from provisioner.kube.informer import Informer
 from provisioner.kube.metrics import Metrics
-from provisioner.kube.pod_events import ADDED, DELETED, MODIFIED, PodEventHub
 from provisioner.shell.actions import Actions, VolumeSaveUnsettled
 from provisioner.shell.capacity_publisher import CapacityPublisher
 from provisioner.shell.clone_sources import CloneWaits, InformerClaimSources
-from provisioner.shell.helper_batcher import BatchSettings, HelperBatcher, HelperJob
-from provisioner.shell.helper_pod_index import HelperPodIndex
-from provisioner.shell.helper_runs import HelperResult, HelperRuns
+from provisioner.shell.pod_batcher import BatchSettings, HelperBatcher, HelperJob
+from provisioner.shell.pod_events import ADDED, DELETED, MODIFIED, PodEventHub
+from provisioner.shell.pod_index import HelperPodIndex
+from provisioner.shell.pod_runner import HelperPodError, HelperPodNotStarted
+from provisioner.shell.pod_runs import HelperResult, HelperRuns
 from provisioner.shell.work_keys import CLAIM, VOLUME, Key
 
 log = logging.getLogger(__name__)

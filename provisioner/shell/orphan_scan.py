@@ -40,7 +40,7 @@ from provisioner.core.records import (
     volume_record,
 )
 from provisioner.kube.client import KubeClients
-from provisioner.kube.helper_pods import HelperPodError, HelperPodRunner
+from provisioner.shell.pod_runner import HelperPodError, HelperPodRunner
 
 EXIT_CLEAN = 0
 EXIT_FOUND = 1

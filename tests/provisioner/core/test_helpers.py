@@ -1,5 +1,5 @@
 """helperPod.yaml validation and the helper pod built for an action (its outcome is read by
-provisioner.kube.helper_pod_outcome, tested in tests/provisioner/kube)."""
+provisioner.shell.pod_outcomes, tested in tests/provisioner/kube)."""
 
 import copy
 import dataclasses

@@ -17,7 +17,7 @@ from provisioner.core.helpers import BASE_VIEW
 from provisioner.core.quota import project_id_for
 from provisioner.core.resize import build_resize_helper_pod
 from provisioner.kube.client import create_clients
-from provisioner.kube.helper_pods import HelperPodRunner
+from provisioner.shell.pod_runner import HelperPodRunner
 from tests.provisioner.e2e.support import (
     HELPER_SERVICE_ACCOUNT,
     ConfigFiles,

@@ -25,8 +25,8 @@ from provisioner.core.records import ClaimRecord, StorageClassRecord
 from provisioner.kube.metrics import Metrics
 from provisioner.shell.actions import ActionFailed, VolumeSaveUnsettled
 from provisioner.shell.controller import Controller, ControllerSettings
-from provisioner.shell.helper_batcher import BatchSettings, HelperRunRefused
-from provisioner.shell.helper_runs import HelperResult
+from provisioner.shell.pod_batcher import BatchSettings, HelperRunRefused
+from provisioner.shell.pod_runs import HelperResult
 from provisioner.shell.work_keys import CLAIM, VOLUME, Key
 
 BUNDLE = load_config_bundle(

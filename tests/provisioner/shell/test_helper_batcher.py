@@ -20,16 +20,16 @@ from provisioner.core.config import (
     load_config_bundle,
 )
 from provisioner.core.helpers import HelperAction, HelperTarget
-from provisioner.kube.helper_pod_outcome import HelperPodFailed
-from provisioner.shell.helper_batcher import (
+from provisioner.shell.pod_batcher import (
     DROPPED,
     BatchSettings,
     HelperBatcher,
     HelperJob,
     HelperPodStuck,
 )
-from provisioner.shell.helper_pod_index import ServingPod
-from provisioner.shell.helper_runs import HelperResult
+from provisioner.shell.pod_index import ServingPod
+from provisioner.shell.pod_outcomes import HelperPodFailed
+from provisioner.shell.pod_runs import HelperResult
 
 BUNDLE = load_config_bundle(
     '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",'

@@ -17,7 +17,7 @@ from provisioner.core.config import (
     load_config_bundle,
 )
 from provisioner.kube.metrics import Metrics
-from provisioner.shell.helper_runs import (
+from provisioner.shell.pod_runs import (
     HelperPodNotBuilt,
     HelperResult,
     HelperRuns,

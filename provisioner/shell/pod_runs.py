@@ -14,13 +14,13 @@ from provisioner.core.batch_pods import VolumePartError, batch_pod_name, build_b
 from provisioner.core.clone_step import build_step_pod
 from provisioner.core.config import ConfigBundle
 from provisioner.core.helpers import HelperAction, HelperTarget, build_helper_pod, helper_steps
-from provisioner.kube.helper_pods import (
+from provisioner.kube.metrics import Metrics
+from provisioner.shell.pod_runner import (
     HelperPodError,
     HelperPodFailed,
     HelperPodRunner,
     PodState,
 )
-from provisioner.kube.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
