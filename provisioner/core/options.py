@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from provisioner.core.batch_pods import MAX_BATCH_VOLUMES
+from provisioner.core.batch_pod_shapes import MAX_BATCH_VOLUMES
 
 DEFAULT_PROVISIONER_NAME = "local-path-storage.io/local-path"
 ORPHANS_COMMAND = "orphans"

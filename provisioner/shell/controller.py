@@ -23,7 +23,7 @@ from typing import Any
 
 from provisioner.core.claims import PROVISIONED_BY, is_our_claim
 from provisioner.core.config import ConfigBundle
-from provisioner.core.helpers import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
+from provisioner.core.pod_shapes import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
 from provisioner.core.records import (
     ClaimRecord,
     NodeRecord,

@@ -46,8 +46,8 @@ from provisioner.core.expansion import (
     RefuseExpansion,
     decide_expansion,
 )
-from provisioner.core.helpers import HelperAction
 from provisioner.core.paths import PathBook
+from provisioner.core.pod_shapes import HelperAction
 from provisioner.core.records import ClaimRecord, NodeRecord, StorageClassRecord, VolumeRecord
 from provisioner.core.storage_capacity import CapacityObject, desired_capacities
 from provisioner.kube.client import KubeClients

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from provisioner.core.config import ConfigBundle, ProvisionerConfig
-from provisioner.core.helpers import HELPER_ACTION_LABEL, HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
 from provisioner.core.node_scripts import (
     REMOVE_ORPHAN_ACTION,
     build_listing_pod,
@@ -28,6 +27,11 @@ from provisioner.core.orphans import (
     parse_listing,
     still_orphan,
     volume_owners,
+)
+from provisioner.core.pod_shapes import (
+    HELPER_ACTION_LABEL,
+    HELPER_POD_LABEL,
+    HELPER_POD_LABEL_VALUE,
 )
 from provisioner.core.records import (
     ClaimRecord,

@@ -19,8 +19,8 @@ from provisioner.core.config import (
     DEFAULT_TEARDOWN_SCRIPT,
     load_config_bundle,
 )
-from provisioner.core.helpers import HelperAction, HelperTarget
 from provisioner.core.paths import PROVISIONING, RELEASED, TEARING_DOWN
+from provisioner.core.pod_shapes import HelperAction, HelperTarget
 from provisioner.core.records import ClaimRecord, StorageClassRecord
 from provisioner.kube.metrics import Metrics
 from provisioner.shell.actions import ActionFailed, VolumeSaveUnsettled

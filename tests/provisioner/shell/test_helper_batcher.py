@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import pytest
 
-from provisioner.core.batch_pods import batch_pod_name
+from provisioner.core.batch_pod_shapes import batch_pod_name
 from provisioner.core.claims import TeardownPlan
 from provisioner.core.config import (
     DEFAULT_HELPER_POD_YAML,
@@ -19,7 +19,7 @@ from provisioner.core.config import (
     DEFAULT_TEARDOWN_SCRIPT,
     load_config_bundle,
 )
-from provisioner.core.helpers import HelperAction, HelperTarget
+from provisioner.core.pod_shapes import HelperAction, HelperTarget
 from provisioner.shell.pod_batcher import (
     DROPPED,
     BatchSettings,

@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, cast
 
-from provisioner.core.batch_pods import batch_volume_names
+from provisioner.core.batch_pod_shapes import batch_volume_names
 from provisioner.core.claims import TeardownPlan
 from provisioner.core.config import (
     DEFAULT_HELPER_POD_YAML,

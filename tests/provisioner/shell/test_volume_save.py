@@ -19,7 +19,7 @@ from provisioner.core.config import (
     DEFAULT_TEARDOWN_SCRIPT,
     load_config_bundle,
 )
-from provisioner.core.helpers import HelperAction, HelperTarget
+from provisioner.core.pod_shapes import HelperAction, HelperTarget
 from provisioner.core.records import ClaimRecord, StorageClassRecord
 from provisioner.core.volumes import build_persistent_volume
 from provisioner.kube.api_error import ApiError
