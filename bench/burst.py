@@ -40,7 +40,7 @@ from bench.workspace import (
     volume_directories,
 )
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
-from provisioner.core.batch_pods import batch_volume_names
+from provisioner.core.batch_pod_shapes import batch_volume_names
 from provisioner.core.claims import SELECTED_NODE
 
 SETTLE_SECONDS = 2.0

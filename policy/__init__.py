@@ -5,5 +5,5 @@ provider receives), one module per concern, unit-tested without an engine; `pack
 them as Pulumi policies and `__main__.py` serves them when the engine runs
 `pulumi preview --policy-pack policy`. Rules the runtime already has (config.json, the helper
 template's allow-list) are the runtime's own: `provisioner.core.config` and
-`provisioner.core.helpers`.
+`provisioner.core.pod_shapes`.
 """

@@ -6,7 +6,7 @@ built them, each lifted only by a stack that opts in (see pack.py's stack config
   turns off its own allow-list for helper templates.
 - `unprivileged-helper-pod`: the ConfigMap's helperPod.yaml asks for more than the provisioner
   needs. "More" is exactly what the runtime refuses without that flag
-  (provisioner.core.helper_template.validate_helper_template): privileged, added capabilities, host
+  (provisioner.core.pod_template.validate_helper_template): privileged, added capabilities, host
   namespaces, root set explicitly, extra volumes, unconfined profiles and every field not known
   to be harmless. One allow-list, the runtime's.
 - `pinned-helper-image`: the helper image has no tag or is `:latest`, so the code that runs
@@ -20,7 +20,7 @@ import json
 from policy.provisioner_runs import provisioner_runs
 from policy.resources import Resource, config_map_files, helper_template
 from provisioner.core.config import ConfigError
-from provisioner.core.helper_template import validate_helper_template
+from provisioner.core.pod_template import validate_helper_template
 
 UNSAFE_FLAG = "no-unsafe-helper-template"
 PRIVILEGED = "unprivileged-helper-pod"

@@ -2,7 +2,7 @@
 
 import localcluster
 from components import naming
-from provisioner.core import helpers
+from provisioner.core import pod_shapes as helpers
 from provisioner.shell import orphans_cli
 
 

@@ -1,5 +1,5 @@
-"""What a batch helper pod (see `batch_pods`) says about each of its volumes, read from the pod
-as last seen: each volume container's termination message (`lps-exit CODE` and its output's
+"""What a batch helper pod (see `batch_pod_shapes`) says about each of its volumes, read from the
+pod as last seen: each volume container's termination message (`lps-exit CODE` and its output's
 tail) and, for a teardown, the finish container's line for that volume.
 
 A volume succeeded only when its own step said so: a setup whose wrapper reported exit code 0;
@@ -15,13 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from provisioner.core.batch_pods import (
+from provisioner.core.batch_pod_shapes import (
     EXIT_PREFIX,
     FINISH_PREFIX,
     TIMED_OUT_EXIT_CODE,
     volume_container_name,
 )
-from provisioner.core.helpers import FINISH_CONTAINER, HelperAction
+from provisioner.core.pod_shapes import FINISH_CONTAINER, HelperAction
 
 _FAILURE_LINE = re.compile(r"(\d+) (\d+) ?(.*)")
 _FINISHED, _SKIPPED = "o", "s"

@@ -10,7 +10,7 @@ and one under a flood works on several full batches at a time. (A second pod for
 batch would split the batches the quicker the pods are: measured, a second slot for two
 volumes took a burst's requests per volume from 3.3 to 4.0.)
 
-Volumes that may not share a pod (see `batch_pods.is_batchable`) run in pods of their own
+Volumes that may not share a pod (see `batch_pod_shapes.is_batchable`) run in pods of their own
 outside the groups, at most `max_single_pods` at a time (as many as the workers that used to
 run them), in arrival order. Only volumes made from the same config (`tag`) share a pod.
 Pure bookkeeping: the shell calls it under one lock and starts what it returns.

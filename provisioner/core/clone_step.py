@@ -35,7 +35,8 @@ from typing import Any
 from provisioner.core.base_path_checks import base_host_path
 from provisioner.core.clones import CloneSource
 from provisioner.core.config import ConfigBundle
-from provisioner.core.helpers import (
+from provisioner.core.paths import is_strictly_inside
+from provisioner.core.pod_shapes import (
     BASE_VIEW,
     BASE_VOLUME,
     DATA_VOLUME,
@@ -49,7 +50,6 @@ from provisioner.core.helpers import (
     helper_pod_name,
     label_value,
 )
-from provisioner.core.paths import is_strictly_inside
 
 SOURCE_MOUNT = "/.local-path-storage/clone-source"
 """Where the source volume is mounted, read-only, in both containers."""

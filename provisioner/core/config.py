@@ -38,7 +38,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 # ConfigError is part of this module's interface (docs/CONTRACTS.md): re-exported.
 from provisioner.core import defaults
 from provisioner.core.config_error import ConfigError as ConfigError  # noqa: PLC0414
-from provisioner.core.helper_template import parse_helper_template
 from provisioner.core.paths import (
     PathPatternError,
     PatternFields,
@@ -47,6 +46,7 @@ from provisioner.core.paths import (
     is_strictly_inside,
     render_pattern,
 )
+from provisioner.core.pod_template import parse_helper_template
 from provisioner.core.quantities import parse_size
 
 DEFAULT_NODE = "DEFAULT_PATH_FOR_NON_LISTED_NODES"

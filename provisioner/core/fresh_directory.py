@@ -5,8 +5,8 @@ Why: a Retain volume's directory outlives its PV. With a pathPattern such as
 deleted and recreated by another team) renders the same path; a setup that accepts an existing
 directory (`mkdir || [ -d ]`, a hostPath `DirectoryOrCreate`) hands it the old team's data.
 
-The rule, applied by the fixed `prepare` step (helpers.PREPARE_SCRIPT) before any setup code runs,
-so that it holds for a custom setup script or setupCommand as well: the volume's own directory
+The rule, applied by the fixed `prepare` step (pod_shapes.PREPARE_SCRIPT) before any setup code
+runs, so that it holds for a custom setup script or setupCommand as well: the volume's own directory
 is made with one `mkdir`, which fails when anything is there (atomic: no check that passes and
 then finds someone else's directory in its place). When it is there, it is used only if
 

@@ -19,14 +19,14 @@ from typing import Any
 from provisioner.core.base_path_checks import base_host_path
 from provisioner.core.config import ConfigBundle
 from provisioner.core.fresh_directory import OWNERS_DIR
-from provisioner.core.helpers import (
+from provisioner.core.paths import is_strictly_inside
+from provisioner.core.pod_shapes import (
     BASE_VOLUME,
     HELPER_ACTION_LABEL,
     INSIDE_BASE,
     NEXT_COMPONENT,
     helper_pod_frame,
 )
-from provisioner.core.paths import is_strictly_inside
 
 RESULT_PATH = "/tmp/local-path-storage-result"
 """The helper's terminationMessagePath: what it writes there becomes its termination message."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provisioner.core import defaults
-from provisioner.core.batch_pods import MAX_BATCH_VOLUMES
+from provisioner.core.batch_pod_shapes import MAX_BATCH_VOLUMES
 
 DEFAULT_PROVISIONER_NAME = defaults.PROVISIONER_NAME
 ORPHANS_COMMAND = "orphans"

@@ -7,7 +7,9 @@ import hashlib
 from typing import Any
 
 from provisioner.core.config import ConfigBundle
-from provisioner.core.helpers import (
+from provisioner.core.node_scripts import RESULT_PATH
+from provisioner.core.paths import is_strictly_inside
+from provisioner.core.pod_shapes import (
     BASE_VIEW,
     BASE_VOLUME,
     DATA_VOLUME,
@@ -16,8 +18,6 @@ from provisioner.core.helpers import (
     HelperTarget,
     helper_pod_frame,
 )
-from provisioner.core.node_scripts import RESULT_PATH
-from provisioner.core.paths import is_strictly_inside
 from provisioner.core.quota import PROJECT_ID_PROBES, QUOTA_SCRIPT, project_id_for
 
 

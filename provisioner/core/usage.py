@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.core.config import ConfigBundle
-from provisioner.core.helpers import BASE_VOLUME, HELPER_ACTION_LABEL, helper_pod_frame
 from provisioner.core.node_scripts import RESULT_PATH
 from provisioner.core.paths import is_strictly_inside
+from provisioner.core.pod_shapes import BASE_VOLUME, HELPER_ACTION_LABEL, helper_pod_frame
 from provisioner.core.records import VolumeRecord, quantity_to_bytes
 
 BATCH_SIZE = 200

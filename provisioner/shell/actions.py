@@ -34,14 +34,14 @@ from provisioner.core.volumes import build_persistent_volume, foreign_volume_pro
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
 from provisioner.kube.events import EventRecorder, ObjectReference
-from provisioner.kube.helper_pods import (
+from provisioner.kube.metrics import Metrics
+from provisioner.shell.pod_runner import (
     HelperPodError,
     HelperPodNotStarted,
     HelperPodRunner,
     HelperPodTimeout,
 )
-from provisioner.kube.metrics import Metrics
-from provisioner.shell.helper_runs import HelperResult, HelperRuns, HelperSettings
+from provisioner.shell.pod_runs import HelperResult, HelperRuns, HelperSettings
 
 log = logging.getLogger(__name__)
 

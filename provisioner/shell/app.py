@@ -38,19 +38,19 @@ from provisioner.core.options import Options
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients, KubeConfigError, create_clients
 from provisioner.kube.events import EventRecorder, ObjectReference
-from provisioner.kube.helper_pods import HelperPodRunner
 from provisioner.kube.leader_election import LeaderElectionConfig, LeaderElector, lease_name_for
 from provisioner.kube.metrics import Metrics
-from provisioner.kube.pod_events import PodEventHub
 from provisioner.shell.actions import Actions
 from provisioner.shell.config_watch import ConfigWatcher
 from provisioner.shell.controller import STOP_BUDGET_SECONDS as CONTROLLER_STOP_BUDGET
 from provisioner.shell.controller import Controller, ControllerSettings
-from provisioner.shell.helper_batcher import BatchSettings
-from provisioner.shell.helper_runs import HelperSettings
 from provisioner.shell.installation_removal import release_finalizers, removal_reason
 from provisioner.shell.logs import configure_logging
 from provisioner.shell.node_scan import NodeScanner, ScanSources
+from provisioner.shell.pod_batcher import BatchSettings
+from provisioner.shell.pod_events import PodEventHub
+from provisioner.shell.pod_runner import HelperPodRunner
+from provisioner.shell.pod_runs import HelperSettings
 from provisioner.shell.predecessors import wait_for_predecessors
 from provisioner.shell.server import ProbeServer
 
@@ -220,7 +220,7 @@ class Provisioner:
         problem = self.controller.liveness(stall_after)
         if problem is not None:
             return False, problem
-        return True, self.controller.helper_counts()
+        return True, self.controller.local_path.helper_counts()
 
     # -- config reload -------------------------------------------------------------------------
 

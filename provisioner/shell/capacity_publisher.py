@@ -2,14 +2,14 @@
 
 Volumes come and go in bursts (200 claims in a few seconds); a write per event would cost more
 API calls than the provisioning. So events only `poke()`, and the publisher recomputes the
-whole desired set from the controller's state and writes only the differences
+whole desired set from the local-path provisioner's book and writes only the differences
 (`capacity_changes`) against what it last published. Its window adapts: a lone change after a
 quiet spell is published within `min_interval`; while changes keep coming the window doubles
 up to `max_interval`, so a burst costs a handful of passes whatever its size, and what the
 scheduler sees is never older than `max_interval`. Reads are kept off the hot path too: the
 objects carrying our owner label and our CSIDriver are read at start, after a conflict, and on
 each `resync`, which also repairs objects someone else changed or deleted. Runs on the leader
-only: the controller starts and stops it.
+only: the local-path provisioner starts and stops it with the controller.
 """
 
 from __future__ import annotations

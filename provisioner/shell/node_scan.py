@@ -29,9 +29,9 @@ from provisioner.core.usage import (
     parse_usage,
 )
 from provisioner.kube.events import EventRecorder, ObjectReference
-from provisioner.kube.helper_pods import HelperPodError, HelperPodRunner
 from provisioner.kube.metrics import Metrics
 from provisioner.shell.orphan_scan import OrphanScan, holdings_of
+from provisioner.shell.pod_runner import HelperPodError, HelperPodRunner
 
 log = logging.getLogger(__name__)
 

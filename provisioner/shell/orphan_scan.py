@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from provisioner.core.config import ConfigBundle, ProvisionerConfig
-from provisioner.core.helpers import HELPER_ACTION_LABEL, HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
 from provisioner.core.node_scripts import (
     REMOVE_ORPHAN_ACTION,
     build_listing_pod,
@@ -29,6 +28,11 @@ from provisioner.core.orphans import (
     still_orphan,
     volume_owners,
 )
+from provisioner.core.pod_shapes import (
+    HELPER_ACTION_LABEL,
+    HELPER_POD_LABEL,
+    HELPER_POD_LABEL_VALUE,
+)
 from provisioner.core.records import (
     ClaimRecord,
     NodeRecord,
@@ -40,7 +44,7 @@ from provisioner.core.records import (
     volume_record,
 )
 from provisioner.kube.client import KubeClients
-from provisioner.kube.helper_pods import HelperPodError, HelperPodRunner
+from provisioner.shell.pod_runner import HelperPodError, HelperPodRunner
 
 EXIT_CLEAN = 0
 EXIT_FOUND = 1

@@ -30,8 +30,8 @@ from provisioner.core.options import DEFAULT_PROVISIONER_NAME
 from provisioner.core.orphans import MINIMUM_AGE_SECONDS, parse_duration
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients, KubeConfigError, create_clients
-from provisioner.kube.helper_pods import HelperPodRunner
 from provisioner.shell.orphan_scan import OrphanScan, Report, orphan_key, read_holdings
+from provisioner.shell.pod_runner import HelperPodRunner
 
 EXIT_BAD_SETUP = 2
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 
 from localcluster import wait_for
-from provisioner.core.batch_pods import MAX_BATCH_VOLUMES
+from provisioner.core.batch_pod_shapes import MAX_BATCH_VOLUMES
 from provisioner.core.config import DEFAULT_TEARDOWN_SCRIPT
 from tests.faults.support import (
     HelperPodRecorder,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from provisioner.core.base_path_checks import missing_base_path_hint, mountinfo_path
-from provisioner.core.batch_pods import is_batchable
+from provisioner.core.batch_pod_shapes import is_batchable
 from provisioner.core.claims import TeardownPlan
 from provisioner.core.config import (
     DEFAULT_HELPER_POD_YAML,
@@ -22,8 +22,8 @@ from provisioner.core.config import (
     load_config_bundle,
     parse_config_json,
 )
-from provisioner.core.helpers import PREPARE_SCRIPT, build_helper_pod, helper_steps
 from provisioner.core.node_scripts import build_listing_pod
+from provisioner.core.pod_shapes import PREPARE_SCRIPT, build_helper_pod, helper_steps
 from tests.provisioner.core.test_helper_scripts import make_base, run_script
 
 MUST_EXIST = "/data"

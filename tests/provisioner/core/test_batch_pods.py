@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from provisioner.core.batch_outcomes import VolumeOutcome, batch_outcomes
-from provisioner.core.batch_pods import (
+from provisioner.core.batch_pod_shapes import (
     BATCH_FINISH_SCRIPT,
     BATCH_VOLUMES_ANNOTATION,
     DEADLINE_SLACK_SECONDS,
@@ -41,7 +41,7 @@ from provisioner.core.config import (
     DEFAULT_TEARDOWN_SCRIPT,
     load_config_bundle,
 )
-from provisioner.core.helpers import BASE_VIEW, FINISH_SCRIPT, GUARD_SCRIPT, HELPER_POD_LABEL
+from provisioner.core.pod_shapes import BASE_VIEW, FINISH_SCRIPT, GUARD_SCRIPT, HELPER_POD_LABEL
 from provisioner.core.quota import QUOTA_SCRIPT, project_id_for
 
 BUNDLE = load_config_bundle(

@@ -35,8 +35,8 @@ from provisioner.core.config import (
     load_config_bundle,
     parse_config_json,
 )
-from provisioner.core.helpers import BASE_VIEW, helper_steps
 from provisioner.core.paths import PathBook
+from provisioner.core.pod_shapes import BASE_VIEW, helper_steps
 from provisioner.core.records import (
     ClaimRecord,
     ClaimReference,

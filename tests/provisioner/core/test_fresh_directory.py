@@ -23,9 +23,14 @@ from provisioner.core.config import (
     validate_storage_class_parameters,
 )
 from provisioner.core.fresh_directory import OWNERS_DIR, is_named_for_volume
-from provisioner.core.helpers import FINISH_SCRIPT, PREPARE_SCRIPT, build_helper_pod, helper_steps
 from provisioner.core.node_scripts import LIST_SCRIPT
 from provisioner.core.paths import PathPatternError, check_volume_path
+from provisioner.core.pod_shapes import (
+    FINISH_SCRIPT,
+    PREPARE_SCRIPT,
+    build_helper_pod,
+    helper_steps,
+)
 from tests.provisioner.core.test_helper_scripts import make_base, run_script
 
 REUSE = {"LPS_REUSE_EXISTING_DATA": "true"}

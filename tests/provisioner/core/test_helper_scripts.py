@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from provisioner.core.helpers import FINISH_SCRIPT, PREPARE_SCRIPT
+from provisioner.core.pod_shapes import FINISH_SCRIPT, PREPARE_SCRIPT
 
 
 def run_script(

@@ -1,5 +1,5 @@
 """helperPod.yaml validation and the helper pod built for an action (its outcome is read by
-provisioner.kube.helper_pod_outcome, tested in tests/provisioner/kube)."""
+provisioner.shell.pod_outcomes, tested in tests/provisioner/kube)."""
 
 import copy
 import dataclasses
@@ -20,8 +20,7 @@ from provisioner.core.config import (
     ConfigError,
     load_config_bundle,
 )
-from provisioner.core.helper_template import parse_helper_template, validate_helper_template
-from provisioner.core.helpers import (
+from provisioner.core.pod_shapes import (
     BASE_VIEW,
     FINISH_SCRIPT,
     GUARD_SCRIPT,
@@ -32,6 +31,7 @@ from provisioner.core.helpers import (
     helper_pod_name,
     helper_steps,
 )
+from provisioner.core.pod_template import parse_helper_template, validate_helper_template
 from provisioner.core.quota import quota_environment
 
 HINT = "remove it, or start the provisioner with --allow-unsafe-helper-template"

@@ -152,7 +152,7 @@ def test_class_and_node_records() -> None:
 def test_the_pure_core_never_imports_the_kubernetes_client() -> None:
     code = (
         "import sys\n"
-        "import provisioner.core.claims, provisioner.core.config, provisioner.core.helpers\n"
+        "import provisioner.core.claims, provisioner.core.config, provisioner.core.pod_shapes\n"
         "import provisioner.core.paths, provisioner.core.records, provisioner.core.volumes\n"
         "bad = [m for m in sys.modules if m.split('.')[0] == 'kubernetes'"
         " or m.startswith(('provisioner.kube', 'provisioner.shell'))]\n"

@@ -10,7 +10,7 @@ import pytest
 
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import DEFAULT_REQUEST_TIMEOUT, KubeClients, Timeout
-from provisioner.kube.helper_pods import (
+from provisioner.shell.pod_runner import (
     SPEC_HASH_ANNOTATION,
     HelperPodFailed,
     HelperPodNotStarted,

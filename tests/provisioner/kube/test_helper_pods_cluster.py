@@ -10,7 +10,7 @@ import pytest
 
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE, NEVER_STARTS_IMAGE, LocalCluster
 from provisioner.kube.client import KubeClients
-from provisioner.kube.helper_pods import (
+from provisioner.shell.pod_runner import (
     SPEC_HASH_ANNOTATION,
     HelperPodFailed,
     HelperPodNotStarted,

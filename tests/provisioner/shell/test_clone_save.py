@@ -13,7 +13,7 @@ from provisioner.core.clones import CloneSource
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.metrics import Metrics
 from provisioner.shell.actions import ActionFailed, Actions
-from provisioner.shell.helper_runs import HelperResult, HelperSettings
+from provisioner.shell.pod_runs import HelperResult, HelperSettings
 from tests.provisioner.shell.test_volume_save import (
     BUNDLE,
     ME,

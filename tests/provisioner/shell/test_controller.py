@@ -7,7 +7,8 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from provisioner.kube.metrics import Metrics
-from provisioner.shell.controller import CLAIM, Controller, ControllerSettings
+from provisioner.shell.controller import Controller, ControllerSettings
+from provisioner.shell.work_keys import CLAIM
 
 
 def unused(*args: Any, **kwargs: Any) -> Any:

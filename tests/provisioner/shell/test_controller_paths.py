@@ -19,14 +19,15 @@ from provisioner.core.config import (
     DEFAULT_TEARDOWN_SCRIPT,
     load_config_bundle,
 )
-from provisioner.core.helpers import HelperAction, HelperTarget
 from provisioner.core.paths import PROVISIONING, RELEASED, TEARING_DOWN
+from provisioner.core.pod_shapes import HelperAction, HelperTarget
 from provisioner.core.records import ClaimRecord, StorageClassRecord
 from provisioner.kube.metrics import Metrics
 from provisioner.shell.actions import ActionFailed, VolumeSaveUnsettled
-from provisioner.shell.controller import CLAIM, VOLUME, Controller, ControllerSettings, Key
-from provisioner.shell.helper_batcher import BatchSettings, HelperRunRefused
-from provisioner.shell.helper_runs import HelperResult
+from provisioner.shell.controller import Controller, ControllerSettings
+from provisioner.shell.pod_batcher import BatchSettings, HelperRunRefused
+from provisioner.shell.pod_runs import HelperResult
+from provisioner.shell.work_keys import CLAIM, VOLUME, Key
 
 BUNDLE = load_config_bundle(
     json.dumps(
@@ -128,10 +129,10 @@ def provision_plan(uid: str, path: str) -> ProvisionPlan:
 
 def start_teardown(c: Controller, name: str, path: str) -> Key:
     """A Released PV of ours whose teardown was decided and handed over."""
-    c._paths.record_volume(name, HOST_N1, path, RELEASED, size_bytes=1, node="n1")
-    c._paths.start_teardown(name)
+    c.local_path._paths.record_volume(name, HOST_N1, path, RELEASED, size_bytes=1, node="n1")
+    c.local_path._paths.start_teardown(name)
     key = (VOLUME, name)
-    c._hand_over(key, "delete", teardown_plan(name, path), BUNDLE, "local")
+    c.local_path._hand_over(key, "delete", teardown_plan(name, path), BUNDLE, "local")
     return key
 
 
@@ -152,10 +153,10 @@ def test_a_pv_gone_while_its_teardown_waits_keeps_its_path_and_its_waiters_until
     assert runs.waiting.acquire(timeout=WAIT)
     old = start_teardown(c, "pvc-old", "/data/ns/c")
     # A recreated claim of the same name renders /data/ns/c and waits for pvc-old.
-    c._waiting["pvc-old"] = {"uid-new"}
+    c.local_path._waiting["pvc-old"] = {"uid-new"}
     # An admin deletes the Released PV (no finalizer of ours held it).
-    c._volume_gone("pvc-old")
-    entry = c._paths.get("pvc-old")
+    c.local_path.volume_gone("pvc-old")
+    entry = c.local_path._paths.get("pvc-old")
     assert entry is not None and entry.state == TEARING_DOWN
     assert len(c._queue) == 0, "the waiting claim was woken while the rm -rf is still queued"
     runs.gate.set()
@@ -163,9 +164,9 @@ def test_a_pv_gone_while_its_teardown_waits_keeps_its_path_and_its_waiters_until
     assert ended == {busy, old}
     assert runs.ran == [("delete", "pvc-busy"), ("delete", "pvc-old")]
     c._reconcile(old)
-    assert "pvc-old" not in c._paths
+    assert "pvc-old" not in c.local_path._paths
     assert next_key(c) == (CLAIM, "uid-new")
-    c._helpers.stop()
+    c.local_path._helpers.stop()
 
 
 def test_a_queued_teardown_whose_path_came_to_be_shared_never_runs() -> None:
@@ -176,15 +177,15 @@ def test_a_queued_teardown_whose_path_came_to_be_shared_never_runs() -> None:
     assert runs.waiting.acquire(timeout=WAIT)
     old = start_teardown(c, "pvc-old", "/data/ns/c")
     # While it queued, a PV of ours showed up inside its path (the informer records it).
-    c._paths.record_volume("pvc-inner", HOST_N1, "/data/ns/c/inner", "live", node="n1")
+    c.local_path._paths.record_volume("pvc-inner", HOST_N1, "/data/ns/c/inner", "live", node="n1")
     runs.gate.set()
     assert {next_key(c), next_key(c)} == {(VOLUME, "pvc-busy"), old}
     assert ("delete", "pvc-old") not in runs.ran
     with pytest.raises(HelperRunRefused, match="pvc-inner"):
         c._reconcile(old)
-    entry = c._paths.get("pvc-old")
+    entry = c.local_path._paths.get("pvc-old")
     assert entry is not None and entry.state == RELEASED, "decided again on the next look"
-    c._helpers.stop()
+    c.local_path._helpers.stop()
 
 
 def test_a_batch_with_a_refused_volume_is_not_built_and_each_volume_says_why() -> None:
@@ -195,7 +196,7 @@ def test_a_batch_with_a_refused_volume_is_not_built_and_each_volume_says_why() -
     assert runs.waiting.acquire(timeout=WAIT)
     shared = start_teardown(c, "pvc-shared", "/data/ns/c")
     other = start_teardown(c, "pvc-other", "/data/ns/d")
-    c._paths.record_volume("pvc-inner", HOST_N1, "/data/ns/c/inner", "live", node="n1")
+    c.local_path._paths.record_volume("pvc-inner", HOST_N1, "/data/ns/c/inner", "live", node="n1")
     runs.gate.set()
     assert {next_key(c), next_key(c), next_key(c)} == {(VOLUME, "pvc-busy"), shared, other}
     assert runs.ran == [("delete", "pvc-busy")], "the batch pod was built"
@@ -203,7 +204,7 @@ def test_a_batch_with_a_refused_volume_is_not_built_and_each_volume_says_why() -
         c._reconcile(shared)
     with pytest.raises(HelperRunRefused, match="its batch was refused"):
         c._reconcile(other)
-    c._helpers.stop()
+    c.local_path._helpers.stop()
 
 
 @pytest.mark.parametrize(
@@ -216,20 +217,20 @@ def test_a_save_that_may_have_happened_keeps_its_path_and_is_retried_as_a_save(
 ) -> None:
     c, actions = controller()
     plan = provision_plan("uid-1", "/data/ns/c")
-    c._paths.reserve(plan.volume_name, plan.location, plan.path, size_bytes=1, node="n1")
+    c.local_path._paths.reserve(plan.volume_name, plan.location, plan.path, size_bytes=1, node="n1")
     key = (CLAIM, "uid-1")
-    c._hand_over(key, "create", plan, BUNDLE, "local")
+    c.local_path._hand_over(key, "create", plan, BUNDLE, "local")
     assert next_key(c) == key
     actions.save_error = error
     with pytest.raises(type(error)):
         c._reconcile(key)
-    entry = c._paths.get(plan.volume_name)
+    entry = c.local_path._paths.get(plan.volume_name)
     assert (entry is not None and entry.state == PROVISIONING) is kept
-    assert (key in c._handoffs) is kept
+    assert (key in c.local_path._handoffs) is kept
     # The key's retry saves the same PV again, with no new helper run, claim or not (the
     # informer has none here: a PV saved for a deleted claim is Released and torn down).
     actions.save_error = None
     assert c._reconcile(key) is True
     assert actions.saves == (2 if kept else 1)
     assert actions.helper_runs.ran == [("create", plan.volume_name)]
-    c._helpers.stop()
+    c.local_path._helpers.stop()

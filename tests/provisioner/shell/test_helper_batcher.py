@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import pytest
 
-from provisioner.core.batch_pods import batch_pod_name
+from provisioner.core.batch_pod_shapes import batch_pod_name
 from provisioner.core.claims import TeardownPlan
 from provisioner.core.config import (
     DEFAULT_HELPER_POD_YAML,
@@ -19,17 +19,17 @@ from provisioner.core.config import (
     DEFAULT_TEARDOWN_SCRIPT,
     load_config_bundle,
 )
-from provisioner.core.helpers import HelperAction, HelperTarget
-from provisioner.kube.helper_pod_outcome import HelperPodFailed
-from provisioner.shell.helper_batcher import (
+from provisioner.core.pod_shapes import HelperAction, HelperTarget
+from provisioner.shell.pod_batcher import (
     DROPPED,
     BatchSettings,
     HelperBatcher,
     HelperJob,
     HelperPodStuck,
 )
-from provisioner.shell.helper_pod_index import ServingPod
-from provisioner.shell.helper_runs import HelperResult
+from provisioner.shell.pod_index import ServingPod
+from provisioner.shell.pod_outcomes import HelperPodFailed
+from provisioner.shell.pod_runs import HelperResult
 
 BUNDLE = load_config_bundle(
     '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",'

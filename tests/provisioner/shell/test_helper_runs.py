@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, cast
 
-from provisioner.core.batch_pods import batch_volume_names
+from provisioner.core.batch_pod_shapes import batch_volume_names
 from provisioner.core.claims import TeardownPlan
 from provisioner.core.config import (
     DEFAULT_HELPER_POD_YAML,
@@ -17,7 +17,7 @@ from provisioner.core.config import (
     load_config_bundle,
 )
 from provisioner.kube.metrics import Metrics
-from provisioner.shell.helper_runs import (
+from provisioner.shell.pod_runs import (
     HelperPodNotBuilt,
     HelperResult,
     HelperRuns,

@@ -19,13 +19,13 @@ from provisioner.core.config import (
     DEFAULT_TEARDOWN_SCRIPT,
     load_config_bundle,
 )
-from provisioner.core.helpers import HelperAction, HelperTarget
+from provisioner.core.pod_shapes import HelperAction, HelperTarget
 from provisioner.core.records import ClaimRecord, StorageClassRecord
 from provisioner.core.volumes import build_persistent_volume
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.metrics import Metrics
 from provisioner.shell.actions import ActionFailed, Actions, VolumeSaveUnsettled
-from provisioner.shell.helper_runs import HelperResult, HelperSettings
+from provisioner.shell.pod_runs import HelperResult, HelperSettings
 
 BUNDLE = load_config_bundle(
     '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/opt/a"]}]}',

@@ -10,17 +10,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.core.batch_outcomes import batch_outcomes
-from provisioner.core.batch_pods import VolumePartError, batch_pod_name, build_batch_helper_pod
+from provisioner.core.batch_pod_shapes import (
+    VolumePartError,
+    batch_pod_name,
+    build_batch_helper_pod,
+)
 from provisioner.core.clone_step import build_step_pod
 from provisioner.core.config import ConfigBundle
-from provisioner.core.helpers import HelperAction, HelperTarget, build_helper_pod, helper_steps
-from provisioner.kube.helper_pods import (
+from provisioner.core.pod_shapes import HelperAction, HelperTarget, build_helper_pod, helper_steps
+from provisioner.kube.metrics import Metrics
+from provisioner.shell.pod_runner import (
     HelperPodError,
     HelperPodFailed,
     HelperPodRunner,
     PodState,
 )
-from provisioner.kube.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +105,7 @@ class HelperRuns:
         bundle: ConfigBundle,
         report: Callable[[dict[str, HelperResult]], None],
     ) -> None:
-        """One batch pod for `targets` (see `batch_pods`): `report` gets each volume's result
+        """One batch pod for `targets` (see `batch_pod_shapes`): `report` gets each volume's result
         by its name as soon as the pod ended, before the pod is deleted (nothing waits on
         that). A volume the pod never got to fails with why (the pod's own failure or
         deadline, or the error that ended the run)."""

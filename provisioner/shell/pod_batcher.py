@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from provisioner.core.batch_planner import HelperPlanner, Launch
-from provisioner.core.batch_pods import DEADLINE_SLACK_SECONDS, batch_pod_name, is_batchable
+from provisioner.core.batch_pod_shapes import DEADLINE_SLACK_SECONDS, batch_pod_name, is_batchable
 from provisioner.core.config import ConfigBundle
-from provisioner.core.helpers import HELPER_STEPS, HelperAction, HelperTarget, helper_pod_name
-from provisioner.kube.helper_pods import HelperPodError
+from provisioner.core.pod_shapes import HELPER_STEPS, HelperAction, HelperTarget, helper_pod_name
 from provisioner.shell.actions import ActionFailed
-from provisioner.shell.helper_pod_index import ServingPod
-from provisioner.shell.helper_runs import BATCH_WAIT_MARGIN_SECONDS, HelperResult, HelperRuns
+from provisioner.shell.pod_index import ServingPod
+from provisioner.shell.pod_runner import HelperPodError
+from provisioner.shell.pod_runs import BATCH_WAIT_MARGIN_SECONDS, HelperResult, HelperRuns
 
 log = logging.getLogger(__name__)
 

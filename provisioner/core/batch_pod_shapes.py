@@ -7,7 +7,7 @@ read-only: the pod carries them once, not once per volume.
 
 Each volume keeps what its own pod would give it: an init container of its own, with its own
 environment (VOL_DIR, VOL_SIZE_BYTES, ...), only its own directory writable (the base path
-read-only for the guard, as in `helpers`), and the validated setup or teardown script behind
+read-only for the guard, as in `pod_shapes`), and the validated setup or teardown script behind
 the same guard. A kubelet runs init containers one after another and stops at the first that
 fails, so each volume's container is wrapped: the wrapper runs the guarded script under the
 volume's own timeout (cmdTimeoutSeconds), records its exit code in a result file of its own
@@ -43,7 +43,8 @@ from typing import Any
 
 from provisioner.core.base_path_checks import base_host_path, volume_host_path_type
 from provisioner.core.config import ConfigBundle
-from provisioner.core.helpers import (
+from provisioner.core.paths import is_strictly_inside
+from provisioner.core.pod_shapes import (
     BASE_VIEW,
     FINISH_CONTAINER,
     FINISH_SCRIPT,
@@ -55,7 +56,6 @@ from provisioner.core.helpers import (
     helper_steps,
     step_container,
 )
-from provisioner.core.paths import is_strictly_inside
 
 BATCH_VOLUMES_ANNOTATION = "local-path-storage.io/batch-volumes"
 """On a batch pod: the JSON list of its volumes' names, in the order of their init containers

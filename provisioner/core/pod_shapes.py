@@ -1,6 +1,6 @@
-"""The helper pod for one action (its outcome is read by kube/helper_pod_outcome.py, the one
+"""The helper pod for one action (its outcome is read by shell/pod_outcomes.py, the one
 interpreter of a helper pod's status), built from the validated helperPod.yaml
-(helper_template.py).
+(pod_template.py).
 
 Unlike rancher, the helper runs under a service account with no rights and no token mounted,
 carries a deadline (cmdTimeoutSeconds) the kubelet enforces, and writes its log tail into the

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from provisioner.core.batch_pods import batch_volume_names
-from provisioner.core.helpers import HELPER_VOLUME_LABEL, label_value
+from provisioner.core.batch_pod_shapes import batch_volume_names
+from provisioner.core.pod_shapes import HELPER_VOLUME_LABEL, label_value
 
 FINISHED_PHASES = ("Succeeded", "Failed")
 

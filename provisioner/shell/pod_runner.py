@@ -31,7 +31,8 @@ from provisioner.kube import watch_stream
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
 from provisioner.kube.clock import SYSTEM_CLOCK, Clock
-from provisioner.kube.helper_pod_outcome import (
+from provisioner.shell.pod_events import PodEventHub
+from provisioner.shell.pod_outcomes import (
     HelperPodError,
     HelperPodFailed,
     HelperPodNotStarted,
@@ -39,7 +40,6 @@ from provisioner.kube.helper_pod_outcome import (
     PodProgress,
     PodState,
 )
-from provisioner.kube.pod_events import PodEventHub
 
 __all__ = [
     "SPEC_HASH_ANNOTATION",

@@ -1,5 +1,5 @@
 """What a helper pod's status means: the outcomes a run reports and how each observed state of
-the pod is judged. Pure: the runner in helper_pods.py feeds it the pod objects it watches."""
+the pod is judged. Pure: the runner in pod_runner.py feeds it the pod objects it watches."""
 
 from __future__ import annotations
 

@@ -1,0 +1,585 @@
+"""The local-path side of the controller, as sig-storage-lib's `Provisioner` is to its
+`ProvisionController`: what a claim or a volume of ours calls for, and the state those
+decisions depend on. The loop (`controller`) owns the informers, the work queue, the workers
+and their retries; it hands this object one key at a time and reads back whether the key is
+settled.
+
+Held here: the path book (our PVs as the informer sees them, plus the provisions, teardowns and
+resizes in flight), the claims waiting for a path or for room, the setups and teardowns handed
+to the helper batcher, and the CSIStorageCapacity set drawn from the book. Decisions and the
+bookkeeping that carries them out happen under one lock, so two workers never both think a
+path free. A key woken here (a path freed, a helper run ended, a clone source bound) goes back
+to the loop through `wake`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from provisioner.core.claims import (
+    AddFinalizer,
+    Ignore,
+    NodeGone,
+    Provision,
+    ProvisionPlan,
+    RefuseUnsafePath,
+    Reject,
+    RemoveFinalizer,
+    Reschedule,
+    Teardown,
+    TeardownPlan,
+    WaitForPath,
+    decide_claim_action,
+    decide_volume_action,
+    record_volume,
+)
+from provisioner.core.config import ConfigBundle
+from provisioner.core.expansion import (
+    Expand,
+    FinishExpansion,
+    NoExpansion,
+    RefuseExpansion,
+    decide_expansion,
+)
+from provisioner.core.paths import PathBook
+from provisioner.core.pod_shapes import HelperAction
+from provisioner.core.records import ClaimRecord, NodeRecord, StorageClassRecord, VolumeRecord
+from provisioner.core.storage_capacity import CapacityObject, desired_capacities
+from provisioner.kube.client import KubeClients
+from provisioner.kube.informer import Informer
+from provisioner.kube.metrics import Metrics
+from provisioner.shell.actions import Actions, VolumeSaveUnsettled
+from provisioner.shell.capacity_publisher import CapacityPublisher
+from provisioner.shell.clone_sources import CloneWaits, InformerClaimSources
+from provisioner.shell.pod_batcher import BatchSettings, HelperBatcher, HelperJob
+from provisioner.shell.pod_events import ADDED, DELETED, MODIFIED, PodEventHub
+from provisioner.shell.pod_index import HelperPodIndex
+from provisioner.shell.pod_runner import HelperPodError, HelperPodNotStarted
+from provisioner.shell.pod_runs import HelperResult, HelperRuns
+from provisioner.shell.work_keys import CLAIM, VOLUME, Key
+
+log = logging.getLogger(__name__)
+
+POD_CLEANUP_SECONDS = 8.0
+"""At a stop, how long deleting the helper pods of reconciles still running may take."""
+
+
+@dataclass(frozen=True)
+class Caches:
+    """The loop's informers, read here (never written) to decide."""
+
+    claims: Informer[ClaimRecord]
+    volumes: Informer[VolumeRecord]
+    classes: Informer[StorageClassRecord]
+    nodes: Informer[NodeRecord]
+    helper_pods: Informer[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class _Handoff:
+    """A setup or teardown whose helper run the batcher has: what carrying it out needs."""
+
+    plan: ProvisionPlan | TeardownPlan
+    bundle: ConfigBundle
+    started: float
+    class_name: str
+    result: HelperResult | None = None
+    """The helper run's end, once taken from the batcher, while what follows it is retried."""
+
+
+class _InformerNames:
+    """The PV names the volume informer holds, as a collection the pure core can test."""
+
+    def __init__(self, informer: Informer[VolumeRecord]) -> None:
+        self._informer = informer
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._informer.get(name) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._informer.keys())
+
+    def __len__(self) -> int:
+        return len(self._informer)
+
+
+class LocalPathProvisioner:
+    def __init__(
+        self,
+        clients: KubeClients,
+        caches: Caches,
+        config: Callable[[], ConfigBundle],
+        actions: Actions,
+        metrics: Metrics,
+        *,
+        wake: Callable[[Key], None],
+        provisioner_name: str,
+        helper_namespace: str,
+        batch: BatchSettings,
+        capacity_min_interval: float,
+        pod_events: PodEventHub | None = None,
+    ) -> None:
+        self._caches = caches
+        self._config = config
+        self._actions = actions
+        self._wake = wake
+        self._provisioner_name = provisioner_name
+        self._helper_namespace = helper_namespace
+        self._pod_events = pod_events
+        self._volume_names = _InformerNames(caches.volumes)
+        self._clone_sources = InformerClaimSources(caches.claims, caches.volumes)
+        self._clone_waits = CloneWaits()
+        # The one picture of taken paths the core decides on: our PVs as the informer sees
+        # them, plus the provisions and teardowns in flight. Decisions and the bookkeeping that
+        # carries them out happen under one lock, so two workers never both think a path free.
+        self._paths = PathBook()
+        self._paths_lock = threading.Lock()
+        # Claims told to wait, by the volume they wait for: woken when it leaves the book.
+        self._waiting: dict[str, set[str]] = {}
+        # Claims whose expansion was refused for want of room: looked at again when a volume
+        # goes and gives its budget back.
+        self._expansions_waiting_for_room: set[str] = set()
+        # Setups and teardowns handed to the batcher, by key: what their reconcile carries
+        # out once the helper run ended (see `_settle_claim` and `_settle_volume`).
+        self._handoffs: dict[Key, _Handoff] = {}
+        # Claims whose last setup failed, by UID, with that attempt: should the claim go before
+        # a retry, the directory the attempt left is removed (see `_clean_up_after`).
+        self._failed_attempts: dict[str, _Handoff] = {}
+        self._helper_index = HelperPodIndex()
+        self._helpers: HelperBatcher[Key] = HelperBatcher(
+            self._helper_runs,
+            batch,
+            on_done=wake,
+            running_pods=self._helper_index.pods_serving,
+            delete_pod=self._delete_helper_pod,
+            may_run=self._helper_run_problem,
+            on_warning=self._helper_warning,
+        )
+        self._capacity = CapacityPublisher(
+            clients,
+            namespace=helper_namespace,
+            provisioner_name=provisioner_name,
+            desired=self._desired_capacities,
+            metrics=metrics,
+            min_interval=capacity_min_interval,
+        )
+
+    # -- lifecycle, as the loop drives it ----------------------------------------------------
+
+    def start(self) -> None:
+        self._capacity.start()
+
+    def stop_starting(self) -> None:
+        """At a stop: publish nothing more, start no helper run more."""
+        self._capacity.stop()
+        self._helpers.stop()
+
+    def wait_for_runs(self, deadline: float) -> list[Key]:
+        """At a stop: the keys whose helper run ended by `deadline` (monotonic), to carry out
+        now that the workers are gone."""
+        self._helpers.wait_idle(deadline)
+        return self._helpers.ended_keys()
+
+    def delete_running_pods(self) -> None:
+        """At a stop, last: a helper pod still running (a stuck image, a slow script) is
+        deleted rather than left behind, within `POD_CLEANUP_SECONDS`; whoever leads next
+        redoes its action."""
+        deadline = time.monotonic() + POD_CLEANUP_SECONDS
+        for pod in sorted(self._helpers.in_flight_pods()):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                log.warning("helper pod %s still running at shutdown: left to the next leader", pod)
+                continue
+            log.warning("helper pod %s still running at shutdown: deleting it", pod)
+            self._actions.delete_helper_pod(
+                self._helper_namespace, pod, timeout=min(3.0, remaining)
+            )
+
+    def liveness(self) -> str | None:
+        """None, or the helper runs and held volumes that outlived every bound."""
+        return self._helpers.liveness()
+
+    def helper_counts(self) -> str:
+        """ "ok", or the helper runs and held volumes there are (shown on /healthz)."""
+        counts = self._helpers.counts()
+        return f"ok; {counts}" if counts else "ok"
+
+    def poke_capacity(self) -> None:
+        """Something the CSIStorageCapacity set is drawn from changed: publish it again."""
+        self._capacity.poke()
+
+    # -- what the informers saw --------------------------------------------------------------
+
+    def claim_gone(self, uid: str) -> bool:
+        """A claim went; whether its key still needs a worker: its setup ran or runs, and the
+        PV is saved all the same (see `_settle_claim`)."""
+        with self._paths_lock:
+            self._expansions_waiting_for_room.discard(uid)
+        return (CLAIM, uid) in self._handoffs
+
+    def wake_clones(self, key: str, old: ClaimRecord | None, new: ClaimRecord | None) -> None:
+        """A claim that just bound is a source its waiting clones may now be made from."""
+        for uid in self._clone_waits.update(old, new):
+            self._wake((CLAIM, uid))
+
+    def volume_seen(self, volume: VolumeRecord) -> None:
+        """A PV of ours came or changed: the book records its path."""
+        with self._paths_lock:
+            record_volume(self._paths, volume)
+
+    def volume_gone(self, volume_name: str) -> None:
+        """A PV went: its path and its budget are free, and whoever waited for them (a claim
+        for an overlapping path, an expansion refused for want of room) looks again."""
+        with self._paths_lock:
+            freed = self._paths.forget(volume_name)
+            waiting = self._waiting.pop(volume_name, set()) if freed else set()
+            waiting |= self._expansions_waiting_for_room
+            self._expansions_waiting_for_room = set()
+        for uid in waiting:
+            self._wake((CLAIM, uid))
+
+    def helper_pod_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+        """A helper pod came, changed or went: the runs following it and the volumes held for
+        it hear of it. Whether it finished (then a worker collects it, see
+        `collect_helper_pod`: no API call on the informer's thread)."""
+        if self._pod_events is not None:
+            if new is None:
+                if old is not None:
+                    self._pod_events.publish(DELETED, old)
+            else:
+                self._pod_events.publish(MODIFIED if old is not None else ADDED, new)
+        current = new if new is not None else old
+        if current is not None and self._helper_index.update(str(current["metadata"]["name"]), new):
+            self._helpers.pods_changed(None if new is not None else current["metadata"]["name"])
+        return new is not None and (new.get("status") or {}).get("phase") in (
+            "Succeeded",
+            "Failed",
+        )
+
+    # -- what a worker calls ---------------------------------------------------------------------
+
+    def collect_helper_pod(self, key: str) -> None:
+        """A finished helper pod no worker waits on is a leftover of a crashed run: delete it."""
+        pod = self._caches.helper_pods.get(key)
+        if pod is None or (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            return
+        name = str(pod["metadata"]["name"])
+        deleting = pod["metadata"].get("deletionTimestamp") is not None
+        if deleting or name in self._helpers.in_flight_pods():
+            return
+        log.info(
+            "deleting leftover helper pod %s (%s)", name, (pod.get("status") or {}).get("phase")
+        )
+        self._delete_helper_pod(name)
+
+    def _reconcile_expansion(self, claim: ClaimRecord) -> None:
+        bundle = self._config()
+        volume = self._caches.volumes.get(claim.volume_name)
+        with self._paths_lock:
+            decision = decide_expansion(
+                claim,
+                volume,
+                self._caches.classes.get(claim.storage_class_name or ""),
+                bundle.config,
+                provisioner_name=self._provisioner_name,
+                paths=self._paths,
+            )
+            if isinstance(decision, RefuseExpansion) and decision.waits_for_room:
+                self._expansions_waiting_for_room.add(claim.uid)
+            else:
+                self._expansions_waiting_for_room.discard(claim.uid)
+            if isinstance(decision, Expand):
+                # Counted at once, so no provision takes the room before the PV shows it; a
+                # failure below leaves it counted (see `PathBook.start_resize`).
+                self._paths.start_resize(decision.volume_name, decision.size_bytes)
+        match decision:
+            case Expand():
+                log.info(
+                    "claim %s/%s: expanding to %s", claim.namespace, claim.name, decision.capacity
+                )
+                try:
+                    self._actions.expand(claim, decision, bundle)
+                finally:
+                    self._capacity.poke()
+                with self._paths_lock:
+                    self._paths.finish_resize(decision.volume_name, decision.size_bytes)
+            case FinishExpansion(capacity):
+                self._actions.finish_expansion(claim, capacity)
+            case RefuseExpansion(reason, _):
+                log.info("claim %s/%s: expansion refused: %s", claim.namespace, claim.name, reason)
+                self._actions.refuse_expansion(claim, reason)
+            case NoExpansion(reason):
+                log.debug("claim %s/%s: %s", claim.namespace, claim.name, reason)
+
+    def reconcile_claim(self, uid: str) -> bool:
+        key = (CLAIM, uid)
+        if key in self._handoffs:
+            return self._settle_claim(key)
+        claim = self._caches.claims.get(uid)
+        if claim is None or claim.being_deleted:
+            self._clean_up_after(uid)
+        if claim is None:
+            return True
+        if claim.volume_name:
+            self._reconcile_expansion(claim)
+            return True
+        bundle = self._config()
+        nodes = dict(self._caches.nodes.items())
+        storage_class = self._caches.classes.get(claim.storage_class_name or "")
+        with self._paths_lock:
+            decision = decide_claim_action(
+                claim,
+                storage_class,
+                bundle.config,
+                self._volume_names,
+                nodes,
+                provisioner_name=self._provisioner_name,
+                paths=self._paths,
+                sources=self._clone_sources,
+            )
+            match decision:
+                case Provision(plan):
+                    self._paths.reserve(
+                        plan.volume_name,
+                        plan.location,
+                        plan.path,
+                        size_bytes=plan.size_bytes,
+                        node=plan.node_name or "",
+                    )
+                case WaitForPath(_, blockers):
+                    for blocker in blockers:
+                        self._waiting.setdefault(blocker, set()).add(uid)
+        match decision:
+            case Provision(plan):
+                try:
+                    if plan.record_base_path:
+                        self._actions.record_base_path(claim, plan.base_path)
+                    self._actions.begin_provision(plan)
+                    self._hand_over(key, "create", plan, bundle, plan.storage_class.name)
+                except BaseException:
+                    self._release(plan.volume_name)
+                    raise
+                finally:
+                    self._capacity.poke()
+                return False
+            case WaitForPath(reason):
+                log.info("claim %s/%s waits: %s", claim.namespace, claim.name, reason)
+                self._actions.wait_for_path(claim, reason)
+            case Reject(reason):
+                log.info("claim %s/%s refused: %s", claim.namespace, claim.name, reason)
+                self._actions.reject(claim, reason)
+            case Reschedule(reason):
+                self._actions.reschedule(claim, reason)
+            case Ignore(reason):
+                log.debug("claim %s/%s: %s", claim.namespace, claim.name, reason)
+        return True
+
+    def _hand_over(
+        self,
+        key: Key,
+        action: HelperAction,
+        plan: ProvisionPlan | TeardownPlan,
+        bundle: ConfigBundle,
+        class_name: str,
+    ) -> None:
+        """Give the helper run to the batcher; the key comes back when it ended."""
+        self._handoffs[key] = _Handoff(plan, bundle, time.monotonic(), class_name)
+        try:
+            self._helpers.submit(HelperJob(key, action, plan, bundle))
+        except BaseException:
+            del self._handoffs[key]
+            raise
+
+    def _settle_claim(self, key: Key) -> bool:
+        """The setup handed over for the claim: carried out once its helper run ended (the PV
+        saved, or the failure reported and retried), whether or not the claim still exists:
+        its directory may exist, and a PV whose claim is gone is Released and torn down."""
+        handoff = self._handoffs[key]
+        result = handoff.result or self._helpers.take(key)
+        if result is None:
+            return False
+        del self._handoffs[key]
+        plan = handoff.plan
+        assert isinstance(plan, ProvisionPlan)
+        try:
+            self._actions.finish_provision(plan, handoff.bundle, result, handoff.started)
+        except VolumeSaveUnsettled:
+            # The PV may exist and bind: the directory, the path and its budget stay, and
+            # the key's retry saves the same PV again (its directory is made) until a save
+            # or a read settles it, whether or not the claim is still there.
+            self._handoffs[key] = replace(handoff, result=result)
+            raise
+        except BaseException:
+            try:
+                if self._leaves_a_directory(plan, result):
+                    claim = self._caches.claims.get(plan.claim.uid)
+                    if claim is None or claim.being_deleted:
+                        # Still reserved in the book: nothing can be set up there meanwhile.
+                        self._actions.clean_up_abandoned(plan, handoff.bundle)
+                    else:
+                        self._failed_attempts[plan.claim.uid] = handoff
+            finally:
+                self._release(plan.volume_name)
+            raise
+        finally:
+            self._capacity.poke()
+        self._failed_attempts.pop(plan.claim.uid, None)
+        return True
+
+    @staticmethod
+    def _leaves_a_directory(plan: ProvisionPlan, result: HelperResult) -> bool:
+        """Whether a failed setup may have left a directory that only a retry of this claim
+        would use, and that is this attempt's own: `prepare` made it, or took it only as this
+        volume's earlier attempt or empty. Not so when the class hands over existing data
+        (`reuseExistingData`): that directory is never removed here."""
+        error = result.error
+        # A pod that never started (a missing base path, an image never pulled) made nothing.
+        started = isinstance(error, HelperPodError) and not isinstance(error, HelperPodNotStarted)
+        return started and not plan.reuse_existing_data
+
+    def _clean_up_after(self, uid: str) -> None:
+        """The claim went between a failed setup and its retry: remove what that setup left,
+        unless its path is in use again (then it is not this attempt's any more)."""
+        attempt = self._failed_attempts.pop(uid, None)
+        if attempt is None:
+            return
+        plan = attempt.plan
+        assert isinstance(plan, ProvisionPlan)
+        with self._paths_lock:
+            if plan.volume_name in self._paths or self._paths.overlapping(
+                plan.volume_name, plan.location, plan.path
+            ):
+                return
+            self._paths.reserve(
+                plan.volume_name,
+                plan.location,
+                plan.path,
+                size_bytes=plan.size_bytes,
+                node=plan.node_name or "",
+            )
+        try:
+            self._actions.clean_up_abandoned(plan, attempt.bundle)
+        finally:
+            self._release(plan.volume_name)
+
+    def _release(self, volume_name: str) -> None:
+        """A provision failed: its path is free again, and whoever waited for it looks again."""
+        waiting: set[str] = set()
+        with self._paths_lock:
+            self._paths.cancel_reservation(volume_name)
+            if volume_name not in self._paths:
+                waiting = self._waiting.pop(volume_name, set())
+        for uid in waiting:
+            self._wake((CLAIM, uid))
+
+    def reconcile_volume(self, name: str) -> bool:
+        key = (VOLUME, name)
+        if key in self._handoffs:
+            return self._settle_volume(key)
+        volume = self._caches.volumes.get(name)
+        if volume is None:
+            return True
+        bundle = self._config()
+        nodes = dict(self._caches.nodes.items())
+        # The decision is the teardown's last check: taken under the lock, with every live,
+        # Released and in-flight path in view, and marked in the book before the lock is let go,
+        # so no provision can take an overlapping path between the check and the helper.
+        with self._paths_lock:
+            decision = decide_volume_action(
+                volume,
+                bundle.config,
+                nodes,
+                provisioner_name=self._provisioner_name,
+                paths=self._paths,
+            )
+            if isinstance(decision, Teardown):
+                self._paths.start_teardown(name)
+        match decision:
+            case Teardown(plan):
+                try:
+                    self._hand_over(key, "delete", plan, bundle, volume.storage_class_name)
+                except BaseException:
+                    self._teardown_ended(name, succeeded=False)
+                    raise
+                return False
+            case AddFinalizer():
+                self._actions.add_finalizer(name)
+            case RemoveFinalizer(reason):
+                log.info("volume %s: removing our finalizer: %s", name, reason)
+                self._actions.remove_finalizer(name)
+            case RefuseUnsafePath(reason):
+                log.warning("volume %s: refusing to delete: %s", name, reason)
+                self._actions.refuse(name, reason)
+            case NodeGone(reason, remove_finalizer):
+                log.warning("volume %s: %s", name, reason)
+                self._actions.refuse(name, reason)
+                if remove_finalizer:
+                    self._actions.remove_finalizer(name)
+            case Ignore(reason):
+                log.debug("volume %s: %s", name, reason)
+        return True
+
+    def _settle_volume(self, key: Key) -> bool:
+        """The teardown handed over for the volume: carried out once its helper run ended (the
+        PV deleted, or the failure reported and retried); the path stays in the book as torn
+        down only when all of it succeeded."""
+        result = self._helpers.take(key)
+        if result is None:
+            return False
+        handoff = self._handoffs.pop(key)
+        plan = handoff.plan
+        assert isinstance(plan, TeardownPlan)
+        succeeded = False
+        try:
+            self._actions.finish_teardown(plan, handoff.class_name, result, handoff.started)
+            succeeded = True
+        finally:
+            self._teardown_ended(plan.volume_name, succeeded=succeeded)
+        return True
+
+    def _teardown_ended(self, volume_name: str, *, succeeded: bool) -> None:
+        """A teardown ended (or never started): when its PV went meanwhile, the path is free
+        only now, and whoever waited for it looks again."""
+        waiting: set[str] = set()
+        with self._paths_lock:
+            if self._paths.finish_teardown(volume_name, succeeded=succeeded):
+                waiting = self._waiting.pop(volume_name, set()) | self._expansions_waiting_for_room
+                self._expansions_waiting_for_room = set()
+        for uid in waiting:
+            self._wake((CLAIM, uid))
+
+    def _helper_run_problem(self, job: HelperJob[Key]) -> str | None:
+        """The book's last word before the batcher builds the job's helper pod."""
+        with self._paths_lock:
+            return self._paths.helper_run_problem(
+                job.target.volume_name, teardown=job.action == "delete"
+            )
+
+    def _helper_warning(self, key: Key, message: str) -> None:
+        handoff = self._handoffs.get(key)
+        if handoff is not None:
+            self._actions.helper_warning(handoff.plan, message)
+
+    def _helper_runs(self) -> HelperRuns:
+        return self._actions.helper_runs
+
+    def _delete_helper_pod(self, name: str) -> None:
+        self._actions.delete_helper_pod(self._helper_namespace, name)
+
+    def _desired_capacities(self, driver_wants_capacity: bool) -> dict[str, CapacityObject]:
+        """The CSIStorageCapacity set for the current config, nodes, classes and book."""
+        with self._paths_lock:
+            entries = self._paths.entries()
+        return desired_capacities(
+            self._config().config,
+            [record for _, record in self._caches.classes.items()],
+            dict(self._caches.nodes.items()),
+            entries,
+            provisioner_name=self._provisioner_name,
+            driver_wants_capacity=driver_wants_capacity,
+        )
