@@ -344,13 +344,7 @@ class LocalPathProvisioner:
             )
             match decision:
                 case Provision(plan):
-                    self._paths.reserve(
-                        plan.volume_name,
-                        plan.location,
-                        plan.path,
-                        size_bytes=plan.size_bytes,
-                        node=plan.node_name or "",
-                    )
+                    self._reserve(plan)
                 case WaitForPath(_, blockers):
                     for blocker in blockers:
                         self._waiting.setdefault(blocker, set()).add(uid)
@@ -378,6 +372,16 @@ class LocalPathProvisioner:
             case Ignore(reason):
                 log.debug("claim %s/%s: %s", claim.namespace, claim.name, reason)
         return True
+
+    def _reserve(self, plan: ProvisionPlan) -> None:
+        """The plan's path and size in the book (under _paths_lock), before its setup runs."""
+        self._paths.reserve(
+            plan.volume_name,
+            plan.location,
+            plan.path,
+            size_bytes=plan.size_bytes,
+            node=plan.node_name or "",
+        )
 
     def _hand_over(
         self,
@@ -455,13 +459,7 @@ class LocalPathProvisioner:
                 plan.volume_name, plan.location, plan.path
             ):
                 return
-            self._paths.reserve(
-                plan.volume_name,
-                plan.location,
-                plan.path,
-                size_bytes=plan.size_bytes,
-                node=plan.node_name or "",
-            )
+            self._reserve(plan)
         try:
             self._actions.clean_up_abandoned(plan, attempt.bundle)
         finally:
