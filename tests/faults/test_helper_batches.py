@@ -119,6 +119,14 @@ def test_a_setup_failing_inside_a_batch_fails_its_claim_alone_with_its_own_tail(
     setup.core.delete_namespaced_pod("broken-1", setup.namespace, grace_period_seconds=0)
     setup.core.delete_namespaced_persistent_volume_claim("broken-1", setup.namespace)
     wait_gone(lambda: helper_pods(setup) or None, 120, "the last retry's helper pods")
+    # The clean-up of the last failed attempt runs after its pod went (a finish step of its own),
+    # so no helper pod for a moment does not mean it is done: wait for the directory itself.
+    base_dir = setup.node_path(NODE[HOSTNAME], base)
+    wait_gone(
+        lambda: list(base_dir.glob(f"pvc-{broken}*")) or None,
+        120,
+        "the failed attempts' directory",
+    )
     volumes = assert_each_claim_bound_once(setup, first + rest)
     assert_no_orphan_directories(setup.cluster, [base], volumes)
 
