@@ -63,6 +63,16 @@ def create_clone(
     setup.core.create_namespaced_persistent_volume_claim(setup.namespace, manifest(body))
 
 
+def started_with_class(
+    make_setup: Callable[..., ProvisionerSetup],
+) -> tuple[ProvisionerSetup, str, str]:
+    """A running provisioner on a base path of its own, and its class `clones`."""
+    base = f"/opt/clones-{uuid.uuid4().hex[:6]}"
+    setup = make_setup(ConfigFiles(config=default_config(base)))
+    setup.start()
+    return setup, base, setup.create_class("clones")
+
+
 def claim_and_consume(setup: ProvisionerSetup, name: str, storage_class: str) -> dict[str, Any]:
     setup.create_claim(name, storage_class)
     setup.create_consumer(name, name, node_selector=ON_NODE)
@@ -140,10 +150,7 @@ def tree_digest(root: Path) -> str:
 def test_a_clone_holds_the_sources_tree_on_its_node_and_the_source_keeps_working(
     make_setup: Callable[..., ProvisionerSetup],
 ) -> None:
-    base = f"/opt/clones-{uuid.uuid4().hex[:6]}"
-    setup = make_setup(ConfigFiles(config=default_config(base)))
-    setup.start()
-    storage_class = setup.create_class("clones")
+    setup, _, storage_class = started_with_class(make_setup)
     source = claim_and_consume(setup, "source", storage_class)
     source_dir = setup.node_path(NODE, volume_path(source))
     fill(source_dir)
@@ -169,10 +176,7 @@ def test_a_clone_holds_the_sources_tree_on_its_node_and_the_source_keeps_working
 def test_each_refusal_says_why_on_the_claim_and_makes_nothing(
     make_setup: Callable[..., ProvisionerSetup],
 ) -> None:
-    base = f"/opt/clones-{uuid.uuid4().hex[:6]}"
-    setup = make_setup(ConfigFiles(config=default_config(base)))
-    setup.start()
-    storage_class = setup.create_class("clones")
+    setup, base, storage_class = started_with_class(make_setup)
     other_class = setup.create_class("other")
     claim_and_consume(setup, "source", storage_class)
     claim_and_consume(setup, "other-class-source", other_class)
@@ -231,10 +235,7 @@ def test_each_refusal_says_why_on_the_claim_and_makes_nothing(
 def test_a_pv_another_provisioner_made_is_not_cloned(
     make_setup: Callable[..., ProvisionerSetup],
 ) -> None:
-    base = f"/opt/clones-{uuid.uuid4().hex[:6]}"
-    setup = make_setup(ConfigFiles(config=default_config(base)))
-    setup.start()
-    storage_class = setup.create_class("clones")
+    setup, base, storage_class = started_with_class(make_setup)
     foreign_pv = f"foreign-{setup.suffix}"
     path = f"{base}/foreign"
     setup.node_path(NODE, path).mkdir(parents=True)
@@ -292,10 +293,7 @@ def test_a_pv_another_provisioner_made_is_not_cloned(
 def test_a_consumer_on_another_node_sends_the_claim_back_to_the_scheduler(
     make_setup: Callable[..., ProvisionerSetup],
 ) -> None:
-    base = f"/opt/clones-{uuid.uuid4().hex[:6]}"
-    setup = make_setup(ConfigFiles(config=default_config(base)))
-    setup.start()
-    storage_class = setup.create_class("clones")
+    setup, _, storage_class = started_with_class(make_setup)
     source = claim_and_consume(setup, "source", storage_class)
     (setup.node_path(NODE, volume_path(source)) / "data").write_text("on node-1")
 
@@ -391,10 +389,7 @@ def test_a_source_directory_replaced_by_a_link_is_never_copied(
     """A source's directory swapped for a link to another volume's (a tenant with a way onto
     the node, or an admin's mistake): the kubelet follows the link when it mounts the source,
     so the check must see through it, and nothing is copied."""
-    base = f"/opt/clones-{uuid.uuid4().hex[:6]}"
-    setup = make_setup(ConfigFiles(config=default_config(base)))
-    setup.start()
-    storage_class = setup.create_class("clones")
+    setup, base, storage_class = started_with_class(make_setup)
     source = claim_and_consume(setup, "source", storage_class)
     victim = claim_and_consume(setup, "victim", storage_class)
     victim_dir = setup.node_path(NODE, volume_path(victim))
