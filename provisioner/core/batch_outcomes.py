@@ -73,6 +73,30 @@ def batch_outcomes(
     return outcomes
 
 
+def settled_before_the_end(
+    action: HelperAction, pod: Mapping[str, Any], volume_names: Sequence[str]
+) -> list[VolumeOutcome]:
+    """The outcomes a running batch pod has already settled: each setup whose own container
+    reported exit code 0. Nothing else in the pod touches such a volume again (the finish step
+    runs only after a failed setup, and a kubelet never runs an ended init container again in
+    a pod that is never restarted), so its PV may be made now, not when the pod's last volume
+    is done. A failed setup waits for the finish step that removes what it made, and a
+    teardown is done only when finish removed the directory: both settle at the pod's end."""
+    if action != "create":
+        return []
+    status = pod.get("status") or {}
+    inits = {s.get("name"): s for s in status.get("initContainerStatuses") or ()}
+    settled = []
+    for index, name in enumerate(volume_names):
+        container = volume_container_name(action, index)
+        terminated = ((inits.get(container) or {}).get("state") or {}).get("terminated")
+        if terminated:
+            outcome = _volume_outcome(name, container, terminated, "")
+            if outcome.succeeded:
+                settled.append(outcome)
+    return settled
+
+
 def _volume_outcome(
     name: str, container: str, terminated: Mapping[str, Any] | None, unfinished: str
 ) -> VolumeOutcome:

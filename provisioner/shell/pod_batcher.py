@@ -132,6 +132,9 @@ class HelperBatcher(Generic[K]):
         self._results: dict[K, HelperResult] = {}
         self._in_flight: dict[str, int] = {}
         """Pod names our runs may create, with how many runs may create each."""
+        self._reported_early: dict[str, str] = {}
+        """Volumes whose result came before their batch pod ended, with that pod's name: a
+        next run of such a volume waits for that pod to end, as for any other pod."""
         self._running = 0
         self._stopped = False
 
@@ -210,10 +213,11 @@ class HelperBatcher(Generic[K]):
         while True:
             with self._lock:
                 generation, in_flight = self._generation, set(self._in_flight)
+                still_ours = self._reported_early.get(job.target.volume_name)
             others = {
                 name: pod
                 for name, pod in self._running_pods(job.target.volume_name).items()
-                if pod.running and name not in in_flight
+                if pod.running and (name not in in_flight or name == still_ours)
             }
             blockers = sorted(set(others) - own)
             now = time.monotonic()
@@ -241,7 +245,8 @@ class HelperBatcher(Generic[K]):
                     to_delete = [
                         name
                         for name in blockers
-                        if now - self._deleting.get(name, -DELETE_AGAIN_SECONDS)
+                        if name != still_ours
+                        and now - self._deleting.get(name, -DELETE_AGAIN_SECONDS)
                         >= DELETE_AGAIN_SECONDS
                     ]
                     self._deleting.update(dict.fromkeys(to_delete, now))
@@ -337,12 +342,19 @@ class HelperBatcher(Generic[K]):
         """Runs the launch's pod; its results are reported as soon as it ended (before it is
         deleted: nothing waits on that), its pod names released once it is gone."""
         reported = False
+        early: set[str] = set()
 
         def report(results: Mapping[str, HelperResult]) -> None:
             nonlocal reported
             if not reported:
                 reported = True
-                self._report(launch, results)
+                self._report(launch, results, skip=early)
+
+        def report_early(results: Mapping[str, HelperResult]) -> None:
+            # Called on this thread, from inside run_batch: before `report`, which skips them.
+            if not reported:
+                early.update(results)
+                self._report_early(launch, results)
 
         first = launch.jobs[0]
         try:
@@ -353,7 +365,7 @@ class HelperBatcher(Generic[K]):
             runs = self._runs()
             if len(launch.jobs) > 1:
                 targets = [job.target for job in launch.jobs]
-                runs.run_batch(first.action, targets, first.bundle, report)
+                runs.run_batch(first.action, targets, first.bundle, report, report_early)
             else:
                 seconds = runs.run(first.action, first.target, first.bundle)
                 report({first.target.volume_name: HelperResult(seconds)})
@@ -385,12 +397,39 @@ class HelperBatcher(Generic[K]):
             for name, reason in reasons.items()
         }
 
-    def _report(self, launch: Launch[HelperJob[K]], results: Mapping[str, HelperResult]) -> None:
-        """The launch's results are in: kept for their keys, which are queued again; its slot
-        goes to what waits."""
-        missing = RuntimeError("the helper run ended without a result")
+    def _report_early(
+        self, launch: Launch[HelperJob[K]], results: Mapping[str, HelperResult]
+    ) -> None:
+        """Some volumes of a running batch pod are done: their keys take their results now
+        (their PVs need not wait for the pod's last volume); the pod keeps its slot."""
+        jobs = [job for job in launch.jobs if job.target.volume_name in results]
+        (pod,) = _pod_names(launch)
         with self._lock:
-            for job in launch.jobs:
+            for job in jobs:
+                self._jobs.pop(job.key, None)
+                self._results[job.key] = results[job.target.volume_name]
+                self._reported_early[job.target.volume_name] = pod
+        for job in jobs:
+            self._on_done(job.key)
+
+    def _report(
+        self,
+        launch: Launch[HelperJob[K]],
+        results: Mapping[str, HelperResult],
+        skip: set[str] | frozenset[str] = frozenset(),
+    ) -> None:
+        """The launch's results are in (but for the volumes in `skip`, reported early): kept
+        for their keys, which are queued again; its slot goes to what waits."""
+        missing = RuntimeError("the helper run ended without a result")
+        jobs = [job for job in launch.jobs if job.target.volume_name not in skip]
+        with self._lock:
+            for name in skip:
+                self._reported_early.pop(name, None)
+            # A next run of a volume reported early may wait for this pod: it ended.
+            held = [job for job in self._held.values() if job.target.volume_name in skip]
+            for job in held:
+                del self._held[job.key]
+            for job in jobs:
                 self._jobs.pop(job.key, None)
                 self._results[job.key] = results.get(job.target.volume_name) or HelperResult(
                     0.0, missing
@@ -399,9 +438,10 @@ class HelperBatcher(Generic[K]):
             started = [] if self._stopped else self._planner.finished(launch)
             self._claim_pods(started)
             self._lock.notify_all()
-        for job in launch.jobs:
+        for job in jobs:
             self._on_done(job.key)
         self._start(started)
+        self._place_all(held)
 
     def _release_pods(self, launch: Launch[HelperJob[K]]) -> None:
         """The launch's pods are deleted: their names are no longer ours to follow."""

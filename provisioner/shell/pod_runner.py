@@ -100,14 +100,18 @@ class HelperPodRunner:
         return seconds, PodState.of(final).message
 
     def run_to_end(
-        self, manifest: Mapping[str, Any], timeout: float
+        self,
+        manifest: Mapping[str, Any],
+        timeout: float,
+        on_seen: Callable[[Mapping[str, Any]], None] | None = None,
     ) -> tuple[float, dict[str, Any]]:
         """As `run`, for a pod whose containers report their own outcomes (a batch pod): the
         pod as last seen once it succeeded or failed, not deleted yet: the caller reports its
         outcomes first, then calls `delete` (on any error it is deleted here). Raises
         `HelperPodNotStarted` or `HelperPodTimeout` (with the pod as last seen) and
-        `HelperPodFailed` only when the pod was deleted before it ended."""
-        return self._run(manifest, timeout, failed_ends=True, keep=True)
+        `HelperPodFailed` only when the pod was deleted before it ended. `on_seen` is given
+        each state of the pod seen on the way (its containers' outcomes as they end)."""
+        return self._run(manifest, timeout, failed_ends=True, keep=True, on_seen=on_seen)
 
     def delete(self, manifest: Mapping[str, Any]) -> None:
         """Delete the pod a `run_to_end` left (NotFound is fine)."""
@@ -121,6 +125,7 @@ class HelperPodRunner:
         *,
         failed_ends: bool,
         keep: bool = False,
+        on_seen: Callable[[Mapping[str, Any]], None] | None = None,
     ) -> tuple[float, dict[str, Any]]:
         started = self._clock.monotonic()
         deadline = started + timeout
@@ -135,7 +140,7 @@ class HelperPodRunner:
         try:
             current = self._create_or_adopt(pod, label, deadline, timeout)
             final = self._wait_for_completion(
-                current, label, deadline, timeout, failed_ends=failed_ends
+                current, label, deadline, timeout, failed_ends=failed_ends, on_seen=on_seen
             )
             ended = True
             return self._clock.monotonic() - started, final
@@ -187,11 +192,14 @@ class HelperPodRunner:
         timeout: float,
         *,
         failed_ends: bool = False,
+        on_seen: Callable[[Mapping[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         """The pod as last seen, once it succeeded (or, with `failed_ends`, failed)."""
         progress = PodProgress(label, deadline, timeout, self._grace, self._clock)
 
         def next_look(seen: dict[str, Any]) -> float | None:
+            if on_seen is not None:
+                on_seen(seen)
             if failed_ends and PodState.of(seen).phase == "Failed":
                 return None
             return progress.next_look(seen)

@@ -5,11 +5,12 @@ helper-pod metrics per volume."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from provisioner.core.batch_outcomes import batch_outcomes
+from provisioner.core.batch_outcomes import batch_outcomes, settled_before_the_end
 from provisioner.core.batch_pod_shapes import (
     VolumePartError,
     batch_pod_name,
@@ -104,19 +105,46 @@ class HelperRuns:
         targets: Sequence[HelperTarget],
         bundle: ConfigBundle,
         report: Callable[[dict[str, HelperResult]], None],
+        report_early: Callable[[dict[str, HelperResult]], None] | None = None,
     ) -> None:
         """One batch pod for `targets` (see `batch_pod_shapes`): `report` gets each volume's result
         by its name as soon as the pod ended, before the pod is deleted (nothing waits on
         that). A volume the pod never got to fails with why (the pod's own failure or
-        deadline, or the error that ended the run)."""
+        deadline, or the error that ended the run). `report_early` gets, while the pod runs,
+        the results it already settled (`settled_before_the_end`), each once; `report` then
+        leaves them out."""
         targets, manifest, refused = self._buildable_batch(action, targets, bundle)
         if manifest is None:
             report({**refused, **self._run_each(action, targets, bundle)})
             return
         wait = float(manifest["spec"]["activeDeadlineSeconds"]) + BATCH_WAIT_MARGIN_SECONDS
+        names = [target.volume_name for target in targets]
+        label = f"{self._helper.namespace}/{manifest['metadata']['name']}"
+        started = time.monotonic()
+        early: set[str] = set()
+
+        def on_seen(pod: Mapping[str, Any]) -> None:
+            assert report_early is not None
+            settled = settled_before_the_end(action, pod, names)
+            fresh = [outcome.volume_name for outcome in settled if outcome.volume_name not in early]
+            if not fresh:
+                return
+            seconds = time.monotonic() - started
+            try:
+                report_early(dict.fromkeys(fresh, HelperResult(seconds)))
+            except Exception:
+                # Not the pod's fault: these volumes are reported with the rest at its end.
+                log.exception("reporting the volumes %s of %s early", fresh, label)
+                return
+            early.update(fresh)
+            for _ in fresh:
+                self._metrics.observe_helper_pod(action, "succeeded", seconds)
+
         kept = False
         try:
-            seconds, final = self._runner.run_to_end(manifest, wait)
+            seconds, final = self._runner.run_to_end(
+                manifest, wait, None if report_early is None else on_seen
+            )
             kept = True
             results = self._results(
                 action,
@@ -126,6 +154,7 @@ class HelperRuns:
                 final=final,
                 unfinished=f"the pod ended ({_pod_end(final)}) before this volume's turn",
                 ended=None,
+                early=early,
             )
             report({**refused, **results})
         except HelperPodError as error:
@@ -137,6 +166,7 @@ class HelperRuns:
                 final=error.last_seen or {},
                 unfinished=str(error),
                 ended=error,
+                early=early,
             )
             report({**refused, **results})
         finally:
@@ -188,11 +218,15 @@ class HelperRuns:
         final: Mapping[str, Any],
         unfinished: str,
         ended: HelperPodError | None,
+        early: set[str],
     ) -> dict[str, HelperResult]:
+        """Each volume's result, but for those reported `early` (they count as succeeded)."""
         label = f"{self._helper.namespace}/{manifest['metadata']['name']}"
-        names = [target.volume_name for target in targets]
+        names = [target.volume_name for target in targets]  # in order: they name containers
         results: dict[str, HelperResult] = {}
         for outcome in batch_outcomes(action, final, names, unfinished=unfinished):
+            if outcome.volume_name in early:
+                continue
             failure: HelperPodError | None = None
             if ended is not None and outcome.reason == "NotRun":
                 failure = ended
@@ -208,8 +242,8 @@ class HelperRuns:
         log.info(
             "batch helper pod %s: %d of %d volumes succeeded in %.1fs",
             label,
-            sum(1 for result in results.values() if result.error is None),
-            len(results),
+            len(early) + sum(1 for result in results.values() if result.error is None),
+            len(early) + len(results),
             seconds,
         )
         return results

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.core.batch_outcomes import VolumeOutcome, batch_outcomes
+from provisioner.core.batch_outcomes import VolumeOutcome, batch_outcomes, settled_before_the_end
 
 NAMES = ["pvc-0", "pvc-1", "pvc-2"]
 
@@ -120,3 +120,24 @@ def test_a_failed_finish_whose_line_was_cut_off_still_fails_its_volume() -> None
     assert outcomes[1] == VolumeOutcome(
         "pvc-1", False, "finish", None, "Error", "its output did not fit in the message"
     )
+
+
+def test_a_running_pod_has_settled_only_the_setups_whose_own_container_reported_success() -> None:
+    """Those may get their PVs while the pod goes on; a failed one waits for its finish step,
+    a still-running or cut-off one for the pod's end."""
+    running = {"running": {"startedAt": "2026-11-25T06:00:00Z"}}
+    seen = pod(
+        [terminated(0, "lps-exit 0\nmade it\n"), terminated(0, "lps-exit 1\nno\n"), running],
+        phase="Pending",
+    )
+    assert settled_before_the_end("create", seen, NAMES) == [
+        VolumeOutcome("pvc-0", True, "setup-0", 0, "Completed", "made it\n")
+    ]
+    cut_off = pod([terminated(137, "", "Error"), terminated(0, "no outcome line")], phase="Pending")
+    assert settled_before_the_end("create", cut_off, NAMES) == []
+    assert settled_before_the_end("create", {}, NAMES) == []
+
+
+def test_no_teardown_is_settled_before_its_pod_s_finish_step() -> None:
+    seen = pod([terminated(0, "lps-exit 0\n")] * 3, action="delete", phase="Pending")
+    assert settled_before_the_end("delete", seen, NAMES) == []

@@ -65,6 +65,8 @@ class FakeRuns:
         self.calls: list[tuple[str, tuple[str, ...]]] = []
         self.release = threading.Semaphore(0)
         self.failing: set[str] = set()
+        self.early: set[str] = set()
+        """Volumes a batch reports as soon as it starts, before the test releases it."""
         self.broken = False
         self.slow_delete: threading.Event | None = None
         self.started = threading.Condition()
@@ -89,8 +91,12 @@ class FakeRuns:
         targets: Sequence[HelperTarget],
         bundle: Any,
         report: Callable[[dict[str, HelperResult]], None],
+        report_early: Callable[[dict[str, HelperResult]], None],
     ) -> None:
         names = tuple(target.volume_name for target in targets)
+        settled = {name: HelperResult(1.0) for name in names if name in self.early}
+        if settled:
+            report_early(settled)
         self._wait("batch", names)
         failed = HelperPodFailed("lps/batch", 1, "Error", "no")
         report(
@@ -164,8 +170,12 @@ def test_volumes_queued_behind_a_busy_node_share_its_next_pod_each_with_its_resu
     h.runs.failing = {"pvc-3"}
     calls = h.runs.wait_calls(2)
     assert sorted(calls) == [("single", ("pvc-1",)), ("single", ("pvc-9",))]
+    # One release at a time: a second one pending could be taken by the batch instead.
     h.runs.release.release()
+    with h.done_changed:
+        assert h.done_changed.wait_for(lambda: bool(h.done), WAIT)
     h.runs.release.release()
+    h.wait_done("key-1", "key-9")
     calls = h.runs.wait_calls(3)
     assert calls[2] == ("batch", ("pvc-2", "pvc-3")), "the two oldest, capped at max_batch"
     assert batch_pod_name("create", ["pvc-2", "pvc-3"]) in h.batcher.in_flight_pods()
@@ -281,6 +291,39 @@ def test_a_batch_s_results_are_reported_before_its_pod_is_deleted() -> None:
     while name in h.batcher.in_flight_pods():
         assert time.monotonic() < deadline
         time.sleep(0.01)
+
+
+def test_a_batch_s_volume_settled_early_gets_its_result_while_the_pod_keeps_its_slot() -> None:
+    """Its key comes back (its PV need not wait for the pod's last volume) once, and the
+    node's next volume still waits for the pod's end."""
+    h = Harness(max_batch=2)
+    h.runs.early = {"pvc-2"}
+    for number in range(1, 4):
+        h.batcher.submit(job(number))
+    h.runs.release.release()
+    assert h.runs.wait_calls(2)[1] == ("batch", ("pvc-2", "pvc-3"))
+    h.wait_done("key-2")
+    assert h.batcher.take("key-2") == HelperResult(1.0)
+    assert h.batcher.take("key-3") is None, "still running"
+    h.batcher.submit(job(4))
+    assert h.runs.calls[2:] == [], "the pod's slot is still held"
+    # The volume's claim goes at once: its teardown waits for the pod, which is not deleted.
+    pod = batch_pod_name("create", ["pvc-2", "pvc-3"])
+    h.pods["pvc-2"] = {pod: True}
+    teardown = HelperJob("pv-2", "delete", plan(2, node="node-2"), BUNDLE)
+    h.batcher.submit(teardown)
+    assert h.batcher.counts().endswith(" 1 held"), h.batcher.counts()
+    assert len(h.runs.calls) == 2, "the teardown has not started"
+    assert h.deleted == []
+    h.pods["pvc-2"] = {pod: False}  # it ended, as the informer will have seen by its report
+    h.runs.release.release()
+    h.wait_done("key-3")
+    assert h.batcher.take("key-3") == HelperResult(2.0)
+    assert sorted(h.runs.wait_calls(4)[2:]) == [("single", ("pvc-2",)), ("single", ("pvc-4",))]
+    assert h.done.count("key-2") == 1, "not reported again at the pod's end"
+    h.runs.release.release()
+    h.runs.release.release()
+    h.wait_done("key-4", "pv-2")
 
 
 def test_a_node_s_backlog_of_a_full_batch_gets_another_pod_at_once() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from provisioner.core.batch_pod_shapes import batch_volume_names
@@ -61,18 +61,32 @@ class SucceedingRunner:
     def __init__(self) -> None:
         self.batches: list[list[str]] = []
         self.singles: list[str] = []
+        self.messages: dict[str, str] = {}
+        """A volume container's termination message, by container name (else success)."""
 
     def run(self, manifest: Mapping[str, Any], timeout: float) -> float:
         self.singles.append(manifest["metadata"]["name"])
         return 1.0
 
     def run_to_end(
-        self, manifest: Mapping[str, Any], timeout: float
+        self,
+        manifest: Mapping[str, Any],
+        timeout: float,
+        on_seen: Callable[[Mapping[str, Any]], None] | None = None,
     ) -> tuple[float, dict[str, Any]]:
+        """The pod is seen once per ended init container (as a kubelet writes its status),
+        with the volumes in `messages` reporting that message instead of success."""
         self.batches.append(batch_volume_names(manifest))
-        done = {"terminated": {"exitCode": 0, "message": "lps-exit 0\n"}}
-        inits = [{"name": c["name"], "state": done} for c in manifest["spec"]["initContainers"]]
+        inits: list[dict[str, Any]] = []
+        for container in manifest["spec"]["initContainers"]:
+            message = self.messages.get(container["name"], "lps-exit 0\n")
+            state = {"terminated": {"exitCode": 0, "message": message}}
+            inits.append({"name": container["name"], "state": state})
+            if on_seen is not None:
+                on_seen({"status": {"phase": "Pending", "initContainerStatuses": list(inits)}})
+                on_seen({"status": {"phase": "Pending", "initContainerStatuses": list(inits)}})
         final = {"status": {"phase": "Succeeded", "initContainerStatuses": inits}}
+        done = {"terminated": {"exitCode": 0, "message": "lps-finish " + "s" * len(inits)}}
         final["status"]["containerStatuses"] = [{"name": "finish", "state": done}]
         return 2.0, final
 
@@ -81,12 +95,37 @@ class SucceedingRunner:
 
 
 def run_batch(targets: list[TeardownPlan]) -> tuple[dict[str, HelperResult], SucceedingRunner]:
+    """The results of a run whose runner shows nothing before the pod's end."""
     runner = SucceedingRunner()
     runs = HelperRuns(cast(Any, runner), Metrics(), HelperSettings("lps", "helper"))
     reported: list[dict[str, HelperResult]] = []
     runs.run_batch("create", targets, BUNDLE, reported.append)
     assert len(reported) == 1, "one report, with every volume"
     return reported[0], runner
+
+
+def test_each_setup_is_reported_once_as_its_own_container_ends_and_failures_at_the_end() -> None:
+    runner = SucceedingRunner()
+    runner.messages = {"setup-1": "lps-exit 3\nno room\n"}
+    runs = HelperRuns(cast(Any, runner), Metrics(), HelperSettings("lps", "helper"))
+    early: list[dict[str, HelperResult]] = []
+    final: list[dict[str, HelperResult]] = []
+    targets = [target(1), target(2), target(3)]
+    runs.run_batch("create", targets, BUNDLE, final.append, early.append)
+    assert [list(results) for results in early] == [["pvc-1"], ["pvc-3"]]
+    assert all(result.error is None for results in early for result in results.values())
+    assert list(final[0]) == ["pvc-2"], "the early ones are not reported again"
+    assert "no room" in str(final[0]["pvc-2"].error)
+
+
+def test_no_teardown_is_reported_before_its_pod_ends() -> None:
+    runner = SucceedingRunner()
+    runs = HelperRuns(cast(Any, runner), Metrics(), HelperSettings("lps", "helper"))
+    early: list[dict[str, HelperResult]] = []
+    final: list[dict[str, HelperResult]] = []
+    runs.run_batch("delete", [target(1), target(2)], BUNDLE, final.append, early.append)
+    assert early == []
+    assert sorted(final[0]) == ["pvc-1", "pvc-2"]
 
 
 def test_a_volume_whose_part_cannot_be_built_fails_alone_and_the_batch_runs_without_it() -> None:
