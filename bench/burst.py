@@ -40,8 +40,9 @@ from bench.workspace import (
     volume_directories,
 )
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
-from provisioner.core.batch_pod_shapes import batch_volume_names
+from provisioner.core.batch_pod_shapes import batch_volume_names, volume_container_name
 from provisioner.core.claims import SELECTED_NODE
+from provisioner.core.pod_shapes import HelperAction
 
 SETTLE_SECONDS = 2.0
 _VOLUME_UID = re.compile(r"pvc-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
@@ -168,17 +169,39 @@ def served_volumes(pod: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
     return action, tuple(dict.fromkeys(m.group(1) for m in _VOLUME_UID.finditer(names)))
 
 
+def volumes_done(pod: dict[str, Any]) -> list[str]:
+    """The UIDs of the volumes whose own container in ours' shared helper pod has ended (each
+    has one, in the order of the pod's volumes): a volume's helper run ends there, not when the
+    pod's last volume is done."""
+    kind, _ = served_volumes(pod)
+    names = batch_volume_names(pod)
+    action: HelperAction = "delete" if kind == "delete" else "create"
+    if kind != action or not names:
+        return []
+    statuses = (pod.get("status") or {}).get("initContainerStatuses") or ()
+    ended = {s.get("name") for s in statuses if (s.get("state") or {}).get("terminated")}
+    return [
+        match.group(1)
+        for index, name in enumerate(names)
+        if volume_container_name(action, index) in ended
+        for match in [_VOLUME_UID.search(name)]
+        if match
+    ]
+
+
 def helper_runs(helpers: ObjectTimeline, action: str) -> dict[str, tuple[float, float]]:
     """Volume UID -> (its helper pod's creation, its end) for one action; with several pods for
-    one volume (a retry), the one that ended last."""
+    one volume (a retry), the one that ended last. In a shared pod a volume's end is its own
+    container's, where that was seen."""
     runs: dict[str, tuple[float, float]] = {}
     for name, finished in helpers.reached["finished"].items():
         pod_action, uids = helpers.kept.get(name, ("", ()))
         if pod_action != action:
             continue
         for uid in uids:
-            if uid not in runs or finished > runs[uid][1]:
-                runs[uid] = (helpers.first_seen[name], finished)
+            ended = min(finished, helpers.part_done.get(uid, finished))
+            if uid not in runs or ended > runs[uid][1]:
+                runs[uid] = (helpers.first_seen[name], ended)
     return runs
 
 
@@ -278,6 +301,7 @@ def run_burst(
         {"finished": _is_finished},
         label_selector=f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}",
         keep=served_volumes,
+        parts_done=volumes_done,
     ).start()
     volume_timeline = ObjectTimeline(api, "/api/v1/persistentvolumes").start()
     provisioner = RunningProvisioner(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import urllib3
@@ -30,7 +30,11 @@ class ObjectTimeline:
         milestones: Mapping[str, Milestone] | None = None,
         label_selector: str = "",
         keep: Callable[[dict[str, Any]], Any] | None = None,
+        *,
+        parts_done: Callable[[dict[str, Any]], Iterable[str]] | None = None,
     ) -> None:
+        """`parts_done(object)`: the parts of the object (say, the volumes of a shared helper
+        pod) that it shows done; `part_done` records when each was first seen so."""
         self._api = api
         self._path = path
         self._milestones = dict(milestones or {})
@@ -41,6 +45,9 @@ class ObjectTimeline:
         self.deleted: dict[str, float] = {}
         self.uid: dict[str, str] = {}
         self._keep = keep
+        self._parts_done = parts_done
+        self.part_done: dict[str, float] = {}
+        """part -> when `parts_done` first named it"""
         self.kept: dict[str, Any] = {}
         """object name -> `keep(object)` from its first sighting (when `keep` is given)"""
         self._live: set[str] = set()
@@ -92,6 +99,8 @@ class ObjectTimeline:
             self.deleted.setdefault(name, now)
             return
         self._live.add(name)
+        for part in self._parts_done(obj) if self._parts_done is not None else ():
+            self.part_done.setdefault(part, now)
         for key, milestone in self._milestones.items():
             if name not in self.reached[key] and milestone(obj):
                 self.reached[key][name] = now
