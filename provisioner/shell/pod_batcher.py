@@ -214,11 +214,7 @@ class HelperBatcher(Generic[K]):
             with self._lock:
                 generation, in_flight = self._generation, set(self._in_flight)
                 still_ours = self._reported_early.get(job.target.volume_name)
-            others = {
-                name: pod
-                for name, pod in self._running_pods(job.target.volume_name).items()
-                if pod.running and (name not in in_flight or name == still_ours)
-            }
+            others = self._others_serving(job.target.volume_name, in_flight, still_ours)
             blockers = sorted(set(others) - own)
             now = time.monotonic()
             launches: list[Launch[HelperJob[K]]] = []
@@ -240,17 +236,7 @@ class HelperBatcher(Generic[K]):
                     self._held_since.pop(job.key, None)
                     self._results[job.key] = HelperResult(waited, stuck)
                 elif blockers:
-                    self._held_since.setdefault(job.key, now)
-                    self._held[job.key] = job
-                    to_delete = [
-                        name
-                        for name in blockers
-                        if name != still_ours
-                        and now - self._deleting.get(name, -DELETE_AGAIN_SECONDS)
-                        >= DELETE_AGAIN_SECONDS
-                    ]
-                    self._deleting.update(dict.fromkeys(to_delete, now))
-                    self._schedule_recheck()
+                    to_delete = self._hold(job, blockers, still_ours, now)
                 else:
                     to_delete = []
                     self._held_since.pop(job.key, None)
@@ -273,6 +259,40 @@ class HelperBatcher(Generic[K]):
             log.warning("%s", warning)
             self._on_warning(job.key, warning)
         self._start(launches)
+
+    def _hold(
+        self, job: HelperJob[K], blockers: list[str], still_ours: str | None, now: float
+    ) -> list[str]:
+        """Hold the job until the pods `blockers` are gone; which of them to delete now (those
+        we did not start, not asked to go lately). Under the lock."""
+        if still_ours in blockers and job.key not in self._held_since:
+            log.info(
+                "volume %s waits for its earlier batch pod %s to end",
+                job.target.volume_name,
+                still_ours,
+            )
+        self._held_since.setdefault(job.key, now)
+        self._held[job.key] = job
+        to_delete = [
+            name
+            for name in blockers
+            if name != still_ours
+            and now - self._deleting.get(name, -DELETE_AGAIN_SECONDS) >= DELETE_AGAIN_SECONDS
+        ]
+        self._deleting.update(dict.fromkeys(to_delete, now))
+        self._schedule_recheck()
+        return to_delete
+
+    def _others_serving(
+        self, volume: str, in_flight: set[str], still_ours: str | None
+    ) -> dict[str, ServingPod]:
+        """The running pods that serve the volume, but for our runs' own: those run nothing
+        of it any more, except `still_ours`, the batch pod that reported it early."""
+        return {
+            name: pod
+            for name, pod in self._running_pods(volume).items()
+            if pod.running and (name not in in_flight or name == still_ours)
+        }
 
     def _recheck_seconds(self) -> float:
         return min(RECHECK_SECONDS, max(1.0, self._hold_timeout / 2))

@@ -284,3 +284,63 @@ def test_a_setup_outrunning_its_timeout_inside_a_batch_fails_alone(
     wait_gone(lambda: helper_pods(setup) or None, 120, "the last retry's helper pods")
     assert not overlapping_runs(recorder.stop())
     assert_no_orphan_directories(setup.cluster, [base], volumes)
+
+
+# Holds a claim named held-N until the test leaves a marker `.release-held-N` in the base path
+# (which every volume's container sees, read-only, at $LPS_BASE_VIEW).
+HOLDING_SETUP = DEFAULT_SETUP_SCRIPT.replace(
+    "set -eu\n",
+    "set -eu\n"
+    'case "$VOL_DIR" in *_held-*)'
+    ' while [ ! -e "$LPS_BASE_VIEW/.release-${VOL_DIR##*_}" ]; do sleep 0.2; done ;; esac\n',
+    1,
+)
+
+
+def test_a_batch_volume_binds_as_its_own_setup_ends_and_its_teardown_waits_for_the_pod(
+    make_setup: Callable[..., ProvisionerSetup],
+    record_helper_pods: Callable[[ProvisionerSetup], HelperPodRecorder],
+) -> None:
+    """early-1 and held-1 share a pod, early-1 first: early-1's PV is made (and binds) while
+    held-1's setup still runs in that pod. Its claim then goes: its teardown waits for the
+    pod to end (no two pods serve one volume at once), then removes its directory; held-1's
+    volume is untouched."""
+    base = unique_base_path("batch-early")
+    setup = make_setup(ConfigFiles(config=default_config(base), setup=HOLDING_SETUP))
+    replica = setup.start()
+    storage_class = setup.create_class("batchearly", reclaim_policy="Delete")
+    recorder = record_helper_pods(setup)
+    base_dir = setup.node_path(NODE[HOSTNAME], base)
+    # held-0 holds the node's pod; early-1, then held-1, queue behind it, in that order.
+    create_claims_with_consumers(setup, storage_class, ["held-0"], NODE)
+    setup.wait_event("held-0", "Provisioning", timeout=60)
+    for name in ("early-1", "held-1"):
+        create_claims_with_consumers(setup, storage_class, [name], NODE)
+        setup.wait_event(name, "Provisioning", timeout=60)
+    (base_dir / ".release-held-0").touch()
+
+    wait_all_bound(setup, ["held-0", "early-1"], timeout=120)
+    early = f"pvc-{setup.claim('early-1')['metadata']['uid']}"
+    held = f"pvc-{setup.claim('held-1')['metadata']['uid']}"
+    batch = next(pod for pod in recorder.pods() if early in pod.volumes)
+    assert batch.volumes == (early, held), batch
+    assert batch.ended is None, "early-1 bound while its batch pod still ran"
+    assert setup.phase("held-1") == "Pending"
+
+    setup.core.delete_namespaced_pod("early-1", setup.namespace, grace_period_seconds=0)
+    setup.core.delete_namespaced_persistent_volume_claim("early-1", setup.namespace)
+
+    def teardown_waits() -> bool | None:
+        return True if f"volume {early} waits for its earlier batch pod" in replica.log() else None
+
+    wait_for(teardown_waits, 60, "early-1's teardown to wait for its batch pod", interval=0.5)
+    (early_dir,) = base_dir.glob(f"{early}_*")
+    assert early_dir.is_dir(), "nothing removed while the pod runs"
+    (base_dir / ".release-held-1").touch()
+
+    wait_all_bound(setup, ["held-1"], timeout=120)
+    wait_gone(lambda: early_dir if early_dir.exists() else None, 120, "early-1's directory")
+    wait_gone(lambda: helper_pods(setup) or None, 120, "the helper pods")
+    assert not overlapping_runs(recorder.stop())
+    volumes = assert_each_claim_bound_once(setup, ["held-0", "held-1"])
+    assert_no_orphan_directories(setup.cluster, [base], volumes)
