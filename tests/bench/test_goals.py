@@ -4,11 +4,13 @@ measured, the largest data-set size for start-up, and the stages shown only for 
 from __future__ import annotations
 
 import math
+import re
+import shlex
 from typing import Any
 
 from bench.burst import STAGES, BurstResult
-from bench.goals import judge_all, largest_scale, where_time_goes
-from bench.options import parse_options
+from bench.goals import SIDE_BY_SIDE, judge_all, largest_scale, where_time_goes
+from bench.options import REPO, parse_options
 from bench.report import build_report, goals_table, markdown, time_goes_tables
 from bench.runner import FloorResult, RunResults
 from bench.scale import ScaleResult
@@ -189,3 +191,15 @@ def test_the_report_prints_the_goals_and_where_the_missed_bursts_time_went() -> 
     assert "lifted: where the time goes (missed: lifted: time until all Bound)" in stages
     written = markdown(report)
     assert "| burst: time until all Bound" in written and "| PV created -> Bound" in written
+
+
+def test_make_bench_runs_every_goals_scenario_with_realistic_pod_starts_up_to_50000() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    arguments = re.search(r"^BENCH_ARGS \?=(.*)$", makefile, re.MULTILINE)
+    assert arguments is not None, "the Makefile sets no default BENCH_ARGS"
+    assert "$(BENCH_ARGS)" in makefile.split("\nbench:", 1)[1].split("\n\n", 1)[0]
+    options = parse_options(shlex.split(arguments.group(1)))
+    assert options.pod_start == "kubelet"
+    assert options.scenarios == {"burst", "lifted", "scale"}
+    assert max(options.scale_sizes) == 50_000
+    assert {i.key for i in options.implementations} >= set(SIDE_BY_SIDE)
