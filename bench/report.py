@@ -1,4 +1,4 @@
-"""The figures, their ratios and the targets, as one JSON-ready report and as printed tables."""
+"""The figures, their ratios and the goals, as one JSON-ready report and as printed tables."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 
 from bench.burst import STAGES, BurstResult
+from bench.goals import SIDE_BY_SIDE, judge_all, where_time_goes
 from bench.options import BenchOptions
 from bench.runner import RunResults
 from bench.scale import ScaleResult
@@ -121,94 +122,6 @@ def _figure_row(name: str, unit: str, values: dict[str, float]) -> dict[str, Any
     }
 
 
-def _target(name: str, value: float, limit: float, detail: str) -> dict[str, Any]:
-    met = None if math.isnan(value) or math.isnan(limit) else value <= limit
-    return {"target": name, "value": value, "limit": limit, "met": met, "detail": detail}
-
-
-def _against_tuned(
-    name: str, limit: float, runs: dict[str, Any], figure: Callable[[Any], float]
-) -> dict[str, Any]:
-    """A target on ours / the tuned reference for one figure of one scenario's runs."""
-    ours, tuned = runs.get("ours"), runs.get("reference-tuned")
-    value = ratio(figure(ours) if ours else NAN, figure(tuned) if tuned else NAN)
-    return _target(name, value, limit, "ours / reference tuned")
-
-
-def _targets(results: RunResults) -> list[dict[str, Any]]:
-    ours = results.burst.get("ours")
-    tuned = results.burst.get("reference-tuned")
-    floor = results.floor.seconds if results.floor else NAN
-    bind = ours.bind_seconds if ours else NAN
-    scale = results.scale.get("ours")
-    reference_rss = [
-        results.scale[key].steady_rss_mib
-        for key in ("reference-default", "reference-tuned")
-        if key in results.scale
-    ]
-    volumes = scale.volumes if scale else 0
-    return [
-        _target(
-            "<= 3.5 API requests per provisioned volume (burst)",
-            ours.requests_per_volume if ours else NAN,
-            3.5,
-            "requests per volume",
-        ),
-        _against_tuned(
-            f"ready at {volumes} volumes <= tuned reference's",
-            1.0,
-            results.scale,
-            lambda s: s.ready_seconds,
-        ),
-        _against_tuned(
-            "burst peak RSS <= 1.2x tuned reference", 1.2, results.burst, lambda b: b.peak_rss_mib
-        ),
-        _against_tuned(
-            f"steady RSS at {volumes} volumes <= 0.6x tuned reference",
-            0.6,
-            results.scale,
-            lambda s: s.steady_rss_mib,
-        ),
-        _against_tuned(
-            "lifted burst time to bind <= 0.4x tuned reference",
-            0.4,
-            results.lifted,
-            lambda b: b.bind_seconds,
-        ),
-        _target("burst time to bind <= 2x floor", ratio(bind, floor), 2.0, "multiple of floor"),
-        _target(
-            "burst time to bind <= 0.5x tuned reference",
-            ratio(bind, tuned.bind_seconds if tuned else NAN),
-            0.5,
-            "ours / reference tuned",
-        ),
-        _target(
-            "p99 claim latency <= 2 s beyond the helper's run",
-            ours.overhead.p99 if ours else NAN,
-            2.0,
-            "s beyond own helper (p99)",
-        ),
-        _target(
-            f"RSS at {volumes} volumes <= 150 MiB",
-            scale.steady_rss_mib if scale else NAN,
-            150.0,
-            "MiB steady",
-        ),
-        _target(
-            f"RSS at {volumes} volumes <= reference's",
-            scale.steady_rss_mib if scale else NAN,
-            min(reference_rss) if reference_rss else NAN,
-            "MiB steady vs reference",
-        ),
-        _target(
-            f"ready <= 5 s at {volumes} volumes",
-            scale.ready_seconds if scale else NAN,
-            5.0,
-            "s to informers synced",
-        ),
-    ]
-
-
 def build_report(
     options: BenchOptions, results: RunResults, command: str, wall_seconds: float
 ) -> dict[str, Any]:
@@ -236,6 +149,7 @@ def build_report(
                 "capacity/ours": NAN,
             }
         )
+    goals = judge_all(results)
     return {
         "generated": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": command,
@@ -254,7 +168,8 @@ def build_report(
             "pod_start": options.pod_start,
         },
         "figures": figures,
-        "targets": _targets(results),
+        "goals": goals,
+        "time_goes": where_time_goes(results, goals),
         "burst": {key: asdict(value) for key, value in results.burst.items()},
         "lifted": {key: asdict(value) for key, value in results.lifted.items()},
         "floor": asdict(results.floor) if results.floor else None,
@@ -308,12 +223,60 @@ def figures_table(report: dict[str, Any], markdown: bool = False) -> str:
     return format_table(headers, rows, markdown)
 
 
-def targets_table(report: dict[str, Any], markdown: bool = False) -> str:
+def goals_table(report: dict[str, Any], markdown: bool = False) -> str:
+    """Issue 20's goals: ours beside the tuned and the default reference, ours / tuned, the
+    limit (on that ratio, or on ours' own figure) and the result."""
     rows = []
-    for target in report["targets"]:
-        met = {True: "met", False: "MISSED", None: "not measured"}[target["met"]]
-        rows.append([target["target"], _number(target["value"]), _number(target["limit"]), met])
-    return format_table(["target", "value", "limit", "result"], rows, markdown)
+    for goal in report["goals"]:
+        met = {True: "met", False: "MISSED", None: "not measured"}[goal["met"]]
+        limit = f"<= {goal['limit']:g}" + ("x tuned" if goal["relative"] else f" {goal['unit']}")
+        rows.append(
+            [
+                goal["goal"],
+                goal["unit"],
+                *(_number(goal[key]) for key in (*SIDE_BY_SIDE, "ours/tuned")),
+                limit,
+                met,
+            ]
+        )
+    headers = ["goal", "unit", "ours", "ref tuned", "ref default", "ours/tuned", "limit", "result"]
+    return format_table(headers, rows, markdown)
+
+
+def _pair(values: list[float | None]) -> str:
+    return " / ".join(_number(value) for value in values)
+
+
+def time_goes_tables(report: dict[str, Any], markdown: bool = False) -> str:
+    """For each scenario with a missed goal: its stages (p50 / p99 of ours and both
+    references) and, with the default binder limit, the floor and ours' distance to it."""
+    parts = []
+    for section in report.get("time_goes") or []:
+        scenario, floor = section["scenario"], section["floor"]
+        parts.append(f"{scenario}: where the time goes (missed: {'; '.join(section['missed'])})")
+        rows = [
+            [
+                f"{row['stage'].replace(' to ', ' -> ')} (p50 / p99, s)",
+                *(_pair(row[key]) for key in SIDE_BY_SIDE),
+            ]
+            for row in section["stages"]
+        ]
+        if floor is not None:
+            rows += [
+                [label, _number(value), "", ""]
+                for label, value in (
+                    (
+                        f"floor: {floor['writes']} writes of ours' burst, tight loop (s)",
+                        floor["seconds"],
+                    ),
+                    ("ours' time until all Bound / floor", floor["multiple"]),
+                    ("ours' time until all Bound beyond the floor (s)", floor["beyond"]),
+                )
+            ]
+        elif scenario == "burst":
+            rows.append(["floor: not measured (it runs after ours' burst)", "", "", ""])
+        parts.append(format_table([scenario, "ours", "ref tuned", "ref default"], rows, markdown))
+    return "\n\n".join(parts)
 
 
 def requests_table(report: dict[str, Any], markdown: bool = False) -> str:
@@ -372,7 +335,10 @@ def print_report(report: dict[str, Any]) -> None:
     print()
     print(requests_table(report))
     print()
-    print(targets_table(report))
+    print(goals_table(report))
+    if report.get("time_goes"):
+        print()
+        print(time_goes_tables(report))
     if report.get("scaling"):
         print()
         print(scaling_table(report))
@@ -384,7 +350,8 @@ def markdown(report: dict[str, Any]) -> str:
         [
             figures_table(report, markdown=True),
             requests_table(report, markdown=True),
-            targets_table(report, markdown=True),
+            goals_table(report, markdown=True),
+            *([time_goes_tables(report, markdown=True)] if report.get("time_goes") else []),
             *([scaling_table(report, markdown=True)] if report.get("scaling") else []),
         ]
     )

@@ -1,0 +1,146 @@
+"""Issue 20's goals, judged on one run's results, and where the time goes when a burst misses.
+
+Each goal carries ours, the tuned and the default reference (where they ran), ours / tuned, its
+limit and whether it was met, so one run reports the goals side by side with both references.
+Start-up goals are judged at the largest data-set size measured: cost that grows with the
+volumes shows there first. A missed burst or lifted goal comes with the per-stage p50/p99 of
+every implementation that ran it, and (with the default binder limit) the floor and ours'
+distance to it, so the report says where the time went, not only that it was missed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bench.burst import STAGES, BurstResult
+from bench.runner import RunResults
+from bench.scale import ScaleResult
+from bench.stats import ratio
+
+REFERENCES = ("reference-tuned", "reference-default")
+SIDE_BY_SIDE = ("ours", *REFERENCES)
+
+
+@dataclass(frozen=True)
+class Goal:
+    name: str
+    scenario: str
+    """"burst", "lifted" or "scale": which of RunResults' runs the figure is read from."""
+    unit: str
+    figure: Callable[[Any], float]
+    limit: float
+    relative: bool = True
+    """True: the limit is on ours / the tuned reference; False: on ours' own figure."""
+
+
+GOALS = (
+    Goal("burst: time until all Bound", "burst", "s", lambda b: b.bind_seconds, 0.8),
+    Goal(
+        "burst: API requests per volume",
+        "burst",
+        "req",
+        lambda b: b.requests_per_volume,
+        3.5,
+        relative=False,
+    ),
+    Goal("burst: claim latency p99", "burst", "s", lambda b: b.latency.p99, 1.0),
+    Goal("lifted: time until all Bound", "lifted", "s", lambda b: b.bind_seconds, 0.4),
+    Goal("lifted: claim latency p99", "lifted", "s", lambda b: b.latency.p99, 1.0),
+    Goal("time to ready", "scale", "s", lambda s: s.ready_seconds, 1.0),
+    Goal("CPU until ready", "scale", "s", lambda s: s.ready_cpu_seconds, 1.0),
+    Goal("steady RSS", "scale", "MiB", lambda s: s.steady_rss_mib, 0.4),
+)
+"""Issue 20's goals, in its order; "burst" is kube-controller-manager's default client limit,
+"lifted" the same burst with it raised (--lifted-qps)."""
+
+
+def largest_scale(results: RunResults) -> tuple[int, dict[str, ScaleResult]]:
+    """The largest data-set size measured and its runs by implementation (0 and none when the
+    scale scenario did not run)."""
+    if results.scaling:
+        volumes = max(results.scaling)
+        return volumes, results.scaling[volumes]
+    if results.scale:
+        return next(iter(results.scale.values())).volumes, results.scale
+    return 0, {}
+
+
+def _runs(results: RunResults, scenario: str) -> dict[str, Any]:
+    if scenario == "scale":
+        return largest_scale(results)[1]
+    return results.lifted if scenario == "lifted" else results.burst
+
+
+def judge(goal: Goal, results: RunResults) -> dict[str, Any]:
+    """The goal's row: each implementation's figure, ours / tuned, the value held against the
+    limit, and met (None when a figure it needs was not measured)."""
+    runs = _runs(results, goal.scenario)
+    values = {key: goal.figure(runs[key]) if key in runs else math.nan for key in SIDE_BY_SIDE}
+    to_tuned = ratio(values["ours"], values["reference-tuned"])
+    value = to_tuned if goal.relative else values["ours"]
+    name = goal.name
+    if goal.scenario == "scale":
+        volumes = largest_scale(results)[0]
+        name = f"scale at {volumes} volumes: {name}" if volumes else f"scale: {name}"
+    return {
+        "goal": name,
+        "scenario": goal.scenario,
+        "unit": goal.unit,
+        **values,
+        "ours/tuned": to_tuned,
+        "value": value,
+        "limit": goal.limit,
+        "relative": goal.relative,
+        "met": None if math.isnan(value) else value <= goal.limit,
+    }
+
+
+def judge_all(results: RunResults) -> list[dict[str, Any]]:
+    return [judge(goal, results) for goal in GOALS]
+
+
+def _stage_row(stage: str, runs: dict[str, BurstResult]) -> dict[str, Any]:
+    def percentiles(burst: BurstResult | None) -> list[float]:
+        latencies = burst.stages.get(stage) if burst else None
+        return [latencies.p50, latencies.p99] if latencies else [math.nan, math.nan]
+
+    return {"stage": stage, **{key: percentiles(runs.get(key)) for key in SIDE_BY_SIDE}}
+
+
+def _floor(results: RunResults) -> dict[str, Any] | None:
+    """The floor (bench/floor.py: the writes of ours' burst from a tight loop) and ours' time
+    until all Bound as a multiple of it and in seconds beyond it."""
+    if results.floor is None:
+        return None
+    seconds = results.floor.seconds
+    ours = results.burst.get("ours")
+    bind = ours.bind_seconds if ours else math.nan
+    return {
+        "seconds": seconds,
+        "writes": results.floor.writes,
+        "multiple": ratio(bind, seconds),
+        "beyond": bind - seconds,
+    }
+
+
+def where_time_goes(results: RunResults, goals: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For the burst and the lifted burst, when one of its goals was missed: the missed goals,
+    the per-stage p50/p99 of ours and both references, and (burst only) the floor."""
+    sections = []
+    for scenario in ("burst", "lifted"):
+        missed = [g["goal"] for g in goals if g["scenario"] == scenario and g["met"] is False]
+        if not missed:
+            continue
+        runs = results.lifted if scenario == "lifted" else results.burst
+        sections.append(
+            {
+                "scenario": scenario,
+                "missed": missed,
+                "stages": [_stage_row(stage, runs) for stage in STAGES],
+                "floor": _floor(results) if scenario == "burst" else None,
+            }
+        )
+    return sections
