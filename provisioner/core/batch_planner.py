@@ -47,7 +47,7 @@ class _Group(Generic[J]):
     queue: deque[_Queued[J]] = field(default_factory=deque)
 
 
-class HelperPlanner(Generic[J]):
+class BatchPlanner(Generic[J]):
     def __init__(self, *, max_batch: int, pods_per_group: int, max_single_pods: int) -> None:
         if max_batch < 1 or pods_per_group < 1 or max_single_pods < 1:
             raise ValueError("max_batch, pods_per_group and max_single_pods must be at least 1")

@@ -31,7 +31,7 @@ def build_resize_helper_pod(
     """The helper pod that sets `target`'s hard limit to `new_size_bytes` where its filesystem
     enforces project quotas, and otherwise succeeds doing nothing (its termination message
     says which: `quota PROJECT BYTES` or `no-quota WHY`). Run it with
-    `HelperPodRunner.run_for_message` before growing the PV; a failure means the limit was not
+    `PodRunner.run_for_message` before growing the PV; a failure means the limit was not
     raised. The guard first checks that VOL_DIR is the real directory, as for setup."""
     if not target.base_path or not is_strictly_inside(target.path, target.base_path):
         raise ValueError(f"volume path {target.path!r} is not inside {target.base_path!r}")

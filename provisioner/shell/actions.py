@@ -38,10 +38,10 @@ from provisioner.kube.metrics import Metrics
 from provisioner.shell.pod_runner import (
     HelperPodError,
     HelperPodNotStarted,
-    HelperPodRunner,
     HelperPodTimeout,
+    PodRunner,
 )
-from provisioner.shell.pod_runs import HelperResult, HelperRuns, HelperSettings
+from provisioner.shell.pod_runs import PodRuns, PodSettings, RunResult
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +84,10 @@ class Actions:
     def __init__(
         self,
         clients: KubeClients,
-        runner: HelperPodRunner,
+        runner: PodRunner,
         recorder: EventRecorder,
         metrics: Metrics,
-        helper: HelperSettings,
+        helper: PodSettings,
         *,
         pv_save_retry_delay: float = 2.0,
     ) -> None:
@@ -97,7 +97,7 @@ class Actions:
         self._metrics = metrics
         self._helper = helper
         self._pv_save_retry_delay = pv_save_retry_delay
-        self.helper_runs = HelperRuns(runner, metrics, helper)
+        self.helper_runs = PodRuns(runner, metrics, helper)
 
     def begin_provision(self, plan: ProvisionPlan) -> None:
         claim = plan.claim
@@ -108,7 +108,7 @@ class Actions:
         )
 
     def finish_provision(
-        self, plan: ProvisionPlan, bundle: ConfigBundle, helper: HelperResult, started: float
+        self, plan: ProvisionPlan, bundle: ConfigBundle, helper: RunResult, started: float
     ) -> None:
         """After the setup helper's run (`helper`): the PV, or the failure reported."""
         claim, class_name = plan.claim, plan.storage_class.name
@@ -373,7 +373,7 @@ class Actions:
         self._recorder.warning(claim_reference(claim), "VolumeResizeFailed", reason)
 
     def finish_teardown(
-        self, plan: TeardownPlan, class_name: str, helper: HelperResult, started: float
+        self, plan: TeardownPlan, class_name: str, helper: RunResult, started: float
     ) -> None:
         """After the teardown helper's run (`helper`): the finalizer and the PV, or the
         failure reported."""

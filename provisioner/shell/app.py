@@ -49,8 +49,8 @@ from provisioner.shell.logs import configure_logging
 from provisioner.shell.node_scan import NodeScanner, ScanSources
 from provisioner.shell.pod_batcher import BatchSettings
 from provisioner.shell.pod_events import PodEventHub
-from provisioner.shell.pod_runner import HelperPodRunner
-from provisioner.shell.pod_runs import HelperSettings
+from provisioner.shell.pod_runner import PodRunner
+from provisioner.shell.pod_runs import PodSettings
 from provisioner.shell.predecessors import wait_for_predecessors
 from provisioner.shell.server import ProbeServer
 
@@ -125,10 +125,10 @@ class Provisioner:
         pod_events = PodEventHub()
         actions = Actions(
             self.clients,
-            HelperPodRunner(self.clients, pod_events=pod_events),
+            PodRunner(self.clients, pod_events=pod_events),
             self.recorder,
             self.metrics,
-            HelperSettings(
+            PodSettings(
                 namespace=options.namespace,
                 service_account=options.helper_service_account,
             ),
@@ -154,7 +154,7 @@ class Provisioner:
             pod_events=pod_events,
         )
         self.node_scanner = NodeScanner(
-            HelperPodRunner(self.clients, pod_events=pod_events),
+            PodRunner(self.clients, pod_events=pod_events),
             ScanSources(
                 volumes=lambda: [v for _, v in self.controller.volumes.items()],
                 nodes=lambda: [n for _, n in self.controller.nodes.items()],

@@ -56,11 +56,11 @@ from provisioner.kube.metrics import Metrics
 from provisioner.shell.actions import Actions, VolumeSaveUnsettled
 from provisioner.shell.capacity_publisher import CapacityPublisher
 from provisioner.shell.clone_sources import CloneWaits, InformerClaimSources
-from provisioner.shell.pod_batcher import BatchSettings, HelperBatcher, HelperJob
+from provisioner.shell.pod_batcher import BatchSettings, PodBatcher, VolumeJob
 from provisioner.shell.pod_events import ADDED, DELETED, MODIFIED, PodEventHub
 from provisioner.shell.pod_index import HelperPodIndex
 from provisioner.shell.pod_runner import HelperPodError, HelperPodNotStarted
-from provisioner.shell.pod_runs import HelperResult, HelperRuns
+from provisioner.shell.pod_runs import PodRuns, RunResult
 from provisioner.shell.work_keys import CLAIM, VOLUME, Key
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class _Handoff:
     bundle: ConfigBundle
     started: float
     class_name: str
-    result: HelperResult | None = None
+    result: RunResult | None = None
     """The helper run's end, once taken from the batcher, while what follows it is retried."""
 
 
@@ -151,7 +151,7 @@ class LocalPathProvisioner:
         # a retry, the directory the attempt left is removed (see `_clean_up_after`).
         self._failed_attempts: dict[str, _Handoff] = {}
         self._helper_index = HelperPodIndex()
-        self._helpers: HelperBatcher[Key] = HelperBatcher(
+        self._helpers: PodBatcher[Key] = PodBatcher(
             self._helper_runs,
             batch,
             on_done=wake,
@@ -394,7 +394,7 @@ class LocalPathProvisioner:
         """Give the helper run to the batcher; the key comes back when it ended."""
         self._handoffs[key] = _Handoff(plan, bundle, time.monotonic(), class_name)
         try:
-            self._helpers.submit(HelperJob(key, action, plan, bundle))
+            self._helpers.submit(VolumeJob(key, action, plan, bundle))
         except BaseException:
             del self._handoffs[key]
             raise
@@ -436,7 +436,7 @@ class LocalPathProvisioner:
         return True
 
     @staticmethod
-    def _leaves_a_directory(plan: ProvisionPlan, result: HelperResult) -> bool:
+    def _leaves_a_directory(plan: ProvisionPlan, result: RunResult) -> bool:
         """Whether a failed setup may have left a directory that only a retry of this claim
         would use, and that is this attempt's own: `prepare` made it, or took it only as this
         volume's earlier attempt or empty. Not so when the class hands over existing data
@@ -551,7 +551,7 @@ class LocalPathProvisioner:
         for uid in waiting:
             self._wake((CLAIM, uid))
 
-    def _helper_run_problem(self, job: HelperJob[Key]) -> str | None:
+    def _helper_run_problem(self, job: VolumeJob[Key]) -> str | None:
         """The book's last word before the batcher builds the job's helper pod."""
         with self._paths_lock:
             return self._paths.helper_run_problem(
@@ -563,7 +563,7 @@ class LocalPathProvisioner:
         if handoff is not None:
             self._actions.helper_warning(handoff.plan, message)
 
-    def _helper_runs(self) -> HelperRuns:
+    def _helper_runs(self) -> PodRuns:
         return self._actions.helper_runs
 
     def _delete_helper_pod(self, name: str) -> None:

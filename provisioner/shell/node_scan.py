@@ -31,7 +31,7 @@ from provisioner.core.usage import (
 from provisioner.kube.events import EventRecorder, ObjectReference
 from provisioner.kube.metrics import Metrics
 from provisioner.shell.orphan_scan import OrphanScan, holdings_of
-from provisioner.shell.pod_runner import HelperPodError, HelperPodRunner
+from provisioner.shell.pod_runner import HelperPodError, PodRunner
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class ScanSources:
 class NodeScanner:
     def __init__(
         self,
-        runner: HelperPodRunner,
+        runner: PodRunner,
         sources: ScanSources,
         metrics: Metrics,
         recorder: EventRecorder,

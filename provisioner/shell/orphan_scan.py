@@ -44,7 +44,7 @@ from provisioner.core.records import (
     volume_record,
 )
 from provisioner.kube.client import KubeClients
-from provisioner.shell.pod_runner import HelperPodError, HelperPodRunner
+from provisioner.shell.pod_runner import HelperPodError, PodRunner
 
 EXIT_CLEAN = 0
 EXIT_FOUND = 1
@@ -128,7 +128,7 @@ class OrphanScan:
 
     def __init__(
         self,
-        runner: HelperPodRunner,
+        runner: PodRunner,
         bundle: ConfigBundle,
         *,
         namespace: str,

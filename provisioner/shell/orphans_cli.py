@@ -31,7 +31,7 @@ from provisioner.core.orphans import MINIMUM_AGE_SECONDS, parse_duration
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients, KubeConfigError, create_clients
 from provisioner.shell.orphan_scan import OrphanScan, Report, orphan_key, read_holdings
-from provisioner.shell.pod_runner import HelperPodRunner
+from provisioner.shell.pod_runner import PodRunner
 
 EXIT_BAD_SETUP = 2
 
@@ -199,7 +199,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         bundle = load_bundle(clients, options)
         scan = OrphanScan(
-            HelperPodRunner(clients),
+            PodRunner(clients),
             bundle,
             namespace=options.namespace,
             service_account=options.service_account,

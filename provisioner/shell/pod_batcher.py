@@ -26,14 +26,14 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from provisioner.core.batch_planner import HelperPlanner, Launch
+from provisioner.core.batch_planner import BatchPlanner, Launch
 from provisioner.core.batch_pod_shapes import DEADLINE_SLACK_SECONDS, batch_pod_name, is_batchable
 from provisioner.core.config import ConfigBundle
 from provisioner.core.pod_shapes import HELPER_STEPS, HelperAction, HelperTarget, helper_pod_name
 from provisioner.shell.actions import ActionFailed
 from provisioner.shell.pod_index import ServingPod
 from provisioner.shell.pod_runner import HelperPodError
-from provisioner.shell.pod_runs import BATCH_WAIT_MARGIN_SECONDS, HelperResult, HelperRuns
+from provisioner.shell.pod_runs import BATCH_WAIT_MARGIN_SECONDS, PodRuns, RunResult
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +60,12 @@ class HelperPodStuck(HelperPodError):  # noqa: N818 (reads as the others: Helper
         )
 
 
-class HelperRunRefused(ActionFailed):
+class RunRefused(ActionFailed):
     """The last check before a helper pod is built said no (see `may_run`): nothing ran."""
 
 
 @dataclass(frozen=True)
-class HelperJob(Generic[K]):
+class VolumeJob(Generic[K]):
     """One volume's helper run, for the work-queue key that handed it over."""
 
     key: K
@@ -86,16 +86,16 @@ class BatchSettings:
     """How long a volume waits for a pod we did not start to go away (see the module)."""
 
 
-class HelperBatcher(Generic[K]):
+class PodBatcher(Generic[K]):
     def __init__(
         self,
-        runs: Callable[[], HelperRuns],
+        runs: Callable[[], PodRuns],
         settings: BatchSettings,
         *,
         on_done: Callable[[K], None],
         running_pods: Callable[[str], Mapping[str, ServingPod]],
         delete_pod: Callable[[str], None],
-        may_run: Callable[[HelperJob[K]], str | None] = lambda job: None,
+        may_run: Callable[[VolumeJob[K]], str | None] = lambda job: None,
         on_warning: Callable[[K, str], None] = lambda key, message: None,
     ) -> None:
         """`running_pods(volume)`: the helper pods that serve the volume, by name, each with
@@ -104,7 +104,7 @@ class HelperBatcher(Generic[K]):
         while), None or why the job must not run now; `on_warning(key, text)` reports a held
         volume that stopped waiting (a Warning event)."""
         self._runs = runs
-        self._planner: HelperPlanner[HelperJob[K]] = HelperPlanner(
+        self._planner: BatchPlanner[VolumeJob[K]] = BatchPlanner(
             max_batch=settings.max_batch,
             pods_per_group=settings.pods_per_node,
             max_single_pods=settings.max_single_pods,
@@ -116,9 +116,9 @@ class HelperBatcher(Generic[K]):
         self._on_warning = on_warning
         self._hold_timeout = settings.hold_timeout
         self._lock = threading.Condition()
-        self._jobs: dict[K, HelperJob[K]] = {}
+        self._jobs: dict[K, VolumeJob[K]] = {}
         """Handed over and not yet ended (queued, held or running)."""
-        self._held: dict[K, HelperJob[K]] = {}
+        self._held: dict[K, VolumeJob[K]] = {}
         """Waiting for another pod serving the same volume to be gone."""
         self._held_since: dict[K, float] = {}
         """When each volume began to wait (kept while it is looked at again)."""
@@ -129,7 +129,7 @@ class HelperBatcher(Generic[K]):
         self._generation = 0
         """Counts pod changes, so a volume is never held after the change that frees it."""
         self._recheck: threading.Timer | None = None
-        self._results: dict[K, HelperResult] = {}
+        self._results: dict[K, RunResult] = {}
         self._in_flight: dict[str, int] = {}
         """Pod names our runs may create, with how many runs may create each."""
         self._reported_early: dict[str, str] = {}
@@ -140,7 +140,7 @@ class HelperBatcher(Generic[K]):
 
     # -- what the workers call ---------------------------------------------------------------
 
-    def submit(self, job: HelperJob[K]) -> None:
+    def submit(self, job: VolumeJob[K]) -> None:
         """Hand the volume over; its result comes back through `take` after `on_done`."""
         with self._lock:
             if self._stopped:
@@ -150,12 +150,12 @@ class HelperBatcher(Generic[K]):
             self._jobs[job.key] = job
         self._place(job)
 
-    def take(self, key: K) -> HelperResult | None:
+    def take(self, key: K) -> RunResult | None:
         """The key's result once its run ended (then forgotten); None while it has not."""
         with self._lock:
             if key in self._jobs:
                 return None
-            return self._results.pop(key, None) or HelperResult(0.0, DROPPED)
+            return self._results.pop(key, None) or RunResult(0.0, DROPPED)
 
     def in_flight_pods(self) -> set[str]:
         with self._lock:
@@ -206,7 +206,7 @@ class HelperBatcher(Generic[K]):
 
     # -- running ---------------------------------------------------------------------------------
 
-    def _place(self, job: HelperJob[K]) -> None:
+    def _place(self, job: VolumeJob[K]) -> None:
         """Queue the job in the planner, or hold it while another pod serves its volume."""
         own = {helper_pod_name(step, job.target.volume_name) for step in HELPER_STEPS[job.action]}
         warning = ""
@@ -217,7 +217,7 @@ class HelperBatcher(Generic[K]):
             others = self._others_serving(job.target.volume_name, in_flight, still_ours)
             blockers = sorted(set(others) - own)
             now = time.monotonic()
-            launches: list[Launch[HelperJob[K]]] = []
+            launches: list[Launch[VolumeJob[K]]] = []
             stuck: HelperPodStuck | None = None
             with self._lock:
                 if self._stopped:
@@ -234,7 +234,7 @@ class HelperBatcher(Generic[K]):
                     to_delete = []
                     self._jobs.pop(job.key, None)
                     self._held_since.pop(job.key, None)
-                    self._results[job.key] = HelperResult(waited, stuck)
+                    self._results[job.key] = RunResult(waited, stuck)
                 elif blockers:
                     to_delete = self._hold(job, blockers, still_ours, now)
                 else:
@@ -261,7 +261,7 @@ class HelperBatcher(Generic[K]):
         self._start(launches)
 
     def _hold(
-        self, job: HelperJob[K], blockers: list[str], still_ours: str | None, now: float
+        self, job: VolumeJob[K], blockers: list[str], still_ours: str | None, now: float
     ) -> list[str]:
         """Hold the job until the pods `blockers` are gone; which of them to delete now (those
         we did not start, not asked to go lately). Under the lock."""
@@ -312,18 +312,18 @@ class HelperBatcher(Generic[K]):
             self._held.clear()
         self._place_all(held)
 
-    def _place_all(self, jobs: list[HelperJob[K]]) -> None:
+    def _place_all(self, jobs: list[VolumeJob[K]]) -> None:
         for job in jobs:
             self._place(job)
 
-    def _claim_pods(self, launches: list[Launch[HelperJob[K]]]) -> None:
+    def _claim_pods(self, launches: list[Launch[VolumeJob[K]]]) -> None:
         """Mark the pods the launches may create as ours, before any exists (under the lock)."""
         for launch in launches:
             self._running += 1
             for name in _pod_names(launch):
                 self._in_flight[name] = self._in_flight.get(name, 0) + 1
 
-    def _start(self, launches: list[Launch[HelperJob[K]]]) -> None:
+    def _start(self, launches: list[Launch[VolumeJob[K]]]) -> None:
         for launch in launches:
             first = launch.jobs[0]
             name = f"helper-{first.action}-{first.target.volume_name}"
@@ -358,19 +358,19 @@ class HelperBatcher(Generic[K]):
                     return f"{key} has been held for {waited:.0f}s ({self._counts()})"
         return None
 
-    def _run(self, launch: Launch[HelperJob[K]]) -> None:
+    def _run(self, launch: Launch[VolumeJob[K]]) -> None:
         """Runs the launch's pod; its results are reported as soon as it ended (before it is
         deleted: nothing waits on that), its pod names released once it is gone."""
         reported = False
         early: set[str] = set()
 
-        def report(results: Mapping[str, HelperResult]) -> None:
+        def report(results: Mapping[str, RunResult]) -> None:
             nonlocal reported
             if not reported:
                 reported = True
                 self._report(launch, results, skip=early)
 
-        def report_early(results: Mapping[str, HelperResult]) -> None:
+        def report_early(results: Mapping[str, RunResult]) -> None:
             # Called on this thread, from inside run_batch: before `report`, which skips them.
             if not reported:
                 early.update(results)
@@ -388,19 +388,19 @@ class HelperBatcher(Generic[K]):
                 runs.run_batch(first.action, targets, first.bundle, report, report_early)
             else:
                 seconds = runs.run(first.action, first.target, first.bundle)
-                report({first.target.volume_name: HelperResult(seconds)})
+                report({first.target.volume_name: RunResult(seconds)})
         except HelperPodError as error:
-            report({first.target.volume_name: HelperResult(error.duration or 0.0, error)})
+            report({first.target.volume_name: RunResult(error.duration or 0.0, error)})
         except Exception as error:
             log.exception("running the helper of %s failed", first.target.volume_name)
-            report({job.target.volume_name: HelperResult(0.0, error) for job in launch.jobs})
+            report({job.target.volume_name: RunResult(0.0, error) for job in launch.jobs})
         finally:
             report({})
             self._release_pods(launch)
             with self._lock:
                 self._threads.pop(id(launch), None)
 
-    def _refusals(self, launch: Launch[HelperJob[K]]) -> dict[str, HelperResult]:
+    def _refusals(self, launch: Launch[VolumeJob[K]]) -> dict[str, RunResult]:
         """Each volume's result when any job of the launch may not run: the refused ones say
         why, the others that they were not run for it (they are retried). A refusal is rare
         (the book changed while the job queued), so the batch is not rebuilt without it."""
@@ -410,16 +410,14 @@ class HelperBatcher(Generic[K]):
             return {}
         log.warning("not starting the helper run of %s: %s", _volume_names(launch), problems[0])
         return {
-            name: HelperResult(
+            name: RunResult(
                 0.0,
-                HelperRunRefused(reason or f"not run: its batch was refused ({problems[0]})"),
+                RunRefused(reason or f"not run: its batch was refused ({problems[0]})"),
             )
             for name, reason in reasons.items()
         }
 
-    def _report_early(
-        self, launch: Launch[HelperJob[K]], results: Mapping[str, HelperResult]
-    ) -> None:
+    def _report_early(self, launch: Launch[VolumeJob[K]], results: Mapping[str, RunResult]) -> None:
         """Some volumes of a running batch pod are done: their keys take their results now
         (their PVs need not wait for the pod's last volume); the pod keeps its slot."""
         jobs = [job for job in launch.jobs if job.target.volume_name in results]
@@ -434,8 +432,8 @@ class HelperBatcher(Generic[K]):
 
     def _report(
         self,
-        launch: Launch[HelperJob[K]],
-        results: Mapping[str, HelperResult],
+        launch: Launch[VolumeJob[K]],
+        results: Mapping[str, RunResult],
         skip: set[str] | frozenset[str] = frozenset(),
     ) -> None:
         """The launch's results are in (but for the volumes in `skip`, reported early): kept
@@ -451,7 +449,7 @@ class HelperBatcher(Generic[K]):
                 del self._held[job.key]
             for job in jobs:
                 self._jobs.pop(job.key, None)
-                self._results[job.key] = results.get(job.target.volume_name) or HelperResult(
+                self._results[job.key] = results.get(job.target.volume_name) or RunResult(
                     0.0, missing
                 )
             self._running -= 1
@@ -463,7 +461,7 @@ class HelperBatcher(Generic[K]):
         self._start(started)
         self._place_all(held)
 
-    def _release_pods(self, launch: Launch[HelperJob[K]]) -> None:
+    def _release_pods(self, launch: Launch[VolumeJob[K]]) -> None:
         """The launch's pods are deleted: their names are no longer ours to follow."""
         with self._lock:
             for name in _pod_names(launch):
@@ -473,12 +471,12 @@ class HelperBatcher(Generic[K]):
             self._lock.notify_all()
 
 
-def _volume_names(launch: Launch[HelperJob[Any]]) -> str:
+def _volume_names(launch: Launch[VolumeJob[Any]]) -> str:
     return ", ".join(job.target.volume_name for job in launch.jobs)
 
 
 def _held_too_long(
-    job: HelperJob[Any], blockers: list[str], others: Mapping[str, ServingPod], waited: float
+    job: VolumeJob[Any], blockers: list[str], others: Mapping[str, ServingPod], waited: float
 ) -> tuple[HelperPodStuck | None, str]:
     """What a volume that waited its hold timeout does: fail, when a pod it waits for runs on
     the node its helper runs on; else stop waiting, with a warning. Only a shared-filesystem
@@ -494,7 +492,7 @@ def _held_too_long(
     )
 
 
-def _longest_run(launch: Launch[HelperJob[Any]]) -> float:
+def _longest_run(launch: Launch[VolumeJob[Any]]) -> float:
     """The longest a launch's run may take: each volume's timeout per step (or the batch
     pod's deadline and the wait past it), and a margin."""
     first = launch.jobs[0]
@@ -504,7 +502,7 @@ def _longest_run(launch: Launch[HelperJob[Any]]) -> float:
     return timeout * steps + slack + RUN_MARGIN_SECONDS
 
 
-def _pod_names(launch: Launch[HelperJob[Any]]) -> list[str]:
+def _pod_names(launch: Launch[VolumeJob[Any]]) -> list[str]:
     """The pods a launch may create: the batch pod, or the volume's own pods."""
     first = launch.jobs[0]
     if len(launch.jobs) > 1:

@@ -46,8 +46,8 @@ __all__ = [
     "HelperPodError",
     "HelperPodFailed",
     "HelperPodNotStarted",
-    "HelperPodRunner",
     "HelperPodTimeout",
+    "PodRunner",
     "PodState",
     "spec_hash",
 ]
@@ -71,7 +71,7 @@ class _PodGoneError(Exception):
     pass
 
 
-class HelperPodRunner:
+class PodRunner:
     def __init__(
         self,
         clients: KubeClients,

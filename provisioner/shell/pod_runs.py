@@ -23,7 +23,7 @@ from provisioner.kube.metrics import Metrics
 from provisioner.shell.pod_runner import (
     HelperPodError,
     HelperPodFailed,
-    HelperPodRunner,
+    PodRunner,
     PodState,
 )
 
@@ -34,7 +34,7 @@ BATCH_WAIT_MARGIN_SECONDS = 30.0
 
 
 @dataclass
-class HelperSettings:
+class PodSettings:
     namespace: str
     service_account: str
 
@@ -47,7 +47,7 @@ class HelperPodNotBuilt(HelperPodError):  # noqa: N818 (reads as the others: Hel
 
 
 @dataclass(frozen=True)
-class HelperResult:
+class RunResult:
     """How one volume's helper run ended: its seconds and, unless it succeeded, why not (a
     `HelperPodError`, or what else went wrong running it)."""
 
@@ -55,8 +55,8 @@ class HelperResult:
     error: Exception | None = None
 
 
-class HelperRuns:
-    def __init__(self, runner: HelperPodRunner, metrics: Metrics, helper: HelperSettings) -> None:
+class PodRuns:
+    def __init__(self, runner: PodRunner, metrics: Metrics, helper: PodSettings) -> None:
         self._runner = runner
         self._metrics = metrics
         self._helper = helper
@@ -104,8 +104,8 @@ class HelperRuns:
         action: HelperAction,
         targets: Sequence[HelperTarget],
         bundle: ConfigBundle,
-        report: Callable[[dict[str, HelperResult]], None],
-        report_early: Callable[[dict[str, HelperResult]], None] | None = None,
+        report: Callable[[dict[str, RunResult]], None],
+        report_early: Callable[[dict[str, RunResult]], None] | None = None,
     ) -> None:
         """One batch pod for `targets` (see `batch_pod_shapes`): `report` gets each volume's result
         by its name as soon as the pod ended, before the pod is deleted (nothing waits on
@@ -131,7 +131,7 @@ class HelperRuns:
                 return
             seconds = time.monotonic() - started
             try:
-                report_early(dict.fromkeys(fresh, HelperResult(seconds)))
+                report_early(dict.fromkeys(fresh, RunResult(seconds)))
             except Exception:
                 # Not the pod's fault: these volumes are reported with the rest at its end.
                 log.exception("reporting the volumes %s of %s early", fresh, label)
@@ -175,7 +175,7 @@ class HelperRuns:
 
     def _buildable_batch(
         self, action: HelperAction, targets: Sequence[HelperTarget], bundle: ConfigBundle
-    ) -> tuple[list[HelperTarget], dict[str, Any] | None, dict[str, HelperResult]]:
+    ) -> tuple[list[HelperTarget], dict[str, Any] | None, dict[str, RunResult]]:
         """The batch pod for the volumes whose part of it can be built (None when fewer than
         two are left), those volumes, and the failures of the others: one volume's bad input
         never fails the rest of its batch."""
@@ -190,7 +190,7 @@ class HelperRuns:
                 self._metrics.observe_helper_pod(action, "failed", 0.0)
                 pod = batch_pod_name(action, [target.volume_name for target in targets])
                 failure = HelperPodNotBuilt(f"{self._helper.namespace}/{pod}", error)
-                refused[error.volume_name] = HelperResult(0.0, failure)
+                refused[error.volume_name] = RunResult(0.0, failure)
                 kept = [target for target in kept if target.volume_name != error.volume_name]
             else:
                 return kept, manifest, refused
@@ -198,14 +198,14 @@ class HelperRuns:
 
     def _run_each(
         self, action: HelperAction, targets: Sequence[HelperTarget], bundle: ConfigBundle
-    ) -> dict[str, HelperResult]:
+    ) -> dict[str, RunResult]:
         """What is left of a batch, in the volumes' own pods (at most one is left)."""
-        results: dict[str, HelperResult] = {}
+        results: dict[str, RunResult] = {}
         for target in targets:
             try:
-                results[target.volume_name] = HelperResult(self.run(action, target, bundle))
+                results[target.volume_name] = RunResult(self.run(action, target, bundle))
             except HelperPodError as error:
-                results[target.volume_name] = HelperResult(error.duration or 0.0, error)
+                results[target.volume_name] = RunResult(error.duration or 0.0, error)
         return results
 
     def _results(
@@ -219,11 +219,11 @@ class HelperRuns:
         unfinished: str,
         ended: HelperPodError | None,
         early: set[str],
-    ) -> dict[str, HelperResult]:
+    ) -> dict[str, RunResult]:
         """Each volume's result, but for those reported `early` (they count as succeeded)."""
         label = f"{self._helper.namespace}/{manifest['metadata']['name']}"
         names = [target.volume_name for target in targets]  # in order: they name containers
-        results: dict[str, HelperResult] = {}
+        results: dict[str, RunResult] = {}
         for outcome in batch_outcomes(action, final, names, unfinished=unfinished):
             if outcome.volume_name in early:
                 continue
@@ -238,7 +238,7 @@ class HelperRuns:
                     outcome.message,
                 )
             self._metrics.observe_helper_pod(action, "failed" if failure else "succeeded", seconds)
-            results[outcome.volume_name] = HelperResult(seconds, failure)
+            results[outcome.volume_name] = RunResult(seconds, failure)
         log.info(
             "batch helper pod %s: %d of %d volumes succeeded in %.1fs",
             label,

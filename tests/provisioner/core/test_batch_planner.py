@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from provisioner.core.batch_planner import HelperPlanner, Launch
+from provisioner.core.batch_planner import BatchPlanner, Launch
 
 A = ("create", "node-a")
 B = ("create", "node-b")
 TAG = object()
 
 
-def planner(max_batch: int = 3, pods_per_group: int = 1, singles: int = 2) -> HelperPlanner[str]:
-    return HelperPlanner(
-        max_batch=max_batch, pods_per_group=pods_per_group, max_single_pods=singles
-    )
+def planner(max_batch: int = 3, pods_per_group: int = 1, singles: int = 2) -> BatchPlanner[str]:
+    return BatchPlanner(max_batch=max_batch, pods_per_group=pods_per_group, max_single_pods=singles)
 
 
 def jobs(launches: list[Launch[str]]) -> list[tuple[str, ...]]:

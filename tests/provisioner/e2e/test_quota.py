@@ -17,7 +17,7 @@ from provisioner.core.pod_shapes import BASE_VIEW
 from provisioner.core.quota import project_id_for
 from provisioner.core.resize import build_resize_helper_pod
 from provisioner.kube.client import create_clients
-from provisioner.shell.pod_runner import HelperPodRunner
+from provisioner.shell.pod_runner import PodRunner
 from tests.provisioner.e2e.support import (
     HELPER_SERVICE_ACCOUNT,
     ConfigFiles,
@@ -151,7 +151,7 @@ def test_the_resize_entry_sets_the_new_limit_through_a_helper_pod(
     )
     clients = create_clients(str(setup.cluster.kubeconfig))
     try:
-        _, message = HelperPodRunner(clients).run_for_message(manifest, 60)
+        _, message = PodRunner(clients).run_for_message(manifest, 60)
     finally:
         clients.close()
     project = project_id_for(target.volume_name)

@@ -14,8 +14,8 @@ from provisioner.shell.pod_runner import (
     SPEC_HASH_ANNOTATION,
     HelperPodFailed,
     HelperPodNotStarted,
-    HelperPodRunner,
     HelperPodTimeout,
+    PodRunner,
     PodState,
     spec_hash,
 )
@@ -160,7 +160,7 @@ def run(
     grace: float = 20.0,
     manifest: Pod = MANIFEST,
 ) -> float:
-    runner = HelperPodRunner(cast(KubeClients, api), start_failure_grace=grace, clock=clock)
+    runner = PodRunner(cast(KubeClients, api), start_failure_grace=grace, clock=clock)
     return runner.run(manifest, timeout)
 
 
@@ -356,8 +356,8 @@ def test_pod_state_reads_the_init_container_the_pod_is_at() -> None:
     assert PodState.of({"status": main_failed}) == PodState("Failed", 1, "Error", "left 2\n")
 
 
-def runner(api: FakePodApi, clock: FakeClock, grace: float = 20.0) -> HelperPodRunner:
-    return HelperPodRunner(cast(KubeClients, api), start_failure_grace=grace, clock=clock)
+def runner(api: FakePodApi, clock: FakeClock, grace: float = 20.0) -> PodRunner:
+    return PodRunner(cast(KubeClients, api), start_failure_grace=grace, clock=clock)
 
 
 def test_a_run_to_its_end_returns_a_failed_pod_and_leaves_it_for_the_caller(

@@ -14,8 +14,8 @@ from provisioner.shell.pod_runner import (
     SPEC_HASH_ANNOTATION,
     HelperPodFailed,
     HelperPodNotStarted,
-    HelperPodRunner,
     HelperPodTimeout,
+    PodRunner,
     spec_hash,
 )
 from tests.provisioner.kube.fakes import wait_until
@@ -69,7 +69,7 @@ def test_success_creates_the_directory_on_the_node(
 ) -> None:
     node = cluster.nodes[0]
     manifest = helper_pod(namespace, node, "helper-ok", "mkdir -p /opt/kube-shell/pvc-ok")
-    duration = HelperPodRunner(clients).run(manifest, timeout=60)
+    duration = PodRunner(clients).run(manifest, timeout=60)
     assert 0 < duration < 60
     assert (Path(cluster.node_dir(node)) / "opt/kube-shell/pvc-ok").is_dir()
     assert wait_until(lambda: not pod_exists(clients, namespace, "helper-ok"), timeout=10)
@@ -82,7 +82,7 @@ def test_failure_reports_the_exit_code_and_log_tail_at_once(
     manifest = helper_pod(namespace, cluster.nodes[0], "helper-fails", script)
     started = time.monotonic()
     with pytest.raises(HelperPodFailed) as failure:
-        HelperPodRunner(clients).run(manifest, timeout=120)
+        PodRunner(clients).run(manifest, timeout=120)
     # Reported when the pod failed, not when the 120 s timeout ran out.
     assert time.monotonic() - started < 30
     assert failure.value.exit_code == 7
@@ -96,7 +96,7 @@ def test_a_pod_that_cannot_start_is_reported_after_the_grace(
     manifest = helper_pod(namespace, cluster.nodes[0], "helper-no-image", "true")
     manifest["spec"]["containers"][0]["image"] = NEVER_STARTS_IMAGE
     with pytest.raises(HelperPodNotStarted, match="ImagePullBackOff"):
-        HelperPodRunner(clients, start_failure_grace=2).run(manifest, timeout=60)
+        PodRunner(clients, start_failure_grace=2).run(manifest, timeout=60)
     assert wait_until(lambda: not pod_exists(clients, namespace, "helper-no-image"), timeout=10)
 
 
@@ -106,7 +106,7 @@ def test_timeout_deletes_the_pod(
     manifest = helper_pod(namespace, cluster.nodes[0], "helper-slow", "sleep 60")
     started = time.monotonic()
     with pytest.raises(HelperPodTimeout):
-        HelperPodRunner(clients).run(manifest, timeout=3)
+        PodRunner(clients).run(manifest, timeout=3)
     assert time.monotonic() - started < 10
     assert wait_until(lambda: not pod_exists(clients, namespace, "helper-slow"), timeout=10)
 
@@ -119,7 +119,7 @@ def test_a_leftover_pod_from_the_same_manifest_is_adopted(
     leftover = copy.deepcopy(manifest)
     leftover["metadata"]["annotations"] = {SPEC_HASH_ANNOTATION: spec_hash(manifest)}
     created = clients.request_json("POST", f"/api/v1/namespaces/{namespace}/pods", body=leftover)
-    HelperPodRunner(clients).run(manifest, timeout=60)
+    PodRunner(clients).run(manifest, timeout=60)
     log = cluster.pod_log_path(namespace, "helper-leftover", created["metadata"]["uid"])
     # Adopted, not replaced: the pod we created is the one that ran.
     assert wait_until(log.exists, timeout=5)
@@ -132,6 +132,6 @@ def test_a_leftover_pod_from_another_manifest_is_replaced(
     stale = helper_pod(namespace, node, "helper-stale", "sleep 60")
     created = clients.request_json("POST", f"/api/v1/namespaces/{namespace}/pods", body=stale)
     manifest = helper_pod(namespace, node, "helper-stale", "mkdir -p /opt/kube-shell/replaced")
-    HelperPodRunner(clients).run(manifest, timeout=60)
+    PodRunner(clients).run(manifest, timeout=60)
     assert (Path(cluster.node_dir(node)) / "opt/kube-shell/replaced").is_dir()
     assert created["metadata"]["uid"]

@@ -13,7 +13,7 @@ from provisioner.core.clones import CloneSource
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.metrics import Metrics
 from provisioner.shell.actions import ActionFailed, Actions
-from provisioner.shell.pod_runs import HelperResult, HelperSettings
+from provisioner.shell.pod_runs import PodSettings, RunResult
 from tests.provisioner.shell.test_volume_save import (
     BUNDLE,
     ME,
@@ -54,12 +54,12 @@ def finish(
         cast(Any, None),
         cast(Any, recorded),
         metrics or Metrics(),
-        HelperSettings("lps", "helper"),
+        PodSettings("lps", "helper"),
         pv_save_retry_delay=0.0,
     )
     actions.helper_runs = cast(Any, recorded)
     try:
-        actions.finish_provision(CLONE_PLAN, BUNDLE, HelperResult(1.0), started=0.0)
+        actions.finish_provision(CLONE_PLAN, BUNDLE, RunResult(1.0), started=0.0)
     except ActionFailed as error:
         return recorded, error
     return recorded, None

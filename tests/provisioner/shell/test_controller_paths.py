@@ -25,8 +25,8 @@ from provisioner.core.records import ClaimRecord, StorageClassRecord
 from provisioner.kube.metrics import Metrics
 from provisioner.shell.actions import ActionFailed, VolumeSaveUnsettled
 from provisioner.shell.controller import Controller, ControllerSettings
-from provisioner.shell.pod_batcher import BatchSettings, HelperRunRefused
-from provisioner.shell.pod_runs import HelperResult
+from provisioner.shell.pod_batcher import BatchSettings, RunRefused
+from provisioner.shell.pod_runs import RunResult
 from provisioner.shell.work_keys import CLAIM, VOLUME, Key
 
 BUNDLE = load_config_bundle(
@@ -73,14 +73,14 @@ class FakeActions:
         self.save_error: Exception | None = None
         self.saves = 0
 
-    def finish_provision(self, plan: Any, bundle: Any, result: HelperResult, started: Any) -> None:
+    def finish_provision(self, plan: Any, bundle: Any, result: RunResult, started: Any) -> None:
         if result.error is not None:
             raise result.error
         self.saves += 1
         if self.save_error is not None:
             raise self.save_error
 
-    def finish_teardown(self, plan: Any, name: Any, result: HelperResult, started: Any) -> None:
+    def finish_teardown(self, plan: Any, name: Any, result: RunResult, started: Any) -> None:
         if result.error is not None:
             raise result.error
 
@@ -181,7 +181,7 @@ def test_a_queued_teardown_whose_path_came_to_be_shared_never_runs() -> None:
     runs.gate.set()
     assert {next_key(c), next_key(c)} == {(VOLUME, "pvc-busy"), old}
     assert ("delete", "pvc-old") not in runs.ran
-    with pytest.raises(HelperRunRefused, match="pvc-inner"):
+    with pytest.raises(RunRefused, match="pvc-inner"):
         c._reconcile(old)
     entry = c.local_path._paths.get("pvc-old")
     assert entry is not None and entry.state == RELEASED, "decided again on the next look"
@@ -200,9 +200,9 @@ def test_a_batch_with_a_refused_volume_is_not_built_and_each_volume_says_why() -
     runs.gate.set()
     assert {next_key(c), next_key(c), next_key(c)} == {(VOLUME, "pvc-busy"), shared, other}
     assert runs.ran == [("delete", "pvc-busy")], "the batch pod was built"
-    with pytest.raises(HelperRunRefused, match="pvc-inner"):
+    with pytest.raises(RunRefused, match="pvc-inner"):
         c._reconcile(shared)
-    with pytest.raises(HelperRunRefused, match="its batch was refused"):
+    with pytest.raises(RunRefused, match="its batch was refused"):
         c._reconcile(other)
     c.local_path._helpers.stop()
 

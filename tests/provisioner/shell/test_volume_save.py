@@ -25,7 +25,7 @@ from provisioner.core.volumes import build_persistent_volume
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.metrics import Metrics
 from provisioner.shell.actions import ActionFailed, Actions, VolumeSaveUnsettled
-from provisioner.shell.pod_runs import HelperResult, HelperSettings
+from provisioner.shell.pod_runs import PodSettings, RunResult
 
 BUNDLE = load_config_bundle(
     '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/opt/a"]}]}',
@@ -96,7 +96,7 @@ def actions_on(api: ScriptedApi, recorded: Recorded) -> Actions:
         cast(Any, None),
         cast(Any, recorded),
         Metrics(),
-        HelperSettings("lps", "helper"),
+        PodSettings("lps", "helper"),
         pv_save_retry_delay=0.0,
     )
     actions.helper_runs = cast(Any, recorded)
@@ -106,7 +106,7 @@ def actions_on(api: ScriptedApi, recorded: Recorded) -> Actions:
 def save(api: ScriptedApi) -> Recorded:
     """Carries out the setup's end (the PV saved) against `api`; what it did to the node."""
     recorded = Recorded()
-    actions_on(api, recorded).finish_provision(PLAN, BUNDLE, HelperResult(1.0), started=0.0)
+    actions_on(api, recorded).finish_provision(PLAN, BUNDLE, RunResult(1.0), started=0.0)
     return recorded
 
 
@@ -115,7 +115,7 @@ def failing_save(api: ScriptedApi, error: type[ActionFailed]) -> Recorded:
     recorded = Recorded()
     actions = actions_on(api, recorded)
     with pytest.raises(ActionFailed) as raised:
-        actions.finish_provision(PLAN, BUNDLE, HelperResult(1.0), started=0.0)
+        actions.finish_provision(PLAN, BUNDLE, RunResult(1.0), started=0.0)
     assert type(raised.value) is error, raised.value
     return recorded
 

@@ -19,9 +19,9 @@ from provisioner.core.config import (
 from provisioner.kube.metrics import Metrics
 from provisioner.shell.pod_runs import (
     HelperPodNotBuilt,
-    HelperResult,
-    HelperRuns,
-    HelperSettings,
+    PodRuns,
+    PodSettings,
+    RunResult,
 )
 
 BUNDLE = load_config_bundle(
@@ -94,11 +94,11 @@ class SucceedingRunner:
         pass
 
 
-def run_batch(targets: list[TeardownPlan]) -> tuple[dict[str, HelperResult], SucceedingRunner]:
+def run_batch(targets: list[TeardownPlan]) -> tuple[dict[str, RunResult], SucceedingRunner]:
     """The results of a run whose runner shows nothing before the pod's end."""
     runner = SucceedingRunner()
-    runs = HelperRuns(cast(Any, runner), Metrics(), HelperSettings("lps", "helper"))
-    reported: list[dict[str, HelperResult]] = []
+    runs = PodRuns(cast(Any, runner), Metrics(), PodSettings("lps", "helper"))
+    reported: list[dict[str, RunResult]] = []
     runs.run_batch("create", targets, BUNDLE, reported.append)
     assert len(reported) == 1, "one report, with every volume"
     return reported[0], runner
@@ -107,9 +107,9 @@ def run_batch(targets: list[TeardownPlan]) -> tuple[dict[str, HelperResult], Suc
 def test_each_setup_is_reported_once_as_its_own_container_ends_and_failures_at_the_end() -> None:
     runner = SucceedingRunner()
     runner.messages = {"setup-1": "lps-exit 3\nno room\n"}
-    runs = HelperRuns(cast(Any, runner), Metrics(), HelperSettings("lps", "helper"))
-    early: list[dict[str, HelperResult]] = []
-    final: list[dict[str, HelperResult]] = []
+    runs = PodRuns(cast(Any, runner), Metrics(), PodSettings("lps", "helper"))
+    early: list[dict[str, RunResult]] = []
+    final: list[dict[str, RunResult]] = []
     targets = [target(1), target(2), target(3)]
     runs.run_batch("create", targets, BUNDLE, final.append, early.append)
     assert [list(results) for results in early] == [["pvc-1"], ["pvc-3"]]
@@ -120,9 +120,9 @@ def test_each_setup_is_reported_once_as_its_own_container_ends_and_failures_at_t
 
 def test_no_teardown_is_reported_before_its_pod_ends() -> None:
     runner = SucceedingRunner()
-    runs = HelperRuns(cast(Any, runner), Metrics(), HelperSettings("lps", "helper"))
-    early: list[dict[str, HelperResult]] = []
-    final: list[dict[str, HelperResult]] = []
+    runs = PodRuns(cast(Any, runner), Metrics(), PodSettings("lps", "helper"))
+    early: list[dict[str, RunResult]] = []
+    final: list[dict[str, RunResult]] = []
     runs.run_batch("delete", [target(1), target(2)], BUNDLE, final.append, early.append)
     assert early == []
     assert sorted(final[0]) == ["pvc-1", "pvc-2"]
@@ -146,5 +146,5 @@ def test_the_one_volume_left_of_a_batch_runs_in_its_own_pod() -> None:
     results, runner = run_batch([target(1), bad])
     assert runner.batches == []
     assert runner.singles == ["helper-create-pvc-1"]
-    assert results["pvc-1"] == HelperResult(1.0)
+    assert results["pvc-1"] == RunResult(1.0)
     assert isinstance(results["pvc-2"].error, HelperPodNotBuilt)

@@ -23,13 +23,13 @@ from provisioner.core.pod_shapes import HelperAction, HelperTarget
 from provisioner.shell.pod_batcher import (
     DROPPED,
     BatchSettings,
-    HelperBatcher,
-    HelperJob,
     HelperPodStuck,
+    PodBatcher,
+    VolumeJob,
 )
 from provisioner.shell.pod_index import ServingPod
 from provisioner.shell.pod_outcomes import HelperPodFailed
-from provisioner.shell.pod_runs import HelperResult
+from provisioner.shell.pod_runs import RunResult
 
 BUNDLE = load_config_bundle(
     '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",'
@@ -54,8 +54,8 @@ def plan(number: int, node: str = "node-1", path: str = "") -> TeardownPlan:
     )
 
 
-def job(number: int, action: HelperAction = "create", **kw: Any) -> HelperJob[str]:
-    return HelperJob(f"key-{number}", action, plan(number, **kw), BUNDLE)
+def job(number: int, action: HelperAction = "create", **kw: Any) -> VolumeJob[str]:
+    return VolumeJob(f"key-{number}", action, plan(number, **kw), BUNDLE)
 
 
 class FakeRuns:
@@ -90,18 +90,16 @@ class FakeRuns:
         action: HelperAction,
         targets: Sequence[HelperTarget],
         bundle: Any,
-        report: Callable[[dict[str, HelperResult]], None],
-        report_early: Callable[[dict[str, HelperResult]], None],
+        report: Callable[[dict[str, RunResult]], None],
+        report_early: Callable[[dict[str, RunResult]], None],
     ) -> None:
         names = tuple(target.volume_name for target in targets)
-        settled = {name: HelperResult(1.0) for name in names if name in self.early}
+        settled = {name: RunResult(1.0) for name in names if name in self.early}
         if settled:
             report_early(settled)
         self._wait("batch", names)
         failed = HelperPodFailed("lps/batch", 1, "Error", "no")
-        report(
-            {name: HelperResult(2.0, failed if name in self.failing else None) for name in names}
-        )
+        report({name: RunResult(2.0, failed if name in self.failing else None) for name in names})
         if self.slow_delete is not None:
             assert self.slow_delete.wait(WAIT)  # the pod's deletion, after the report
 
@@ -119,7 +117,7 @@ class Harness:
         self.pods: dict[str, dict[str, bool | ServingPod]] = {}
         self.deleted: list[str] = []
         self.warnings: list[tuple[str, str]] = []
-        self.batcher: HelperBatcher[str] = HelperBatcher(
+        self.batcher: PodBatcher[str] = PodBatcher(
             lambda: cast(Any, self.runs),
             BatchSettings(**{"pods_per_node": 1, **settings}),
             on_done=self._done,
@@ -158,7 +156,7 @@ def test_a_lone_volume_runs_at_once_in_its_own_pod_and_its_result_waits_for_its_
     }
     h.runs.release.release()
     h.wait_done("key-1")
-    assert h.batcher.take("key-1") == HelperResult(1.0)
+    assert h.batcher.take("key-1") == RunResult(1.0)
     assert h.batcher.in_flight_pods() == set()
 
 
@@ -183,10 +181,10 @@ def test_volumes_queued_behind_a_busy_node_share_its_next_pod_each_with_its_resu
     assert h.runs.wait_calls(4)[3] == ("single", ("pvc-4",))
     h.runs.release.release()
     h.wait_done("key-1", "key-2", "key-3", "key-4", "key-9")
-    assert h.batcher.take("key-2") == HelperResult(2.0)
+    assert h.batcher.take("key-2") == RunResult(2.0)
     failed = h.batcher.take("key-3")
     assert failed is not None and isinstance(failed.error, HelperPodFailed)
-    assert h.batcher.take("key-4") == HelperResult(1.0)
+    assert h.batcher.take("key-4") == RunResult(1.0)
 
 
 def test_a_volume_that_may_not_share_a_pod_runs_alone_beside_the_node_s_batch() -> None:
@@ -234,7 +232,7 @@ def test_stopping_drops_what_has_not_started_and_waits_for_what_runs() -> None:
     h.batcher.submit(job(2))
     h.runs.wait_calls(1)
     h.batcher.stop()
-    assert h.batcher.take("key-2") == HelperResult(0.0, DROPPED)
+    assert h.batcher.take("key-2") == RunResult(0.0, DROPPED)
     assert not h.batcher.wait_idle(time.monotonic() + 0.1)
     h.runs.release.release()
     assert h.batcher.wait_idle(time.monotonic() + WAIT)
@@ -280,7 +278,7 @@ def test_a_batch_s_results_are_reported_before_its_pod_is_deleted() -> None:
     assert h.runs.wait_calls(2)[1] == ("batch", ("pvc-2", "pvc-3"))
     h.runs.release.release()
     h.wait_done("key-2", "key-3")
-    assert h.batcher.take("key-2") == HelperResult(2.0)
+    assert h.batcher.take("key-2") == RunResult(2.0)
     name = batch_pod_name("create", ["pvc-2", "pvc-3"])
     assert name in h.batcher.in_flight_pods(), "still being deleted"
     assert h.runs.wait_calls(3)[2] == ("single", ("pvc-4",)), "the slot is free already"
@@ -303,14 +301,14 @@ def test_a_batch_s_volume_settled_early_gets_its_result_while_the_pod_keeps_its_
     h.runs.release.release()
     assert h.runs.wait_calls(2)[1] == ("batch", ("pvc-2", "pvc-3"))
     h.wait_done("key-2")
-    assert h.batcher.take("key-2") == HelperResult(1.0)
+    assert h.batcher.take("key-2") == RunResult(1.0)
     assert h.batcher.take("key-3") is None, "still running"
     h.batcher.submit(job(4))
     assert h.runs.calls[2:] == [], "the pod's slot is still held"
     # The volume's claim goes at once: its teardown waits for the pod, which is not deleted.
     pod = batch_pod_name("create", ["pvc-2", "pvc-3"])
     h.pods["pvc-2"] = {pod: True}
-    teardown = HelperJob("pv-2", "delete", plan(2, node="node-2"), BUNDLE)
+    teardown = VolumeJob("pv-2", "delete", plan(2, node="node-2"), BUNDLE)
     h.batcher.submit(teardown)
     assert h.batcher.counts().endswith(" 1 held"), h.batcher.counts()
     assert len(h.runs.calls) == 2, "the teardown has not started"
@@ -318,7 +316,7 @@ def test_a_batch_s_volume_settled_early_gets_its_result_while_the_pod_keeps_its_
     h.pods["pvc-2"] = {pod: False}  # it ended, as the informer will have seen by its report
     h.runs.release.release()
     h.wait_done("key-3")
-    assert h.batcher.take("key-3") == HelperResult(2.0)
+    assert h.batcher.take("key-3") == RunResult(2.0)
     assert sorted(h.runs.wait_calls(4)[2:]) == [("single", ("pvc-2",)), ("single", ("pvc-4",))]
     assert h.done.count("key-2") == 1, "not reported again at the pod's end"
     h.runs.release.release()
@@ -370,7 +368,7 @@ def test_a_shared_volume_stops_waiting_for_a_pod_stuck_on_another_node_with_a_wa
     assert "helper-batch-delete-old: Running, being deleted since" in message
     h.runs.release.release()
     h.wait_done("key-1")
-    assert h.batcher.take("key-1") == HelperResult(1.0)
+    assert h.batcher.take("key-1") == RunResult(1.0)
 
 
 def test_liveness_reports_a_run_or_a_held_volume_that_outlived_every_bound() -> None:
