@@ -298,6 +298,7 @@ def requests_table(report: dict[str, Any], markdown: bool = False) -> str:
 
 SCALING_FIGURES = (
     ("ready", "s", "ready_seconds"),
+    ("CPU until ready", "s", "ready_cpu_seconds"),
     ("steady RSS", "MiB", "steady_rss_mib"),
     ("peak RSS", "MiB", "peak_rss_mib"),
 )
@@ -316,7 +317,7 @@ def scaling_table(report: dict[str, Any], markdown: bool = False) -> str:
     for volumes, by_key in sorted(runs.items(), key=lambda item: int(item[0])):
         row = [volumes]
         for _, _, field_name in SCALING_FIGURES:
-            values = {key: by_key[key][field_name] if key in by_key else NAN for key in keys}
+            values = {key: by_key.get(key, {}).get(field_name, NAN) for key in keys}
             row += [_number(values[key]) for key in keys]
             if "ours" in keys and "reference-tuned" in keys:
                 row.append(_number(ratio(values["ours"], values["reference-tuned"])))

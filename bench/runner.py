@@ -16,6 +16,7 @@ from bench.capacity import burst_budget
 from bench.floor import run_floor
 from bench.implementations import OURS, REFERENCE_TUNED, Implementation
 from bench.options import BenchOptions
+from bench.quiet import wait_until_quiet
 from bench.scale import DatasetResult, ScaleResult, create_dataset, run_scale
 from bench.workspace import prepare_workspace
 from localcluster import default_node_specs
@@ -116,7 +117,7 @@ def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> No
     try:
         workspace = prepare_workspace(cluster, api, cluster_dir)
         existing = 0
-        for volumes in options.scale_sizes:
+        for size_index, volumes in enumerate(options.scale_sizes):
             say(f"scale: making bound volumes {existing} to {volumes}")
             dataset = create_dataset(workspace, api, volumes, 2 * options.concurrency, existing)
             existing = volumes
@@ -126,7 +127,15 @@ def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> No
             by_implementation = results.scaling.setdefault(volumes, {})
             log_dir = cluster_dir / str(volumes)
             log_dir.mkdir(parents=True, exist_ok=True)
-            for implementation in implementations:
+            # Alternate who starts first, so neither always meets the other's page cache.
+            order = implementations if size_index % 2 == 0 else implementations[::-1]
+            for implementation in order:
+                quiet = wait_until_quiet(cluster.control_plane.pids(), say=say)
+                say(
+                    f"scale: control plane quiet after {quiet.seconds:.0f}s "
+                    f"({quiet.last_share:.2f} CPU)"
+                    + ("" if quiet.quiet else ": gave up waiting, measuring anyway")
+                )
                 scale = run_scale(
                     workspace,
                     audit,
@@ -136,6 +145,7 @@ def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> No
                     log_dir=log_dir,
                     py_spy=options.py_spy,
                 )
+                scale.quiet_wait_seconds = quiet.seconds
                 by_implementation[implementation.key] = scale
                 if volumes == options.scale_volumes:
                     results.scale[implementation.key] = scale

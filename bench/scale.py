@@ -46,6 +46,8 @@ class ScaleResult:
     """CPU (user + system) from the process start to its ready line: the wall time to ready
     moves with whatever else runs on the machine, this much less. Read when the line is seen,
     so it includes up to a poll interval (20 ms) of the work that starts after it."""
+    quiet_wait_seconds: float = math.nan
+    """How long the start waited for a quiet control plane (bench/quiet.py); NaN: not waited."""
 
 
 @dataclass

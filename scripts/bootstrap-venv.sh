@@ -15,9 +15,14 @@ print(hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()[:16]
 PY
 )
 venv="$CACHE/venv-$key"
+mkdir -p "$CACHE"
+# One builder at a time: a second make (demo beside test) waits rather than removing the first's
+# half-made venv.
+exec 9>"$CACHE/venv-$key.lock"
+flock 9
 if [ ! -f "$venv/.complete" ]; then
   echo "bootstrap: creating Python virtualenv $venv (pinned dependencies from pyproject.toml)" >&2
-  rm -rf "$venv"; mkdir -p "$CACHE"
+  rm -rf "$venv"
   "$python" -m venv "$venv"
   "$venv/bin/pip" install --quiet --upgrade pip==25.3 >&2
   "$venv/bin/pip" install --progress-bar on -e "$here[deploy,dev]" >&2

@@ -1,0 +1,81 @@
+"""Waits for a quiet control plane before a start-up is measured.
+
+Why: right after the bench writes tens of thousands of objects, etcd and kube-apiserver go on
+working for minutes (compaction, the watch cache catching up, kube-controller-manager's resync),
+and a provisioner started then shares two CPUs with them: its time to ready measured the
+cluster's back-log, not the provisioner (the 2026-11-23 run's 50,000-volume start-ups). A user's
+provisioner restarts on a cluster that is mostly idle, so each start-up waits until the
+control plane's processes together use less than a small share of one CPU for a few windows in a
+row, and the wait is reported beside the figure.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import psutil
+
+QUIET_SHARE = 0.15
+"""Control-plane CPU, in CPUs, below which a window counts as quiet: an idle local cluster
+with kwok nodes and the watchdogs sits at 0.03-0.08 CPU."""
+QUIET_WINDOWS = 3
+WINDOW_SECONDS = 2.0
+MAX_WAIT_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class QuietWait:
+    seconds: float
+    """How long the wait took (0 when the first windows were quiet already)."""
+    last_share: float
+    """The control plane's CPU share, in CPUs, over the last window."""
+    quiet: bool
+    """False when the wait gave up at its limit; the start-up is then measured anyway."""
+
+
+def is_quiet(
+    shares: Sequence[float], limit: float = QUIET_SHARE, windows: int = QUIET_WINDOWS
+) -> bool:
+    """True when the last `windows` windows each stayed under `limit` CPUs."""
+    return len(shares) >= windows and all(share < limit for share in shares[-windows:])
+
+
+def _cpu_seconds(processes: Sequence[psutil.Process]) -> float:
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue  # a component that ended is not load
+        total += times.user + times.system
+    return total
+
+
+def wait_until_quiet(
+    pids: Sequence[int],
+    *,
+    say: Callable[[str], None] = lambda _: None,
+    window: float = WINDOW_SECONDS,
+    max_wait: float = MAX_WAIT_SECONDS,
+) -> QuietWait:
+    """Samples the CPU time of `pids` every `window` seconds until `is_quiet`."""
+    processes = [psutil.Process(pid) for pid in pids if psutil.pid_exists(pid)]
+    started = time.monotonic()
+    shares: list[float] = []
+    before = _cpu_seconds(processes)
+    told = started
+    while True:
+        time.sleep(window)
+        now_cpu = _cpu_seconds(processes)
+        shares.append((now_cpu - before) / window)
+        before = now_cpu
+        waited = time.monotonic() - started
+        if is_quiet(shares):
+            return QuietWait(waited - QUIET_WINDOWS * window, shares[-1], True)
+        if waited >= max_wait:
+            return QuietWait(waited, shares[-1], False)
+        if time.monotonic() - told >= 30:
+            told = time.monotonic()
+            say(f"waiting for a quiet control plane: {shares[-1]:.2f} CPU after {waited:.0f}s")
