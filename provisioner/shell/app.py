@@ -46,7 +46,7 @@ from provisioner.shell.controller import STOP_BUDGET_SECONDS as CONTROLLER_STOP_
 from provisioner.shell.controller import Controller, ControllerSettings
 from provisioner.shell.installation_removal import release_finalizers, removal_reason
 from provisioner.shell.logs import configure_logging
-from provisioner.shell.node_scan import NodeScanner, ScanSources
+from provisioner.shell.node_scan import NodeScanner
 from provisioner.shell.pod_batcher import BatchSettings
 from provisioner.shell.pod_events import PodEventHub
 from provisioner.shell.pod_runner import PodRunner
@@ -155,12 +155,8 @@ class Provisioner:
         )
         self.node_scanner = NodeScanner(
             PodRunner(self.clients, pod_events=pod_events),
-            ScanSources(
-                volumes=lambda: [v for _, v in self.controller.volumes.items()],
-                nodes=lambda: [n for _, n in self.controller.nodes.items()],
-                helper_pods=lambda: [p for _, p in self.controller.helper_pods.items()],
-                config=lambda: self.watcher.current,
-            ),
+            self.controller.caches,
+            lambda: self.watcher.current,
             self.metrics,
             self.recorder,
             provisioner_name=options.provisioner_name,

@@ -40,11 +40,8 @@ from provisioner.kube.informer import Informer, name_key, uid_key
 from provisioner.kube.metrics import Metrics
 from provisioner.kube.workqueue import WorkQueue
 from provisioner.shell.actions import ActionFailed, Actions
-from provisioner.shell.local_path_provisioner import (
-    POD_CLEANUP_SECONDS,
-    Caches,
-    LocalPathProvisioner,
-)
+from provisioner.shell.caches import Caches
+from provisioner.shell.local_path_provisioner import POD_CLEANUP_SECONDS, LocalPathProvisioner
 from provisioner.shell.pod_batcher import BatchSettings
 from provisioner.shell.pod_events import PodEventHub
 from provisioner.shell.pod_runner import HelperPodError
@@ -119,9 +116,11 @@ class Controller:
             to_record=_helper_pod,
             label_selector=f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}",
         )
+        self.caches = Caches(self.claims, self.volumes, self.classes, self.nodes, self.helper_pods)
+        """What the local-path decisions and the leader's node scan read."""
         self.local_path = LocalPathProvisioner(
             clients,
-            Caches(self.claims, self.volumes, self.classes, self.nodes, self.helper_pods),
+            self.caches,
             config,
             actions,
             metrics,

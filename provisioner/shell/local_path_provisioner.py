@@ -48,12 +48,13 @@ from provisioner.core.expansion import (
 )
 from provisioner.core.paths import PathBook
 from provisioner.core.pod_shapes import HelperAction
-from provisioner.core.records import ClaimRecord, NodeRecord, StorageClassRecord, VolumeRecord
+from provisioner.core.records import ClaimRecord, VolumeRecord
 from provisioner.core.storage_capacity import CapacityObject, desired_capacities
 from provisioner.kube.client import KubeClients
 from provisioner.kube.informer import Informer
 from provisioner.kube.metrics import Metrics
 from provisioner.shell.actions import Actions, VolumeSaveUnsettled
+from provisioner.shell.caches import Caches
 from provisioner.shell.capacity_publisher import CapacityPublisher
 from provisioner.shell.clone_sources import CloneWaits, InformerClaimSources
 from provisioner.shell.pod_batcher import BatchSettings, PodBatcher, VolumeJob
@@ -67,17 +68,6 @@ log = logging.getLogger(__name__)
 
 POD_CLEANUP_SECONDS = 8.0
 """At a stop, how long deleting the helper pods of reconciles still running may take."""
-
-
-@dataclass(frozen=True)
-class Caches:
-    """The loop's informers, read here (never written) to decide."""
-
-    claims: Informer[ClaimRecord]
-    volumes: Informer[VolumeRecord]
-    classes: Informer[StorageClassRecord]
-    nodes: Informer[NodeRecord]
-    helper_pods: Informer[dict[str, Any]]
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
 
 from provisioner.core.claims import PROVISIONED_BY, resolve_volume_node
 from provisioner.core.config import ConfigBundle
@@ -30,6 +28,7 @@ from provisioner.core.usage import (
 )
 from provisioner.kube.events import EventRecorder, ObjectReference
 from provisioner.kube.metrics import Metrics
+from provisioner.shell.caches import Caches
 from provisioner.shell.orphan_scan import OrphanScan, holdings_of
 from provisioner.shell.pod_runner import HelperPodError, PodRunner
 
@@ -40,21 +39,12 @@ FIRST_SCAN_DELAY_SECONDS = 300.0
 OUTGREW_CAPACITY = "VolumeOutgrewCapacity"
 
 
-@dataclass(frozen=True)
-class ScanSources:
-    """The leader's caches, read at each scan."""
-
-    volumes: Callable[[], Iterable[VolumeRecord]]
-    nodes: Callable[[], Iterable[NodeRecord]]
-    helper_pods: Callable[[], Iterable[dict[str, Any]]]
-    config: Callable[[], ConfigBundle]
-
-
 class NodeScanner:
     def __init__(
         self,
         runner: PodRunner,
-        sources: ScanSources,
+        caches: Caches,
+        config: Callable[[], ConfigBundle],
         metrics: Metrics,
         recorder: EventRecorder,
         *,
@@ -64,7 +54,8 @@ class NodeScanner:
         interval_seconds: float,
     ) -> None:
         self._runner = runner
-        self._sources = sources
+        self._caches = caches
+        self._config = config
         self._metrics = metrics
         self._recorder = recorder
         self._provisioner_name = provisioner_name
@@ -99,10 +90,11 @@ class NodeScanner:
                 log.exception("the node scan failed; trying again at the next interval")
 
     def scan_once(self) -> None:
-        bundle = self._sources.config()
-        volumes = list(self._sources.volumes())
-        nodes = list(self._sources.nodes())
-        holdings = holdings_of(volumes, nodes, self._sources.helper_pods(), self._provisioner_name)
+        bundle = self._config()
+        volumes = [volume for _, volume in self._caches.volumes.items()]
+        nodes = [node for _, node in self._caches.nodes.items()]
+        pods = [pod for _, pod in self._caches.helper_pods.items()]
+        holdings = holdings_of(volumes, nodes, pods, self._provisioner_name)
         scan = OrphanScan(
             self._runner,
             bundle,

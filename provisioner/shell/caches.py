@@ -1,0 +1,25 @@
+"""The loop's informer caches, as one value the local-path decisions and the node scan read.
+
+Why a module of its own: the controller owns the informers; the local-path provisioner and the
+leader's node scan only read them, and take this value rather than reaching into the
+controller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from provisioner.core.records import ClaimRecord, NodeRecord, StorageClassRecord, VolumeRecord
+from provisioner.kube.informer import Informer
+
+
+@dataclass(frozen=True)
+class Caches:
+    """The loop's informers, read (never written) to decide."""
+
+    claims: Informer[ClaimRecord]
+    volumes: Informer[VolumeRecord]
+    classes: Informer[StorageClassRecord]
+    nodes: Informer[NodeRecord]
+    helper_pods: Informer[dict[str, Any]]
