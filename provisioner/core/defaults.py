@@ -18,3 +18,13 @@ METRICS_PORT = 8080
 LEADER_ELECTION = True
 CMD_TIMEOUT_SECONDS = 120
 """config.json cmdTimeoutSeconds: how long a helper pod may run."""
+
+# Runtime-only settings (flags and environment variables, no stack key): the Options dataclass
+# and the flag parser both read these.
+HELPER_BATCH_SIZE = 12
+HELPER_PODS_PER_NODE = 2
+HELPER_HOLD_TIMEOUT_SECONDS = 300.0
+NODE_SCAN_INTERVAL_SECONDS = 3600.0
+LEASE_DURATION_SECONDS = 15.0
+RENEW_DEADLINE_SECONDS = 10.0
+RETRY_PERIOD_SECONDS = 2.0

@@ -59,22 +59,22 @@ class Options:
     allow_unsafe_helper_template: bool
     debug: bool
     json_logs: bool
-    node_scan_interval: float = 3600.0
+    node_scan_interval: float = defaults.NODE_SCAN_INTERVAL_SECONDS
     """Seconds between the leader's node scans (orphan and usage metrics); 0 turns them off."""
     pod_name: str = ""
     """This process's pod (the kubelet sets the hostname to it): on SIGTERM, its owner tells
     whether the installation is being removed."""
-    helper_batch_size: int = 12
+    helper_batch_size: int = defaults.HELPER_BATCH_SIZE
     """Volumes one helper pod serves at most on a busy node (1: a pod per volume)."""
-    helper_pods_per_node: int = 2
+    helper_pods_per_node: int = defaults.HELPER_PODS_PER_NODE
     """Setup (and teardown) helper pods running at once per node, at most."""
-    leader_election_lease_duration: float = 15.0
+    leader_election_lease_duration: float = defaults.LEASE_DURATION_SECONDS
     """How long a standby waits after the leader's last renewal before it takes the lease."""
-    leader_election_renew_deadline: float = 10.0
+    leader_election_renew_deadline: float = defaults.RENEW_DEADLINE_SECONDS
     """The leader exits this long after its last successful renewal unless it renews again."""
-    leader_election_retry_period: float = 2.0
+    leader_election_retry_period: float = defaults.RETRY_PERIOD_SECONDS
     """Between renewals, and between a standby's attempts to take the lease."""
-    helper_hold_timeout: float = 300.0
+    helper_hold_timeout: float = defaults.HELPER_HOLD_TIMEOUT_SECONDS
     """Seconds a volume waits for a helper pod we did not start to go away."""
     predecessor_selector: str = ""
     """Label selector of the pods of a provisioner this one takes over (rancher's,
@@ -163,7 +163,7 @@ def parse_options(
     add(
         "--helper-batch-size",
         type=int,
-        default=int(env("HELPER_BATCH_SIZE", "12")),
+        default=int(env("HELPER_BATCH_SIZE", str(defaults.HELPER_BATCH_SIZE))),
         help="volumes that arrive for a node while its helper pod runs share its next one, "
         f"up to this many (at most {MAX_BATCH_VOLUMES}); 1 gives each volume its own pod "
         "[HELPER_BATCH_SIZE]",
@@ -171,14 +171,14 @@ def parse_options(
     add(
         "--helper-pods-per-node",
         type=int,
-        default=int(env("HELPER_PODS_PER_NODE", "2")),
+        default=int(env("HELPER_PODS_PER_NODE", str(defaults.HELPER_PODS_PER_NODE))),
         help="setup (and teardown) helper pods running at once per node; beyond the first, only "
         "for a full batch [HELPER_PODS_PER_NODE]",
     )
     add(
         "--helper-hold-timeout",
         type=float,
-        default=float(env("HELPER_HOLD_TIMEOUT", "300")),
+        default=float(env("HELPER_HOLD_TIMEOUT", str(defaults.HELPER_HOLD_TIMEOUT_SECONDS))),
         help="seconds a volume waits for a helper pod this process did not start (deleted, but "
         "on an unreachable node or kept by a finalizer) before its helper fails with a Warning, "
         "or, for a shared filesystem, runs on another node [HELPER_HOLD_TIMEOUT]",
@@ -231,14 +231,29 @@ def parse_options(
         help="namespace of the Lease; default --namespace [LEADER_ELECTION_NAMESPACE]",
     )
     for flag, variable, default, meaning in (
-        ("lease-duration", "LEASE_DURATION", "15", "a standby waits after the last renewal"),
-        ("renew-deadline", "RENEW_DEADLINE", "10", "the leader exits after its last renewal"),
-        ("retry-period", "RETRY_PERIOD", "2", "between renewals and attempts to take the lease"),
+        (
+            "lease-duration",
+            "LEASE_DURATION",
+            defaults.LEASE_DURATION_SECONDS,
+            "a standby waits after the last renewal",
+        ),
+        (
+            "renew-deadline",
+            "RENEW_DEADLINE",
+            defaults.RENEW_DEADLINE_SECONDS,
+            "the leader exits after its last renewal",
+        ),
+        (
+            "retry-period",
+            "RETRY_PERIOD",
+            defaults.RETRY_PERIOD_SECONDS,
+            "between renewals and attempts to take the lease",
+        ),
     ):
         add(
             f"--leader-election-{flag}",
             type=float,
-            default=float(env(f"LEADER_ELECTION_{variable}", default)),
+            default=float(env(f"LEADER_ELECTION_{variable}", str(default))),
             help=f"seconds {meaning} [LEADER_ELECTION_{variable}]",
         )
     add(
@@ -255,7 +270,7 @@ def parse_options(
     add(
         "--node-scan-interval",
         type=float,
-        default=float(env("NODE_SCAN_INTERVAL", "3600")),
+        default=float(env("NODE_SCAN_INTERVAL", str(defaults.NODE_SCAN_INTERVAL_SECONDS))),
         help="seconds between the leader's scans of the nodes for orphans and volume usage"
         " (metrics, and a Warning on a claim whose volume outgrew its size), the first one"
         " 5 minutes after it starts leading (or one interval if shorter); 0 turns them off"
