@@ -64,6 +64,10 @@ class FakeRuns:
     def __init__(self) -> None:
         self.calls: list[tuple[str, tuple[str, ...]]] = []
         self.release = threading.Semaphore(0)
+        """Ends whichever run takes it."""
+        self.released: set[str] = set()
+        """Volumes whose run may end (`release_volume`), for tests where two runs wait at once
+        and a general release could end the wrong one."""
         self.failing: set[str] = set()
         self.early: set[str] = set()
         """Volumes a batch reports as soon as it starts, before the test releases it."""
@@ -75,7 +79,13 @@ class FakeRuns:
         with self.started:
             self.calls.append((kind, volumes))
             self.started.notify_all()
-        assert self.release.acquire(timeout=WAIT)
+        deadline = time.monotonic() + WAIT
+        while not self.release.acquire(timeout=0.01):
+            with self.started:
+                if self.released & set(volumes):
+                    self.released -= set(volumes)
+                    break
+            assert time.monotonic() < deadline, f"{volumes} never released"
         if self.broken:
             raise OSError("the API went away")
 
@@ -102,6 +112,10 @@ class FakeRuns:
         report({name: RunResult(2.0, failed if name in self.failing else None) for name in names})
         if self.slow_delete is not None:
             assert self.slow_delete.wait(WAIT)  # the pod's deletion, after the report
+
+    def release_volume(self, volume: str) -> None:
+        with self.started:
+            self.released.add(volume)
 
     def wait_calls(self, count: int) -> list[tuple[str, tuple[str, ...]]]:
         with self.started:
@@ -168,11 +182,9 @@ def test_volumes_queued_behind_a_busy_node_share_its_next_pod_each_with_its_resu
     h.runs.failing = {"pvc-3"}
     calls = h.runs.wait_calls(2)
     assert sorted(calls) == [("single", ("pvc-1",)), ("single", ("pvc-9",))]
-    # One release at a time: a second one pending could be taken by the batch instead.
-    h.runs.release.release()
-    with h.done_changed:
-        assert h.done_changed.wait_for(lambda: bool(h.done), WAIT)
-    h.runs.release.release()
+    # Each by name: once pvc-1 ends, its node's batch waits too, and could take a general release.
+    h.runs.release_volume("pvc-9")
+    h.runs.release_volume("pvc-1")
     h.wait_done("key-1", "key-9")
     calls = h.runs.wait_calls(3)
     assert calls[2] == ("batch", ("pvc-2", "pvc-3")), "the two oldest, capped at max_batch"
