@@ -34,6 +34,16 @@ rules:
 - level: Metadata
 """
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+BINDER_USER_AGENT_SUFFIX = ":persistent-volume-binder"
+"""kube-controller-manager's PV binder (its service account ends its user agent)."""
+CONTROLLER_MANAGER_QPS, CONTROLLER_MANAGER_BURST = 20, 30
+"""kube-controller-manager's client limit by default (--kube-api-qps, --kube-api-burst)."""
+
+
+def limiter_floor(requests: int, qps: float, burst: int) -> float:
+    """The least time a client-go token bucket (`qps` a second, `burst` at once) takes to let
+    `requests` requests through: the first `burst` at once, the rest at `qps`."""
+    return max(0, requests - burst) / qps
 
 
 @contextmanager
@@ -115,10 +125,15 @@ class AuditLog:
         self.path = path
 
     def count(
-        self, since: float, until: float, user_agent_prefix: str | None = None
+        self,
+        since: float,
+        until: float,
+        user_agent_prefix: str | None = None,
+        *,
+        user_agent_suffix: str | None = None,
     ) -> RequestCounts:
         """Requests received in [since, until] (wall-clock seconds), optionally only those
-        whose user agent starts with `user_agent_prefix`."""
+        whose user agent starts with `user_agent_prefix` or ends with `user_agent_suffix`."""
         counts = RequestCounts()
         if not self.path.exists():
             return counts
@@ -127,6 +142,8 @@ class AuditLog:
                 event = json.loads(line)
                 agent = str(event.get("userAgent", ""))
                 if user_agent_prefix is not None and not agent.startswith(user_agent_prefix):
+                    continue
+                if user_agent_suffix is not None and not agent.endswith(user_agent_suffix):
                     continue
                 if not since <= _timestamp(event["requestReceivedTimestamp"]) <= until:
                     continue

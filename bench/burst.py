@@ -25,7 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.api import RawApi
-from bench.audit import AuditLog
+from bench.audit import (
+    BINDER_USER_AGENT_SUFFIX,
+    CONTROLLER_MANAGER_BURST,
+    CONTROLLER_MANAGER_QPS,
+    AuditLog,
+    limiter_floor,
+)
 from bench.capacity import CLAIM_SIZE, WRITES_METRIC, capacity_writes, counter_total
 from bench.implementations import Implementation, RunningProvisioner
 from bench.process_stats import ProcessMonitor
@@ -79,6 +85,13 @@ class BurstResult:
     capacity_writes_metric_per_volume: float = math.nan
     """The same from ours' counter (NaN for the reference, which has none)."""
     release_capacity_writes_per_volume: float = 0.0
+    binder_requests: int = 0
+    """Requests by kube-controller-manager's PV binder (binds, claim annotations, events) from
+    the first claim to the last Bound: its client limit serves them one token each."""
+    binder_floor_seconds: float = math.nan
+    """The least time the binder's client limit lets those requests through
+    (`audit.limiter_floor`): no implementation's burst can bind faster while the binder needs
+    this many requests."""
 
 
 def _claim(name: str) -> dict[str, Any]:
@@ -278,6 +291,12 @@ def _overheads(
     )
 
 
+def _writes_and_binder_requests(audit: AuditLog, since: float, until: float) -> tuple[int, int]:
+    """Writes by every client, and requests by the PV binder, in [since, until]."""
+    binder = audit.count(since, until, user_agent_suffix=BINDER_USER_AGENT_SUFFIX)
+    return audit.count(since, until).writes, binder.total
+
+
 def run_burst(
     workspace: Workspace,
     api: RawApi,
@@ -289,7 +308,8 @@ def run_burst(
     log_dir: Path,
     py_spy: Path | None = None,
     timeout: float,
-) -> BurstResult:
+    binder_limit: tuple[float, int] = (CONTROLLER_MANAGER_QPS, CONTROLLER_MANAGER_BURST),
+) -> BurstResult:  # binder_limit: kube-controller-manager's client QPS and burst here
     claims_path = f"/api/v1/namespaces/{CLAIM_NAMESPACE}/persistentvolumeclaims"
     pods_path = f"/api/v1/namespaces/{CLAIM_NAMESPACE}/pods"
     claim_timeline = ObjectTimeline(
@@ -336,7 +356,7 @@ def run_burst(
         cpu_seconds = monitor.cpu_seconds() - cpu_before
         metric_after = _metric_writes(provisioner)
         requests = audit.count(started, quiet, implementation.user_agent_prefix)
-        cluster_writes = audit.count(started, last_bound).writes
+        cluster_writes, binder = _writes_and_binder_requests(audit, started, last_bound)
         latencies = {name: bound[name] - created[name] for name in names}
         runs = helper_runs(helper_timeline, "create")
         stages = _stages(claim_timeline, volume_timeline, created, runs)
@@ -378,6 +398,8 @@ def run_burst(
         requests=dict(requests.by_kind.most_common()),
         stages=stages,
         cluster_writes=cluster_writes,
+        binder_requests=binder,
+        binder_floor_seconds=limiter_floor(binder, *binder_limit),
         cpu_seconds=cpu_seconds,
         peak_rss_mib=peak_rss,
         release_seconds=released - release_started,

@@ -247,6 +247,20 @@ def _pair(values: list[float | None]) -> str:
     return " / ".join(_number(value) for value in values)
 
 
+def _binder_rows(binder: dict[str, dict[str, float]]) -> list[list[str]]:
+    """The PV binder's floor of each implementation (bench/goals.py `_binder_floor`)."""
+    if not binder:
+        return []
+    return [
+        [label, *(_number(binder.get(key, {}).get(figure)) for key in SIDE_BY_SIDE)]
+        for label, figure in (
+            ("PV binder's requests, first claim to last Bound", "requests"),
+            ("binder floor: those through its client limit (s)", "seconds"),
+            ("time until all Bound / binder floor", "multiple"),
+        )
+    ]
+
+
 def time_goes_tables(report: dict[str, Any], markdown: bool = False) -> str:
     """For each scenario with a missed goal: its stages (p50 / p99 of ours and both
     references) and, with the default binder limit, the floor and ours' distance to it."""
@@ -261,6 +275,7 @@ def time_goes_tables(report: dict[str, Any], markdown: bool = False) -> str:
             ]
             for row in section["stages"]
         ]
+        rows += _binder_rows(section.get("binder_floor") or {})
         if floor is not None:
             rows += [
                 [label, _number(value), "", ""]

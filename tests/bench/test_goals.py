@@ -8,6 +8,7 @@ import re
 import shlex
 from typing import Any
 
+from bench.audit import limiter_floor
 from bench.burst import STAGES, BurstResult
 from bench.goals import SIDE_BY_SIDE, judge_all, largest_scale, where_time_goes
 from bench.options import REPO, parse_options
@@ -22,7 +23,8 @@ def latencies(p50: float, p99: float) -> Latencies:
 
 
 def burst(key: str, bind: float, p99: float, requests: float, stage: float = 1.0) -> BurstResult:
-    """A burst whose every stage takes `stage` s at p50 and twice that at p99."""
+    """A burst whose every stage takes `stage` s at p50 and twice that at p99, and whose PV
+    binder made 1230 requests (a 30 s floor at 20 QPS and a burst of 30)."""
     return BurstResult(
         implementation=key,
         claims=200,
@@ -39,6 +41,8 @@ def burst(key: str, bind: float, p99: float, requests: float, stage: float = 1.0
         peak_rss_mib=50.0,
         release_seconds=30.0,
         release_requests_per_volume=3.0,
+        binder_requests=1230,
+        binder_floor_seconds=limiter_floor(1230, 20, 30),
     )
 
 
@@ -157,6 +161,11 @@ def test_stages_and_floor_are_shown_only_for_a_missed_burst_or_lifted_goal() -> 
         "multiple": 8.0,
         "beyond": 35.0,
     }
+    assert burst_section["binder_floor"] == {
+        "ours": {"requests": 1230, "seconds": 60.0, "multiple": 40.0 / 60.0},
+        "reference-tuned": {"requests": 1230, "seconds": 60.0, "multiple": 50.0 / 60.0},
+        "reference-default": {"requests": 1230, "seconds": 60.0, "multiple": 5.0},
+    }
     assert lifted_section["missed"] == ["lifted: time until all Bound"]
     assert lifted_section["floor"] is None
     assert all(math.isnan(value) for value in lifted_section["stages"][0]["reference-default"])
@@ -188,6 +197,8 @@ def test_the_report_prints_the_goals_and_where_the_missed_bursts_time_went() -> 
     first_stage = next(line for line in stages.splitlines() if line.startswith("created ->"))
     assert [cell.strip() for cell in first_stage.split(" | ")][1:] == ["2 / 4", "3 / 6", "4 / 8"]
     assert "ours' time until all Bound / floor" in stages
+    binder_row = next(line for line in stages.splitlines() if "binder floor" in line)
+    assert [cell.strip() for cell in binder_row.split(" | ")][1:] == ["60.0", "60.0", "60.0"]
     assert "lifted: where the time goes (missed: lifted: time until all Bound)" in stages
     written = markdown(report)
     assert "| burst: time until all Bound" in written and "| PV created -> Bound" in written
@@ -203,3 +214,10 @@ def test_make_bench_runs_every_goals_scenario_with_realistic_pod_starts_up_to_50
     assert options.scenarios == {"burst", "lifted", "scale"}
     assert max(options.scale_sizes) == 50_000
     assert {i.key for i in options.implementations} >= set(SIDE_BY_SIDE)
+
+
+def test_the_binder_floor_is_its_token_bucket_letting_the_requests_through() -> None:
+    assert limiter_floor(30, 20, 30) == 0.0  # the burst goes at once
+    assert limiter_floor(1230, 20, 30) == 60.0
+    assert limiter_floor(1230, 200, 400) == 4.15
+    assert limiter_floor(0, 20, 30) == 0.0
