@@ -86,12 +86,15 @@ class BurstResult:
     """The same from ours' counter (NaN for the reference, which has none)."""
     release_capacity_writes_per_volume: float = 0.0
     binder_requests: int = 0
-    """Requests by kube-controller-manager's PV binder (binds, claim annotations, events) from
-    the first claim to the last Bound: its client limit serves them one token each."""
+    """Requests by kube-controller-manager's PV binder (binds, claim annotations, events, event
+    count patches) from the first claim to the last Bound. Under its default limit this is the
+    limit's whole budget for the window when the binder paces the burst."""
+    binder_needed: int = 0
+    """Of those, the ones each claim needs once: all but the patches that count an event again
+    (the binder repeats its ExternalProvisioning event while a claim waits)."""
     binder_floor_seconds: float = math.nan
-    """The least time the binder's client limit lets those requests through
-    (`audit.limiter_floor`): no implementation's burst can bind faster while the binder needs
-    this many requests."""
+    """The least time the binder's client limit lets the needed requests through
+    (`audit.limiter_floor`): no implementation's burst binds faster against this binder."""
 
 
 def _claim(name: str) -> dict[str, Any]:
@@ -291,10 +294,13 @@ def _overheads(
     )
 
 
-def _writes_and_binder_requests(audit: AuditLog, since: float, until: float) -> tuple[int, int]:
-    """Writes by every client, and requests by the PV binder, in [since, until]."""
+def _writes_and_binder_requests(
+    audit: AuditLog, since: float, until: float
+) -> tuple[int, int, int]:
+    """Writes by every client, and the PV binder's requests, all and needed, in [since, until]."""
     binder = audit.count(since, until, user_agent_suffix=BINDER_USER_AGENT_SUFFIX)
-    return audit.count(since, until).writes, binder.total
+    needed = binder.total - binder.by_kind["patch events"]
+    return audit.count(since, until).writes, binder.total, needed
 
 
 def run_burst(
@@ -356,7 +362,7 @@ def run_burst(
         cpu_seconds = monitor.cpu_seconds() - cpu_before
         metric_after = _metric_writes(provisioner)
         requests = audit.count(started, quiet, implementation.user_agent_prefix)
-        cluster_writes, binder = _writes_and_binder_requests(audit, started, last_bound)
+        cluster_writes, binder, needed = _writes_and_binder_requests(audit, started, last_bound)
         latencies = {name: bound[name] - created[name] for name in names}
         runs = helper_runs(helper_timeline, "create")
         stages = _stages(claim_timeline, volume_timeline, created, runs)
@@ -399,7 +405,8 @@ def run_burst(
         stages=stages,
         cluster_writes=cluster_writes,
         binder_requests=binder,
-        binder_floor_seconds=limiter_floor(binder, *binder_limit),
+        binder_needed=needed,
+        binder_floor_seconds=limiter_floor(needed, *binder_limit),
         cpu_seconds=cpu_seconds,
         peak_rss_mib=peak_rss,
         release_seconds=released - release_started,

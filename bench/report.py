@@ -255,7 +255,8 @@ def _binder_rows(binder: dict[str, dict[str, float]]) -> list[list[str]]:
         [label, *(_number(binder.get(key, {}).get(figure)) for key in SIDE_BY_SIDE)]
         for label, figure in (
             ("PV binder's requests, first claim to last Bound", "requests"),
-            ("binder floor: those through its client limit (s)", "seconds"),
+            ("  of them needed (no repeated events)", "needed"),
+            ("binder floor: the needed through its client limit (s)", "seconds"),
             ("time until all Bound / binder floor", "multiple"),
         )
     ]
