@@ -40,6 +40,12 @@ CONTROLLER_MANAGER_QPS, CONTROLLER_MANAGER_BURST = 20, 30
 """kube-controller-manager's client limit by default (--kube-api-qps, --kube-api-burst)."""
 
 
+def controller_manager_limit(qps: int | None) -> tuple[int, int]:
+    """kube-controller-manager's client QPS and burst in a cluster started with
+    `controller_manager_qps=qps`: its defaults, or `qps` and a burst of twice that."""
+    return (qps, 2 * qps) if qps else (CONTROLLER_MANAGER_QPS, CONTROLLER_MANAGER_BURST)
+
+
 def limiter_floor(requests: int, qps: float, burst: int) -> float:
     """The least time a client-go token bucket (`qps` a second, `burst` at once) takes to let
     `requests` requests through: the first `burst` at once, the rest at `qps`."""
@@ -86,10 +92,8 @@ def start_audited_cluster(
     ]
     controller_manager = []
     if controller_manager_qps:
-        controller_manager = [
-            f"--kube-api-qps={controller_manager_qps}",
-            f"--kube-api-burst={2 * controller_manager_qps}",
-        ]
+        qps, burst = controller_manager_limit(controller_manager_qps)
+        controller_manager = [f"--kube-api-qps={qps}", f"--kube-api-burst={burst}"]
     with _extra_flags(audit, controller_manager):
         cluster = LocalCluster.start(
             ClusterOptions(nodes=tuple(nodes), announce=False, pod_start=pod_start)

@@ -27,9 +27,8 @@ from typing import Any
 from bench.api import RawApi
 from bench.audit import (
     BINDER_USER_AGENT_SUFFIX,
-    CONTROLLER_MANAGER_BURST,
-    CONTROLLER_MANAGER_QPS,
     AuditLog,
+    controller_manager_limit,
     limiter_floor,
 )
 from bench.capacity import CLAIM_SIZE, WRITES_METRIC, capacity_writes, counter_total
@@ -314,7 +313,7 @@ def run_burst(
     log_dir: Path,
     py_spy: Path | None = None,
     timeout: float,
-    binder_limit: tuple[float, int] = (CONTROLLER_MANAGER_QPS, CONTROLLER_MANAGER_BURST),
+    binder_limit: tuple[int, int] = controller_manager_limit(None),
 ) -> BurstResult:  # binder_limit: kube-controller-manager's client QPS and burst here
     claims_path = f"/api/v1/namespaces/{CLAIM_NAMESPACE}/persistentvolumeclaims"
     pods_path = f"/api/v1/namespaces/{CLAIM_NAMESPACE}/pods"

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.api import RawApi
-from bench.audit import CONTROLLER_MANAGER_BURST, CONTROLLER_MANAGER_QPS, start_audited_cluster
+from bench.audit import controller_manager_limit, start_audited_cluster
 from bench.burst import BurstResult, run_burst
 from bench.capacity import burst_budget
 from bench.floor import run_floor
@@ -57,7 +57,6 @@ def run_bursts(
         i for i in options.implementations if not lifted or i in (OURS, REFERENCE_TUNED)
     ]
     scenario = "lifted" if lifted else "burst"
-    binder_default = (CONTROLLER_MANAGER_QPS, CONTROLLER_MANAGER_BURST)
     for implementation in implementations:
         say(f"{scenario}: {implementation.label}: starting a fresh {options.nodes}-node cluster")
         cluster_dir = work_dir / f"{scenario}-{implementation.key}"
@@ -80,7 +79,7 @@ def run_bursts(
                 log_dir=cluster_dir,
                 timeout=options.timeout,
                 py_spy=options.py_spy,
-                binder_limit=(qps, 2 * qps) if qps else binder_default,
+                binder_limit=controller_manager_limit(qps),
             )
             (results.lifted if lifted else results.burst)[implementation.key] = burst
             say(

@@ -8,7 +8,7 @@ import re
 import shlex
 from typing import Any
 
-from bench.audit import limiter_floor
+from bench.audit import controller_manager_limit, limiter_floor
 from bench.burst import STAGES, BurstResult
 from bench.goals import SIDE_BY_SIDE, judge_all, largest_scale, where_time_goes
 from bench.options import REPO, parse_options
@@ -223,3 +223,8 @@ def test_the_binder_floor_is_its_token_bucket_letting_the_requests_through() -> 
     assert limiter_floor(1230, 20, 30) == 60.0
     assert limiter_floor(1230, 200, 400) == 4.15
     assert limiter_floor(0, 20, 30) == 0.0
+
+
+def test_the_controller_manager_limit_is_its_default_or_the_qps_with_twice_the_burst() -> None:
+    assert controller_manager_limit(None) == (20, 30)
+    assert controller_manager_limit(200) == (200, 400)
