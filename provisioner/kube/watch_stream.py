@@ -1,8 +1,9 @@
-"""Reading raw list and watch responses as plain dicts.
+"""Reading raw watch responses: each event's line, or each event as a plain dict.
 
 The informers and the helper-pod runner call the API with `_preload_content=False` and parse the
-JSON themselves: the client's typed models cost about 8x the time and 3x the memory of dicts
-(see docs: "Cost facts"), and nothing here needs them.
+JSON themselves: the client's typed models cost about 8x the time and 3x the memory of dicts,
+and nothing here needs them. The informers decode each line with `object_decoding` (into the
+Structs their records read); the helper-pod runner, which follows one pod, takes dicts.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,13 @@ class RawResponse(Protocol):
 def iter_watch_events(response: RawResponse) -> Iterator[dict[str, Any]]:
     """Each watch event (`{"type": ..., "object": {...}}`) as the server sends it, one JSON
     document per line. Ends when the server closes the stream."""
+    for line in iter_watch_lines(response):
+        yield json.loads(line)
+
+
+def iter_watch_lines(response: RawResponse) -> Iterator[bytes]:
+    """Each watch event's JSON text (one document per line, blank lines skipped). Ends when the
+    server closes the stream."""
     pending: list[bytes] = []
     for chunk in response.stream(None, decode_content=False):
         if not chunk:
@@ -51,10 +59,10 @@ def iter_watch_events(response: RawResponse) -> Iterator[dict[str, Any]]:
         pending = [lines[-1]] if lines[-1] else []
         for line in complete:
             if line.strip():
-                yield json.loads(line)
+                yield line
     tail = b"".join(pending)
     if tail.strip():
-        yield json.loads(tail)
+        yield tail
 
 
 def interrupt(response: RawResponse) -> None:
@@ -80,14 +88,6 @@ def release(response: RawResponse) -> None:
         response.release_conn()
     except OSError as e:
         log.debug("releasing a connection: %s", e)
-
-
-def strip_managed_fields(obj: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    """Drop metadata.managedFields, often the largest part of an object and never needed."""
-    metadata = obj.get("metadata")
-    if isinstance(metadata, dict):
-        metadata.pop("managedFields", None)
-    return obj
 
 
 def watch_error_code(event: dict[str, Any]) -> int | None:

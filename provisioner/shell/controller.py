@@ -21,6 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from provisioner.core.api_objects import (
+    Node,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    StorageClass,
+    object_name,
+    object_uid,
+)
 from provisioner.core.claims import PROVISIONED_BY, is_our_claim
 from provisioner.core.config import ConfigBundle
 from provisioner.core.pod_shapes import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
@@ -36,8 +44,10 @@ from provisioner.core.records import (
 )
 from provisioner.core.storage_capacity import HOSTNAME_LABEL
 from provisioner.kube.client import KubeClients
-from provisioner.kube.informer import Informer, name_key, uid_key
+from provisioner.kube.collection_pause import settle_long_lived
+from provisioner.kube.informer import Informer, namespaced_name_key
 from provisioner.kube.metrics import Metrics
+from provisioner.kube.object_decoding import DictObjects, ObjectDecoding
 from provisioner.kube.workqueue import WorkQueue
 from provisioner.shell.actions import ActionFailed, Actions
 from provisioner.shell.caches import Caches
@@ -95,25 +105,37 @@ class Controller:
         self.claims: Informer[ClaimRecord] = informer(
             "claims",
             lists("/api/v1/persistentvolumeclaims"),
+            objects=ObjectDecoding(PersistentVolumeClaim),
             to_record=claim_record,
-            key=uid_key,
+            key=object_uid,
         )
         self.volumes: Informer[VolumeRecord] = informer(
-            "volumes", lists("/api/v1/persistentvolumes"), to_record=volume_record, key=name_key
+            "volumes",
+            lists("/api/v1/persistentvolumes"),
+            objects=ObjectDecoding(PersistentVolume),
+            to_record=volume_record,
+            key=object_name,
         )
         self.classes: Informer[StorageClassRecord] = informer(
             "classes",
             lists("/apis/storage.k8s.io/v1/storageclasses"),
+            objects=ObjectDecoding(StorageClass),
             to_record=storage_class_record,
-            key=name_key,
+            key=object_name,
         )
         self.nodes: Informer[NodeRecord] = informer(
-            "nodes", lists("/api/v1/nodes"), to_record=node_record, key=name_key
+            "nodes",
+            lists("/api/v1/nodes"),
+            objects=ObjectDecoding(Node),
+            to_record=node_record,
+            key=object_name,
         )
         self.helper_pods: Informer[dict[str, Any]] = informer(
             "helper-pods",
             lists(f"/api/v1/namespaces/{settings.helper_namespace}/pods"),
+            objects=DictObjects(),
             to_record=_helper_pod,
+            key=namespaced_name_key,
             label_selector=f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}",
         )
         self.caches = Caches(self.claims, self.volumes, self.classes, self.nodes, self.helper_pods)
@@ -181,6 +203,7 @@ class Controller:
             len(self.classes),
             len(self.nodes),
         )
+        settle_long_lived()
         for number in range(self._settings.workers):
             worker = threading.Thread(target=self._work, name=f"worker-{number}", daemon=True)
             worker.start()
@@ -373,6 +396,6 @@ def _budget_changed(old: VolumeRecord | None, new: VolumeRecord | None, name: st
 
 
 def _helper_pod(obj: dict[str, Any]) -> dict[str, Any]:
-    """Helper pods are few and short-lived: keep them whole (the runs read their status)."""
-    obj.get("metadata", {}).pop("managedFields", None)
+    """Helper pods are few and short-lived: keep them whole (the runs read their status; the
+    decoding drops managedFields)."""
     return obj

@@ -1,9 +1,9 @@
 """Decision tables: which claims and volumes are ours, and what each needs now."""
 
-import dataclasses
 import json
 from typing import Any
 
+import msgspec
 import pytest
 
 from provisioner.core.claims import (
@@ -79,11 +79,11 @@ CLAIM = ClaimRecord(
 
 
 def claim(**changes: Any) -> ClaimRecord:
-    return dataclasses.replace(CLAIM, **changes)
+    return msgspec.structs.replace(CLAIM, **changes)
 
 
 def klass(base: StorageClassRecord = LOCAL, **changes: Any) -> StorageClassRecord:
-    return dataclasses.replace(base, **changes)
+    return msgspec.structs.replace(base, **changes)
 
 
 def decide(c: ClaimRecord = CLAIM, sc: StorageClassRecord | None = LOCAL, **kw: Any) -> Any:
@@ -352,7 +352,7 @@ def volume(**changes: Any) -> VolumeRecord:
         finalizers=(VOLUME_FINALIZER,),
         capacity="1Mi",
     )
-    return dataclasses.replace(base, **changes)
+    return msgspec.structs.replace(base, **changes)
 
 
 def decide_volume(v: VolumeRecord, **kw: Any) -> Any:
@@ -593,7 +593,7 @@ def test_paths_in_flight_are_reserved_and_freed_when_the_provision_fails() -> No
     # the same claim again (a requeue): in flight, nothing to do
     assert decide(c, SCOPED_CLASS, paths=book) == Ignore("volume pvc-u-1 is being provisioned")
     # another claim rendering the same path waits
-    twin = dataclasses.replace(c, uid="u-2")
+    twin = msgspec.structs.replace(c, uid="u-2")
     waiting = decide(twin, SCOPED_CLASS, paths=book)
     assert isinstance(waiting, WaitForPath)
     assert waiting.blockers == ("pvc-u-1",)

@@ -8,6 +8,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from provisioner.core.claims import (
     PROVISIONED_BY,
     STORAGE_PROVISIONER,
@@ -142,8 +144,8 @@ def test_a_clone_is_provisioned_on_its_sources_node_with_the_source_in_its_plan(
 
 def test_immediate_binding_places_a_node_local_clone_on_the_sources_node() -> None:
     decision = decide(
-        dataclasses.replace(CLONE, selected_node=None),
-        dataclasses.replace(LOCAL, binding_mode="Immediate"),
+        msgspec.structs.replace(CLONE, selected_node=None),
+        msgspec.structs.replace(LOCAL, binding_mode="Immediate"),
     )
     assert isinstance(decision, Provision)
     assert decision.plan.node_name == "n1"
@@ -151,12 +153,12 @@ def test_immediate_binding_places_a_node_local_clone_on_the_sources_node() -> No
 
 
 def test_wait_for_first_consumer_waits_for_the_scheduler() -> None:
-    decision = decide(dataclasses.replace(CLONE, selected_node=None))
+    decision = decide(msgspec.structs.replace(CLONE, selected_node=None))
     assert decision == Ignore("waiting for the scheduler to select a node")
 
 
 def test_another_selected_node_goes_back_to_the_scheduler_saying_how_to_pin() -> None:
-    decision = decide(dataclasses.replace(CLONE, selected_node="n2"))
+    decision = decide(msgspec.structs.replace(CLONE, selected_node="n2"))
     assert decision == Reschedule(
         "selected node n2 cannot hold a clone of claim ns/src (volume pvc-u-src): its data is"
         " on node n1; pin the claim's consumer there (node affinity on"
@@ -165,11 +167,11 @@ def test_another_selected_node_goes_back_to_the_scheduler_saying_how_to_pin() ->
 
 
 def test_a_shared_filesystem_clone_goes_to_any_node() -> None:
-    volume = dataclasses.replace(
+    volume = msgspec.structs.replace(
         SOURCE_VOLUME, storage_class_name="nfs", path="/mnt/nfs/pvc-u-src_ns_src", affinity=()
     )
-    claim = dataclasses.replace(SOURCE_CLAIM, storage_class_name="nfs")
-    clone = dataclasses.replace(CLONE, storage_class_name="nfs", selected_node="n2")
+    claim = msgspec.structs.replace(SOURCE_CLAIM, storage_class_name="nfs")
+    clone = msgspec.structs.replace(CLONE, storage_class_name="nfs", selected_node="n2")
     decision = decide(clone, NFS, Sources((claim,), (volume,)))
     assert isinstance(decision, Provision)
     assert decision.plan.node_name == "n2"
@@ -200,7 +202,7 @@ def test_a_clone_counts_against_its_nodes_budget_like_any_volume() -> None:
 
     def decide_with_budget(requested: str) -> Any:
         return decide_claim_action(
-            dataclasses.replace(CLONE, requested_storage=requested),
+            msgspec.structs.replace(CLONE, requested_storage=requested),
             LOCAL,
             budgeted,
             set(),
@@ -219,11 +221,11 @@ def test_a_clone_counts_against_its_nodes_budget_like_any_volume() -> None:
 
 def test_other_data_sources_are_left_to_whoever_serves_them_without_an_event() -> None:
     snapshot = DataSource("snapshot.storage.k8s.io", "VolumeSnapshot", "src")
-    assert decide(dataclasses.replace(CLONE, data_source=snapshot)) == Ignore(
+    assert decide(msgspec.structs.replace(CLONE, data_source=snapshot)) == Ignore(
         "data source VolumeSnapshot is for another controller to fill"
     )
     grouped_claim = DataSource("example.com", "PersistentVolumeClaim", "src")
-    assert isinstance(decide(dataclasses.replace(CLONE, data_source=grouped_claim)), Ignore)
+    assert isinstance(decide(msgspec.structs.replace(CLONE, data_source=grouped_claim)), Ignore)
 
 
 def refusal(claim: ClaimRecord = CLONE, sources: Sources | None = None, **kw: Any) -> str:
@@ -234,44 +236,44 @@ def refusal(claim: ClaimRecord = CLONE, sources: Sources | None = None, **kw: An
 
 def test_refusals_say_why() -> None:
     other_ns = DataSource("", "PersistentVolumeClaim", "src", namespace="elsewhere")
-    assert refusal(dataclasses.replace(CLONE, data_source=other_ns)) == (
+    assert refusal(msgspec.structs.replace(CLONE, data_source=other_ns)) == (
         "source claim elsewhere/src is in another namespace: a clone's source must be a claim"
         " in its own namespace (ns); copy the data there first"
     )
     assert refusal(sources=Sources(claims=())) == (
         "source claim ns/src (spec.dataSource) not found: create it, or fix the name"
     )
-    deleting = dataclasses.replace(SOURCE_CLAIM, being_deleted=True)
+    deleting = msgspec.structs.replace(SOURCE_CLAIM, being_deleted=True)
     assert "is being deleted" in refusal(sources=Sources(claims=(deleting,)))
-    other_class = dataclasses.replace(SOURCE_CLAIM, storage_class_name="other")
+    other_class = msgspec.structs.replace(SOURCE_CLAIM, storage_class_name="other")
     assert refusal(sources=Sources(claims=(other_class,))) == (
         "source claim ns/src is of StorageClass 'other', this claim of 'local': a clone must"
         " be of its source's class"
     )
-    pending = dataclasses.replace(SOURCE_CLAIM, volume_name="")
+    pending = msgspec.structs.replace(SOURCE_CLAIM, volume_name="")
     assert refusal(sources=Sources(claims=(pending,))) == (
         "source claim ns/src is not Bound yet: the clone is made once it is"
     )
     assert "which is not found" in refusal(sources=Sources(volumes=()))
-    foreign = dataclasses.replace(SOURCE_VOLUME, annotations={PROVISIONED_BY: "rancher.io/x"})
+    foreign = msgspec.structs.replace(SOURCE_VOLUME, annotations={PROVISIONED_BY: "rancher.io/x"})
     assert refusal(sources=Sources(volumes=(foreign,))) == (
         "volume pvc-u-src of source claim ns/src was provisioned by rancher.io/x, not"
         f" {ME}: only volumes this provisioner made can be cloned"
     )
-    assert refusal(dataclasses.replace(CLONE, requested_storage="512Mi")) == (
+    assert refusal(msgspec.structs.replace(CLONE, requested_storage="512Mi")) == (
         "source claim ns/src holds 1Gi, more than this claim requests: request at least 1Gi"
     )
-    reuse = dataclasses.replace(LOCAL, parameters={"reuseExistingData": "true"})
+    reuse = msgspec.structs.replace(LOCAL, parameters={"reuseExistingData": "true"})
     assert "sets reuseExistingData" in refusal(storage_class=reuse)
 
 
 def test_a_source_path_that_is_not_the_classes_is_never_copied() -> None:
     for path in ("/etc", "/opt/lp", "/opt/lp/../etc/x", "/opt/other/x"):
-        escaping = dataclasses.replace(SOURCE_VOLUME, path=path)
+        escaping = msgspec.structs.replace(SOURCE_VOLUME, path=path)
         assert "is not clean and strictly inside a base path" in refusal(
             sources=Sources(volumes=(escaping,))
         )
-    rebound = dataclasses.replace(SOURCE_VOLUME, claim_ref=ClaimReference("ns", "src", "u-old"))
+    rebound = msgspec.structs.replace(SOURCE_VOLUME, claim_ref=ClaimReference("ns", "src", "u-old"))
     assert refusal(sources=Sources(volumes=(rebound,))) == (
         "volume pvc-u-src is not bound to source claim ns/src"
     )
@@ -281,11 +283,11 @@ def test_a_source_that_went_during_the_copy_is_seen() -> None:
     assert source_changed(SOURCE, SOURCE_CLAIM, SOURCE_VOLUME) is None
     gone = "source claim ns/src (volume pvc-u-src) was deleted during the copy"
     assert source_changed(SOURCE, None, SOURCE_VOLUME) == gone
-    recreated = dataclasses.replace(SOURCE_CLAIM, uid="u-new")
+    recreated = msgspec.structs.replace(SOURCE_CLAIM, uid="u-new")
     assert source_changed(SOURCE, recreated, SOURCE_VOLUME) == gone
-    deleting = dataclasses.replace(SOURCE_CLAIM, being_deleted=True)
+    deleting = msgspec.structs.replace(SOURCE_CLAIM, being_deleted=True)
     assert "began to be deleted" in str(source_changed(SOURCE, deleting, SOURCE_VOLUME))
-    released = dataclasses.replace(SOURCE_VOLUME, phase="Released")
+    released = msgspec.structs.replace(SOURCE_VOLUME, phase="Released")
     assert "released or deleted" in str(source_changed(SOURCE, SOURCE_CLAIM, released))
     assert "lost its volume" in str(source_changed(SOURCE, SOURCE_CLAIM, None))
 

@@ -3,9 +3,10 @@ refused with a reason otherwise, and never mistaken for a claim the PV controlle
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any
+
+import msgspec
 
 from provisioner.core.claims import (
     NODE_ANNOTATION,
@@ -76,19 +77,19 @@ def decide(claim: ClaimRecord, volume: VolumeRecord = VOLUME, **kwargs: Any) -> 
 
 
 def test_a_larger_request_with_room_is_granted() -> None:
-    decision = decide(dataclasses.replace(CLAIM, requested_storage="2Gi"))
+    decision = decide(msgspec.structs.replace(CLAIM, requested_storage="2Gi"))
     assert decision == Expand("pvc-1", "2Gi", 2 * GI, "n1", "/data/pvc-1", base_path="/data")
 
 
 def test_a_claim_being_bound_is_not_an_interrupted_expansion() -> None:
     # The PV controller sets spec.volumeName first and the status capacity with Bound after.
-    binding = dataclasses.replace(CLAIM, status_capacity=None)
+    binding = msgspec.structs.replace(CLAIM, status_capacity=None)
     assert isinstance(decide(binding), NoExpansion)
 
 
 def test_a_pv_grown_before_a_crash_gets_the_claim_status_caught_up() -> None:
-    grown = dataclasses.replace(VOLUME, capacity="2Gi")
-    claim = dataclasses.replace(CLAIM, requested_storage="2Gi", status_capacity="1Gi")
+    grown = msgspec.structs.replace(VOLUME, capacity="2Gi")
+    claim = msgspec.structs.replace(CLAIM, requested_storage="2Gi", status_capacity="1Gi")
     assert decide(claim, grown) == FinishExpansion("2Gi")
 
 
@@ -97,22 +98,22 @@ def test_the_same_size_is_nothing_to_do() -> None:
 
 
 def test_a_class_without_allow_volume_expansion_refuses() -> None:
-    fixed = dataclasses.replace(EXPANDABLE, allow_volume_expansion=False)
-    decision = decide(dataclasses.replace(CLAIM, requested_storage="2Gi"), storage_class=fixed)
+    fixed = msgspec.structs.replace(EXPANDABLE, allow_volume_expansion=False)
+    decision = decide(msgspec.structs.replace(CLAIM, requested_storage="2Gi"), storage_class=fixed)
     assert isinstance(decision, RefuseExpansion)
     assert "does not allowVolumeExpansion" in decision.reason
     assert not decision.waits_for_room
 
 
 def test_above_max_size_refuses() -> None:
-    capped = dataclasses.replace(EXPANDABLE, parameters={"maxSize": "1500Mi"})
-    decision = decide(dataclasses.replace(CLAIM, requested_storage="2Gi"), storage_class=capped)
+    capped = msgspec.structs.replace(EXPANDABLE, parameters={"maxSize": "1500Mi"})
+    decision = decide(msgspec.structs.replace(CLAIM, requested_storage="2Gi"), storage_class=capped)
     assert isinstance(decision, RefuseExpansion)
     assert "maxSize" in decision.reason
 
 
 def test_a_size_above_int64_refuses_naming_the_claim_and_the_limit() -> None:
-    decision = decide(dataclasses.replace(CLAIM, requested_storage="999999999999e999987"))
+    decision = decide(msgspec.structs.replace(CLAIM, requested_storage="999999999999e999987"))
     assert isinstance(decision, RefuseExpansion)
     assert decision.reason.startswith("claim ns/data requests '999999999999e999987' is above")
     assert "9223372036854775807 bytes" in decision.reason
@@ -126,20 +127,20 @@ def test_a_path_without_room_refuses_and_names_the_budget() -> None:
             PathEntry("pvc-2", HOST_N1, "/data/pvc-2", LIVE, size_bytes=GI * 3 // 2, node="n1"),
         ]
     )
-    decision = decide(dataclasses.replace(CLAIM, requested_storage="2Gi"), paths=book)
+    decision = decide(msgspec.structs.replace(CLAIM, requested_storage="2Gi"), paths=book)
     assert isinstance(decision, RefuseExpansion), decision
     assert "pvc-1" in decision.reason
     assert decision.waits_for_room
 
 
 def test_someone_elses_volume_is_never_expanded() -> None:
-    theirs = dataclasses.replace(VOLUME, annotations={PROVISIONED_BY: "rancher.io/local-path"})
+    theirs = msgspec.structs.replace(VOLUME, annotations={PROVISIONED_BY: "rancher.io/local-path"})
     assert isinstance(
-        decide(dataclasses.replace(CLAIM, requested_storage="2Gi"), theirs), NoExpansion
+        decide(msgspec.structs.replace(CLAIM, requested_storage="2Gi"), theirs), NoExpansion
     )
-    other_claim = dataclasses.replace(VOLUME, claim_ref=ClaimReference("ns", "data", "uid-2"))
+    other_claim = msgspec.structs.replace(VOLUME, claim_ref=ClaimReference("ns", "data", "uid-2"))
     assert isinstance(
-        decide(dataclasses.replace(CLAIM, requested_storage="2Gi"), other_claim), NoExpansion
+        decide(msgspec.structs.replace(CLAIM, requested_storage="2Gi"), other_claim), NoExpansion
     )
 
 
@@ -177,7 +178,7 @@ def counted(book: PathBook) -> int:
 def test_pv_events_during_a_resize_keep_the_new_size_counted() -> None:
     book = PathBook()
     record_volume(book, VOLUME)
-    grow = dataclasses.replace(CLAIM, requested_storage="2Gi")
+    grow = msgspec.structs.replace(CLAIM, requested_storage="2Gi")
     expand = decide(grow, storage_class=WAITING_CLASS, paths=book)
     assert isinstance(expand, Expand)
     assert isinstance(provision_2gi(book), Provision)  # 2Gi of the 3Gi are free until now
@@ -188,7 +189,7 @@ def test_pv_events_during_a_resize_keep_the_new_size_counted() -> None:
     assert isinstance(provision_2gi(book), Reschedule)
     # the PATCH landed: the PV says 2Gi, the count stays 2Gi
     book.finish_resize("pvc-1", expand.size_bytes)
-    record_volume(book, dataclasses.replace(VOLUME, capacity="2Gi"))
+    record_volume(book, msgspec.structs.replace(VOLUME, capacity="2Gi"))
     assert counted(book) == 2 * GI
     assert book.get("pvc-1") == PathEntry("pvc-1", ("", ""), "/data/pvc-1", LIVE, 2 * GI, "n1")
     assert isinstance(provision_2gi(book), Reschedule)
@@ -199,7 +200,7 @@ def test_a_failed_resize_stays_counted_until_a_retry_carries_it_out() -> None:
     # 2Gi stays counted (not rolled back) until the expansion is carried out after all.
     book = PathBook()
     record_volume(book, VOLUME)
-    grow = dataclasses.replace(CLAIM, requested_storage="2Gi")
+    grow = msgspec.structs.replace(CLAIM, requested_storage="2Gi")
     book.start_resize("pvc-1", 2 * GI)
     record_volume(book, VOLUME)
     assert isinstance(provision_2gi(book), Reschedule)
@@ -220,5 +221,5 @@ def test_a_completed_resize_replaces_a_larger_failed_one() -> None:
     book.start_resize("pvc-1", 2 * GI)
     assert counted(book) == 3 * GI
     book.finish_resize("pvc-1", 2 * GI)
-    record_volume(book, dataclasses.replace(VOLUME, capacity="2Gi"))
+    record_volume(book, msgspec.structs.replace(VOLUME, capacity="2Gi"))
     assert counted(book) == 2 * GI

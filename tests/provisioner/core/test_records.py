@@ -1,10 +1,13 @@
 """Compact records built from the API's JSON form, and quantities."""
 
+import json
 import subprocess
 import sys
 
+import msgspec
 import pytest
 
+from provisioner.core.api_objects import PersistentVolumeClaim
 from provisioner.core.records import (
     ClaimReference,
     DataSource,
@@ -192,3 +195,56 @@ def test_repeated_strings_are_shared_between_records_and_unique_ones_kept() -> N
     (key_1,), (key_2,) = first.annotations, second.annotations
     assert key_1 is key_2
     assert (first.uid, second.uid) == ("u1", "u2")
+
+
+CLAIM_JSON = {
+    "apiVersion": "v1",
+    "kind": "PersistentVolumeClaim",
+    "metadata": {
+        "name": "data",
+        "namespace": "team-a",
+        "uid": "u1",
+        "resourceVersion": "7",
+        "annotations": {"volume.kubernetes.io/selected-node": "n1"},
+        "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
+    },
+    "spec": {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Gi"}, "limits": {"storage": "2Gi"}},
+        "storageClassName": "local-path",
+        "volumeMode": "Filesystem",
+        "dataSourceRef": {"apiGroup": "", "kind": "PersistentVolumeClaim", "name": "src"},
+    },
+    "status": {"phase": "Pending", "conditions": [{"type": "Resizing", "status": "True"}]},
+}
+
+
+def test_a_record_from_the_informers_struct_equals_the_one_from_the_dict() -> None:
+    """The informer decodes JSON text straight into the Structs of api_objects (skipping
+    managedFields and every member the records do not read); the shell's other reads convert
+    dicts to the same Structs: one builder, one result."""
+    decoded = msgspec.json.decode(json.dumps(CLAIM_JSON), type=PersistentVolumeClaim)
+    assert claim_record(decoded) == claim_record(CLAIM_JSON)
+    record = claim_record(decoded)
+    assert record.data_source == DataSource("", "PersistentVolumeClaim", "src")
+    assert (record.requested_storage, record.selected_node) == ("1Gi", "n1")
+
+
+def test_a_member_of_the_wrong_type_is_a_value_error_naming_the_kind() -> None:
+    with pytest.raises(ValueError, match=r"PersistentVolume: .*labels"):
+        volume_record({"metadata": {"name": "pvc-1", "labels": {"a": 1}}})
+
+
+def test_records_cannot_be_changed_in_place() -> None:
+    record = claim_record(CLAIM_JSON)
+    with pytest.raises(AttributeError):
+        record.volume_name = "pvc-other"  # type: ignore[misc]
+    assert msgspec.structs.replace(record, volume_name="pvc-1").volume_name == "pvc-1"
+    assert record.volume_name == ""
+
+
+def test_an_empty_data_source_ref_gives_way_to_the_data_source() -> None:
+    source = {"kind": "PersistentVolumeClaim", "name": "src"}
+    claim = claim_record({"spec": {"dataSourceRef": {}, "dataSource": source}})
+    assert claim.data_source == DataSource("", "PersistentVolumeClaim", "src")
+    assert claim_record({"spec": {"dataSourceRef": {}}}).data_source is None

@@ -1,7 +1,8 @@
 """The PersistentVolume built for a provisioning plan."""
 
-import dataclasses
 import json
+
+import msgspec
 
 from provisioner.core.claims import (
     NODE_ANNOTATION,
@@ -104,7 +105,7 @@ def test_node_local_hostpath_volume() -> None:
 
 
 def test_local_source_and_custom_affinity_key() -> None:
-    storage_class = dataclasses.replace(
+    storage_class = msgspec.structs.replace(
         LOCAL, parameters={"nodeAffinityKey": "disk"}, annotations={"defaultVolumeType": "local"}
     )
     pv = build_persistent_volume(plan(storage_class=storage_class).plan)
@@ -116,7 +117,7 @@ def test_local_source_and_custom_affinity_key() -> None:
 
 def test_shared_retain_volume_has_no_affinity_and_no_finalizer() -> None:
     nfs = StorageClassRecord("nfs", ME, reclaim_policy="Retain")
-    claim = dataclasses.replace(
+    claim = msgspec.structs.replace(
         CLAIM, storage_class_name="nfs", selected_node=None, access_modes=("ReadWriteMany",)
     )
     pv = build_persistent_volume(plan(claim, nfs).plan)
@@ -129,7 +130,7 @@ def test_shared_retain_volume_has_no_affinity_and_no_finalizer() -> None:
 
 
 def test_built_volume_reads_back_as_ours_and_tears_down_where_it_was_made() -> None:
-    storage_class = dataclasses.replace(LOCAL, parameters={"nodeAffinityKey": "disk"})
+    storage_class = msgspec.structs.replace(LOCAL, parameters={"nodeAffinityKey": "disk"})
     pv = build_persistent_volume(plan(storage_class=storage_class).plan)
     record = volume_record({**pv, "status": {"phase": "Released"}})
     decision = decide_volume_action(record, CONFIG, NODES, provisioner_name=ME)

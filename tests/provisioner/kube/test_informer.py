@@ -11,6 +11,7 @@ import pytest
 
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.informer import Informer, name_key, namespaced_name_key, uid_key
+from provisioner.kube.object_decoding import DictObjects
 from tests.provisioner.kube.fakes import FakeClock, FakeResponse, HandlerRecorder, watch_chunks
 
 
@@ -92,6 +93,7 @@ def running() -> Iterator[StartInformer]:
     def start(api: ScriptedApi, **kwargs: Any) -> tuple[Informer[Record], Recorder]:
         kwargs.setdefault("key", name_key)
         kwargs.setdefault("backoff", (0.01, 0.05))
+        kwargs.setdefault("objects", DictObjects())
         informer = Informer("test", api, to_record=to_record, **kwargs)
         recorder = Recorder()
         recorder.attach(informer)
@@ -261,7 +263,7 @@ def test_a_failing_handler_does_not_stop_the_informer(running: StartInformer) ->
         [[page([obj("a")])]],
         [FakeResponse(chunks=watch_chunks({"type": "ADDED", "object": obj("b")}), stay_open=True)],
     )
-    informer = Informer("test", api, to_record=to_record, key=name_key)
+    informer = Informer("test", api, objects=DictObjects(), to_record=to_record, key=name_key)
 
     def explode(key: str, old: Record | None, new: Record | None) -> None:
         raise RuntimeError("handler bug")
@@ -312,7 +314,12 @@ def test_watches_that_end_at_once_are_backed_off(running: StartInformer) -> None
 def test_an_informer_without_progress_beyond_its_bound_is_wedged() -> None:
     clock = FakeClock()
     informer: Informer[dict[str, Any]] = Informer(
-        "stuck", lambda **kwargs: None, to_record=lambda obj: obj, clock=clock
+        "stuck",
+        lambda **kwargs: None,
+        objects=DictObjects(),
+        to_record=lambda obj: obj,
+        key=name_key,
+        clock=clock,
     )
     assert informer.liveness() is None  # not started
     informer._thread = threading.current_thread()  # alive, as a running informer's thread

@@ -13,6 +13,7 @@ from localcluster import LocalCluster
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
 from provisioner.kube.informer import Informer, namespaced_name_key
+from provisioner.kube.object_decoding import DictObjects
 from tests.provisioner.kube.fakes import HandlerRecorder, wait_until
 
 pytestmark = pytest.mark.cluster
@@ -61,7 +62,12 @@ def start(clients: KubeClients, namespace: str) -> Iterator[StartInformer]:
             clients.core.list_namespaced_config_map, namespace
         )
         informer = Informer(
-            "config-maps", function, to_record=to_setting, key=namespaced_name_key, **kwargs
+            "config-maps",
+            function,
+            objects=DictObjects(),
+            to_record=to_setting,
+            key=namespaced_name_key,
+            **kwargs,
         )
         recorder = HandlerRecorder[Setting]()
         recorder.attach(informer)

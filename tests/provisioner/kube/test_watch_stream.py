@@ -34,11 +34,6 @@ def test_blank_lines_are_skipped() -> None:
     assert len(list(watch_stream.iter_watch_events(FakeResponse(chunks=chunks)))) == 1
 
 
-def test_strip_managed_fields() -> None:
-    obj = {"metadata": {"name": "a", "managedFields": [{"manager": "x"}]}}
-    assert watch_stream.strip_managed_fields(obj) == {"metadata": {"name": "a"}}
-
-
 def test_watch_error_code_and_resource_version() -> None:
     assert watch_stream.watch_error_code({"type": "ERROR", "object": {"code": 410}}) == 410
     assert watch_stream.watch_error_code({"type": "ERROR", "object": "junk"}) is None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+import msgspec
 
 from provisioner.core.records import ClaimRecord, DataSource
 from provisioner.shell.clone_sources import CloneWaits
@@ -19,8 +19,8 @@ CLONE = ClaimRecord(
 def test_a_source_that_binds_wakes_the_clones_naming_it_once() -> None:
     waits = CloneWaits()
     assert waits.update(None, CLONE) == set()
-    other = dataclasses.replace(CLONE, uid="u-other", namespace="elsewhere")
-    snapshot = dataclasses.replace(
+    other = msgspec.structs.replace(CLONE, uid="u-other", namespace="elsewhere")
+    snapshot = msgspec.structs.replace(
         CLONE,
         uid="u-snap",
         data_source=DataSource("snapshot.storage.k8s.io", "VolumeSnapshot", "src"),
@@ -28,17 +28,17 @@ def test_a_source_that_binds_wakes_the_clones_naming_it_once() -> None:
     waits.update(None, other)
     waits.update(None, snapshot)
     assert waits.update(None, SOURCE) == set()
-    bound = dataclasses.replace(SOURCE, volume_name="pvc-u-src")
+    bound = msgspec.structs.replace(SOURCE, volume_name="pvc-u-src")
     assert waits.update(SOURCE, bound) == {"u-clone"}
     # Only the binding wakes them, not every later change of the bound source.
-    assert waits.update(bound, dataclasses.replace(bound, resource_version="2")) == set()
+    assert waits.update(bound, msgspec.structs.replace(bound, resource_version="2")) == set()
 
 
 def test_a_clone_that_bound_or_went_is_no_longer_woken() -> None:
     waits = CloneWaits()
     waits.update(None, CLONE)
-    waits.update(CLONE, dataclasses.replace(CLONE, volume_name="pvc-u-clone"))
-    second = dataclasses.replace(CLONE, uid="u-second")
+    waits.update(CLONE, msgspec.structs.replace(CLONE, volume_name="pvc-u-clone"))
+    second = msgspec.structs.replace(CLONE, uid="u-second")
     waits.update(None, second)
     waits.update(second, None)
-    assert waits.update(SOURCE, dataclasses.replace(SOURCE, volume_name="pvc-u-src")) == set()
+    assert waits.update(SOURCE, msgspec.structs.replace(SOURCE, volume_name="pvc-u-src")) == set()
