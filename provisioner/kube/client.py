@@ -34,7 +34,6 @@ from provisioner.kube.credentials import (
     in_cluster_credentials,
 )
 from provisioner.kube.kubeconfig import kubeconfig_credentials, read_kubeconfig
-from provisioner.kube.object_decoding import LIST_HEADERS
 from provisioner.kube.rate_limit import TokenBucket
 from provisioner.kube.transport import RateLimitedApiClient, Timeout
 
@@ -141,13 +140,10 @@ class ListFunction:
             for name, value in parameters.items()
             if value is not None
         ]
-        # A list's body is compressed (a tenth of the bytes); a watch's events come as they
-        # happen, which compression would only hold back.
-        headers = {"Accept": "application/json"} if parameters.get("watch") else LIST_HEADERS
         response = self.api_client.call_api(
             "GET",
             request_url(self.api_client.configuration.host, self.path, query),
-            dict(headers),
+            {"Accept": "application/json"},
             timeout=_request_timeout,
         )
         if not 200 <= response.status <= 299:

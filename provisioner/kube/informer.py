@@ -7,8 +7,8 @@ it. Objects are discarded as soon as the record is made: 50,000 volumes must syn
 fit in a small memory budget.
 
 Semantics follow client-go's reflector and shared informer:
-- list in pages of 500 (the watch cache answers a first list in one response, gzip-compressed,
-  its items decoded one at a time), then watch from the list's resourceVersion with bookmarks;
+- list in pages of 500 (the watch cache answers a first list in one response, its items
+  decoded one at a time), then watch from the list's resourceVersion with bookmarks;
 - the first list is served from the apiserver's watch cache (resourceVersion "0",
   NotOlderThan): it may be a moment old, which the watch from its resourceVersion makes good,
   and it spares etcd (and us) a quorum read of every object at start;
