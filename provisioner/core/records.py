@@ -145,7 +145,7 @@ def _shared_tuple(values: list[str] | None) -> tuple[str, ...]:
 
 
 def claim_record(obj: PersistentVolumeClaim | Mapping[str, Any]) -> ClaimRecord:
-    claim = obj if isinstance(obj, PersistentVolumeClaim) else _parsed(obj, PersistentVolumeClaim)
+    claim = _as_struct(obj, PersistentVolumeClaim)
     meta, spec = claim.metadata, claim.spec
     annotations = _strings(meta.annotations)
     class_name = spec.storage_class_name
@@ -191,7 +191,7 @@ def _data_source(value: TypedObjectReference | None) -> DataSource | None:
 
 
 def volume_record(obj: PersistentVolume | Mapping[str, Any]) -> VolumeRecord:
-    volume = obj if isinstance(obj, PersistentVolume) else _parsed(obj, PersistentVolume)
+    volume = _as_struct(obj, PersistentVolume)
     meta, spec = volume.metadata, volume.spec
     path, volume_type = None, None
     if spec.host_path is not None and spec.local is None:
@@ -224,7 +224,7 @@ def volume_record(obj: PersistentVolume | Mapping[str, Any]) -> VolumeRecord:
 
 
 def storage_class_record(obj: StorageClass | Mapping[str, Any]) -> StorageClassRecord:
-    storage_class = obj if isinstance(obj, StorageClass) else _parsed(obj, StorageClass)
+    storage_class = _as_struct(obj, StorageClass)
     return StorageClassRecord(
         name=storage_class.metadata.name,
         provisioner=storage_class.provisioner,
@@ -238,7 +238,7 @@ def storage_class_record(obj: StorageClass | Mapping[str, Any]) -> StorageClassR
 
 
 def node_record(obj: Node | Mapping[str, Any]) -> NodeRecord:
-    node = obj if isinstance(obj, Node) else _parsed(obj, Node)
+    node = _as_struct(obj, Node)
     conditions = node.status.conditions or ()
     return NodeRecord(
         name=node.metadata.name,
@@ -248,9 +248,12 @@ def node_record(obj: Node | Mapping[str, Any]) -> NodeRecord:
     )
 
 
-def _parsed(obj: Mapping[str, Any], kind: type[_Object]) -> _Object:
-    """An object as the shell read it (a dict of the API's JSON) in the Struct its builder reads;
-    a member of the wrong type is a ValueError naming it."""
+def _as_struct(obj: _Object | Mapping[str, Any], kind: type[_Object]) -> _Object:
+    """The object as the Struct its builder reads: as an informer decoded it, or converted from
+    the API's JSON form as the shell read it (a dict); a member of the wrong type is a ValueError
+    naming it."""
+    if isinstance(obj, kind):
+        return obj
     try:
         return msgspec.convert(obj, kind)
     except msgspec.ValidationError as e:
