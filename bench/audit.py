@@ -77,8 +77,10 @@ def start_audited_cluster(
     work_dir: Path,
     controller_manager_qps: int | None = None,
     pod_start: PodStartModel = FAST,
+    controller_manager_flags: Sequence[str] = (),
 ) -> tuple[LocalCluster, AuditLog]:
-    """A fresh local cluster whose apiserver writes every request to an audit log."""
+    """A fresh local cluster whose apiserver writes every request to an audit log;
+    `controller_manager_flags` come after the harness's own, so they override them."""
     work_dir.mkdir(parents=True, exist_ok=True)
     policy = work_dir / "audit-policy.yaml"
     policy.write_text(AUDIT_POLICY)
@@ -94,6 +96,7 @@ def start_audited_cluster(
     if controller_manager_qps:
         qps, burst = controller_manager_limit(controller_manager_qps)
         controller_manager = [f"--kube-api-qps={qps}", f"--kube-api-burst={burst}"]
+    controller_manager += controller_manager_flags
     with _extra_flags(audit, controller_manager):
         cluster = LocalCluster.start(
             ClusterOptions(nodes=tuple(nodes), announce=False, pod_start=pod_start)

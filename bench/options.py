@@ -20,6 +20,9 @@ class BenchOptions:
     scale_volumes: int
     scale_sizes: tuple[int, ...]
     """Every data-set size of the scaling table, ascending; includes scale_volumes."""
+    scale_starts: int
+    """Starts of each implementation over the largest data set (the start-up goals' size),
+    taken in turns; the figures are their medians (`bench.scale.median_start`)."""
     concurrency: int
     idle_seconds: float
     implementations: tuple[Implementation, ...]
@@ -63,6 +66,12 @@ def parse_options(argv: Sequence[str]) -> BenchOptions:
         help="also start each implementation over these numbers of volumes, comma-separated "
         "(e.g. 1000,10000,50000), for the scaling table; one cluster, its data set grown in "
         "turn",
+    )
+    add(
+        "--scale-starts",
+        type=int,
+        help="starts of each implementation, in turns, over the largest data set; its figures "
+        "are their medians (default 3; --quick 1)",
     )
     add("--concurrency", type=int, default=8, help="client threads of the bench and the floor")
     add("--idle-seconds", type=float, default=10.0, help="idle CPU window after ready")
@@ -121,6 +130,7 @@ def parse_options(argv: Sequence[str]) -> BenchOptions:
         nodes=args.nodes,
         scale_volumes=scale_volumes,
         scale_sizes=tuple(sorted({scale_volumes, *args.scale_sizes})),
+        scale_starts=max(1, args.scale_starts or (1 if args.quick else 3)),
         concurrency=args.concurrency,
         idle_seconds=args.idle_seconds,
         implementations=chosen,

@@ -341,6 +341,27 @@ def scaling_table(report: dict[str, Any], markdown: bool = False) -> str:
     return format_table(headers, rows, markdown)
 
 
+def scale_starts_table(report: dict[str, Any], markdown: bool = False) -> str:
+    """Every start at the sizes that took several (their medians are the figures above)."""
+    rows = []
+    for volumes, by_key in sorted((report.get("scaling") or {}).items(), key=lambda i: int(i[0])):
+        for key in IMPLEMENTATIONS:
+            starts = (by_key.get(key) or {}).get("starts") or []
+            if starts:
+                rows.append(
+                    [
+                        volumes,
+                        key,
+                        ", ".join(_number(ready) for ready, _ in starts),
+                        ", ".join(_number(cpu) for _, cpu in starts),
+                    ]
+                )
+    if not rows:
+        return ""
+    headers = ["volumes", "implementation", "ready (s), each start", "CPU until ready (s)"]
+    return format_table(headers, rows, markdown)
+
+
 def print_report(report: dict[str, Any]) -> None:
     options = report["options"]
     print(
@@ -359,6 +380,9 @@ def print_report(report: dict[str, Any]) -> None:
     if report.get("scaling"):
         print()
         print(scaling_table(report))
+        if starts := scale_starts_table(report):
+            print()
+            print(starts)
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -370,6 +394,7 @@ def markdown(report: dict[str, Any]) -> str:
             goals_table(report, markdown=True),
             *([time_goes_tables(report, markdown=True)] if report.get("time_goes") else []),
             *([scaling_table(report, markdown=True)] if report.get("scaling") else []),
+            *filter(None, [scale_starts_table(report, markdown=True)]),
         ]
     )
 

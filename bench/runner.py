@@ -10,16 +10,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.api import RawApi
-from bench.audit import controller_manager_limit, start_audited_cluster
+from bench.audit import AuditLog, controller_manager_limit, start_audited_cluster
 from bench.burst import BurstResult, run_burst
 from bench.capacity import burst_budget
 from bench.floor import run_floor
 from bench.implementations import OURS, REFERENCE_TUNED, Implementation
 from bench.options import BenchOptions
 from bench.quiet import wait_until_quiet
-from bench.scale import DatasetResult, ScaleResult, create_dataset, run_scale
-from bench.workspace import prepare_workspace
-from localcluster import default_node_specs
+from bench.scale import (
+    SCALE_CONTROLLER_MANAGER_FLAGS,
+    SCALE_CONTROLLER_MANAGER_QPS,
+    DatasetResult,
+    ScaleResult,
+    create_dataset,
+    median_start,
+    run_scale,
+)
+from bench.workspace import Workspace, prepare_workspace
+from localcluster import LocalCluster, default_node_specs
 from localcluster.pod_start import MODELS
 
 
@@ -111,8 +119,9 @@ def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> No
     cluster, audit = start_audited_cluster(
         default_node_specs(options.nodes),
         cluster_dir,
-        options.controller_manager_qps,
+        max(options.controller_manager_qps or 0, SCALE_CONTROLLER_MANAGER_QPS),
         MODELS[options.pod_start],
+        SCALE_CONTROLLER_MANAGER_FLAGS,
     )
     api = RawApi.for_cluster(cluster, pool_size=2 * options.concurrency + 8)
     try:
@@ -127,38 +136,70 @@ def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> No
             say(f"scale: data set of {volumes} made in {dataset.seconds:.0f}s")
             by_implementation = results.scaling.setdefault(volumes, {})
             log_dir = cluster_dir / str(volumes)
-            log_dir.mkdir(parents=True, exist_ok=True)
-            # Alternate who starts first, so neither always meets the other's page cache.
+            # Alternate who starts first, so neither always meets the other's page cache. The
+            # largest size (the goals') takes several starts of each, in turns.
             order = implementations if size_index % 2 == 0 else implementations[::-1]
-            for implementation in order:
-                quiet = wait_until_quiet(cluster.control_plane.pids(), say=say)
-                say(
-                    f"scale: control plane quiet after {quiet.seconds:.0f}s "
-                    f"({quiet.last_share:.2f} CPU)"
-                    + ("" if quiet.quiet else ": gave up waiting, measuring anyway")
-                )
-                scale = run_scale(
-                    workspace,
-                    audit,
-                    implementation,
-                    volumes=volumes,
-                    idle_seconds=options.idle_seconds,
-                    log_dir=log_dir,
-                    py_spy=options.py_spy,
-                )
-                scale.quiet_wait_seconds = quiet.seconds
-                by_implementation[implementation.key] = scale
+            largest = volumes == options.scale_sizes[-1]
+            starts: dict[str, list[ScaleResult]] = {}
+            for round_index in range(options.scale_starts if largest else 1):
+                shift = round_index % len(order)
+                for implementation in [*order[shift:], *order[:shift]]:
+                    start_dir = log_dir / f"start-{round_index + 1}" if largest else log_dir
+                    scale = _start_once(
+                        options,
+                        cluster,
+                        workspace,
+                        audit,
+                        implementation,
+                        volumes=volumes,
+                        log_dir=start_dir,
+                    )
+                    starts.setdefault(implementation.key, []).append(scale)
+            for key, runs in starts.items():
+                scale = median_start(runs) if len(runs) > 1 else runs[0]
+                by_implementation[key] = scale
                 if volumes == options.scale_volumes:
-                    results.scale[implementation.key] = scale
-                say(
-                    f"scale: {implementation.label} over {volumes}: ready in "
-                    f"{scale.ready_seconds:.2f}s ({scale.ready_cpu_seconds:.2f}s of CPU), "
-                    f"steady RSS {scale.steady_rss_mib:.0f} MiB, "
-                    f"peak {scale.peak_rss_mib:.0f} MiB"
-                )
+                    results.scale[key] = scale
     finally:
         api.close()
         cluster.stop()
+
+
+def _start_once(
+    options: BenchOptions,
+    cluster: LocalCluster,
+    workspace: Workspace,
+    audit: AuditLog,
+    implementation: Implementation,
+    *,
+    volumes: int,
+    log_dir: Path,
+) -> ScaleResult:
+    """One start over the data set, once the control plane is quiet."""
+    quiet = wait_until_quiet(cluster.control_plane.pids(), say=say)
+    say(
+        f"scale: control plane quiet after {quiet.seconds:.0f}s "
+        f"({quiet.last_share:.2f} CPU)"
+        + ("" if quiet.quiet else ": gave up waiting, measuring anyway")
+    )
+    log_dir.mkdir(parents=True, exist_ok=True)
+    scale = run_scale(
+        workspace,
+        audit,
+        implementation,
+        volumes=volumes,
+        idle_seconds=options.idle_seconds,
+        log_dir=log_dir,
+        py_spy=options.py_spy,
+    )
+    scale.quiet_wait_seconds = quiet.seconds
+    say(
+        f"scale: {implementation.label} over {volumes}: ready in "
+        f"{scale.ready_seconds:.2f}s ({scale.ready_cpu_seconds:.2f}s of CPU), "
+        f"steady RSS {scale.steady_rss_mib:.0f} MiB, "
+        f"peak {scale.peak_rss_mib:.0f} MiB"
+    )
+    return scale
 
 
 def run_all(options: BenchOptions, work_dir: Path) -> RunResults:
