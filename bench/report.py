@@ -160,6 +160,7 @@ def build_report(
             "nodes": options.nodes,
             "scale_volumes": options.scale_volumes,
             "scale_sizes": list(options.scale_sizes),
+            "scale_starts": options.scale_starts,
             "concurrency": options.concurrency,
             "idle_seconds": options.idle_seconds,
             "quick": options.quick,
