@@ -49,6 +49,16 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
+def _positive(text: str) -> int:
+    try:
+        number = int(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not a number: {text}") from e
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text}")
+    return number
+
+
 def parse_options(argv: Sequence[str]) -> BenchOptions:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
@@ -69,7 +79,7 @@ def parse_options(argv: Sequence[str]) -> BenchOptions:
     )
     add(
         "--scale-starts",
-        type=int,
+        type=_positive,
         help="starts of each implementation, in turns, over the largest data set; its figures "
         "are their medians (default 3; --quick 1)",
     )
@@ -130,7 +140,7 @@ def parse_options(argv: Sequence[str]) -> BenchOptions:
         nodes=args.nodes,
         scale_volumes=scale_volumes,
         scale_sizes=tuple(sorted({scale_volumes, *args.scale_sizes})),
-        scale_starts=max(1, args.scale_starts or (1 if args.quick else 3)),
+        scale_starts=args.scale_starts or (1 if args.quick else 3),
         concurrency=args.concurrency,
         idle_seconds=args.idle_seconds,
         implementations=chosen,

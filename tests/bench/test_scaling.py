@@ -53,6 +53,9 @@ def test_the_largest_size_takes_three_starts_unless_told_or_quick() -> None:
     assert parse_options([]).scale_starts == 3
     assert parse_options(["--quick"]).scale_starts == 1
     assert parse_options(["--scale-starts", "5"]).scale_starts == 5
+    for wrong in ("0", "-1", "x"):
+        with pytest.raises(SystemExit):
+            parse_options(["--scale-starts", wrong])
 
 
 def test_the_starts_table_lists_every_start_of_the_sizes_that_took_several() -> None:
