@@ -27,7 +27,7 @@ from bench.scale import (
     run_scale,
 )
 from bench.workspace import Workspace, prepare_workspace
-from localcluster import LocalCluster, default_node_specs
+from localcluster import default_node_specs
 from localcluster.pod_start import MODELS
 
 
@@ -147,7 +147,6 @@ def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> No
                     start_dir = log_dir / f"start-{round_index + 1}" if largest else log_dir
                     scale = _start_once(
                         options,
-                        cluster,
                         workspace,
                         audit,
                         implementation,
@@ -167,7 +166,6 @@ def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> No
 
 def _start_once(
     options: BenchOptions,
-    cluster: LocalCluster,
     workspace: Workspace,
     audit: AuditLog,
     implementation: Implementation,
@@ -176,7 +174,7 @@ def _start_once(
     log_dir: Path,
 ) -> ScaleResult:
     """One start over the data set, once the control plane is quiet."""
-    quiet = wait_until_quiet(cluster.control_plane.pids(), say=say)
+    quiet = wait_until_quiet(workspace.cluster.control_plane.pids(), say=say)
     say(
         f"scale: control plane quiet after {quiet.seconds:.0f}s "
         f"({quiet.last_share:.2f} CPU)"
