@@ -219,8 +219,8 @@ class HelperPodRunner(PodRunnerBase):
                 )
             )
             plan = self._with_termination_file(planned, container, container_dir)
-            plan_path = container_dir / "plan.json"
-            plan_path.write_text(plan.to_json(), encoding="utf-8")
+            plan_path = container_dir / "plan"
+            plan_path.write_bytes(plan.encode())
             if not self._pod_start.wait_container(run.cancelled):
                 return
             started_at = utc_now()

@@ -188,8 +188,8 @@ class PodWorker:
                     return None
             except UnsupportedPodError as error:
                 return self._start_error(error.message, attempt)
-        plan_path = self.pod_dir / f"plan-{attempt}.json"
-        plan_path.write_text(plan.to_json(), encoding="utf-8")
+        plan_path = self.pod_dir / f"plan-{attempt}"
+        plan_path.write_bytes(plan.encode())
         run = ContainerRun(self, plan_path, attempt)
         return run.run()
 

@@ -105,10 +105,11 @@ def test_mount_targets_follow_the_images_symlinks_inside_its_root(tmp_path: Path
     (root / "lib").symlink_to("usr/lib")
     (root / "escape").symlink_to("../../..")
     secrets = "/var/run/secrets/kubernetes.io/serviceaccount"
-    assert _inside(root, secrets) == root / "run/secrets/kubernetes.io/serviceaccount"
-    assert _inside(root, "/lib/x") == root / "usr/lib/x"
-    assert _inside(root, "/escape/etc/passwd") == root / "etc/passwd"
-    assert _inside(root, "/../../etc") == root / "etc"
+    inside = str(root)
+    assert _inside(inside, secrets) == str(root / "run/secrets/kubernetes.io/serviceaccount")
+    assert _inside(inside, "/lib/x") == str(root / "usr/lib/x")
+    assert _inside(inside, "/escape/etc/passwd") == str(root / "etc/passwd")
+    assert _inside(inside, "/../../etc") == str(root / "etc")
     (root / "loop").symlink_to("loop")
     with pytest.raises(SandboxError, match="symbolic links"):
-        _inside(root, "/loop/x")
+        _inside(inside, "/loop/x")
