@@ -28,7 +28,6 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from urllib3.exceptions import HTTPError
@@ -79,13 +78,6 @@ class _GoneError(Exception):
     """The resourceVersion we asked for is no longer available: list again."""
 
 
-@dataclass(frozen=True)
-class _Handlers(Generic[R]):
-    on_add: Handler[R] | None
-    on_update: Handler[R] | None
-    on_delete: Handler[R] | None
-
-
 class Informer(Generic[R]):
     def __init__(
         self,
@@ -119,7 +111,8 @@ class Informer(Generic[R]):
         self._clock = clock
         self._cache: dict[str, R] = {}
         self._lock = threading.Lock()
-        self._handlers: list[_Handlers[R]] = []
+        # By event kind: a first list dispatches one add per object, tens of thousands.
+        self._handlers: dict[str, list[Handler[R]]] = {"add": [], "update": [], "delete": []}
         self._resource_version = ""
         self._synced = threading.Event()
         self._stop = threading.Event()
@@ -136,7 +129,9 @@ class Informer(Generic[R]):
     ) -> None:
         if self._thread is not None:
             raise RuntimeError(f"informer {self.name}: add handlers before start()")
-        self._handlers.append(_Handlers(on_add, on_update, on_delete))
+        for kind, handler in (("add", on_add), ("update", on_update), ("delete", on_delete)):
+            if handler is not None:
+                self._handlers[kind].append(handler)
 
     def start(self) -> None:
         if self._thread is not None:
@@ -381,10 +376,7 @@ class Informer(Generic[R]):
                 self._dispatch("update", key, record, record)
 
     def _dispatch(self, kind: str, key: str, old: R | None, new: R | None) -> None:
-        for handlers in self._handlers:
-            handler = getattr(handlers, f"on_{kind}")
-            if handler is None:
-                continue
+        for handler in self._handlers[kind]:
             try:
                 handler(key, old, new)
             except Exception:

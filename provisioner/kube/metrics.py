@@ -7,6 +7,8 @@ tests and benchmarks can run several controllers in one process.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -136,5 +138,5 @@ class WorkQueueMetrics:
     def retried(self) -> None:
         self._retries.inc()
 
-    def set_depth(self, depth: int) -> None:
-        self._depth.set(depth)
+    def report_depth(self, read: Callable[[], int]) -> None:
+        self._depth.set_function(read)

@@ -17,7 +17,7 @@ import heapq
 import itertools
 import threading
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, Protocol, TypeVar
 
 from provisioner.kube.clock import SYSTEM_CLOCK, Clock
@@ -33,7 +33,9 @@ class QueueMetrics(Protocol):
 
     def retried(self) -> None: ...
 
-    def set_depth(self, depth: int) -> None: ...
+    def report_depth(self, read: Callable[[], int]) -> None:
+        """Called once: `read()` gives the depth whenever it is asked for (a scrape), so that
+        no add or get pays for reporting it."""
 
 
 class WorkQueue(Generic[T]):
@@ -63,6 +65,9 @@ class WorkQueue(Generic[T]):
         self._ready_at: dict[T, float] = {}
         self._sequence = itertools.count()
         self._shutting_down = False
+        if metrics is not None:
+            # len() of a deque needs no lock: a scrape reads it as it is at that moment.
+            metrics.report_depth(lambda: len(self._queue))
 
     def add(self, item: T) -> None:
         with self._condition:
@@ -112,7 +117,6 @@ class WorkQueue(Generic[T]):
                     item = self._queue.popleft()
                     self._dirty.discard(item)
                     self._processing.add(item)
-                    self._report_depth_locked()
                     return item
                 wait = self._waiting[0][0] - now if self._waiting else None
                 if deadline is not None:
@@ -128,7 +132,6 @@ class WorkQueue(Generic[T]):
             self._processing.discard(item)
             if item in self._dirty and not self._shutting_down:
                 self._queue.append(item)
-                self._report_depth_locked()
                 self._condition.notify()
 
     def shutdown(self) -> None:
@@ -161,7 +164,6 @@ class WorkQueue(Generic[T]):
         if item in self._processing:
             return
         self._queue.append(item)
-        self._report_depth_locked()
         self._condition.notify()
 
     def _promote_due_locked(self, now: float) -> None:
@@ -170,7 +172,3 @@ class WorkQueue(Generic[T]):
             if self._ready_at.get(item) == ready_at:
                 del self._ready_at[item]
                 self._add_locked(item)
-
-    def _report_depth_locked(self) -> None:
-        if self._metrics is not None:
-            self._metrics.set_depth(len(self._queue))

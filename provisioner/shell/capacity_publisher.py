@@ -82,8 +82,11 @@ class CapacityPublisher:
         self._collection = f"/apis/storage.k8s.io/v1/namespaces/{namespace}/csistoragecapacities"
 
     def poke(self) -> None:
-        """Something that changes budgets happened: publish soon (coalesced)."""
-        self._poked.set()
+        """Something that changes budgets happened: publish soon (coalesced). An event already
+        set is left alone (a first list pokes once per volume): the loop clears it before it
+        reads what to publish, so this change is in that pass."""
+        if not self._poked.is_set():
+            self._poked.set()
 
     def start(self) -> None:
         self._poked.set()

@@ -1,6 +1,6 @@
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import TypeVar
 
 import pytest
@@ -13,7 +13,7 @@ class RecordingMetrics:
     def __init__(self) -> None:
         self.adds = 0
         self.retries = 0
-        self.depths: list[int] = []
+        self.depth: Callable[[], int] = lambda: -1
 
     def added(self) -> None:
         self.adds += 1
@@ -21,8 +21,8 @@ class RecordingMetrics:
     def retried(self) -> None:
         self.retries += 1
 
-    def set_depth(self, depth: int) -> None:
-        self.depths.append(depth)
+    def report_depth(self, read: Callable[[], int]) -> None:
+        self.depth = read
 
 
 T = TypeVar("T", bound=Hashable)
@@ -269,8 +269,8 @@ def test_metrics_count_adds_retries_and_depth(clock: FakeClock) -> None:
     queue.add("a")
     queue.add("b")
     assert metrics.adds == 2
-    assert metrics.depths[-1] == 2
+    assert metrics.depth() == 2
     queue.done(take(queue))
-    assert metrics.depths[-1] == 1
+    assert metrics.depth() == 1
     queue.add_rate_limited("c")
     assert metrics.retries == 1
