@@ -39,16 +39,6 @@ class BenchOptions:
     """The helper-pod runner's pod start model by name (localcluster.pod_start.MODELS)."""
 
 
-def _sizes(text: str) -> tuple[int, ...]:
-    try:
-        sizes = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text}") from e
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"sizes must be positive: {text}")
-    return sizes
-
-
 def _positive(text: str) -> int:
     try:
         number = int(text)
@@ -57,6 +47,13 @@ def _positive(text: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {text}")
     return number
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    parts = [part for part in text.split(",") if part.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text}")
+    return tuple(_positive(part) for part in parts)
 
 
 def parse_options(argv: Sequence[str]) -> BenchOptions:
