@@ -1,9 +1,11 @@
 """One helper pod for several volumes of one node: what a busy node's queued setups (or
 teardowns) run in, instead of a pod each. Its outcomes are read back by `batch_outcomes`.
 
-Its first init container stages the scripts (the wrapper, the guard, the setup or teardown
-script in force, the quota and finish scripts) once into an emptyDir the others mount
-read-only: the pod carries them once, not once per volume.
+The scripts every volume runs (the wrapper, the guard, the setup or teardown script in force,
+the quota and finish scripts) are in the pod's annotations, once, and reach the containers as
+files of a downward-API volume they mount read-only: the pod carries them once, not once per
+volume, and no container starts only to write them (a kubelet starts a pod's containers one
+after another, so such a container would delay every volume of the pod).
 
 Each volume keeps what its own pod would give it: an init container of its own, with its own
 environment (VOL_DIR, VOL_SIZE_BYTES, ...), only its own directory writable (the base path
@@ -59,7 +61,7 @@ from provisioner.core.pod_shapes import (
 
 BATCH_VOLUMES_ANNOTATION = "local-path-storage.io/batch-volumes"
 """On a batch pod: the JSON list of its volumes' names, in the order of their init containers
-(after the stage container)."""
+(after the template's own)."""
 RESULTS_VOLUME = "results"
 RESULT_DIR = "/.local-path-storage/result"
 """Where a volume's container sees its own result directory (its subPath of the emptyDir)."""
@@ -67,8 +69,13 @@ RESULTS_DIR = "/.local-path-storage/results"
 """Where the finish container sees every volume's result directory, read-only."""
 SCRIPTS_VOLUME = "scripts"
 SCRIPTS_DIR = "/.local-path-storage/scripts"
-"""Where the scripts every volume runs are, written once by the stage container."""
-STAGE_CONTAINER = "stage"
+"""Where the scripts every volume runs are: the downward-API volume of their annotations."""
+SCRIPT_ANNOTATION_PREFIX = "local-path-storage.io/script-"
+"""A batch pod's annotation of each script it runs, by file name (script-wrapper, ...)."""
+MAX_STAGED_SCRIPT_BYTES = 128 * 1024
+"""The largest setup or teardown script a batch pod carries in an annotation: a pod's
+annotations may total 256 KiB, and the template's own must fit beside ours. A larger script's
+volumes keep pods of their own, which pass it in the environment."""
 OUTCOME_PATH = "/tmp/local-path-storage-outcome"
 """Every batch container's terminationMessagePath: what it writes there is its message."""
 EXIT_PREFIX = "lps-exit "
@@ -87,25 +94,10 @@ EXIT_LINE_BYTES = 16
 """Room for a volume container's `lps-exit CODE` line."""
 TAIL_MAX_BYTES = 2048
 MAX_BATCH_VOLUMES = 64
-"""Volumes in one batch pod, at most: each container's share of the messages is then 186
+"""Volumes in one batch pod, at most: each container's share of the messages is then 189
 bytes, the finish container's outcome line 76 (the largest --helper-batch-size)."""
 DEADLINE_SLACK_SECONDS = 30
 """The pod's activeDeadlineSeconds beyond every volume's own timeout: a backstop only."""
-
-# The first init container writes the scripts every volume runs, once per pod, into an
-# emptyDir that the others mount read-only: a pod spec carries each of them once instead of
-# once per volume (every status update of the pod is sent to every watcher of pods), and no
-# volume's code can change what the next volume runs.
-STAGE_SCRIPT = """\
-set -eu
-cd "$LPS_SCRIPTS"
-printf '%s\\n' "$LPS_STAGE_WRAPPER" > wrapper
-printf '%s\\n' "$LPS_STAGE_GUARD" > guard
-printf '%s\\n' "$LPS_STAGE_SCRIPT" > script
-printf '%s\\n' "$LPS_STAGE_FINISH" > finish
-printf '%s\\n' "$LPS_STAGE_BATCH_FINISH" > batch-finish
-if [ -n "${LPS_STAGE_QUOTA:-}" ]; then printf '%s\\n' "$LPS_STAGE_QUOTA" > quota; fi
-"""
 
 # $1 is setup or teardown, the rest the script's arguments. The guarded script runs in the
 # background so that a watchdog can end it at the volume's timeout; what it leaves running
@@ -184,6 +176,9 @@ def is_batchable(action: HelperAction, target: HelperTarget, bundle: ConfigBundl
     """Whether the volume may share a batch pod (see the module's docstring for why not)."""
     config = bundle.config
     if config.setup_command if action == "create" else config.teardown_command:
+        return False
+    script = bundle.setup_script if action == "create" else bundle.teardown_script
+    if len(script.encode()) > MAX_STAGED_SCRIPT_BYTES:
         return False
     if not target.base_path or not is_strictly_inside(target.path, target.base_path):
         return False
@@ -286,13 +281,12 @@ def build_batch_helper_pod(
         for index, t in enumerate(targets)
     ]
     volumes.append({"name": RESULTS_VOLUME, "emptyDir": {}})
-    volumes.append({"name": SCRIPTS_VOLUME, "emptyDir": {}})
-    ours = {volume["name"] for volume in volumes}
+    ours = {volume["name"] for volume in volumes} | {SCRIPTS_VOLUME}
     template = _without_mounts(spec["containers"][0], ours)
     spec["volumes"] = [v for v in spec.get("volumes") or () if v.get("name") not in ours]
     spec["volumes"] += volumes
-    # The template's init containers, the stage, one per volume and the finish.
-    containers = len(spec.get("initContainers") or ()) + len(targets) + 2
+    # The template's init containers, one per volume and the finish.
+    containers = len(spec.get("initContainers") or ()) + len(targets) + 1
     message = message_bytes(containers)
     if len(FINISH_PREFIX) + len(targets) + 1 > message:
         raise ValueError(f"{containers} containers leave no room for the batch's outcome line")
@@ -315,9 +309,18 @@ def build_batch_helper_pod(
     scripts = built[0][1]
     if any(staged != scripts for _, staged in built):
         raise ValueError("the volumes of a batch must run the same scripts")
+    files = {
+        "wrapper": VOLUME_WRAPPER,
+        "finish": FINISH_SCRIPT,
+        "batch-finish": BATCH_FINISH_SCRIPT,
+        **scripts,
+    }
+    pod["metadata"]["annotations"].update(
+        {f"{SCRIPT_ANNOTATION_PREFIX}{name}": text for name, text in files.items()}
+    )
+    spec["volumes"].append(_scripts_volume(sorted(files)))
     spec["initContainers"] = [
         *(spec.get("initContainers") or ()),
-        _stage_container(template, scripts),
         *(container for container, _ in built),
     ]
     spec["containers"][0] = _finish_container(action, targets, template, base_volume, message)
@@ -333,9 +336,9 @@ def _without_mounts(container: Mapping[str, Any], names: set[str]) -> dict[str, 
 
 
 SCRIPTS_MOUNT = {"name": SCRIPTS_VOLUME, "mountPath": SCRIPTS_DIR, "readOnly": True}
-STAGED_ENV = {"LPS_SCRIPT": "LPS_STAGE_SCRIPT", "LPS_QUOTA_SCRIPT": "LPS_STAGE_QUOTA"}
+STAGED_ENV = {"LPS_SCRIPT": "script", "LPS_QUOTA_SCRIPT": "quota"}
 """What the volume's own pod passes in its environment and a batch pod stages instead (with
-the stage container's variable for it)."""
+the file it is staged as)."""
 
 
 def _volume_container(
@@ -349,7 +352,7 @@ def _volume_container(
     message: int,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The volume's guarded script, as its own pod would run it, inside the wrapper, which
-    reads the scripts from the staged files; and the stage container's variables for them."""
+    reads the scripts from the staged files; and those files' contents, by name."""
     mounts: list[dict[str, Any]] = [
         {"name": base_volume[target.base_path], "mountPath": BASE_VIEW, "readOnly": True},
         {"name": f"data-{index}", "mountPath": target.path},
@@ -362,7 +365,7 @@ def _volume_container(
         raise ValueError(f"volume {target.volume_name} does not run through the guard")
     container["name"] = volume_container_name(action, index)
     container["command"] = ["/bin/sh", f"{SCRIPTS_DIR}/wrapper", script]
-    staged = {"LPS_STAGE_GUARD": guard}
+    staged = {"guard": guard}
     kept = []
     for variable in container["env"]:
         if variable["name"] in STAGED_ENV:
@@ -381,26 +384,27 @@ def _volume_container(
     return container, staged
 
 
-def _stage_container(template: Mapping[str, Any], staged: Mapping[str, str]) -> dict[str, Any]:
-    """Writes the scripts into the scripts emptyDir, the only thing it can write."""
-    container = copy.deepcopy(dict(template))
-    container["name"] = STAGE_CONTAINER
-    container["volumeMounts"] = [
-        *container["volumeMounts"],
-        {"name": SCRIPTS_VOLUME, "mountPath": SCRIPTS_DIR},
+def _scripts_volume(names: Sequence[str]) -> dict[str, Any]:
+    """The scripts as files, from the pod's own annotations: a kubelet writes them before any
+    container starts, and mounts them read-only."""
+    items = [
+        {
+            "path": name,
+            "fieldRef": {"fieldPath": f"metadata.annotations['{SCRIPT_ANNOTATION_PREFIX}{name}']"},
+        }
+        for name in names
     ]
-    env = {
-        "LPS_SCRIPTS": SCRIPTS_DIR,
-        "LPS_STAGE_WRAPPER": VOLUME_WRAPPER,
-        "LPS_STAGE_FINISH": FINISH_SCRIPT,
-        "LPS_STAGE_BATCH_FINISH": BATCH_FINISH_SCRIPT,
-        **staged,
+    return {"name": SCRIPTS_VOLUME, "downwardAPI": {"items": items}}
+
+
+def staged_scripts(pod: Mapping[str, Any]) -> dict[str, str]:
+    """The files a kubelet writes into a batch pod's scripts volume, by name."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return {
+        name[len(SCRIPT_ANNOTATION_PREFIX) :]: text
+        for name, text in annotations.items()
+        if name.startswith(SCRIPT_ANNOTATION_PREFIX)
     }
-    kept = [e for e in container.get("env") or () if e.get("name") not in env]
-    container["env"] = kept + [{"name": k, "value": v} for k, v in env.items()]
-    container["command"], container["args"] = ["/bin/sh", "-c", STAGE_SCRIPT, "stage"], []
-    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
-    return container
 
 
 def _finish_container(

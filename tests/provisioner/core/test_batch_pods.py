@@ -20,11 +20,12 @@ from provisioner.core.batch_pod_shapes import (
     DEADLINE_SLACK_SECONDS,
     EXIT_PREFIX,
     MAX_BATCH_VOLUMES,
+    MAX_STAGED_SCRIPT_BYTES,
     OUTCOME_PATH,
     RESULT_DIR,
     RESULTS_DIR,
+    SCRIPT_ANNOTATION_PREFIX,
     SCRIPTS_DIR,
-    STAGE_SCRIPT,
     TIMED_OUT_EXIT_CODE,
     VOLUME_WRAPPER,
     batch_pod_name,
@@ -32,6 +33,7 @@ from provisioner.core.batch_pod_shapes import (
     build_batch_helper_pod,
     is_batchable,
     message_bytes,
+    staged_scripts,
     tail_bytes,
 )
 from provisioner.core.claims import TeardownPlan
@@ -92,21 +94,34 @@ def test_each_volume_gets_its_own_init_container_with_its_own_mounts_and_environ
             for i, t in enumerate(TARGETS)
         ),
         {"name": "results", "emptyDir": {}},
-        {"name": "scripts", "emptyDir": {}},
+        {
+            "name": "scripts",
+            "downwardAPI": {
+                "items": [
+                    {
+                        "path": name,
+                        "fieldRef": {
+                            "fieldPath": f"metadata.annotations['{SCRIPT_ANNOTATION_PREFIX}{name}']"
+                        },
+                    }
+                    for name in ("batch-finish", "finish", "guard", "quota", "script", "wrapper")
+                ]
+            },
+        },
     ]
-    stage, *inits = spec["initContainers"]
+    inits = spec["initContainers"]
     assert [c["name"] for c in inits] == ["setup-0", "setup-1", "setup-2"]
-    # The scripts every volume runs, once: the stage container writes them where the others
-    # can only read them, and it can write nothing else.
-    assert stage["name"] == "stage"
-    assert stage["volumeMounts"] == [{"name": "scripts", "mountPath": SCRIPTS_DIR}]
-    staged = env_of(stage)
-    assert staged["LPS_STAGE_GUARD"] == GUARD_SCRIPT
-    assert staged["LPS_STAGE_SCRIPT"] == DEFAULT_SETUP_SCRIPT
-    assert staged["LPS_STAGE_QUOTA"] == QUOTA_SCRIPT
-    assert staged["LPS_STAGE_WRAPPER"] == VOLUME_WRAPPER
-    assert staged["LPS_STAGE_FINISH"] == FINISH_SCRIPT
-    assert staged["LPS_STAGE_BATCH_FINISH"] == BATCH_FINISH_SCRIPT
+    # The scripts every volume runs, once, in the pod's annotations: a kubelet writes them
+    # into the scripts volume before any container starts, and every container reads them
+    # there read-only; no container of the pod can change what the next one runs.
+    assert staged_scripts(pod) == {
+        "guard": GUARD_SCRIPT,
+        "script": DEFAULT_SETUP_SCRIPT,
+        "quota": QUOTA_SCRIPT,
+        "wrapper": VOLUME_WRAPPER,
+        "finish": FINISH_SCRIPT,
+        "batch-finish": BATCH_FINISH_SCRIPT,
+    }
     for index, (container, plan) in enumerate(zip(inits, TARGETS, strict=True)):
         base_volume = "base-1" if plan.base_path == "/opt/b" else "base-0"
         # Only its own directory writable, the base path read-only (for the guard), and only
@@ -156,10 +171,18 @@ def test_each_volume_gets_its_own_init_container_with_its_own_mounts_and_environ
 
 def test_a_teardown_batch_runs_the_teardown_script_in_each_volume_container() -> None:
     pod = build_batch_helper_pod("delete", TARGETS[:2], BUNDLE, "lps", "helper-sa")
-    stage, *inits = pod["spec"]["initContainers"]
+    inits = pod["spec"]["initContainers"]
     assert [c["name"] for c in inits] == ["teardown-0", "teardown-1"]
-    assert env_of(stage)["LPS_STAGE_SCRIPT"] == DEFAULT_TEARDOWN_SCRIPT
-    assert "LPS_STAGE_QUOTA" not in env_of(stage)
+    assert staged_scripts(pod)["script"] == DEFAULT_TEARDOWN_SCRIPT
+    assert "quota" not in staged_scripts(pod)
+    items = pod["spec"]["volumes"][-1]["downwardAPI"]["items"]
+    assert [item["path"] for item in items] == [
+        "batch-finish",
+        "finish",
+        "guard",
+        "script",
+        "wrapper",
+    ]
     assert all(c["command"][2] == "teardown" for c in inits)
     assert env_of(pod["spec"]["containers"][0])["LPS_ACTION"] == "delete"
     assert pod["metadata"]["labels"]["local-path-storage.io/helper-action"] == "delete"
@@ -176,10 +199,10 @@ def test_the_pod_name_is_the_batch_s_own() -> None:
 
 def test_messages_are_sized_to_the_kubelet_s_share_of_each_container() -> None:
     assert message_bytes(1) == 4096, "what a kubelet reads of a file"
-    assert message_bytes(14) == 877, "12 KiB split over 12 volumes, the stage and the finish"
-    assert message_bytes(MAX_BATCH_VOLUMES + 2) == 186
+    assert message_bytes(13) == 945, "12 KiB split over 12 volumes and the finish"
+    assert message_bytes(MAX_BATCH_VOLUMES + 1) == 189
     assert tail_bytes(4096) == 2048
-    assert tail_bytes(877) == 877 - 16
+    assert tail_bytes(945) == 945 - 16
 
 
 def kubelet_kept(pod: dict[str, Any], written: bytes) -> str:
@@ -197,7 +220,7 @@ def test_every_container_s_message_fits_its_share_at_any_batch_size(count: int) 
     )
     spec = pod["spec"]
     share = 12 * 1024 // (len(spec["initContainers"]) + len(spec["containers"]))
-    for container in spec["initContainers"][1:]:
+    for container in spec["initContainers"]:
         assert len(f"{EXIT_PREFIX}255\n") + int(env_of(container)["LPS_TAIL_BYTES"]) <= share
     finish = env_of(spec["containers"][0])
     assert int(finish["LPS_MESSAGE_BYTES"]) <= share
@@ -223,6 +246,25 @@ def test_only_volumes_whose_own_pod_runs_the_guarded_script_in_one_step_are_batc
     assert is_batchable("delete", target(1), custom)
     outside = dataclasses.replace(target(1), path="/elsewhere/pvc-1")
     assert not is_batchable("delete", outside, BUNDLE)
+    large = dataclasses.replace(BUNDLE, setup_script="#" * (MAX_STAGED_SCRIPT_BYTES + 1))
+    assert not is_batchable("create", target(1), large), "too large for an annotation"
+    assert is_batchable("delete", target(1), large)
+
+
+def test_a_template_volume_named_as_ours_gives_way_to_the_scripts_volume() -> None:
+    template = {
+        **BUNDLE.helper_pod_template,
+        "spec": {
+            **BUNDLE.helper_pod_template["spec"],
+            "volumes": [{"name": "scripts", "emptyDir": {}}, {"name": "extra", "emptyDir": {}}],
+        },
+    }
+    bundle = dataclasses.replace(BUNDLE, helper_pod_template=template)
+    pod = build_batch_helper_pod("create", TARGETS, bundle, "lps", "helper")
+    volumes = pod["spec"]["volumes"]
+    assert [v["name"] for v in volumes].count("scripts") == 1
+    assert "downwardAPI" in next(v for v in volumes if v["name"] == "scripts")
+    assert any(v["name"] == "extra" for v in volumes), "the template's other volumes stay"
 
 
 @pytest.mark.parametrize(
@@ -243,43 +285,20 @@ def test_a_batch_refuses_what_it_cannot_serve(targets: list[TeardownPlan], probl
 
 
 def stage(tmp_path: Path, **scripts: str) -> Path:
-    """The stage script run for real: the scripts directory it writes."""
+    """The scripts volume of a batch pod as a kubelet writes it (a file per annotated script,
+    `scripts` in place of the pod's own): the directory."""
     directory = tmp_path / "scripts"
     directory.mkdir(parents=True)
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "LPS_SCRIPTS": str(directory),
-        "LPS_STAGE_WRAPPER": VOLUME_WRAPPER,
-        "LPS_STAGE_GUARD": GUARD_SCRIPT,
-        "LPS_STAGE_SCRIPT": DEFAULT_SETUP_SCRIPT,
-        "LPS_STAGE_FINISH": FINISH_SCRIPT,
-        "LPS_STAGE_BATCH_FINISH": BATCH_FINISH_SCRIPT,
-        **scripts,
-    }
-    subprocess.run(["/bin/sh", "-c", STAGE_SCRIPT, "stage"], env=env, check=True, timeout=30)
+    pod = build_batch_helper_pod("create", TARGETS, BUNDLE, "lps", "helper")
+    for name, text in {**staged_scripts(pod), **scripts}.items():
+        (directory / name).write_text(text)
     return directory
-
-
-def test_the_stage_writes_each_script_once_and_the_quota_only_for_setups(tmp_path: Path) -> None:
-    directory = stage(tmp_path, LPS_STAGE_QUOTA=QUOTA_SCRIPT)
-    assert (directory / "guard").read_text() == GUARD_SCRIPT + "\n"
-    assert (directory / "script").read_text() == DEFAULT_SETUP_SCRIPT + "\n"
-    assert (directory / "quota").read_text() == QUOTA_SCRIPT + "\n"
-    assert sorted(p.name for p in directory.iterdir()) == [
-        "batch-finish",
-        "finish",
-        "guard",
-        "quota",
-        "script",
-        "wrapper",
-    ]
-    assert not (stage(tmp_path / "teardown") / "quota").exists()
 
 
 def run_wrapper(tmp_path: Path, guard: str, *, timeout: int = 30) -> tuple[int, str, str, float]:
     """The wrapper with `guard` staged in place of the guard: its exit code, its termination
     message, the status it recorded, and how long it took."""
-    scripts = stage(tmp_path, LPS_STAGE_GUARD=guard)
+    scripts = stage(tmp_path, guard=guard)
     result = tmp_path / "result"
     result.mkdir()
     message = tmp_path / "message"
