@@ -397,16 +397,6 @@ def _scripts_volume(names: Sequence[str]) -> dict[str, Any]:
     return {"name": SCRIPTS_VOLUME, "downwardAPI": {"items": items}}
 
 
-def staged_scripts(pod: Mapping[str, Any]) -> dict[str, str]:
-    """The files a kubelet writes into a batch pod's scripts volume, by name."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return {
-        name[len(SCRIPT_ANNOTATION_PREFIX) :]: text
-        for name, text in annotations.items()
-        if name.startswith(SCRIPT_ANNOTATION_PREFIX)
-    }
-
-
 def _finish_container(
     action: HelperAction,
     targets: Sequence[HelperTarget],

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from localcluster.pod_env import pod_field
 from provisioner.core.batch_outcomes import VolumeOutcome, batch_outcomes
 from provisioner.core.batch_pod_shapes import (
     BATCH_FINISH_SCRIPT,
@@ -33,7 +34,6 @@ from provisioner.core.batch_pod_shapes import (
     build_batch_helper_pod,
     is_batchable,
     message_bytes,
-    staged_scripts,
     tail_bytes,
 )
 from provisioner.core.claims import TeardownPlan
@@ -74,6 +74,16 @@ TARGETS = [target(1), target(2, "/opt/b"), target(3)]
 
 def env_of(container: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e["value"] for e in container["env"]}
+
+
+def staged_scripts(pod: dict[str, Any]) -> dict[str, str]:
+    """The files a kubelet writes into a batch pod's scripts volume, by name: each item's
+    field of the pod, resolved as the harness's kubelet resolves it."""
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "scripts")
+    return {
+        item["path"]: pod_field(pod, item["fieldRef"]["fieldPath"])
+        for item in volume["downwardAPI"]["items"]
+    }
 
 
 def test_each_volume_gets_its_own_init_container_with_its_own_mounts_and_environment() -> None:
