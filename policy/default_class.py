@@ -5,22 +5,34 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from policy.resources import DEFAULT_CLASS_ANNOTATIONS, STORAGE_CLASS, Resource, is_default_class
+from policy.resources import (
+    DEFAULT_CLASS_ANNOTATIONS,
+    STORAGE_CLASS,
+    KubeObject,
+    Resource,
+    is_default_class,
+    kube_objects,
+)
 
 NAME = "single-default-storage-class"
 
 
 def check_stack(resources: Sequence[Resource]) -> list[tuple[str, str]]:
-    """(message, urn) for every default class after the first, naming all of them."""
-    defaults = [r for r in resources if r.type == STORAGE_CLASS and is_default_class(r)]
+    """(message, urn) for every default class after the first, naming all of them. A class
+    written twice (a StorageClass and a StorageClassPatch of it) is one class."""
+    defaults: dict[str, KubeObject] = {}
+    for resource in resources:
+        for found in kube_objects(resource):
+            if found.kind == STORAGE_CLASS and is_default_class(found):
+                defaults.setdefault(found.name, found)
     if len(defaults) < 2:
         return []
-    names = ", ".join(r.name for r in defaults)
+    names = ", ".join(defaults)
     return [
         (
-            f"StorageClass {extra.name} is a default class, and so are {names}: keep "
+            f"{extra.label} is a default class, and so are {names}: keep "
             f'{DEFAULT_CLASS_ANNOTATIONS[0]}: "true" (isDefault: true) on one class only',
             extra.urn,
         )
-        for extra in defaults[1:]
+        for extra in list(defaults.values())[1:]
     ]

@@ -3,7 +3,9 @@ built them, each lifted only by a stack that opts in (see pack.py's stack config
 
 - `no-unsafe-helper-template`: a workload runs the provisioner with
   `--allow-unsafe-helper-template` (as its own parser reads the command line and env), which
-  turns off its own allow-list for helper templates.
+  turns off its own allow-list for helper templates. A pod spec in a kind the pack does not
+  read (resources.UNREADABLE) that would run the provisioner is reported too: what its
+  controller runs cannot be told.
 - `unprivileged-helper-pod`: the ConfigMap's helperPod.yaml asks for more than the provisioner
   needs. "More" is exactly what the runtime refuses without that flag
   (provisioner.core.pod_template.validate_helper_template): privileged, added capabilities, host
@@ -18,22 +20,46 @@ from __future__ import annotations
 import json
 
 from policy.provisioner_runs import provisioner_runs
-from policy.resources import Resource, config_map_files, helper_template
+from policy.resources import (
+    CONFIG_MAP,
+    UNREADABLE,
+    WORKLOADS,
+    KubeObject,
+    Resource,
+    check_objects,
+    config_map_files,
+    helper_template,
+)
 from provisioner.core.config import ConfigError
 from provisioner.core.pod_template import validate_helper_template
 
 UNSAFE_FLAG = "no-unsafe-helper-template"
 PRIVILEGED = "unprivileged-helper-pod"
 PINNED_IMAGE = "pinned-helper-image"
+_READ_KINDS = ", ".join(sorted(WORKLOADS))
 
 
 def check_unsafe_flag(resource: Resource) -> list[str]:
+    return check_objects(
+        resource,
+        {**dict.fromkeys(WORKLOADS, _unsafe_flag), UNREADABLE: _unreadable_template},
+    )
+
+
+def check_privileged(resource: Resource) -> list[str]:
+    return check_objects(resource, {CONFIG_MAP: _privileged})
+
+
+def check_pinned_image(resource: Resource) -> list[str]:
+    return check_objects(resource, {CONFIG_MAP: _pinned_image})
+
+
+def _unsafe_flag(workload: KubeObject) -> list[str]:
     """Decided by the provisioner's own option parser on the container's command line and
     env (see provisioner_runs): what it would run with, in every spelling it accepts."""
-    kind = resource.type.rsplit(":", 1)[-1]
     messages = []
-    for run in provisioner_runs(resource):
-        where = f"{kind} {resource.name} container {run.name}"
+    for run in provisioner_runs(workload):
+        where = f"{workload.label} container {run.name}"
         if run.options is not None and run.options.allow_unsafe_helper_template:
             messages.append(
                 f"{where}: the provisioner runs with --allow-unsafe-helper-template (stack "
@@ -52,8 +78,29 @@ def check_unsafe_flag(resource: Resource) -> list[str]:
     return messages
 
 
-def check_privileged(resource: Resource) -> list[str]:
-    files = config_map_files(resource)
+def _unreadable_template(pod_spec: KubeObject) -> list[str]:
+    """A pod spec the pack cannot read (resources.UNREADABLE) that would run the provisioner,
+    as provisioner_runs identifies it: its `command` runs it, or it has no `command` (its
+    image's ENTRYPOINT runs, which may be the provisioner's)."""
+    runs = [
+        f"container {run.name} "
+        + ("runs it" if run.container.get("command") else "has no command (its image's may be it)")
+        for run in provisioner_runs(pod_spec)
+    ]
+    if not runs:
+        return []
+    return [
+        f"{pod_spec.label}: this pod spec may run the provisioner ({'; '.join(runs)}), but the "
+        "pack does not read this kind, so it cannot tell what its controller runs nor whether "
+        "that runs with --allow-unsafe-helper-template: run the provisioner from one of the "
+        f"kinds the pack reads ({_READ_KINDS}, their Patch or List), give a container that is "
+        "not the provisioner its command, or accept the risk with "
+        "local-path-storage-policy:allowUnsafeHelperTemplate"
+    ]
+
+
+def _privileged(config_map: KubeObject) -> list[str]:
+    files = config_map_files(config_map)
     template = helper_template(files) if files is not None else None
     if template is None:
         return []
@@ -61,7 +108,7 @@ def check_privileged(resource: Resource) -> list[str]:
         validate_helper_template(template, allow_unsafe=False)
     except ConfigError as error:
         return [
-            f"ConfigMap {resource.name} {error}: the helper pod gets more than the provisioner "
+            f"{config_map.label} {error}: the helper pod gets more than the provisioner "
             "needs; remove it from helperPodTemplate, or accept the risk with "
             "local-path-storage-policy:allowPrivilegedHelper"
         ]
@@ -81,8 +128,8 @@ def image_problem(image: str) -> str | None:
     return None
 
 
-def check_pinned_image(resource: Resource) -> list[str]:
-    files = config_map_files(resource)
+def _pinned_image(config_map: KubeObject) -> list[str]:
+    files = config_map_files(config_map)
     template = helper_template(files) if files is not None else None
     messages = []
     spec = (template or {}).get("spec") or {}
@@ -91,7 +138,7 @@ def check_pinned_image(resource: Resource) -> list[str]:
         problem = image_problem(image) if isinstance(image, str) else None
         if problem is not None:
             messages.append(
-                f"ConfigMap {resource.name} helperPod.yaml spec.containers[{index}].image: "
+                f"{config_map.label} helperPod.yaml spec.containers[{index}].image: "
                 f"{problem}, so what runs as root on the nodes changes with the registry: set "
                 "helperImage to a fixed version or digest (busybox:1.37.0), or accept the risk "
                 "with local-path-storage-policy:allowUnpinnedHelperImage"

@@ -8,31 +8,34 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from policy.provisioner_runs import provisioner_runs
-from policy.resources import DEPLOYMENT, STORAGE_CLASS, Resource
+from policy.resources import DEPLOYMENT, STORAGE_CLASS, KubeObject, Resource, kube_objects
 
 NAME = "production-readiness"
 
 
-def _deployment_problems(deployment: Resource) -> list[str]:
+def _deployment_problems(deployment: KubeObject) -> list[str]:
+    """What a Deployment (or a DeploymentPatch: what it sets; memory limits merge key by key
+    into the cluster's, so one it leaves out is kept) gets wrong for production."""
     problems = []
-    replicas = (deployment.props.get("spec") or {}).get("replicas", 1)
+    spec = deployment.props.get("spec") or {}
+    replicas = spec.get("replicas", None if deployment.partial else 1)
     for run in provisioner_runs(deployment):
         container = run.container
         # The engine passes numbers as floats (a protobuf Struct): 1.0 is one replica.
         if isinstance(replicas, int | float) and not isinstance(replicas, bool) and replicas < 2:
             problems.append(
-                f"Deployment {deployment.name}: {int(replicas)} replica, so a node loss stops all "
+                f"{deployment.label}: {int(replicas)} replica, so a node loss stops all "
                 "provisioning and deletion: set replicas to 2 (one leader, one stand-by)"
             )
         limits = (container.get("resources") or {}).get("limits") or {}
-        if not limits.get("memory"):
+        if not deployment.partial and not limits.get("memory"):
             problems.append(
-                f"Deployment {deployment.name} container {container.get('name')}: no memory "
+                f"{deployment.label} container {container.get('name')}: no memory "
                 "limit, so a leak can starve the node: set memoryLimit (for example 192Mi)"
             )
         if run.options is not None and not run.options.leader_election:
             problems.append(
-                f"Deployment {deployment.name} container {container.get('name')}: leader "
+                f"{deployment.label} container {container.get('name')}: leader "
                 "election is off, so two replicas (or a rollout) provision the same claim "
                 "twice: set leaderElection to true"
             )
@@ -41,17 +44,24 @@ def _deployment_problems(deployment: Resource) -> list[str]:
 
 def check_stack(resources: Sequence[Resource]) -> list[tuple[str, str]]:
     """(message, urn) per problem."""
+    objects = [found for resource in resources for found in kube_objects(resource)]
     found = [
-        (problem, resource.urn)
-        for resource in resources
-        if resource.type == DEPLOYMENT
-        for problem in _deployment_problems(resource)
+        (problem, deployment.urn)
+        for deployment in objects
+        if deployment.kind == DEPLOYMENT
+        for problem in _deployment_problems(deployment)
     ]
-    classes = [resource for resource in resources if resource.type == STORAGE_CLASS]
-    if classes and all(
-        resource.props.get("reclaimPolicy", "Delete") == "Delete" for resource in classes
-    ):
-        names = ", ".join(resource.name for resource in classes)
+    reclaim_policies: dict[str, str | None] = {}
+    for storage_class in (each for each in objects if each.kind == STORAGE_CLASS):
+        # A Patch that leaves reclaimPolicy out keeps the cluster's: unknown (None) here,
+        # unless another object of the stack writes that class whole.
+        policy = storage_class.props.get(
+            "reclaimPolicy", None if storage_class.partial else "Delete"
+        )
+        if reclaim_policies.get(storage_class.name) is None:
+            reclaim_policies[storage_class.name] = policy
+    if reclaim_policies and all(policy == "Delete" for policy in reclaim_policies.values()):
+        names = ", ".join(reclaim_policies)
         found.append(
             (
                 f"every StorageClass ({names}) has reclaimPolicy Delete, so deleting a claim "

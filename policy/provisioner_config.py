@@ -20,36 +20,67 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from policy.resources import Resource, config_map_files, parsed_config_json
-from provisioner.core.config import ConfigError, complete_bundle
+from policy.resources import (
+    CONFIG_MAP,
+    KubeObject,
+    Resource,
+    check_objects,
+    config_map_files,
+    parsed_config_json,
+)
+from provisioner.core.config import (
+    DEFAULT_HELPER_POD_YAML,
+    DEFAULT_SETUP_SCRIPT,
+    DEFAULT_TEARDOWN_SCRIPT,
+    ConfigError,
+    complete_bundle,
+)
+from provisioner.core.pod_template import parse_helper_template
 
 NAME = "provisioner-config-valid"
+_KEPT_BY_A_PATCH = {
+    "setup": DEFAULT_SETUP_SCRIPT,
+    "teardown": DEFAULT_TEARDOWN_SCRIPT,
+    "helperPod.yaml": DEFAULT_HELPER_POD_YAML,
+}
+"""Stand-ins for the keys a ConfigMapPatch leaves as they are in the cluster (which the pack
+cannot read): values the runtime accepts, so only what the patch writes is judged."""
 
 
 def check_resource(resource: Resource) -> list[str]:
-    files = config_map_files(resource)
+    return check_objects(resource, {CONFIG_MAP: _config_map})
+
+
+def _config_map(config_map: KubeObject) -> list[str]:
+    files = config_map_files(config_map)
     if files is None:
         return []
-    error = _refusal(files)
+    error = _refusal(files, config_map.partial)
     if error is None:
         return []
     return [
-        f"ConfigMap {resource.name} {error}: the provisioner would refuse this ConfigMap "
+        f"{config_map.label} {error}: the provisioner would refuse this ConfigMap "
         "(provision nothing from start, or keep the old config on reload); fix the value named"
     ]
 
 
-def _refusal(files: Mapping[str, str]) -> ConfigError | None:
-    """The runtime's error for these files, or None; config.json is parsed once for the pack."""
-    config = parsed_config_json(files["config.json"])
-    if isinstance(config, ConfigError):
-        return config
+def _refusal(files: Mapping[str, str], partial: bool) -> ConfigError | None:
+    """The runtime's error for these files, or None; config.json is parsed once for the pack.
+    A key a ConfigMap leaves out is empty for the runtime; one a Patch leaves out is kept."""
+    read = {"setup": "", "teardown": "", "helperPod.yaml": ""}
+    read |= (_KEPT_BY_A_PATCH if partial else {}) | dict(files)
     try:
+        if "config.json" not in files:  # a Patch of helperPod.yaml alone: config.json is kept
+            parse_helper_template(read["helperPod.yaml"], allow_unsafe=True)
+            return None
+        config = parsed_config_json(read["config.json"])
+        if isinstance(config, ConfigError):
+            return config
         complete_bundle(
             config,
-            files.get("setup", ""),
-            files.get("teardown", ""),
-            files.get("helperPod.yaml", ""),
+            read["setup"],
+            read["teardown"],
+            read["helperPod.yaml"],
             allow_unsafe_helper_template=True,
         )
     except ConfigError as error:

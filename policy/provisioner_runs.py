@@ -28,19 +28,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from policy.resources import Resource
+from policy.resources import KubeObject, pod_spec
 from provisioner.core.options import ORPHANS_COMMAND, Options, OptionsError, read_options
 
 PROVISIONER_SCRIPT = "local-path-storage-provisioner"
 PROVISIONER_MODULE = "provisioner"
-POD_SPECS = {
-    "kubernetes:apps/v1:Deployment": ("spec", "template", "spec"),
-    "kubernetes:apps/v1:StatefulSet": ("spec", "template", "spec"),
-    "kubernetes:apps/v1:DaemonSet": ("spec", "template", "spec"),
-    "kubernetes:apps/v1:ReplicaSet": ("spec", "template", "spec"),
-    "kubernetes:core/v1:Pod": ("spec",),
-}
-"""Where each workload type keeps its pod spec."""
 ENVIRONMENT_READ = (
     "ALLOW_UNSAFE_HELPER_TEMPLATE",
     "LEADER_ELECTION",
@@ -70,20 +62,18 @@ class ProvisionerRun:
         return str(self.container.get("name"))
 
 
-def pod_spec(resource: Resource) -> Mapping[str, Any] | None:
-    path = POD_SPECS.get(resource.type)
-    node: Any = resource.props
-    for key in path or ():
-        node = node.get(key) if isinstance(node, Mapping) else None
-    return node if path is not None and isinstance(node, Mapping) else None
-
-
-def provisioner_runs(resource: Resource) -> Iterator[ProvisionerRun]:
+def provisioner_runs(workload: KubeObject) -> Iterator[ProvisionerRun]:
     """The containers whose `command` runs the provisioner; when none does, those without a
     `command` (the image's ENTRYPOINT runs): a sidecar beside an identified provisioner is not
-    read as one."""
-    spec = pod_spec(resource)
-    containers = [c for c in (spec or {}).get("containers") or () if isinstance(c, Mapping)]
+    read as one. Init containers count: one that never exits (or a sidecar, restartPolicy
+    Always) runs the provisioner as well as any container."""
+    spec = pod_spec(workload) or {}
+    containers = [
+        c
+        for key in ("initContainers", "containers")
+        for c in spec.get(key) or ()
+        if isinstance(c, Mapping)
+    ]
     by_command = [c for c in containers if c.get("command")]
     runs = [run for c in by_command if (run := _run(c)) is not None]
     if not runs:

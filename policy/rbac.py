@@ -7,7 +7,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from policy.resources import CLUSTER_ROLE, CLUSTER_ROLE_BINDING, ROLE, ROLE_BINDING, Resource
+from policy.resources import (
+    CLUSTER_ROLE,
+    CLUSTER_ROLE_BINDING,
+    ROLE,
+    ROLE_BINDING,
+    KubeObject,
+    Resource,
+    check_objects,
+)
 
 NAME = "least-privilege-rbac"
 _BROAD_ROLES = ("cluster-admin", "admin", "edit")
@@ -28,20 +36,33 @@ def _rule_problems(rule: Mapping[str, Any], cluster_wide: bool) -> list[str]:
 
 
 def check_resource(resource: Resource) -> list[str]:
-    if resource.type in (CLUSTER_ROLE_BINDING, ROLE_BINDING):
-        role = str((resource.props.get("roleRef") or {}).get("name", ""))
-        if role in _BROAD_ROLES:
-            kind = "ClusterRoleBinding" if resource.type == CLUSTER_ROLE_BINDING else "RoleBinding"
-            return [f"{kind} {resource.name} binds the built-in role {role}: {_FIX}"]
-        return []
-    if resource.type not in (CLUSTER_ROLE, ROLE):
-        return []
-    kind = "ClusterRole" if resource.type == CLUSTER_ROLE else "Role"
+    return check_objects(
+        resource,
+        {
+            CLUSTER_ROLE: _role_problems,
+            ROLE: _role_problems,
+            CLUSTER_ROLE_BINDING: _binding_problems,
+            ROLE_BINDING: _binding_problems,
+        },
+    )
+
+
+def _binding_problems(binding: KubeObject) -> list[str]:
+    """A binding (or a Patch that sets roleRef) to a built-in broad role."""
+    role = str((binding.props.get("roleRef") or {}).get("name", ""))
+    if role in _BROAD_ROLES:
+        return [f"{binding.label} binds the built-in role {role}: {_FIX}"]
+    return []
+
+
+def _role_problems(role: KubeObject) -> list[str]:
+    """Each rule beyond what the provisioner needs (a Patch's rules replace the role's: a list
+    without merge keys is replaced whole by server-side apply)."""
     messages = []
-    for index, rule in enumerate(resource.props.get("rules") or ()):
-        for problem in _rule_problems(rule, cluster_wide=resource.type == CLUSTER_ROLE):
+    for index, rule in enumerate(role.props.get("rules") or ()):
+        for problem in _rule_problems(rule, cluster_wide=role.kind == CLUSTER_ROLE):
             shown = {
                 key: rule.get(key) for key in ("apiGroups", "resources", "verbs") if key in rule
             }
-            messages.append(f"{kind} {resource.name} rules[{index}] {shown}: {problem}; {_FIX}")
+            messages.append(f"{role.label} rules[{index}] {shown}: {problem}; {_FIX}")
     return messages

@@ -13,10 +13,18 @@ from __future__ import annotations
 import fnmatch
 import json
 import posixpath
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from policy.resources import STORAGE_CLASS, Resource, config_map_files, parsed_config_json
+from policy.resources import (
+    CONFIG_MAP,
+    STORAGE_CLASS,
+    KubeObject,
+    Resource,
+    check_objects,
+    config_map_files,
+    parsed_config_json,
+)
 from provisioner.core.config import BasePath, ConfigError, NodePathMapEntry
 
 NAME = "safe-storage-paths"
@@ -91,20 +99,28 @@ def check_resource(
     resource: Resource, system_paths: Sequence[str] = DEFAULT_SYSTEM_PATHS
 ) -> list[str]:
     """One message per unsafe base path in a provisioner ConfigMap or a StorageClass."""
-    found: list[tuple[str, str]] = []
-    files = config_map_files(resource)
-    if files is not None:
-        found = list(config_json_paths(files["config.json"]))
-        where = f"ConfigMap {resource.name}"
-    elif resource.type == STORAGE_CLASS:
-        parameters: Mapping[str, Any] = resource.props.get("parameters") or {}
+
+    def config_map(found: KubeObject) -> list[str]:
+        files = config_map_files(found)
+        text = files.get("config.json") if files is not None else None
+        paths = config_json_paths(text) if text is not None else ()
+        return _problems(found, paths, system_paths)
+
+    def storage_class(found: KubeObject) -> list[str]:
+        parameters: Mapping[str, Any] = found.props.get("parameters") or {}
         node_path = parameters.get("nodePath")
-        if isinstance(node_path, str) and node_path:
-            found = [("parameters.nodePath", node_path)]
-        where = f"StorageClass {resource.name}"
+        paths = [("parameters.nodePath", node_path)] if isinstance(node_path, str) else []
+        return _problems(found, [(key, path) for key, path in paths if path], system_paths)
+
+    return check_objects(resource, {CONFIG_MAP: config_map, STORAGE_CLASS: storage_class})
+
+
+def _problems(
+    found: KubeObject, paths: Iterable[tuple[str, str]], system_paths: Sequence[str]
+) -> list[str]:
     messages = []
-    for key, path in found:
+    for key, path in paths:
         problem = path_problem(path, system_paths)
         if problem is not None:
-            messages.append(f"{where} {key}: {problem}")
+            messages.append(f"{found.label} {key}: {problem}")
     return messages

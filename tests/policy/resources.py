@@ -7,13 +7,7 @@ from typing import Any
 
 import yaml
 
-from policy.resources import (
-    CLUSTER_ROLE,
-    CONFIG_MAP,
-    DEPLOYMENT,
-    STORAGE_CLASS,
-    Resource,
-)
+from policy.resources import Resource
 from provisioner.core.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
@@ -25,6 +19,12 @@ GOOD_CONFIG = {
         {"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/opt/local-path-provisioner"]}
     ]
 }
+CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+STORAGE_CLASS = "kubernetes:storage.k8s.io/v1:StorageClass"
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+CLUSTER_ROLE = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"
+ROLE = "kubernetes:rbac.authorization.k8s.io/v1:Role"
+CLUSTER_ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"
 PINNED_HELPER_POD = DEFAULT_HELPER_POD_YAML.replace("image: busybox", "image: busybox:1.37.0")
 
 

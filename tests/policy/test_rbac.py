@@ -6,8 +6,8 @@ import pytest
 
 from components import rbac as needed
 from policy.rbac import check_resource
-from policy.resources import CLUSTER_ROLE_BINDING, ROLE, Resource
-from tests.policy.resources import cluster_role
+from policy.resources import Resource
+from tests.policy.resources import CLUSTER_ROLE_BINDING, ROLE, cluster_role
 
 
 def rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict[str, Any]:
