@@ -71,11 +71,13 @@ KINDS_BY_GROUP: Mapping[str, frozenset[str]] = {
 """API group -> the kinds the pack checks in it (each with its Patch and List forms)."""
 UNREADABLE = "a pod spec in a kind the pack does not read"
 """The kind given to each pod spec (a mapping with a list of `containers` or `initContainers`)
-found anywhere in a resource whose type is not in KINDS_BY_GROUP: an Argo Rollout, a
-Deployment or CronJob of an API group the table lacks, a custom resource, a PodTemplate. The
-pack cannot read such a template: it does not know whether the kind's controller runs it, how
-many copies, or what it adds to it. So rather than pass it, the workload policy reports one
-that runs the provisioner (see helper_pods)."""
+found anywhere in an object of the Kubernetes provider whose kind is not in KINDS_BY_GROUP: an
+Argo Rollout, a Deployment or CronJob of an API group the table lacks, a custom resource, a
+PodTemplate. "Cannot read" means exactly this: the pack does not know whether that kind's
+controller runs the spec, how, or what it adds to it (env, args, containers), so what the spec
+says is no verdict. Rather than pass it, the workload policy reports one that would run the
+provisioner (see helper_pods). (A value not known during preview is the engine's case: it
+makes the policy advisory for that preview, and `up` checks the known value.)"""
 POD_SPEC_PATHS: Mapping[str, tuple[str, ...]] = {
     DEPLOYMENT: ("spec", "template", "spec"),
     "StatefulSet": ("spec", "template", "spec"),
@@ -88,6 +90,22 @@ POD_SPEC_PATHS: Mapping[str, tuple[str, ...]] = {
 }
 """Where each kind that runs containers keeps its pod spec."""
 WORKLOADS = frozenset(POD_SPEC_PATHS) - {UNREADABLE}
+_COMPONENTS = frozenset(
+    {
+        "kubernetes:yaml:ConfigFile",
+        "kubernetes:yaml:ConfigGroup",
+        "kubernetes:yaml/v2:ConfigFile",
+        "kubernetes:yaml/v2:ConfigGroup",
+        "kubernetes:helm.sh/v2:Chart",
+        "kubernetes:helm.sh/v3:Chart",
+        "kubernetes:helm.sh/v4:Chart",
+        "kubernetes:kustomize:Directory",
+        "kubernetes:kustomize/v2:Directory",
+    }
+)
+"""The Kubernetes provider's components: each object they make is a resource of its own, which
+the pack checks as such (their inputs, `objs` say, hold the same objects again). Resources of
+other packages (this project's components, providers) write no Kubernetes object either."""
 _TOKEN = re.compile(r"kubernetes:(?P<group>[^/:]+)/[^/:]+:(?P<kind>\w+?)(?P<form>Patch|List)?")
 
 
@@ -117,6 +135,8 @@ def kube_objects(resource: Resource) -> list[KubeObject]:
     """The objects `resource` writes that some policy checks (see the module's docstring)."""
     token_kind = resource.type.rsplit(":", 1)[-1]
     match = _TOKEN.fullmatch(resource.type)
+    if not resource.type.startswith("kubernetes:") or resource.type in _COMPONENTS:
+        return []
     if match is None or match["kind"] not in KINDS_BY_GROUP.get(match["group"], ()):
         return [
             KubeObject(

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import pytest
+from pulumi_policy.proxy import unknown_checking_proxy
 
 from policy import default_class, helper_pods, production, provisioner_config, rbac, storage_paths
 from policy.resources import Resource
@@ -245,6 +246,16 @@ def test_an_unread_kind_that_runs_something_else_passes() -> None:
     assert helper_pods.check_unsafe_flag(service) == []
 
 
+def test_a_component_holding_objects_is_left_to_its_children() -> None:
+    """A ConfigGroup registers each of its objects as a resource the pack checks: its own
+    `objs` are not read a second time, as an unreadable kind."""
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", **TEMPLATED}
+    group = Resource(token("yaml/v2", "ConfigGroup"), {"objs": [deployment]}, "urn::g")
+    assert helper_pods.check_unsafe_flag(group) == []
+    child = Resource(token("apps/v1", "Deployment"), deployment, "urn::g$d")
+    assert UNSAFE in helper_pods.check_unsafe_flag(child)[0]
+
+
 RBAC = "rbac.authorization.k8s.io/v1"
 
 
@@ -351,3 +362,14 @@ def test_a_storage_class_patch_leaving_reclaim_policy_out_is_not_read_as_delete(
     listed_delete = listed(STORAGE_CLASS_TOKEN, {"metadata": {"name": "b"}})
     [(message, _)] = production.check_stack([storage_class("a"), listed_delete])
     assert message.startswith("every StorageClass (a, b) has reclaimPolicy Delete")
+
+
+def test_the_engines_proxied_inputs_are_read_alike() -> None:
+    """The engine hands a policy its inputs wrapped (Mapping and Sequence proxies that raise
+    on a value unknown in preview), not dicts and lists."""
+    rollout = {"metadata": {"name": "r"}, **TEMPLATED}
+    proxied = Resource(ROLLOUT, unknown_checking_proxy(rollout), "urn::r")
+    assert "may run the provisioner" in helper_pods.check_unsafe_flag(proxied)[0]
+    items = {"items": [config_map_body({"config.json": json.dumps(KUBELET)})]}
+    in_a_list = Resource(f"{CONFIG_MAP_TOKEN}List", unknown_checking_proxy(items), "urn::l")
+    assert IN_KUBELET in storage_paths.check_resource(in_a_list)[0]
