@@ -14,6 +14,7 @@ from pulumi_policy.proxy import unknown_checking_proxy
 
 from policy import default_class, helper_pods, production, provisioner_config, rbac, storage_paths
 from policy.resources import Resource
+from tests.components.test_adoption import takeover_run
 from tests.policy.resources import GOOD_CONFIG, PINNED_HELPER_POD, helper_pod, storage_class
 
 KUBELET = {
@@ -373,3 +374,22 @@ def test_the_engines_proxied_inputs_are_read_alike() -> None:
     items = {"items": [config_map_body({"config.json": json.dumps(KUBELET)})]}
     in_a_list = Resource(f"{CONFIG_MAP_TOKEN}List", unknown_checking_proxy(items), "urn::l")
     assert IN_KUBELET in storage_paths.check_resource(in_a_list)[0]
+
+
+def test_the_adopt_modes_objects_pass_the_pack_with_its_patches_read() -> None:
+    """The takeover of rancher writes three Patch types (rancher's Deployment scaled to 0,
+    its two bindings emptied): the pack reads them now, and finds nothing wrong in them."""
+    result = takeover_run()
+    resources = [
+        Resource(r.type, r.inputs, r.name)
+        for r in result.registrations
+        if r.type.startswith("kubernetes:")
+    ]
+    patches = sorted(r.type.rsplit(":", 1)[-1] for r in resources if r.type.endswith("Patch"))
+    assert patches == ["ClusterRoleBindingPatch", "DeploymentPatch", "RoleBindingPatch"]
+    for resource in resources:
+        assert storage_paths.check_resource(resource) == []
+        assert helper_pods.check_unsafe_flag(resource) == []
+        assert rbac.check_resource(resource) == []
+        assert provisioner_config.check_resource(resource) == []
+    assert default_class.check_stack(resources) == []
