@@ -311,9 +311,9 @@ class PathBook:
     The one picture the decisions need to keep two volumes off one directory: a new volume may
     not take a path that equals, contains or lies inside any path in the book on the same
     filesystem (the same node's disk, or a path every node sees), and a teardown may not run on
-    one that another entry shares. Entries are keyed by volume name, so a PV
-    seen by the informer replaces the reservation its provision made. Not thread-safe: the
-    shell holds one lock around a decision and the bookkeeping that carries it out.
+    one that another entry shares. Entries are keyed by volume name, so a PV seen by the
+    informer replaces the reservation its provision made. Not thread-safe: the shell holds one
+    lock around a decision and the bookkeeping that carries it out.
     """
 
     def __init__(self, entries: Iterable[PathEntry] = ()) -> None:

@@ -609,7 +609,7 @@ def test_one_directory_is_served_under_one_node_affinity_key() -> None:
         )
     )
     custom = {"nodeAffinityKey": "example.com/disk"}
-    earlier = {"a": {}}
+    earlier: dict[str, dict[str, str]] = {"a": {}}
     with pytest.raises(ConfigError) as caught:
         check_affinity_key_agrees("b", custom, earlier, config)
     assert str(caught.value) == (
