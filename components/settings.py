@@ -93,6 +93,7 @@ from provisioner.core.config import (
     ConfigBundle,
     ConfigError,
     ProvisionerConfig,
+    check_affinity_key_agrees,
     parse_config_json,
     validate_storage_class_parameters,
 )
@@ -583,6 +584,15 @@ def _storage_classes(text: str | None, config: ProvisionerConfig) -> tuple[Stora
                     f"({show(earlier.name)}) already is",
                 )
         _check_against_config(key, storage_class, config)
+        try:
+            check_affinity_key_agrees(
+                storage_class.name,
+                storage_class.parameters,
+                {earlier.name: earlier.parameters for earlier in classes},
+                config,
+            )
+        except ConfigError as error:
+            raise SettingsError(_class_key_of(key, error.key_path), error.message) from error
         classes.append(storage_class)
     return tuple(classes)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from provisioner.core.budgets import committed_bytes, no_room_reason, path_rooms, paths_with_room
 from provisioner.core.clones import (
@@ -49,11 +50,11 @@ from provisioner.core.config import (
     volume_type_of,
 )
 from provisioner.core.paths import (
+    EVERY_NODE,
     LIVE,
     RELEASED,
     TEARING_DOWN,
     TORN_DOWN,
-    Location,
     PathBook,
     PathPatternError,
     PathState,
@@ -117,8 +118,12 @@ class ProvisionPlan:
         return self.claim.volume_mode
 
     @property
-    def location(self) -> Location:
-        return self.node_affinity if self.node_affinity is not None else ("", "")
+    def disk_node(self) -> str:
+        """The node whose disk holds the path, as the path book tells paths apart; EVERY_NODE
+        for a shared filesystem, whichever node the helper runs on."""
+        if self.node_affinity is None or self.node_name is None:
+            return EVERY_NODE
+        return self.node_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +222,16 @@ def volume_name_for(claim: ClaimRecord) -> str:
     return f"pvc-{claim.uid}"
 
 
+Location = tuple[str, str]
+"""The (label key, value) a PV's node affinity names, or ("", "") when it names none."""
+
+
+class NodeListing(Protocol):
+    """The nodes by name: a dict, or the node informer's cache."""
+
+    def items(self) -> Iterable[tuple[str, NodeRecord]]: ...
+
+
 def volume_location(volume: VolumeRecord) -> Location:
     for key, values in volume.affinity:
         if len(values) == 1:
@@ -239,6 +254,22 @@ def volume_node_name(volume: VolumeRecord) -> str:
     return value if key == DEFAULT_NODE_AFFINITY_KEY else ""
 
 
+def volume_disk_node(volume: VolumeRecord, nodes: NodeListing | None) -> str:
+    """The node whose disk holds the volume's path, for the path book: the node recorded on the
+    PV, else the one node carrying its affinity label (as `resolve_volume_node` finds it; the
+    hostname label names it); EVERY_NODE for a PV without a single-valued affinity (a shared
+    path) and for one whose node cannot be told, so that it overlaps every node's paths."""
+    key, value = volume_location(volume)
+    if not key:
+        return EVERY_NODE
+    if recorded := volume_node_name(volume):
+        return recorded
+    if nodes is None:
+        return EVERY_NODE
+    matches = [name for name, node in nodes.items() if _label(node, key) == value]
+    return matches[0] if len(matches) == 1 else EVERY_NODE
+
+
 def volume_size_bytes(volume: VolumeRecord) -> int:
     try:
         return quantity_to_bytes(volume.capacity or "0")
@@ -246,23 +277,23 @@ def volume_size_bytes(volume: VolumeRecord) -> int:
         return 0
 
 
-def record_volume(book: PathBook, volume: VolumeRecord) -> None:
-    """Puts one of our PVs into the book (one with no path holds no directory)."""
+def record_volume(book: PathBook, volume: VolumeRecord, nodes: NodeListing | None = None) -> None:
+    """Puts one of our PVs into the book (one with no path holds no directory); `nodes` tell
+    the node of a PV that does not name it (see `volume_disk_node`)."""
     if volume.path is not None:
         book.record_volume(
             volume.name,
-            volume_location(volume),
+            volume_disk_node(volume, nodes),
             volume.path,
             volume_path_state(volume),
             size_bytes=volume_size_bytes(volume),
-            node=volume_node_name(volume),
         )
 
 
-def volume_book(volumes: Iterable[VolumeRecord] = ()) -> PathBook:
+def volume_book(volumes: Iterable[VolumeRecord] = (), nodes: NodeListing | None = None) -> PathBook:
     book = PathBook()
     for volume in volumes:
-        record_volume(book, volume)
+        record_volume(book, volume, nodes)
     return book
 
 
@@ -373,7 +404,7 @@ def decide_claim_action(
         return Reject(str(error))
     if clone is not None:
         plan = replace(plan, clone_source=clone)
-    blockers = paths.overlapping(plan.volume_name, plan.location, plan.path) if paths else []
+    blockers = paths.overlapping(plan.volume_name, plan.disk_node, plan.path) if paths else []
     if blockers:
         return WaitForPath(
             f"path {plan.path} overlaps "
@@ -512,7 +543,7 @@ def _plan(
     affinity: tuple[str, str] | None = None
     if shared:
         candidates = config.paths_for(storage_class.name, node.name if node else "")
-        location: Location = ("", "")
+        disk_node = EVERY_NODE
     else:
         assert node is not None  # decide_claim_action waits for a selected node
         candidates = config.paths_for(storage_class.name, node.name)
@@ -520,7 +551,7 @@ def _plan(
         value = node.labels.get(key, node.name if key == DEFAULT_NODE_AFFINITY_KEY else None)
         if value is None:
             raise ValueError(f"node {node.name} has no label {key} (the class's nodeAffinityKey)")
-        affinity = location = (key, value)
+        affinity, disk_node = (key, value), node.name
     if not candidates:
         raise ValueError(
             f"config.json serves no path on node {node.name if node else '?'}"
@@ -550,7 +581,7 @@ def _plan(
     if recorded in candidates:
         base_path, record = recorded, False
     else:
-        counts = {p: paths.count_inside(location, p) for p in candidates} if paths else {}
+        counts = {p: paths.count_inside(disk_node, p) for p in candidates} if paths else {}
         base_path = choose_base_path(sorted(candidates), counts)
         # A recorded path that has lost its room is replaced on the claim, so a retry after
         # the room comes back cannot go back to it while a directory exists on the new one.
@@ -689,7 +720,7 @@ def _teardown(
             f" configured for this volume ({', '.join(base_paths) or 'none'}){fix}"
         )
     if paths is not None:
-        others = paths.overlapping(volume.name, volume_location(volume), volume.path)
+        others = paths.overlapping(volume.name, node_name or EVERY_NODE, volume.path)
         if others:
             names = ", ".join(entry.volume_name for entry in others)
             return RefuseUnsafePath(f"path {volume.path} is also used by {names}{fix}")

@@ -136,6 +136,7 @@ _TOP_KEYS = (
     "cmdTimeoutSeconds",
 )
 _CLASS_KEYS = ("nodePathMap", "sharedFileSystemPath")
+_SHARED_KEY = "sharedFileSystemPath"
 _ENTRY_KEYS = ("node", "paths")
 _BASE_PATH_KEYS = ("path", "capacity", "create", "mountPoint")
 _GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True}
@@ -328,7 +329,9 @@ class ProvisionerConfig(_Strict):
                 "no storage configured: set nodePathMap, sharedFileSystemPath"
                 " or storageClassConfigs",
             )
-        _check_nesting(self._base_paths_with_keys())
+        base_paths = self._base_paths_with_keys()
+        _check_nesting(base_paths)
+        _check_shared_apart(base_paths)
         _check_rules_agree(self)
         if self.cmd_timeout_seconds <= 0:
             raise ConfigError(
@@ -517,6 +520,57 @@ def _check_nesting(base_paths: list[tuple[str, str]]) -> None:
                     f" ({outer_key}): a volume there could be this whole base path and its"
                     " teardown would remove every volume in it; use directories side by side",
                 )
+
+
+def _check_shared_apart(base_paths: list[tuple[str, str]]) -> None:
+    """No directory is both a sharedFileSystemPath and a node path: to one class it is one
+    directory every node sees, to the other a different one on each node, and neither would
+    see the other's volumes at the same path when deciding what may be removed."""
+    shared = {path: key for key, path in base_paths if key.endswith(_SHARED_KEY)}
+    for key, path in base_paths:
+        if not key.endswith(_SHARED_KEY) and path in shared:
+            raise ConfigError(
+                key,
+                f"{json.dumps(path)} is also the sharedFileSystemPath at {shared[path]}: a"
+                " directory is either a filesystem every node shares or a node's own, not both;"
+                " give one of them another directory",
+            )
+
+
+def check_affinity_key_agrees(
+    class_name: str,
+    parameters: Mapping[str, str],
+    earlier: Mapping[str, Mapping[str, str]],
+    config: ProvisionerConfig,
+) -> None:
+    """Refuses a class whose nodeAffinityKey differs from an earlier class (name -> its
+    parameters) that serves one of its node directories: every volume there must name its node
+    through the same label."""
+    key = parameters.get("nodeAffinityKey", DEFAULT_NODE_AFFINITY_KEY)
+    directories = _node_directories(class_name, parameters, config)
+    for other_name, other_parameters in earlier.items():
+        other_key = other_parameters.get("nodeAffinityKey", DEFAULT_NODE_AFFINITY_KEY)
+        shared = directories & _node_directories(other_name, other_parameters, config)
+        if other_key != key and shared:
+            raise ConfigError(
+                "parameters.nodeAffinityKey",
+                f"{json.dumps(key)} differs from {json.dumps(other_key)} of class"
+                f" {json.dumps(other_name)}, which serves the same directory"
+                f" {json.dumps(min(shared))}: one directory is served under one"
+                " nodeAffinityKey; give the classes the same key, or another directory",
+            )
+
+
+def _node_directories(
+    class_name: str, parameters: Mapping[str, str], config: ProvisionerConfig
+) -> set[str]:
+    """The node paths (on any node) the class's volumes may be made in."""
+    storage = config.storage_for(class_name)
+    if storage is None or storage.shared_filesystem_path is not None:
+        return set()
+    paths = {path for entry in storage.node_path_map for path in entry.path_names}
+    node_path = parameters.get("nodePath")
+    return paths & {node_path} if node_path is not None else paths
 
 
 def _check_base_path(path: str, key: str) -> None:

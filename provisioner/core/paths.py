@@ -240,8 +240,10 @@ def choose_base_path(candidates: Sequence[str], live_volume_counts: Mapping[str,
     return min(candidates, key=lambda path: (live_volume_counts.get(path, 0), path))
 
 
-Location = tuple[str, str]
-"""Where a path lives: a node's (affinity key, value), or ("", "") on a shared filesystem."""
+EVERY_NODE = ""
+"""The node of a path seen from every node: one on a shared filesystem, or a node-local one
+whose node cannot be told (a custom nodeAffinityKey whose value no single node carries). Such a
+path overlaps any path it touches, on whatever node that one is."""
 
 PathState = Literal["live", "released", "provisioning", "tearing-down", "torn-down"]
 LIVE: PathState = "live"
@@ -258,15 +260,18 @@ TORN_DOWN: PathState = "torn-down"
 
 @dataclass(frozen=True, slots=True)
 class PathEntry:
+    """A path is told apart by the filesystem it is on: a node's own disk (`node`, `path`), or
+    one every node sees (`node` is EVERY_NODE). Never by the label the PV's affinity names: two
+    classes with other nodeAffinityKeys put their volumes on the same disk of the same node."""
+
     volume_name: str
-    location: Location
+    node: str
+    """The node whose disk holds the path; EVERY_NODE on a shared filesystem or when unknown."""
     path: str
     state: PathState
     size_bytes: int = 0
     """The volume's capacity (the claim's request while provisioning): what it costs its base
     path's budget until its PV is gone."""
-    node: str = ""
-    """The node holding the path ("" on a shared filesystem or when unknown)."""
     resizing_to: int = 0
     """The size an expansion granted and the PV does not show yet (0: none): the quota on the
     node may already allow it, so the budget counts it until the PV's capacity does."""
@@ -289,6 +294,10 @@ class PathEntry:
         }
         return f"{self.volume_name} ({shown.get(self.state, self.state)}) at {self.path}"
 
+    def shares_filesystem_with(self, node: str) -> bool:
+        """Whether the entry's path and a path on `node` are on one filesystem."""
+        return EVERY_NODE in (self.node, node) or self.node == node
+
 
 def paths_overlap(one: str, other: str) -> bool:
     """The same directory, or one inside the other: work on one touches the other."""
@@ -300,10 +309,11 @@ class PathBook:
     their teardown, and provisions and teardowns in flight.
 
     The one picture the decisions need to keep two volumes off one directory: a new volume may
-    not take a path that equals, contains or lies inside any path in the book, and a teardown
-    may not run on one that another entry shares. Entries are keyed by volume name, so a PV
-    seen by the informer replaces the reservation its provision made. Not thread-safe: the
-    shell holds one lock around a decision and the bookkeeping that carries it out.
+    not take a path that equals, contains or lies inside any path in the book on the same
+    filesystem (the same node's disk, or a path every node sees), and a teardown may not run on
+    one that another entry shares. Entries are keyed by volume name, so a PV seen by the
+    informer replaces the reservation its provision made. Not thread-safe: the shell holds one
+    lock around a decision and the bookkeeping that carries it out.
     """
 
     def __init__(self, entries: Iterable[PathEntry] = ()) -> None:
@@ -323,12 +333,11 @@ class PathBook:
     def record_volume(
         self,
         volume_name: str,
-        location: Location,
+        node: str,
         path: str,
         state: PathState,
         *,
         size_bytes: int = 0,
-        node: str = "",
     ) -> None:
         """A PV as the informer sees it (LIVE or RELEASED). A teardown in flight or done keeps
         its state: the PV's own updates must not make it eligible again. An expansion the PV
@@ -342,7 +351,7 @@ class PathBook:
             if current.resizing_to > size_bytes:
                 resizing_to = current.resizing_to
         self._entries[volume_name] = PathEntry(
-            volume_name, location, path, state, size_bytes, node, resizing_to
+            volume_name, node, path, state, size_bytes, resizing_to
         )
 
     def forget(self, volume_name: str) -> bool:
@@ -357,18 +366,8 @@ class PathBook:
         self._entries.pop(volume_name, None)
         return True
 
-    def reserve(
-        self,
-        volume_name: str,
-        location: Location,
-        path: str,
-        *,
-        size_bytes: int = 0,
-        node: str = "",
-    ) -> None:
-        self._entries[volume_name] = PathEntry(
-            volume_name, location, path, PROVISIONING, size_bytes, node
-        )
+    def reserve(self, volume_name: str, node: str, path: str, *, size_bytes: int = 0) -> None:
+        self._entries[volume_name] = PathEntry(volume_name, node, path, PROVISIONING, size_bytes)
 
     def start_resize(self, volume_name: str, size_bytes: int) -> None:
         """An expansion was granted: the budget counts the larger of the sizes in play from now
@@ -414,14 +413,15 @@ class PathBook:
         if entry is not None:
             self._entries[volume_name] = replace(entry, state=state)
 
-    def overlapping(self, volume_name: str, location: Location, path: str) -> list[PathEntry]:
-        """Other entries at the location whose path is this one, inside it, or contains it."""
+    def overlapping(self, volume_name: str, node: str, path: str) -> list[PathEntry]:
+        """Other entries on the filesystem of `path` on `node` (EVERY_NODE: on any) whose path
+        is this one, inside it, or contains it."""
         return sorted(
             (
                 entry
                 for entry in self._entries.values()
                 if entry.volume_name != volume_name
-                and entry.location == location
+                and entry.shares_filesystem_with(node)
                 and paths_overlap(entry.path, path)
             ),
             key=lambda entry: entry.volume_name,
@@ -437,18 +437,19 @@ class PathBook:
         if entry is None or entry.state != expected:
             now = "no longer in the book" if entry is None else entry.describe()
             return f"{volume_name} is {now}, not {expected}: its helper run was not started"
-        others = self.overlapping(volume_name, entry.location, entry.path)
+        others = self.overlapping(volume_name, entry.node, entry.path)
         if others:
             shared = ", ".join(other.describe() for other in others)
             return f"{entry.path} is shared with {shared}: {volume_name}'s helper run not started"
         return None
 
-    def count_inside(self, location: Location, base_path: str) -> int:
-        """Volumes (live or in flight) under base_path at the location: spreads new volumes."""
+    def count_inside(self, node: str, base_path: str) -> int:
+        """Volumes (live or in flight) under base_path on the node (EVERY_NODE: those every
+        node sees): spreads new volumes over a node's base paths."""
         return sum(
             1
             for entry in self._entries.values()
-            if entry.location == location
+            if entry.node == node
             and entry.state != TORN_DOWN
             and is_strictly_inside(entry.path, base_path)
         )

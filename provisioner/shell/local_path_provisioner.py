@@ -220,7 +220,7 @@ class LocalPathProvisioner:
     def volume_seen(self, volume: VolumeRecord) -> None:
         """A PV of ours came or changed: the book records its path."""
         with self._paths_lock:
-            record_volume(self._paths, volume)
+            record_volume(self._paths, volume, self._caches.nodes)
 
     def volume_gone(self, volume_name: str) -> None:
         """A PV went: its path and its budget are free, and whoever waited for them (a claim
@@ -365,13 +365,7 @@ class LocalPathProvisioner:
 
     def _reserve(self, plan: ProvisionPlan) -> None:
         """The plan's path and size in the book (under _paths_lock), before its setup runs."""
-        self._paths.reserve(
-            plan.volume_name,
-            plan.location,
-            plan.path,
-            size_bytes=plan.size_bytes,
-            node=plan.node_name or "",
-        )
+        self._paths.reserve(plan.volume_name, plan.disk_node, plan.path, size_bytes=plan.size_bytes)
 
     def _hand_over(
         self,
@@ -446,7 +440,7 @@ class LocalPathProvisioner:
         assert isinstance(plan, ProvisionPlan)
         with self._paths_lock:
             if plan.volume_name in self._paths or self._paths.overlapping(
-                plan.volume_name, plan.location, plan.path
+                plan.volume_name, plan.disk_node, plan.path
             ):
                 return
             self._reserve(plan)

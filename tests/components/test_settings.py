@@ -444,6 +444,34 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], str]] = [
         "sharedFileSystemPath class does not give: use hostPath",
     ),
     ("workers", {"workers": "many"}, 'workers: must be an integer, got "many"'),
+    (
+        "one directory shared and a node path",
+        {
+            "nodePathMap": None,
+            "storageClassConfigs": {
+                "local-path": {"sharedFileSystemPath": "/mnt/same"},
+                "node-twin": {"nodePathMap": [{"node": "n1", "paths": ["/mnt/same"]}]},
+            },
+            "storageClasses": one_class(volumeBindingMode="Immediate"),
+        },
+        'storageClassConfigs["node-twin"].nodePathMap[0].paths[0]: "/mnt/same" is also the'
+        ' sharedFileSystemPath at storageClassConfigs["local-path"].sharedFileSystemPath: a'
+        " directory is either a filesystem every node shares or a node's own, not both; give"
+        " one of them another directory",
+    ),
+    (
+        "one directory under two node affinity keys",
+        {
+            "storageClasses": [
+                {"name": "by-hostname"},
+                {"name": "by-disk", "parameters": {"nodeAffinityKey": "example.com/disk"}},
+            ]
+        },
+        'storageClasses[1].parameters.nodeAffinityKey: "example.com/disk" differs from'
+        ' "kubernetes.io/hostname" of class "by-hostname", which serves the same directory'
+        ' "/opt/local-path-provisioner": one directory is served under one nodeAffinityKey;'
+        " give the classes the same key, or another directory",
+    ),
 ]
 
 

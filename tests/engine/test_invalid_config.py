@@ -69,6 +69,26 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
     ("memory quantity", {"memoryLimit": "lots"}, "memoryLimit"),
     ("provisioner name", {"provisionerName": "not a name!"}, "provisionerName"),
     ("two default classes", {"extraDefaultClass": True}, "storageClasses[1].isDefault"),
+    (
+        "one directory shared and a node path",
+        {
+            "nodePathMap": [],
+            "storageClassConfigs": {
+                "shared-twin": {"sharedFileSystemPath": "/opt/lps-same"},
+                "node-twin": {
+                    "nodePathMap": [
+                        {"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/opt/lps-same"]}
+                    ]
+                },
+            },
+        },
+        'storageClassConfigs["node-twin"].nodePathMap[0].paths[0]',
+    ),
+    (
+        "one directory under two node affinity keys",
+        {"extraClass": {"name": "by-disk", "parameters": {"nodeAffinityKey": "example.com/disk"}}},
+        "storageClasses[1].parameters.nodeAffinityKey",
+    ),
 ]
 
 
@@ -80,6 +100,8 @@ def with_change(config: dict[str, Any], change: dict[str, Any]) -> dict[str, Any
         elif key == "extraDefaultClass":
             changed["storageClasses"][0]["isDefault"] = True
             changed["storageClasses"].append({"name": "second-default", "isDefault": True})
+        elif key == "extraClass":
+            changed["storageClasses"].append(value)
         else:
             changed[key] = value
     return changed

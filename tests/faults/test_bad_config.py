@@ -123,6 +123,16 @@ CONFIG_JSON_VARIANTS: list[tuple[str, dict[str, Any] | str, str]] = [
     ),
     ("no storage at all", {}, "config.json: no storage configured"),
     (
+        "one directory shared and a node path",
+        {
+            "storageClassConfigs": {
+                "a": {"sharedFileSystemPath": ELSEWHERE},
+                "b": paths(ELSEWHERE),
+            }
+        },
+        'storageClassConfigs["b"].nodePathMap[0].paths[0]: "/opt/faults-never-used" is also',
+    ),
+    (
         "zero timeout",
         {**paths(ELSEWHERE), "cmdTimeoutSeconds": 0},
         "cmdTimeoutSeconds: must be a positive number of seconds",

@@ -64,11 +64,11 @@ def decide(c: ClaimRecord, cfg: object, book: PathBook, sc: StorageClassRecord =
 
 def test_committed_counts_every_state_per_node_and_base() -> None:
     entries = [
-        PathEntry("a", (HOST, "n1"), "/d/a", LIVE, 2 * GI, "n1"),
-        PathEntry("b", (HOST, "n1"), "/d/b", "released", GI, "n1"),
-        PathEntry("c", (HOST, "n1"), "/d/c", "provisioning", GI, "n1"),
-        PathEntry("d", (HOST, "n2"), "/d/d", LIVE, 5 * GI, "n2"),
-        PathEntry("e", (HOST, "n1"), "/other/e", LIVE, 7 * GI, "n1"),
+        PathEntry("a", "n1", "/d/a", LIVE, 2 * GI),
+        PathEntry("b", "n1", "/d/b", "released", GI),
+        PathEntry("c", "n1", "/d/c", "provisioning", GI),
+        PathEntry("d", "n2", "/d/d", LIVE, 5 * GI),
+        PathEntry("e", "n1", "/other/e", LIVE, 7 * GI),
     ]
     assert committed_bytes(entries, "n1", ["/d", "/x"]) == {"/d": 4 * GI, "/x": 0}
 
@@ -116,7 +116,7 @@ def test_no_room_on_the_node_reschedules_with_sizes() -> None:
 def test_in_flight_reservations_count() -> None:
     cfg = config({"path": "/a", "capacity": "1Gi"})
     book = PathBook()
-    book.reserve("pvc-other", (HOST, "n1"), "/a/other", size_bytes=GI, node="n1")
+    book.reserve("pvc-other", "n1", "/a/other", size_bytes=GI)
     assert isinstance(decide(claim(), cfg, book), Reschedule)
     book.cancel_reservation("pvc-other")
     assert isinstance(decide(claim(), cfg, book), Provision)

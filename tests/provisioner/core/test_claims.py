@@ -303,7 +303,7 @@ def test_base_path_with_fewest_live_volumes_wins() -> None:
     assert isinstance(decision, Provision)
     assert decision.plan.base_path == "/opt/lp"
     # volumes on another node do not count
-    other = volume_book([volume(name="pvc-a", path="/data/x", affinity=((HOST, ("n2",)),))])
+    other = volume_book([volume(name="pvc-a", path="/data/x", **ON_N2)])
     decision = decide(paths=other)
     assert isinstance(decision, Provision)
     assert decision.plan.base_path == "/data"
@@ -337,6 +337,13 @@ def test_shared_path_keeps_the_selected_node_for_the_helper() -> None:
     assert isinstance(decision, Provision)
     assert decision.plan.node_name == "n1"
     assert decision.plan.node_affinity is None
+
+
+ON_N2: dict[str, Any] = {
+    "affinity": ((HOST, ("n2",)),),
+    "annotations": {PROVISIONED_BY: ME, NODE_ANNOTATION: "n2"},
+}
+"""A volume()'s fields for one on node n2."""
 
 
 def volume(**changes: Any) -> VolumeRecord:
@@ -546,7 +553,7 @@ def test_a_directory_shared_with_a_live_volume_is_never_torn_down() -> None:
     old = volume(name="pvc-old", path="/opt/lp/ns/c")
     new = volume(name="pvc-new", path="/opt/lp/ns/c", phase="Bound")
     nested = volume(name="pvc-nested", path="/opt/lp/ns/c/sub", phase="Bound")
-    elsewhere = volume(name="pvc-n2", path="/opt/lp/ns/c", affinity=((HOST, ("n2",)),))
+    elsewhere = volume(name="pvc-n2", path="/opt/lp/ns/c", **ON_N2)
     index = volume_book([old, new, nested, elsewhere])
     assert decide_volume(old, paths=index) == RefuseUnsafePath(
         f"path /opt/lp/ns/c is also used by pvc-nested, pvc-new{FIX}"
@@ -554,7 +561,7 @@ def test_a_directory_shared_with_a_live_volume_is_never_torn_down() -> None:
     index.forget("pvc-new")
     index.forget("pvc-nested")
     assert isinstance(decide_volume(old, paths=index), Teardown)
-    assert index.count_inside((HOST, "n1"), "/opt/lp") == 1
+    assert index.count_inside("n1", "/opt/lp") == 1
 
 
 # -- the path book: no two volumes on one directory -------------------------------------------
@@ -589,7 +596,7 @@ def test_paths_in_flight_are_reserved_and_freed_when_the_provision_fails() -> No
     c = claim(annotations={STORAGE_PROVISIONER: ME, BASE_PATH_ANNOTATION: "/data"})
     first = decide(c, SCOPED_CLASS, paths=book)
     assert isinstance(first, Provision)
-    book.reserve(first.plan.volume_name, first.plan.location, first.plan.path)
+    book.reserve(first.plan.volume_name, first.plan.disk_node, first.plan.path)
     # the same claim again (a requeue): in flight, nothing to do
     assert decide(c, SCOPED_CLASS, paths=book) == Ignore("volume pvc-u-1 is being provisioned")
     # another claim rendering the same path waits
@@ -603,9 +610,7 @@ def test_paths_in_flight_are_reserved_and_freed_when_the_provision_fails() -> No
 
 
 def test_the_same_path_on_another_node_is_no_overlap() -> None:
-    book = volume_book(
-        [volume(name="pvc-old", path="/data/ns/c", affinity=((HOST, ("n2",)),), phase="Bound")]
-    )
+    book = volume_book([volume(name="pvc-old", path="/data/ns/c", phase="Bound", **ON_N2)])
     c = claim(annotations={STORAGE_PROVISIONER: ME, BASE_PATH_ANNOTATION: "/data"})
     assert isinstance(decide(c, SCOPED_CLASS, paths=book), Provision)
 
@@ -659,7 +664,7 @@ def test_a_pv_gone_with_no_teardown_in_flight_frees_its_path_at_once(torn_down: 
 
 def test_the_book_is_asked_again_just_before_a_helper_pod_is_built() -> None:
     book = PathBook()
-    book.reserve("pvc-new", (HOST, "n1"), "/data/ns/c")
+    book.reserve("pvc-new", "n1", "/data/ns/c")
     assert book.helper_run_problem("pvc-new", teardown=False) is None
     problem = book.helper_run_problem("pvc-new", teardown=True)
     assert problem is not None and "being provisioned" in problem
@@ -676,7 +681,7 @@ def test_the_book_is_asked_again_just_before_a_helper_pod_is_built() -> None:
 def test_a_teardown_waits_for_no_one_but_refuses_a_path_reserved_by_a_provision() -> None:
     old = volume(name="pvc-old", path="/opt/lp/ns/c")
     book = volume_book([old])
-    book.reserve("pvc-new", (HOST, "n1"), "/opt/lp/ns/c/inner")
+    book.reserve("pvc-new", "n1", "/opt/lp/ns/c/inner")
     assert decide_volume(old, paths=book) == RefuseUnsafePath(
         f"path /opt/lp/ns/c is also used by pvc-new{FIX}"
     )
@@ -688,8 +693,8 @@ def test_the_base_path_is_chosen_once_and_recorded_on_the_claim() -> None:
     assert isinstance(first, Provision)
     assert (first.plan.base_path, first.plan.record_base_path) == ("/opt/lp", True)
     # a retry after more volumes landed on /opt/lp still uses the recorded choice
-    book.reserve("pvc-b", (HOST, "n1"), "/opt/lp/b")
-    book.reserve("pvc-c", (HOST, "n1"), "/opt/lp/c")
+    book.reserve("pvc-b", "n1", "/opt/lp/b")
+    book.reserve("pvc-c", "n1", "/opt/lp/c")
     recorded = claim(annotations={STORAGE_PROVISIONER: ME, BASE_PATH_ANNOTATION: "/opt/lp"})
     again = decide(recorded, paths=book)
     assert isinstance(again, Provision)

@@ -18,6 +18,7 @@ from provisioner.core.config import (
     NodePathMapEntry,
     ProvisionerConfig,
     StorageClassConfig,
+    check_affinity_key_agrees,
     load_config_bundle,
     load_config_directory,
     parse_config_json,
@@ -114,6 +115,18 @@ BAD_CONFIGS: list[tuple[object, str]] = [
         ' path "/x" (storageClassConfigs["fast"].nodePathMap[0].paths[0]): a volume there'
         " could be this whole base path and its teardown would remove every volume in it;"
         " use directories side by side",
+    ),
+    (
+        {
+            "storageClassConfigs": {
+                "shared": {"sharedFileSystemPath": "/x"},
+                "fast": {"nodePathMap": local(("a", ["/y"]), (DEFAULT_NODE, ["/x"]))},
+            }
+        },
+        'storageClassConfigs["fast"].nodePathMap[1].paths[0]: "/x" is also the'
+        ' sharedFileSystemPath at storageClassConfigs["shared"].sharedFileSystemPath: a'
+        " directory is either a filesystem every node shares or a node's own, not both; give"
+        " one of them another directory",
     ),
     (
         {"nodePathMap": local(("", ["/x"]))},
@@ -580,6 +593,37 @@ def test_good_storage_class_parameters_pass(
         claim, storage_class, config, set(), {"n2": node}, provisioner_name="p"
     )
     assert isinstance(decision, Provision), decision
+
+
+def test_one_directory_is_served_under_one_node_affinity_key() -> None:
+    config = parse_config_json(
+        json.dumps(
+            {
+                "storageClassConfigs": {
+                    "a": {"nodePathMap": local((DEFAULT_NODE, ["/x", "/y"]))},
+                    "b": {"nodePathMap": local(("n1", ["/y"]))},
+                    "c": {"nodePathMap": local(("n1", ["/z"]))},
+                    "shared": {"sharedFileSystemPath": "/s"},
+                }
+            }
+        )
+    )
+    custom = {"nodeAffinityKey": "example.com/disk"}
+    earlier: dict[str, dict[str, str]] = {"a": {}}
+    with pytest.raises(ConfigError) as caught:
+        check_affinity_key_agrees("b", custom, earlier, config)
+    assert str(caught.value) == (
+        'parameters.nodeAffinityKey: "example.com/disk" differs from "kubernetes.io/hostname"'
+        ' of class "a", which serves the same directory "/y": one directory is served under'
+        " one nodeAffinityKey; give the classes the same key, or another directory"
+    )
+    # the same key written out, another directory, or a class narrowed to another directory
+    check_affinity_key_agrees("b", {"nodeAffinityKey": "kubernetes.io/hostname"}, earlier, config)
+    check_affinity_key_agrees("c", custom, earlier, config)
+    check_affinity_key_agrees("a", {**custom, "nodePath": "/x"}, {"b": {}}, config)
+    check_affinity_key_agrees("shared", custom, earlier, config)
+    with pytest.raises(ConfigError):
+        check_affinity_key_agrees("a", {**custom, "nodePath": "/y"}, {"b": {}}, config)
 
 
 def test_bundle_with_rancher_defaults_loads() -> None:

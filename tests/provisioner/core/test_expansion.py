@@ -36,7 +36,6 @@ from provisioner.core.records import (
 
 ME = "local-path-storage.io/local-path"
 GI = 1024**3
-HOST_N1 = ("kubernetes.io/hostname", "n1")
 CONFIG = parse_config_json(
     json.dumps(
         {"nodePathMap": [{"node": DEFAULT_NODE, "paths": [{"path": "/data", "capacity": "3Gi"}]}]}
@@ -59,6 +58,7 @@ VOLUME = VolumeRecord(
     storage_class_name="local",
     path="/data/pvc-1",
     volume_type="hostPath",
+    affinity=(("kubernetes.io/hostname", ("n1",)),),
     claim_ref=ClaimReference("ns", "data", "uid-1"),
     capacity="1Gi",
 )
@@ -123,8 +123,8 @@ def test_a_path_without_room_refuses_and_names_the_budget() -> None:
     # 1Gi of this volume and 1.5Gi of another on the 3Gi path: 0.5Gi free, 1Gi more asked.
     book = PathBook(
         [
-            PathEntry("pvc-1", HOST_N1, "/data/pvc-1", LIVE, size_bytes=GI, node="n1"),
-            PathEntry("pvc-2", HOST_N1, "/data/pvc-2", LIVE, size_bytes=GI * 3 // 2, node="n1"),
+            PathEntry("pvc-1", "n1", "/data/pvc-1", LIVE, size_bytes=GI),
+            PathEntry("pvc-2", "n1", "/data/pvc-2", LIVE, size_bytes=GI * 3 // 2),
         ]
     )
     decision = decide(msgspec.structs.replace(CLAIM, requested_storage="2Gi"), paths=book)
@@ -191,7 +191,7 @@ def test_pv_events_during_a_resize_keep_the_new_size_counted() -> None:
     book.finish_resize("pvc-1", expand.size_bytes)
     record_volume(book, msgspec.structs.replace(VOLUME, capacity="2Gi"))
     assert counted(book) == 2 * GI
-    assert book.get("pvc-1") == PathEntry("pvc-1", ("", ""), "/data/pvc-1", LIVE, 2 * GI, "n1")
+    assert book.get("pvc-1") == PathEntry("pvc-1", "n1", "/data/pvc-1", LIVE, 2 * GI)
     assert isinstance(provision_2gi(book), Reschedule)
 
 

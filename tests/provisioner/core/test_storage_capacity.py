@@ -35,7 +35,7 @@ CLASSES = [StorageClassRecord("local", NAME), StorageClassRecord("theirs", "othe
 
 
 def test_one_object_per_served_node_and_class_of_ours() -> None:
-    entries = [PathEntry("pvc-1", ("kubernetes.io/hostname", "n1"), "/a/x", LIVE, GI // 2, "n1")]
+    entries = [PathEntry("pvc-1", "n1", "/a/x", LIVE, GI // 2)]
     desired = desired_capacities(CONFIG, CLASSES, NODES, entries, provisioner_name=NAME)
     by_host = {o.hostname: o.capacity_bytes for o in desired.values()}
     assert by_host == {"host-n1": GI // 2, "host-n2": UNLIMITED_BYTES}
@@ -54,7 +54,7 @@ def test_nothing_without_budgets_unless_the_driver_asks() -> None:
 
 def test_node_path_parameter_narrows_to_that_path() -> None:
     pinned = [StorageClassRecord("local", NAME, parameters={"nodePath": "/b"})]
-    entries = [PathEntry("pvc-1", ("kubernetes.io/hostname", "n2"), "/b/x", LIVE, GI, "n2")]
+    entries = [PathEntry("pvc-1", "n2", "/b/x", LIVE, GI)]
     desired = desired_capacities(CONFIG, pinned, NODES, entries, provisioner_name=NAME)
     assert {o.hostname: o.capacity_bytes for o in desired.values()} == {"host-n2": 3 * GI}
 

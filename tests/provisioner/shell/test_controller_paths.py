@@ -129,7 +129,7 @@ def provision_plan(uid: str, path: str) -> ProvisionPlan:
 
 def start_teardown(c: Controller, name: str, path: str) -> Key:
     """A Released PV of ours whose teardown was decided and handed over."""
-    c.local_path._paths.record_volume(name, HOST_N1, path, RELEASED, size_bytes=1, node="n1")
+    c.local_path._paths.record_volume(name, "n1", path, RELEASED, size_bytes=1)
     c.local_path._paths.start_teardown(name)
     key = (VOLUME, name)
     c.local_path._hand_over(key, "delete", teardown_plan(name, path), BUNDLE, "local")
@@ -177,7 +177,7 @@ def test_a_queued_teardown_whose_path_came_to_be_shared_never_runs() -> None:
     assert runs.waiting.acquire(timeout=WAIT)
     old = start_teardown(c, "pvc-old", "/data/ns/c")
     # While it queued, a PV of ours showed up inside its path (the informer records it).
-    c.local_path._paths.record_volume("pvc-inner", HOST_N1, "/data/ns/c/inner", "live", node="n1")
+    c.local_path._paths.record_volume("pvc-inner", "n1", "/data/ns/c/inner", "live")
     runs.gate.set()
     assert {next_key(c), next_key(c)} == {(VOLUME, "pvc-busy"), old}
     assert ("delete", "pvc-old") not in runs.ran
@@ -196,7 +196,7 @@ def test_a_batch_with_a_refused_volume_is_not_built_and_each_volume_says_why() -
     assert runs.waiting.acquire(timeout=WAIT)
     shared = start_teardown(c, "pvc-shared", "/data/ns/c")
     other = start_teardown(c, "pvc-other", "/data/ns/d")
-    c.local_path._paths.record_volume("pvc-inner", HOST_N1, "/data/ns/c/inner", "live", node="n1")
+    c.local_path._paths.record_volume("pvc-inner", "n1", "/data/ns/c/inner", "live")
     runs.gate.set()
     assert {next_key(c), next_key(c), next_key(c)} == {(VOLUME, "pvc-busy"), shared, other}
     assert runs.ran == [("delete", "pvc-busy")], "the batch pod was built"
@@ -217,7 +217,7 @@ def test_a_save_that_may_have_happened_keeps_its_path_and_is_retried_as_a_save(
 ) -> None:
     c, actions = controller()
     plan = provision_plan("uid-1", "/data/ns/c")
-    c.local_path._paths.reserve(plan.volume_name, plan.location, plan.path, size_bytes=1, node="n1")
+    c.local_path._paths.reserve(plan.volume_name, plan.disk_node, plan.path, size_bytes=1)
     key = (CLAIM, "uid-1")
     c.local_path._hand_over(key, "create", plan, BUNDLE, "local")
     assert next_key(c) == key
