@@ -77,8 +77,9 @@ class PredecessorWatch:
             key=pod_name,
             label_selector=f"!{HELPER_POD_LABEL}",
         )
-        self._informer.add_event_handler(on_add=self._seen, on_update=self._seen)
-        self._informer.add_event_handler(on_delete=self._seen)
+        self._informer.add_event_handler(
+            on_add=self._seen, on_update=self._seen, on_delete=self._seen
+        )
 
     @property
     def waiting_for(self) -> str:
