@@ -159,7 +159,8 @@ class AdoptionArgs:
     """rancher's StorageClasses, imported; each must be one of the stack's storageClasses."""
     pod_selector: str = "app=local-path-provisioner"
     """The label of the pods of rancher's Deployment (its manifest's): the provisioner starts
-    working only once none is left (--predecessor-selector), terminating ones included."""
+    working only once none is left (--predecessor-selector), terminating ones included, nor any
+    of rancher's helper pods (bare pods with a hostPath)."""
 
 
 @dataclass(frozen=True)

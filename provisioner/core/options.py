@@ -78,8 +78,9 @@ class Options:
     """Seconds a volume waits for a helper pod we did not start to go away."""
     predecessor_selector: str = ""
     """Label selector of the pods of a provisioner this one takes over (rancher's,
-    `app=local-path-provisioner`): the leader provisions only once none is left in --namespace.
-    Empty: no predecessor."""
+    `app=local-path-provisioner`): the leader provisions only once none of them, and no bare pod
+    with a hostPath (rancher's helper pods), is left in --namespace, and exits when one appears
+    while it leads (core/predecessors.py). Empty: no predecessor."""
 
 
 def _env_bool(value: str) -> bool:
@@ -281,7 +282,9 @@ def parse_options(
         default=env("PREDECESSOR_SELECTOR", ""),
         help="label selector (key=value[,key=value]) of the pods of the provisioner this one"
         " takes over, e.g. rancher's app=local-path-provisioner: the leader provisions only once"
-        " none is left in --namespace (rancher holds no lock to share) [PREDECESSOR_SELECTOR]",
+        " none of them, nor any pod that no controller owns and that mounts a hostPath (rancher's"
+        " helper pods), is left in --namespace, and exits if one appears while it leads"
+        " (rancher holds no lock to share) [PREDECESSOR_SELECTOR]",
     )
     add(
         "--debug",

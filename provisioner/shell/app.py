@@ -19,6 +19,10 @@ loop hiding the reason): it stays alive and not ready, /readyz and an InvalidCon
 the ConfigMap name the key at fault, and it neither campaigns for the lease nor works until the
 config watcher loads a valid version, so a replica with a good config keeps leading meanwhile.
 Invalid flags and an unusable kubeconfig still exit 2: no ConfigMap edit can fix those.
+
+A provisioner that takes over another (`--predecessor-selector`) works only once the
+predecessor's pods are gone, and exits 1 at once, without draining, when one appears while it
+leads (a Warning on that pod says what to do): the replica that leads next waits for it again.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from urllib3.exceptions import HTTPError
 
 from provisioner.core.config import ConfigBundle, ConfigError
 from provisioner.core.options import Options
+from provisioner.core.predecessors import PredecessorPod
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients, KubeConfigError, create_clients
 from provisioner.kube.events import EventRecorder, ObjectReference
@@ -51,7 +56,7 @@ from provisioner.shell.pod_batcher import BatchSettings
 from provisioner.shell.pod_events import PodEventHub
 from provisioner.shell.pod_runner import PodRunner
 from provisioner.shell.pod_runs import PodSettings
-from provisioner.shell.predecessors import wait_for_predecessors
+from provisioner.shell.predecessors import PredecessorWatch
 from provisioner.shell.server import ProbeServer
 
 log = logging.getLogger(__name__)
@@ -59,11 +64,14 @@ log = logging.getLogger(__name__)
 EXIT_OK = 0
 EXIT_LOST_LEADERSHIP = 1
 EXIT_CONTROLLER_FAILED = 1
+EXIT_PREDECESSOR_RETURNED = 1
 EXIT_BAD_SETUP = 2
 API_CHECK_INTERVAL = 5.0
 LEASE_RELEASE_SECONDS = 5.0
 FINALIZER_RELEASE_SECONDS = 10.0
 """When the installation is being removed: checking that, and taking our finalizer off our PVs."""
+PREDECESSOR_WARNING_SECONDS = 5.0
+"""How long a leader that stops for a predecessor's pod tries to send the Warning about it."""
 STOP_BUDGET_SECONDS = (
     CONTROLLER_STOP_BUDGET + LEASE_RELEASE_SECONDS + FINALIZER_RELEASE_SECONDS + 2.0
 )
@@ -102,8 +110,6 @@ class Provisioner:
         self._exit_code = EXIT_OK
         self._leading = threading.Event()
         self._began = threading.Event()
-        self._waiting_for = ""
-        """Why the leader does not work yet, besides syncing (shown by /readyz)."""
         self._begin_lock = threading.RLock()  # stop() may run in a signal handler mid-_begin
         self.watcher = ConfigWatcher(
             options.config_path,
@@ -164,6 +170,15 @@ class Provisioner:
             service_account=options.helper_service_account,
             interval_seconds=options.node_scan_interval,
         )
+        self.predecessors: PredecessorWatch | None = None
+        if options.predecessor_selector:
+            self.predecessors = PredecessorWatch(
+                self.clients,
+                options.namespace,
+                options.predecessor_selector,
+                options.pod_name,
+                on_returned=self._predecessor_returned,
+            )
         self._api = _ApiReachability(self.clients)
         self.elector: LeaderElector | None = None
         self._lease_clients: KubeClients | None = None
@@ -199,8 +214,13 @@ class Provisioner:
             return False, "the Kubernetes API is not reachable"
         if self.elector is not None and not self.elector.is_leader:
             return True, f"standby: {self.elector.observed_holder or 'nobody'} leads"
-        if self._waiting_for:
-            return False, self._waiting_for
+        if self.predecessors is not None and not self._leading.is_set():
+            waiting_for = self.predecessors.waiting_for
+            if waiting_for:
+                return False, (
+                    f"waiting for the predecessor's pods ({self.predecessors.selector}) to be"
+                    f" gone: {waiting_for}"
+                )
         if not self.controller.has_synced():
             return False, "informers are syncing"
         return True, "leading: informers synced"
@@ -214,6 +234,8 @@ class Provisioner:
             return False, "the leader election has stopped"
         stall_after = 2 * self.watcher.current.config.cmd_timeout_seconds + STALL_MARGIN_SECONDS
         problem = self.controller.liveness(stall_after)
+        if problem is None and self.predecessors is not None:
+            problem = self.predecessors.liveness()
         if problem is not None:
             return False, problem
         return True, self.controller.local_path.helper_counts()
@@ -260,15 +282,8 @@ class Provisioner:
         threading.Thread(target=self._run_controller, name="controller-start", daemon=True).start()
 
     def _run_controller(self) -> None:
-        selector = self.options.predecessor_selector
-        if selector:
-            self._waiting_for = f"waiting for the predecessor's pods ({selector}) to be gone"
-            gone = wait_for_predecessors(
-                self.clients, self.options.namespace, selector, self._stopping
-            )
-            self._waiting_for = ""
-            if not gone:
-                return
+        if self.predecessors is not None and not self.predecessors.wait_until_gone(self._stopping):
+            return
         try:
             self.controller.start()
         except Exception:
@@ -278,6 +293,29 @@ class Provisioner:
             return
         self._leading.set()
         self.node_scanner.start()
+
+    def _predecessor_returned(self, pod: PredecessorPod) -> None:
+        """No drain: a draining reconcile could still start a helper pod beside the
+        predecessor's. The helper pods already running are adopted by the next leader, which
+        first waits for this pod to be gone."""
+        message = (
+            f"pod {pod.name} of the provisioner this one took over runs in namespace"
+            f" {self.options.namespace} ({pod.why}): stopped working so that the two never"
+            " serve the same volumes; the next leader waits until it is gone. Stop the"
+            " provisioner that made it (scale its Deployment to 0), or delete the pod"
+        )
+        log.error("%s; exiting", message)
+        self.recorder.warning(
+            ObjectReference(
+                kind="Pod", name=pod.name, namespace=self.options.namespace, uid=pod.uid
+            ),
+            "PredecessorRunning",
+            message,
+        )
+        self.recorder.flush(PREDECESSOR_WARNING_SECONDS)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        self.exit_now(EXIT_PREDECESSOR_RETURNED)
 
     def _stopped_leading(self) -> None:
         self.metrics.leader.labels(self.options.provisioner_name).set(0)
@@ -359,6 +397,8 @@ class Provisioner:
         self._stopping.wait()
         log.info("shutting down: no new work, finishing running reconciles")
         self.node_scanner.stop()
+        if self.predecessors is not None:
+            self.predecessors.stop()
         self.controller.stop()
         if self.elector is not None:
             self.elector.stop(timeout=LEASE_RELEASE_SECONDS)

@@ -25,6 +25,7 @@ from localcluster.raw_api import call_json, manifest
 from provisioner.core.claims import NODE_ANNOTATION, PROVISIONED_BY, RANCHER_NODE_ANNOTATION
 from provisioner.core.config import RANCHER_DEFAULT_PATH
 from provisioner.core.quantities import format_bytes
+from tests.localcluster.image_pods import IMAGE as SHELL_IMAGE
 from tests.provisioner.e2e.rancher_process import (
     RANCHER_SETUP,
     RANCHER_TEARDOWN,
@@ -43,6 +44,10 @@ from tests.provisioner.e2e.support import (
 pytestmark = pytest.mark.cluster
 
 DATA = "written while rancher served this volume\n"
+RANCHER_SELECTOR = "app=local-path-provisioner"
+GATE = "test.local-path-storage.io/held"
+BY_NAMESPACE_AND_NAME = {"pathPattern": "{{ .PVC.Namespace }}/{{ .PVC.Name }}"}
+NODE_1 = {"kubernetes.io/hostname": "node-1"}
 
 
 @pytest.fixture
@@ -285,7 +290,8 @@ def test_ours_provisions_only_once_rancher_s_pods_are_gone_even_terminating_ones
     )
     assert replica.probe("/readyz") == (
         503,
-        "waiting for the predecessor's pods (app=local-path-provisioner) to be gone\n",
+        "waiting for the predecessor's pods (app=local-path-provisioner) to be gone:"
+        " local-path-provisioner-0\n",
     )
     setup.core.delete_namespaced_pod("local-path-provisioner-0", setup.namespace)
     eventually(
@@ -296,6 +302,11 @@ def test_ours_provisions_only_once_rancher_s_pods_are_gone_even_terminating_ones
     uid = setup.claim("waits")["metadata"]["uid"]
     assert setup.volume(f"pvc-{uid}") is None, "provisioned while rancher's pod was there"
     assert "the predecessor's pods (app=local-path-provisioner) are gone" not in replica.log()
+    assert replica.probe("/readyz") == (
+        503,
+        "waiting for the predecessor's pods (app=local-path-provisioner) to be gone:"
+        " local-path-provisioner-0 (terminating)\n",
+    )
 
     setup.core.patch_namespaced_pod(
         "local-path-provisioner-0", setup.namespace, {"metadata": {"finalizers": None}}
@@ -303,3 +314,156 @@ def test_ours_provisions_only_once_rancher_s_pods_are_gone_even_terminating_ones
 
     assert setup.wait_bound("waits")["metadata"]["name"] == f"pvc-{uid}"
     assert "the predecessor's pods (app=local-path-provisioner) are gone" in replica.log()
+
+
+def rancher_teardown_pod(name: str, directory: str) -> Any:
+    """A teardown pod as rancher v0.0.37 makes it (no label, no owner, no deadline, the
+    directory's parent as a hostPath, `rm -rf "$VOL_DIR"`), for node-1, held Pending by a
+    scheduling gate: one rancher left behind when it was stopped while polling it, which starts
+    whenever the node gets to it. The image is one the harness runs for real."""
+    parent = directory.rsplit("/", 1)[0]
+    node_1 = {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1"]}
+    return manifest(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "schedulingGates": [{"name": GATE}],
+                "restartPolicy": "Never",
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchExpressions": [node_1]}]
+                        }
+                    }
+                },
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [
+                    {
+                        "name": "helper-pod",
+                        "image": SHELL_IMAGE,
+                        "command": ["/bin/sh", "-c", 'rm -rf "$VOL_DIR"'],
+                        "env": [{"name": "VOL_DIR", "value": directory}],
+                        "volumeMounts": [{"name": "data", "mountPath": parent}],
+                    }
+                ],
+                "volumes": [
+                    {"name": "data", "hostPath": {"path": parent, "type": "DirectoryOrCreate"}}
+                ],
+            },
+        }
+    )
+
+
+def rancher_provisioner_pod(name: str) -> Any:
+    """rancher's own pod as its Deployment labels it (kwok keeps it Running)."""
+    return manifest(
+        {
+            "metadata": {"name": name, "labels": {"app": "local-path-provisioner"}},
+            "spec": {
+                "nodeName": "node-1",
+                "containers": [{"name": "rancher", "image": "registry.invalid/rancher:1"}],
+            },
+        }
+    )
+
+
+def pod_phase(setup: ProvisionerSetup, name: str) -> str:
+    pod = call_json(setup.core.read_namespaced_pod, name, setup.namespace)
+    return str((pod.get("status") or {}).get("phase", ""))
+
+
+def test_ours_waits_for_rancher_s_unlabelled_teardown_pod_whose_late_run_spares_a_new_claim(
+    make_setup: Callable[..., ProvisionerSetup],
+) -> None:
+    setup = make_setup()
+    storage_class = setup.create_class("rancher-pattern", parameters=BY_NAMESPACE_AND_NAME)
+    # The directory a claim `data` gets, the old one rancher was tearing down and a new one alike.
+    directory = f"{RANCHER_DEFAULT_PATH}/{setup.namespace}/data"
+    teardown = "helper-pod-delete-pvc-0f0e2a8c-1c52-4d39-9d6e-7a1f3e1b2c4d"
+    setup.core.create_namespaced_pod(setup.namespace, rancher_teardown_pod(teardown, directory))
+    replica = setup.start("--predecessor-selector", RANCHER_SELECTOR, wait_ready=False)
+
+    setup.create_claim("data", storage_class)
+    setup.create_consumer("data", "data", node_selector=NODE_1)
+    eventually(
+        lambda: setup.annotations("data").get("volume.kubernetes.io/selected-node"),
+        60,
+        "the scheduler to choose the claim's node",
+    )
+    uid = setup.claim("data")["metadata"]["uid"]
+    eventually(
+        lambda: teardown in replica.log() or setup.volume(f"pvc-{uid}") or None,
+        60,
+        "ours to say it waits for rancher's teardown pod, or to provision the claim",
+    )
+    provisioned_early = setup.volume(f"pvc-{uid}")
+    status, body = replica.probe("/readyz")
+
+    # The node gets to rancher's teardown at last: it runs, and ends.
+    setup.core.patch_namespaced_pod(teardown, setup.namespace, {"spec": {"schedulingGates": None}})
+    eventually(
+        lambda: pod_phase(setup, teardown) == "Succeeded" or None, 60, "rancher's teardown to run"
+    )
+
+    volume = setup.wait_bound("data")
+    assert volume_path(volume) == directory
+    assert on_disk(setup, volume).is_dir(), "rancher's late teardown removed the new claim's data"
+    assert provisioned_early is None, "provisioned while rancher's teardown pod was pending"
+    assert (status, body) == (
+        503,
+        f"waiting for the predecessor's pods ({RANCHER_SELECTOR}) to be gone: {teardown}\n",
+    )
+
+
+@pytest.mark.parametrize(
+    ("predecessor", "pod"),
+    [
+        ("local-path-provisioner-1", rancher_provisioner_pod("local-path-provisioner-1")),
+        (
+            "helper-pod-create-pvc-5d1c",
+            rancher_teardown_pod("helper-pod-create-pvc-5d1c", "/opt/local-path-provisioner/x"),
+        ),
+    ],
+    ids=["rancher scaled up again", "a helper pod of a rancher running elsewhere"],
+)
+def test_a_predecessor_pod_appearing_while_ours_leads_stops_it_until_the_pod_is_gone(
+    make_setup: Callable[..., ProvisionerSetup], predecessor: str, pod: Any
+) -> None:
+    setup = make_setup()
+    storage_class = setup.create_class("rancher-delete")
+    leader = setup.start("--predecessor-selector", RANCHER_SELECTOR)
+    setup.create_claim("before", storage_class)
+    setup.create_consumer("before", "before")
+    setup.wait_bound("before")
+
+    setup.core.create_namespaced_pod(setup.namespace, pod)
+
+    eventually(lambda: not leader.alive() or None, 60, "ours to stop")
+    assert leader.stop() == 1, leader.log()[-2000:]
+    assert f"pod {predecessor} of the provisioner this one took over" in leader.log()
+    warning = setup.wait_event(predecessor, "PredecessorRunning")
+    assert warning["type"] == "Warning"
+    assert "Stop the provisioner that made it" in warning["message"], warning["message"]
+    setup.create_claim("after", storage_class)
+    setup.create_consumer("after", "after")
+    eventually(
+        lambda: setup.annotations("after").get("volume.kubernetes.io/selected-node"),
+        60,
+        "the scheduler to choose the claim's node",
+    )
+    # The Deployment restarts it: the new process waits.
+    restarted = setup.start("--predecessor-selector", RANCHER_SELECTOR, wait_ready=False)
+    eventually(
+        lambda: predecessor in restarted.log() or None, 60, "ours to say it waits for the pod"
+    )
+    uid = setup.claim("after")["metadata"]["uid"]
+    assert setup.volume(f"pvc-{uid}") is None, "provisioned while the predecessor's pod was there"
+    assert restarted.probe("/readyz") == (
+        503,
+        f"waiting for the predecessor's pods ({RANCHER_SELECTOR}) to be gone: {predecessor}\n",
+    )
+
+    setup.core.delete_namespaced_pod(predecessor, setup.namespace, grace_period_seconds=0)
+
+    assert setup.wait_bound("after")["metadata"]["name"] == f"pvc-{uid}"
+    assert restarted.alive()
