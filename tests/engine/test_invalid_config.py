@@ -62,7 +62,6 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
         },
         "helperPodTemplate",
     ),
-    ("setup script over what a helper pod carries", {"setupScript": "#" * 131061}, "setupScript"),
     ("misspelt key", {"nodePathmap": []}, "nodePathmap"),
     ("no replicas", {"replicas": 0}, "replicas"),
     ("namespace name", {"namespace": "Local_Path"}, "namespace"),
