@@ -5,8 +5,8 @@ The scripts every volume runs (the wrapper, the guard, the setup or teardown scr
 the quota and finish scripts) are in the pod's annotations, once (config.MAX_SCRIPT_BYTES keeps
 the largest script within what annotations may hold), and reach the containers as files of a
 downward-API volume they mount read-only: the pod carries them once, not once per volume, and
-no container starts only to write them (a kubelet starts a pod's containers one
-after another, so such a container would delay every volume of the pod).
+no container starts only to write them (a kubelet starts a pod's containers one after another,
+so such a container would delay every volume of the pod).
 
 Each volume keeps what its own pod would give it: an init container of its own, with its own
 environment (VOL_DIR, VOL_SIZE_BYTES, ...), only its own directory writable (the base path
