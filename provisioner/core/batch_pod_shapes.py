@@ -2,10 +2,11 @@
 teardowns) run in, instead of a pod each. Its outcomes are read back by `batch_outcomes`.
 
 The scripts every volume runs (the wrapper, the guard, the setup or teardown script in force,
-the quota and finish scripts) are in the pod's annotations, once, and reach the containers as
-files of a downward-API volume they mount read-only: the pod carries them once, not once per
-volume, and no container starts only to write them (a kubelet starts a pod's containers one
-after another, so such a container would delay every volume of the pod).
+the quota and finish scripts) are in the pod's annotations, once (config.MAX_SCRIPT_BYTES keeps
+the largest script within what annotations may hold), and reach the containers as files of a
+downward-API volume they mount read-only: the pod carries them once, not once per volume, and
+no container starts only to write them (a kubelet starts a pod's containers one after another,
+so such a container would delay every volume of the pod).
 
 Each volume keeps what its own pod would give it: an init container of its own, with its own
 environment (VOL_DIR, VOL_SIZE_BYTES, ...), only its own directory writable (the base path
@@ -72,10 +73,6 @@ SCRIPTS_DIR = "/.local-path-storage/scripts"
 """Where the scripts every volume runs are: the downward-API volume of their annotations."""
 SCRIPT_ANNOTATION_PREFIX = "local-path-storage.io/script-"
 """A batch pod's annotation of each script it runs, by file name (script-wrapper, ...)."""
-MAX_STAGED_SCRIPT_BYTES = 128 * 1024
-"""The largest setup or teardown script a batch pod carries in an annotation: a pod's
-annotations may total 256 KiB, and the template's own must fit beside ours. A larger script's
-volumes keep pods of their own, which pass it in the environment."""
 OUTCOME_PATH = "/tmp/local-path-storage-outcome"
 """Every batch container's terminationMessagePath: what it writes there is its message."""
 EXIT_PREFIX = "lps-exit "
@@ -176,9 +173,6 @@ def is_batchable(action: HelperAction, target: HelperTarget, bundle: ConfigBundl
     """Whether the volume may share a batch pod (see the module's docstring for why not)."""
     config = bundle.config
     if config.setup_command if action == "create" else config.teardown_command:
-        return False
-    script = bundle.setup_script if action == "create" else bundle.teardown_script
-    if len(script.encode()) > MAX_STAGED_SCRIPT_BYTES:
         return False
     if not target.base_path or not is_strictly_inside(target.path, target.base_path):
         return False

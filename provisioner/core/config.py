@@ -856,6 +856,13 @@ def volume_type_of(value: str, key: str) -> str:
     return canonical
 
 
+MAX_SCRIPT_BYTES = 128 * 1024 - len("LPS_SCRIPT=\0")
+"""The largest setup or teardown script: a helper container gets the script in one environment
+string, `LPS_SCRIPT=<script>`, and execve refuses a string over 128 KiB with its NUL (the
+kernel's MAX_ARG_STRLEN) with E2BIG, so a larger script's pod would never start. A batch pod's
+annotations (256 KiB in all) carry one such script beside the provisioner's own."""
+
+
 @dataclass(frozen=True)
 class ConfigBundle:
     """Everything the ConfigMap holds, validated together."""
@@ -903,6 +910,14 @@ def complete_bundle(
             raise ConfigError(
                 key,
                 f"the {key} script is empty and config.json sets no {key}Command: give one of them",
+            )
+        size = len(script.encode())
+        if command is None and size > MAX_SCRIPT_BYTES:
+            raise ConfigError(
+                key,
+                f"the {key} script is {size} bytes, over the {MAX_SCRIPT_BYTES} a helper pod can"
+                " carry (one environment variable of at most 128 KiB): move its logic into the"
+                f" helper image and call it with {key}Command",
             )
     template = parse_helper_template(helper_pod_yaml, allow_unsafe=allow_unsafe_helper_template)
     return ConfigBundle(config, setup_script, teardown_script, template)

@@ -154,6 +154,13 @@ def resolve_volume_path(
     return check_volume_path(base_path, render_pattern(pattern, fields), scope)
 
 
+_UNSAFE_PATH_CHARACTER = re.compile(r"[\x00-\x1f\x7f\\]")
+"""Control characters and the backslash, which a tenant can write through a label or
+annotation the pattern renders: the mount table writes a tab, a line break and a backslash as
+octal escapes, `awk -v` and `echo` read a backslash as one, and a line break splits every
+listing, so the helper's scripts could take such a path for another one."""
+
+
 MAX_NAME_BYTES = 255
 """NAME_MAX of ext4, XFS and most other file systems: a longer directory name cannot exist."""
 
@@ -163,8 +170,12 @@ def check_volume_path(base_path: str, relative: str, scope: tuple[str, str] | No
 
     `scope` (namespace, name) additionally confines the result to base/namespace/name.
     """
-    if "\x00" in relative or "\n" in relative or "\r" in relative:
-        raise PathPatternError(f"rendered path {relative!r} contains a NUL or line break")
+    if unsafe := _UNSAFE_PATH_CHARACTER.search(relative):
+        raise PathPatternError(
+            f"rendered path {relative!r} contains {unsafe.group()!r}: control characters and"
+            " backslashes are refused in volume paths; change the pattern or the label or"
+            " annotation it renders"
+        )
     if relative.startswith("/"):
         raise PathPatternError(f"rendered path {relative!r} is absolute; it must be relative")
     components = relative.split("/")

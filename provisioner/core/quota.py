@@ -52,8 +52,25 @@ def project_id_for(volume_name: str) -> int:
 QUOTA_SCRIPT = """\
 set -u
 mountinfo="${LPS_MOUNTINFO:-/proc/self/mountinfo}"
-fs="$(awk -v dir="$VOL_DIR" '
-  { mp = $5; gsub(/\\\\040/, " ", mp)
+# The mount holding VOL_DIR: the longest mount point equal to it or a whole-component prefix
+# of it (the last such line when mounts are stacked). The mount table writes a space, tab, line
+# break or backslash in a mount point as an octal escape; awk reads the path from its
+# environment, as `awk -v` would read a backslash in it as an escape.
+fs="$(awk '
+  BEGIN {
+    dir = ENVIRON["VOL_DIR"]
+    code["040"] = " "; code["011"] = "\\t"; code["012"] = "\\n"; code["134"] = "\\\\"
+  }
+  function unescaped(text,   out, octal) {
+    out = ""
+    while (match(text, /\\\\[0-7][0-7][0-7]/)) {
+      octal = substr(text, RSTART + 1, 3)
+      out = out substr(text, 1, RSTART - 1) (octal in code ? code[octal] : substr(text, RSTART, 4))
+      text = substr(text, RSTART + 4)
+    }
+    return out text
+  }
+  { mp = unescaped($5)
     if (mp == "/" || dir == mp || index(dir, mp "/") == 1) {
       if (length(mp) >= best) {
         best = length(mp)
@@ -82,8 +99,12 @@ case "$state" in
   *"Enforcement: ON"*) ;;
   *) no_quota "project quota enforcement is off on $fstype" ;;
 esac
+# xfs_quota splits its commands at blanks and reads quotes and backslashes in them (and so
+# does dash's echo: printf says the path as it is).
 case "$VOL_DIR" in
-  *[[:space:]\\"\\']*) echo "cannot set a project quota on $VOL_DIR: it has a blank or quote" >&2
+  *[[:space:]\\\\\\"\\']*)
+    printf 'cannot set a project quota on %s: it has a blank, quote or backslash\\n' \\
+      "$VOL_DIR" >&2
     exit 1 ;;
 esac
 failed() {
@@ -137,7 +158,8 @@ fi
 status=$?
 # Older xfs_quota versions say what failed but exit 0. Their messages are read without the
 # volume's path, which is the tenant's to name ("mirror", "cannot-lose").
-said="$(printf '%s\n' "$out" | awk -v dir="$VOL_DIR" '
+said="$(printf '%s\n' "$out" | awk '
+  BEGIN { dir = ENVIRON["VOL_DIR"] }
   { line = $0; rest = ""
     while ((i = index(line, dir)) > 0) {
       rest = rest substr(line, 1, i - 1); line = substr(line, i + length(dir))

@@ -13,6 +13,7 @@ from provisioner.core.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
+    MAX_SCRIPT_BYTES,
 )
 
 DEFAULT_NODE = "DEFAULT_PATH_FOR_NON_LISTED_NODES"
@@ -41,6 +42,15 @@ def test_an_empty_setup_script_without_a_command_is_refused() -> None:
     config = json.dumps({"nodePathMap": [{"node": DEFAULT_NODE, "paths": ["/data"]}]})
     with pytest.raises(ValueError, match="the setup script is empty"):
         ConfigMapFiles(config, "", DEFAULT_TEARDOWN_SCRIPT, DEFAULT_HELPER_POD_YAML)
+
+
+def test_a_script_larger_than_a_helper_pod_carries_is_refused() -> None:
+    """A program may pass a script read from a file (a stack config value that large never
+    reaches the program: the engine passes its config in one environment string too)."""
+    config = json.dumps({"nodePathMap": [{"node": DEFAULT_NODE, "paths": ["/data"]}]})
+    large = "#" * (MAX_SCRIPT_BYTES + 1)
+    with pytest.raises(ValueError, match=f"teardown script is {MAX_SCRIPT_BYTES + 1} bytes, over"):
+        ConfigMapFiles(config, DEFAULT_SETUP_SCRIPT, large, DEFAULT_HELPER_POD_YAML)
 
 
 def test_a_helper_template_with_host_access_needs_the_explicit_allowance() -> None:

@@ -407,6 +407,13 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], str]] = [
         "setupScript: the setup script is empty and config.json sets no setupCommand: "
         "give one of them",
     ),
+    (
+        "setup script too large for a helper pod",
+        {"setupScript": "#" * 131061},
+        "setupScript: the setup script is 131061 bytes, over the 131060 a helper pod can carry"
+        " (one environment variable of at most 128 KiB): move its logic into the helper image"
+        " and call it with setupCommand",
+    ),
     ("log level", {"logLevel": "verbose"}, 'logLevel: must be one of info, debug; got "verbose"'),
     ("boolean", {"leaderElection": "yes"}, 'leaderElection: must be true or false, got "yes"'),
     (

@@ -20,7 +20,7 @@ import pytest
 
 from localcluster import wait_for
 from localcluster.raw_api import call_json
-from provisioner.core.config import DEFAULT_HELPER_POD_YAML, DEFAULT_NODE
+from provisioner.core.config import DEFAULT_HELPER_POD_YAML, DEFAULT_NODE, MAX_SCRIPT_BYTES
 from tests.faults.support import (
     assert_no_orphan_directories,
     create_claims_with_consumers,
@@ -412,8 +412,12 @@ def test_invalid_helper_templates_are_refused_and_the_last_good_one_stays(
             {"setup": "#!/bin/sh\necho refused script ran\n", "helper_pod": "- not a pod\n"},
             "helperPod.yaml",
         ),
+        (
+            {"setup": "#" * (MAX_SCRIPT_BYTES + 1)},
+            f"setup: the setup script is {MAX_SCRIPT_BYTES + 1} bytes, over the",
+        ),
     ],
-    ids=["empty-setup", "new-setup-in-a-refused-bundle"],
+    ids=["empty-setup", "new-setup-in-a-refused-bundle", "setup-over-a-helper-pods-limit"],
 )
 def test_a_refused_setup_script_is_not_what_helper_pods_run(
     make_setup: Callable[..., ProvisionerSetup], changes: Mapping[str, str], fragment: str

@@ -15,14 +15,17 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes.client.exceptions import ApiException
 
 from localcluster import wait_for
 from localcluster.raw_api import call_json, manifest
-from provisioner.core.config import DEFAULT_NODE
+from provisioner.core.config import DEFAULT_HELPER_POD_YAML, DEFAULT_NODE
+from provisioner.core.pod_shapes import BASE_VIEW
 from tests.faults.support import (
     changed_paths,
     create_claims_with_consumers,
@@ -43,11 +46,13 @@ from tests.provisioner.e2e.support import (
     volume_node,
     volume_path,
 )
+from tests.provisioner.e2e.test_quota import STAND_IN as QUOTA_STAND_IN
 
 pytestmark = pytest.mark.cluster
 
 SUB = '{{ index .PVC.Annotations "sub" }}'
 SCOPED = "{{ .PVC.Namespace }}/{{ .PVC.Name }}/" + SUB
+UNSAFE_CHARACTER_REFUSED = "control characters and backslashes are refused in volume paths"
 
 
 @dataclass(frozen=True)
@@ -78,7 +83,7 @@ def claim_escapes(base: str) -> dict[str, ClaimEscape]:
             {"pathPattern": SCOPED + "/data"}, "has an empty component"
         ),
         "line-break-annotation": ClaimEscape(
-            {"pathPattern": SCOPED}, "contains a NUL or line break", {"sub": "a\nb"}
+            {"pathPattern": SCOPED}, UNSAFE_CHARACTER_REFUSED, {"sub": "a\nb"}
         ),
         "outside-own-namespace": ClaimEscape(
             {"pathPattern": SUB}, "is not inside", {"sub": "victim-ns/victim"}
@@ -454,3 +459,77 @@ def our_claims(setup: ProvisionerSetup) -> list[dict[str, Any]]:
     return list(
         call_json(setup.core.list_namespaced_persistent_volume_claim, setup.namespace)["items"]
     )
+
+
+# The helper container's mount table with each volume's hostPath bind-mounted at its own path,
+# as the kernel writes it (a tab as \011, a backslash as \134), on XFS with project quotas.
+QUOTA_MOUNT_LINE = "{n} 1500 7:7 {at} {at} rw,relatime - xfs /dev/loop7 rw,attr2,inode64,prjquota\n"
+
+
+def test_a_tab_or_backslash_from_an_annotation_is_refused_before_any_helper(
+    make_setup: Callable[..., ProvisionerSetup],
+) -> None:
+    """A claim annotation the pathPattern renders put a tab or a backslash in the path; the
+    quota step, matching that path against the helper's mount table (which writes them as
+    octal escapes) and reading it through `awk -v`, took it for `/`, said no-quota and exited 0:
+    the volume got no hard limit on a filesystem that enforces one. Such a path is refused now
+    with a Warning naming the character, and no helper runs. The kernel here lacks project
+    quota support, so the helper template puts the recorded `xfs_quota` stand-in on its PATH
+    and points LPS_MOUNTINFO at a recorded mount table; a plain claim beside them gets its
+    quota through the same stand-in, so the setup would have reached it."""
+    base = unique_base_path("quotaescape")
+    tools = f"{BASE_VIEW}/.tools"
+    template = yaml.safe_load(DEFAULT_HELPER_POD_YAML)
+    template["spec"]["containers"][0]["env"] = [
+        {"name": "PATH", "value": f"{tools}:/usr/sbin:/usr/bin:/sbin:/bin"},
+        {"name": "LPS_MOUNTINFO", "value": f"{tools}/mountinfo"},
+    ]
+    setup = make_setup(
+        ConfigFiles(
+            config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [creatable(base)]}]},
+            helper_pod=yaml.safe_dump(template),
+        )
+    )
+    hostile = {"tab": ("a\tb", "a\\011b"), "backslash": ("a\\b", "a\\134b")}
+    written = {"plain": "plain", **{name: escaped for name, (_, escaped) in hostile.items()}}
+    table = "1500 1400 0:52 / / rw,relatime - overlay overlay rw,lowerdir=/l,upperdir=/u\n"
+    for number, (name, folder) in enumerate(written.items()):
+        at = f"{base}/{setup.namespace}/{name}/{folder}"
+        table += QUOTA_MOUNT_LINE.format(n=1501 + number, at=at)
+    for node in setup.cluster.nodes:
+        host_tools = setup.node_path(node, f"{base}/.tools")
+        host_tools.mkdir(parents=True)
+        (host_tools / "xfs_quota").write_text(QUOTA_STAND_IN)
+        (host_tools / "xfs_quota").chmod(0o755)
+        (host_tools / "mountinfo").write_text(table)
+    before = snapshot_nodes(setup.cluster)
+    setup.start()
+    storage_class = setup.create_class("quotaescape", parameters={"pathPattern": SCOPED})
+    for name, (folder, _) in {"plain": ("plain", ""), **hostile}.items():
+        setup.create_claim(name, storage_class, annotations={"sub": folder})
+        setup.create_consumer(name, name, {"kubernetes.io/hostname": "node-1"})
+
+    plain = setup.wait_bound("plain", timeout=120)
+    quota_calls = setup.node_path("node-1", volume_path(plain)) / ".xfs_quota-argv"
+    assert "limit -p bhard=" in quota_calls.read_text(), "the stand-in set no quota"
+    for name, (folder, _) in hostile.items():
+        event = wait_for(
+            partial(first_refusal, setup, name), 60, f"the claim {name} to be refused", 0.5
+        )
+        assert event["type"] == "Warning", event
+        assert f"contains {folder[1]!r}: {UNSAFE_CHARACTER_REFUSED}" in event["message"], event
+        assert setup.phase(name) == "Pending"
+    setup.stop_all()
+    assert not helper_pods(setup)
+    expected = [node_relative("node-1", volume_path(plain))]
+    expected += [node_relative(node, base) for node in setup.cluster.nodes]
+    for node in setup.cluster.nodes:
+        for name in hostile:
+            claim_directory = setup.node_path(node, f"{base}/{setup.namespace}/{name}")
+            assert not claim_directory.exists(), f"made for the refused claim {name} on {node}"
+    unexpected = unexpected_changes(changed_paths(before, snapshot_nodes(setup.cluster)), expected)
+    assert not unexpected, f"touched outside the expected paths: {unexpected[:20]}"
+
+
+def first_refusal(setup: ProvisionerSetup, claim_name: str) -> dict[str, Any] | None:
+    return next(iter(events_with_reason(setup, claim_name, "ProvisioningFailed")), None)

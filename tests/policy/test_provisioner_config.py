@@ -7,7 +7,7 @@ import json
 import pytest
 
 from policy.provisioner_config import check_resource
-from provisioner.core.config import ConfigError, parse_config_json
+from provisioner.core.config import MAX_SCRIPT_BYTES, ConfigError, parse_config_json
 from tests.policy.resources import config_map
 
 BAD = [
@@ -41,6 +41,14 @@ def test_an_empty_setup_script_without_a_command_is_refused() -> None:
     resource = type(resource)(resource.type, {**resource.props, "data": data})
     [message] = check_resource(resource)
     assert "the setup script is empty" in message
+
+
+def test_a_script_larger_than_a_helper_pod_carries_is_refused() -> None:
+    resource = config_map()
+    data = {**resource.props["data"], "teardown": "#" * (MAX_SCRIPT_BYTES + 1)}
+    resource = type(resource)(resource.type, {**resource.props, "data": data})
+    [message] = check_resource(resource)
+    assert f"teardown: the teardown script is {MAX_SCRIPT_BYTES + 1} bytes, over" in message
 
 
 def test_other_config_maps_are_not_its_business() -> None:

@@ -21,7 +21,6 @@ from provisioner.core.batch_pod_shapes import (
     DEADLINE_SLACK_SECONDS,
     EXIT_PREFIX,
     MAX_BATCH_VOLUMES,
-    MAX_STAGED_SCRIPT_BYTES,
     OUTCOME_PATH,
     RESULT_DIR,
     RESULTS_DIR,
@@ -256,9 +255,6 @@ def test_only_volumes_whose_own_pod_runs_the_guarded_script_in_one_step_are_batc
     assert is_batchable("delete", target(1), custom)
     outside = dataclasses.replace(target(1), path="/elsewhere/pvc-1")
     assert not is_batchable("delete", outside, BUNDLE)
-    large = dataclasses.replace(BUNDLE, setup_script="#" * (MAX_STAGED_SCRIPT_BYTES + 1))
-    assert not is_batchable("create", target(1), large), "too large for an annotation"
-    assert is_batchable("delete", target(1), large)
 
 
 def test_a_template_volume_named_as_ours_gives_way_to_the_scripts_volume() -> None:

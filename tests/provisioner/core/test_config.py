@@ -14,6 +14,7 @@ from provisioner.core.config import (
     DEFAULT_NODE,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
+    MAX_SCRIPT_BYTES,
     ConfigError,
     NodePathMapEntry,
     ProvisionerConfig,
@@ -645,6 +646,28 @@ def test_bundle_refuses_an_empty_script_unless_a_command_replaces_it() -> None:
     )
     with_command = {**RANCHER_DEFAULT, "setupCommand": "/usr/bin/setup"}
     load_config_bundle(json.dumps(with_command), "", "x", DEFAULT_HELPER_POD_YAML)
+
+
+def test_bundle_refuses_a_script_larger_than_a_helper_pod_can_carry() -> None:
+    """execve refuses an environment string over 128 KiB (MAX_ARG_STRLEN), and the helper
+    gets the script in one: a larger one's pod would never start."""
+    largest = "#" * (MAX_SCRIPT_BYTES - 1) + "\n"
+    config = json.dumps(RANCHER_DEFAULT)
+    assert load_config_bundle(config, largest, largest, DEFAULT_HELPER_POD_YAML).setup_script
+    for key in ("setup", "teardown"):
+        scripts = {"setup": "x", "teardown": "x", key: "#" * MAX_SCRIPT_BYTES + "\u00e9"}
+        with pytest.raises(ConfigError) as caught:
+            load_config_bundle(
+                config, scripts["setup"], scripts["teardown"], DEFAULT_HELPER_POD_YAML
+            )
+        assert str(caught.value) == (
+            f"{key}: the {key} script is 131062 bytes, over the 131060 a helper pod can carry"
+            " (one environment variable of at most 128 KiB): move its logic into the helper"
+            f" image and call it with {key}Command"
+        )
+    with_command = {**RANCHER_DEFAULT, "setupCommand": "/usr/bin/setup"}
+    unused = "#" * (MAX_SCRIPT_BYTES + 1)
+    load_config_bundle(json.dumps(with_command), unused, "x", DEFAULT_HELPER_POD_YAML)
 
 
 def test_bundle_helper_template_errors_are_prefixed() -> None:

@@ -176,6 +176,32 @@ def test_hostile_claim_names_cannot_widen_the_scope(namespace: str, name: str) -
         resolve_volume_path("/opt/lp", "{{.PVC.Namespace}}/{{.PVC.Name}}/v", fields)
 
 
+@pytest.mark.parametrize(
+    "annotation", ["a\tb", "a\\b", "a\\011b", "\x1b[2J", "a\x7f", "a\x01", "a\x00", "a\nb"]
+)
+def test_control_characters_and_backslashes_are_refused_naming_the_character(
+    annotation: str,
+) -> None:
+    """The quota script once took a tab or backslash path for `/` and set no quota: no such
+    path reaches the helper, whatever the class allows."""
+    for allow_unsafe in (False, True):
+        with pytest.raises(PathPatternError) as caught:
+            resolve_volume_path("/opt/lp", NESTED, hostile(annotation), allow_unsafe=allow_unsafe)
+        character = next(c for c in annotation if c == "\\" or ord(c) < 32 or ord(c) == 127)
+        assert str(caught.value) == (
+            f"rendered path {'team-a/data/' + annotation!r} contains {character!r}: control"
+            " characters and backslashes are refused in volume paths; change the pattern or the"
+            " label or annotation it renders"
+        )
+
+
+def test_blanks_quotes_and_other_printable_characters_still_render() -> None:
+    for annotation in ("a b", "a'b", 'a"b', "caf\u00e9", "a$b"):
+        assert resolve_volume_path("/opt/lp", NESTED, hostile(annotation)) == (
+            f"/opt/lp/team-a/data/{annotation}"
+        )
+
+
 def test_check_volume_path_messages() -> None:
     with pytest.raises(PathPatternError) as caught:
         check_volume_path("/b", "ns/n/../../x", ("ns", "n"))

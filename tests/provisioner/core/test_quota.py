@@ -308,3 +308,71 @@ def test_no_xfs_quota_in_the_image_is_no_quota(tmp_path: Path) -> None:
 def test_project_ids_are_stable_and_above_the_admins_range() -> None:
     assert project_id_for("pvc-a") == project_id_for("pvc-a") != project_id_for("pvc-b")
     assert 1 << 20 <= project_id_for("pvc-a") < 1 << 31
+
+
+# A helper container's mount table: its root, and the volume's hostPath bind-mounted at its own
+# path, which the kernel writes with a space, tab, line break or backslash as an octal escape.
+ROOT_LINE = "1500 1400 0:52 / / rw,relatime - overlay overlay rw,lowerdir=/l,upperdir=/u\n"
+
+
+@pytest.mark.parametrize(
+    ("folder", "written"),
+    [
+        ("a\tb", "a\\011b"),
+        ("a\\b", "a\\134b"),
+        ("a b", "a\\040b"),
+        ("a\\tb", "a\\134tb"),  # what `awk -v` turned into a tab
+        ("a\\011b", "a\\134011b"),  # a literal escape: decoded once, not twice
+    ],
+    ids=["tab", "backslash", "space", "backslash-t", "backslash-octal"],
+)
+def test_a_volume_path_the_mount_table_escapes_is_found_and_fails_the_setup(
+    tmp_path: Path, folder: str, written: str
+) -> None:
+    """The quota once compared the mount table's escaped mount points undoing only `\\040`,
+    with the path read through `awk -v`: a path with a tab or backslash matched `/` and the
+    setup said no-quota (exit 0), leaving the volume without its limit on a filesystem that
+    enforces one. The path is found now; xfs_quota cannot be given it, so the setup fails."""
+    volume = tmp_path / "ns" / "claim" / folder
+    volume.mkdir(parents=True)
+    mountinfo = tmp_path / "mountinfo"
+    own = f"/ns/claim/{written} {tmp_path}/ns/claim/{written}"
+    mountinfo.write_text(
+        ROOT_LINE + f"1501 1500 7:7 {own} rw,relatime - xfs /dev/loop7 rw,attr2,inode64,prjquota\n"
+    )
+    record = stand_in(tmp_path / "tools")
+    done = run_quota(volume, tools=tmp_path / "tools", mountinfo=mountinfo)
+    assert not done.stdout.startswith("no-quota"), done.stdout
+    assert done.returncode == 1, done.stdout
+    assert done.stderr == (
+        f"cannot set a project quota on {volume}: it has a blank, quote or backslash\n"
+    )
+    assert recorded(record) == [["-x", "-c", "state -p", str(volume)]]
+
+
+@pytest.mark.parametrize(
+    ("mounts", "found"),
+    [
+        ({"da": "xfs prjquota"}, "no-quota overlay has no project quotas"),
+        ({"data": "xfs prjquota", "data/pvc-1": "ext4 rw"}, "no-quota ext4 is mounted"),
+        ({"data/pvc-1": "ext4 rw", "data": "xfs prjquota"}, "no-quota ext4 is mounted"),
+        ({"data/pvc": "xfs prjquota"}, "no-quota overlay has no project quotas"),
+        ({"data": "ext4 rw", "data/pvc-1": "xfs prjquota"}, "quota 1234567"),
+    ],
+    ids=["sibling-prefix", "nested", "nested-listed-first", "name-prefix", "own-mount"],
+)
+def test_the_mount_holding_the_volume_is_the_longest_whole_component_prefix(
+    tmp_path: Path, mounts: dict[str, str], found: str
+) -> None:
+    volume = tmp_path / "data" / "pvc-1"
+    volume.mkdir(parents=True)
+    mountinfo = tmp_path / "mountinfo"
+    lines = [ROOT_LINE]
+    for at, fs in mounts.items():
+        fstype, options = fs.split()
+        lines.append(mountinfo_line(f"{tmp_path}/{at}", fstype, options))
+    mountinfo.write_text("".join(lines))
+    stand_in(tmp_path / "tools")
+    done = run_quota(volume, tools=tmp_path / "tools", mountinfo=mountinfo)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(found), done.stdout
