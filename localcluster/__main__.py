@@ -44,6 +44,7 @@ def _options(arguments: argparse.Namespace) -> ClusterOptions:
     return ClusterOptions(
         nodes=parse_node_specs(arguments.nodes, arguments.label),
         apiserver_port=arguments.apiserver_port,
+        real_nodes=arguments.real_nodes,
     )
 
 
@@ -98,6 +99,8 @@ def command_start(arguments: argparse.Namespace) -> int:
         passed += ["--label", label]
     if arguments.apiserver_port:
         passed += ["--apiserver-port", str(arguments.apiserver_port)]
+    if arguments.real_nodes:
+        passed += ["--real-nodes", str(arguments.real_nodes)]
     state = background.launch(arguments.name, passed)
     print(f"localcluster: cluster ready in {state.startup_seconds:.1f}s")
     _print_state(state)
@@ -140,6 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--nodes", type=int, default=3, help="number of fake nodes")
             sub.add_argument("--label", action="append", default=[], metavar="NODE:KEY=VALUE")
             sub.add_argument("--apiserver-port", type=int, default=None)
+            sub.add_argument(
+                "--real-nodes",
+                type=int,
+                default=0,
+                help="number of real nodes (kubelet + containerd) beside the fake ones",
+            )
     return parser
 
 
