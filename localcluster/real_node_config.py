@@ -111,6 +111,10 @@ class RealNodePlan:
         cached binary's name carries its version)."""
         return self.state / "bin"
 
+    def container_log(self, namespace: str, pod: str, uid: str, container: str) -> Path:
+        """A container's first run's log, as the kubelet writes it (CRI log format)."""
+        return self.state / "pod-logs" / f"{namespace}_{pod}_{uid}" / container / "0.log"
+
     def disk_mounts(self) -> list[tuple[Path, Path]]:
         """(source, target) bind mounts made in the node's private mount namespace.
 
