@@ -67,7 +67,10 @@ def command_run(arguments: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, request_stop)
         components = [
             RecordedProcess(process.name, process.pid, process.start_time)
-            for process in cluster.control_plane.processes
+            for process in [
+                *cluster.control_plane.processes,
+                *(cluster.real.processes() if cluster.real is not None else []),
+            ]
             if process.pid is not None
         ]
         state = ClusterState(

@@ -199,8 +199,14 @@ class LocalCluster(ClusterAccess):
         self.control_plane.start_storage_and_apiserver(deadline)
         self.control_plane.start_controllers()
         if self.real is not None:
+            begun = time.monotonic()
             self.real.start_registry(self._provisioner_image_directory())
+            pushed = time.monotonic()
             self.real.start_nodes(self.server, self.pki.ca, deadline)
+            self.harness_log.write(
+                f"real nodes: registry and images in {pushed - begun:.1f}s, "
+                f"containerd up and kubelets started in {time.monotonic() - pushed:.1f}s"
+            )
             self.nodes.extend(self.real.names)
         for spec in self.options.nodes:
             self._create_node(spec)
@@ -209,12 +215,11 @@ class LocalCluster(ClusterAccess):
         core = self.core_v1()
         pending = wait_until_usable(core, self.nodes, deadline, self._check_alive)
         if pending:
-            real = self.real is not None and pending[0] in self.real.names
-            process = self.real.node_by_name(pending[0]).kubelet if self.real and real else None
+            kubelet = self.real.kubelet_of(pending[0]) if self.real is not None else None
             raise ComponentFailedError(
-                "kubelet" if real else "kwok",
+                kubelet.name if kubelet else "kwok",
                 f"did not make node {pending[0]} Ready in time",
-                process.log_path if process else self.control_plane.kwok.log_path,
+                kubelet.log_path if kubelet else self.control_plane.kwok.log_path,
             )
         self._wait_for_token_controller(deadline)
         self.startup_seconds = time.monotonic() - started
@@ -297,12 +302,18 @@ class LocalCluster(ClusterAccess):
         while not self._stopped:
             time.sleep(1.0)
             with self._components_lock:
-                for process in self.control_plane.processes:
+                real = self.real.processes() if self.real is not None else []
+                for process in [*self.control_plane.processes, *real]:
                     if self._stopped or process.pid in reported or process.is_running():
                         continue
                     reported.add(process.pid or 0)
                     problem = f"exited (exit code {process.exit_code()})"
-                    line = str(self.control_plane.failure(process, problem))
+                    failure = (
+                        ComponentFailedError(process.name, problem, process.log_path)
+                        if process in real
+                        else self.control_plane.failure(process, problem)
+                    )
+                    line = str(failure)
                     self.harness_log.write(line)
                     print(line, file=sys.stderr)
 

@@ -169,9 +169,6 @@ class RealNode:
                     process.log_path,
                 )
 
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.processes if p.pid is not None]
-
     def stop(self) -> None:
         namespace = mount_namespace(self.holder.pid) if self.holder.pid else None
         if self.kubelet is not None:

@@ -24,6 +24,7 @@ from localcluster.host_changes import HostChanges, address_holder
 from localcluster.local_registry import LocalRegistry
 from localcluster.node_binaries import NodeBinaries
 from localcluster.ports import pick_free_ports
+from localcluster.processes import ManagedProcess
 from localcluster.real_node import RealNode
 from localcluster.real_node_config import BUSYBOX_IMAGE, PAUSE_IMAGE, RealNodePlan
 from localcluster.service_relay import ServiceRelay
@@ -134,12 +135,20 @@ class RealNodes:
         for node in self.nodes:
             node.check_alive()
 
+    def processes(self) -> list[ManagedProcess]:
+        """Every long-running process started: each node's, and the registry."""
+        return [p for node in self.nodes for p in node.processes] + [self.registry.process]
+
     def pids(self) -> list[int]:
-        pids = [pid for node in self.nodes for pid in node.pids()]
-        return pids + ([self.registry.process.pid] if self.registry.process.pid else [])
+        return [process.pid for process in self.processes() if process.pid is not None]
 
     def node_by_name(self, name: str) -> RealNode:
         return next(node for node in self.nodes if node.plan.name == name)
+
+    def kubelet_of(self, name: str) -> ManagedProcess | None:
+        """The kubelet of real node `name`; None for any other node."""
+        node = next((node for node in self.nodes if node.plan.name == name), None)
+        return node.kubelet if node is not None else None
 
     def stop(self) -> list[str]:
         """Stops everything and undoes every host change; returns the undos that failed."""

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from localcluster import ClusterOptions, LocalCluster, NodeSpec
+from localcluster import ClusterError, ClusterOptions, LocalCluster, NodeSpec
 from localcluster.raw_api import call_json
 from localcluster.real_node_config import BUSYBOX_IMAGE, REAL_NODE_LABEL
 from localcluster.real_nodes import RealNodes
@@ -225,6 +225,20 @@ def test_the_provisioner_image_pulled_from_the_registry_runs_help(
     assert status["imageID"].endswith(f"@{provisioner.digest}")
     assert status["imageID"].startswith(real_cluster.real.registry.address)
     assert "usage" in log.read_text().lower()
+
+
+def test_a_second_cluster_with_real_nodes_fails_with_one_line(real_cluster: RealCluster) -> None:
+    """Real nodes use the fixed `kubernetes` Service address: a second cluster (the demo while
+    tests run) must say so at once, and make nothing."""
+    before = host_state()
+    with pytest.raises(ClusterError) as raised:
+        LocalCluster.start(ClusterOptions(nodes=(), real_nodes=1, announce=False))
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "10.96.0.1" in message
+    assert "lps-real-1" in message
+    assert "python -m localcluster stop" in message
+    assert host_state().differences(before) == {}
 
 
 def test_stop_leaves_no_host_change_behind(real_cluster: RealCluster) -> None:
