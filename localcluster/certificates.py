@@ -48,6 +48,8 @@ class ClusterPki:
     controller_manager: KeyPair
     scheduler: KeyPair
     kwok: KeyPair
+    apiserver_kubelet_client: KeyPair
+    """How the API server authenticates to a real kubelet (logs, exec)."""
     service_account_private_key: Path
     service_account_public_key: Path
 
@@ -220,6 +222,9 @@ def generate_pki(directory: Path) -> ClusterPki:
         controller_manager=client("controller-manager", "system:kube-controller-manager"),
         scheduler=client("scheduler", "system:kube-scheduler"),
         kwok=client("kwok", "localcluster-kwok", "system:masters"),
+        apiserver_kubelet_client=client(
+            "apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters"
+        ),
         service_account_private_key=private_path,
         service_account_public_key=public_path,
     )

@@ -97,6 +97,10 @@ def apiserver_args(
         f"--tls-cert-file={pki.apiserver_serving.cert}",
         f"--tls-private-key-file={pki.apiserver_serving.key}",
         f"--client-ca-file={pki.ca.cert}",
+        # A real node's kubelet accepts only clients its CA signed (pods/log, exec).
+        f"--kubelet-client-certificate={pki.apiserver_kubelet_client.cert}",
+        f"--kubelet-client-key={pki.apiserver_kubelet_client.key}",
+        "--kubelet-preferred-address-types=InternalIP",
         "--authorization-mode=Node,RBAC",
         f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
         f"--service-account-key-file={pki.service_account_public_key}",

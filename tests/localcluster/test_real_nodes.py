@@ -141,6 +141,9 @@ def test_busybox_pulled_from_the_local_registry_runs_on_each_real_node(
     # The digest of the image built from Debian's busybox-static and pushed at start: the node
     # pulled it through its docker.io mirror, which only the local registry answers.
     assert status["imageID"] == f"docker.io/library/busybox@{busybox.digest}"
+    # The API server reads the log from the kubelet, as `kubectl logs` does.
+    log = real_cluster.cluster.core_v1().read_namespaced_pod_log("busybox", namespace)
+    assert log == "hello from busybox\n"
 
 
 def test_in_cluster_configuration_reaches_the_api_server(
