@@ -153,7 +153,7 @@ class LocalCluster(ClusterAccess):
         locate_binaries()  # fail before making anything when binaries are missing
         if options.real_nodes > 0:
             locate_node_binaries()
-            RealNodes.check_host_free()
+            RealNodes.claim_host()
         # Before the clock starts: a first build of the image is not the cluster's start-up.
         provisioner = provisioner_runtime(options)
         started = time.monotonic()

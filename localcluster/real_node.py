@@ -17,9 +17,7 @@ by name.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -27,7 +25,7 @@ from pathlib import Path
 from localcluster import kubeconfig
 from localcluster.certificates import KeyPair, issue_kubelet_pki
 from localcluster.errors import ClusterError, ComponentFailedError
-from localcluster.host_changes import cgroup_pids
+from localcluster.host_changes import cgroup_pids, kill_all
 from localcluster.node_binaries import NodeBinaries
 from localcluster.processes import ManagedProcess
 from localcluster.real_node_config import (
@@ -51,12 +49,6 @@ def mount_namespace(pid: int) -> str | None:
         return str(Path(f"/proc/{pid}/ns/mnt").readlink())
     except OSError:
         return None
-
-
-def _kill_all(pids: set[int]) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
 
 
 class RealNode:
@@ -173,14 +165,14 @@ class RealNode:
         namespace = mount_namespace(self.holder.pid) if self.holder.pid else None
         if self.kubelet is not None:
             self.kubelet.stop(KUBELET_STOP_GRACE_SECONDS)
-        _kill_all(cgroup_pids(self.plan.cgroup_root))
+        kill_all(cgroup_pids(self.plan.cgroup_root))
         if self.containerd is not None:
             self.containerd.stop(CONTAINERD_STOP_GRACE_SECONDS)
         if namespace is not None:
-            _kill_all(self._namespace_members(namespace))
+            kill_all(self._namespace_members(namespace))
         self.holder.stop()
         # Container processes may have been forked while their shims died; a last sweep.
-        _kill_all(cgroup_pids(self.plan.cgroup_root))
+        kill_all(cgroup_pids(self.plan.cgroup_root))
 
     def _namespace_members(self, namespace: str) -> set[int]:
         holder = self.holder.pid or 0

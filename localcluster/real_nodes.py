@@ -17,10 +17,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from localcluster.binaries import REPOSITORY_ROOT
+from localcluster.binaries import REPOSITORY_ROOT, cache_root
 from localcluster.certificates import SERVICE_CLUSTER_IP, KeyPair
 from localcluster.errors import ClusterError
-from localcluster.host_changes import HostChanges, address_holder
+from localcluster.host_changes import HostChanges, address_holder, undo_abandoned
 from localcluster.local_registry import LocalRegistry
 from localcluster.node_binaries import NodeBinaries
 from localcluster.ports import pick_free_ports
@@ -31,6 +31,12 @@ from localcluster.service_relay import ServiceRelay
 from scripts import build_image
 
 NODE_IMAGES_SCRIPT = REPOSITORY_ROOT / "scripts" / "build-node-images.sh"
+
+
+def host_changes_record() -> Path:
+    """Where the running cluster with real nodes records its host changes: one place per
+    machine (and cache), since only one such cluster runs at a time."""
+    return cache_root() / "localcluster" / "real-nodes-host-changes.json"
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,7 @@ class RealNodes:
     def __init__(self, count: int, binaries: NodeBinaries, cluster_dir: Path, logs: Path) -> None:
         self.binaries = binaries
         self.logs = logs
-        self.host = HostChanges()
+        self.host = HostChanges(host_changes_record())
         # One cgroupRoot per node and cluster, so a killed cluster's leftovers never collide.
         tag = uuid.uuid4().hex[:8]
         # The registry's port, then each kubelet's healthz port (all on loopback).
@@ -88,8 +94,11 @@ class RealNodes:
         return [plan.name for plan in self.plans]
 
     @staticmethod
-    def check_host_free() -> None:
-        """One line, before anything is made, when another cluster holds the Service address."""
+    def claim_host() -> None:
+        """Before anything is made: undoes what a killed cluster's real nodes left, and fails
+        with one line when another cluster with real nodes runs (or anything else holds the
+        Service address)."""
+        undo_abandoned(host_changes_record())
         holder = address_holder(SERVICE_CLUSTER_IP)
         if holder is not None:
             raise ClusterError(
@@ -101,7 +110,7 @@ class RealNodes:
 
     def prepare_host(self, apiserver_port: int) -> None:
         """Saves the sysctls, makes the bridges and the Service address, starts the relay."""
-        self.check_host_free()
+        self.claim_host()
         self.host.save_kernel_tunables()
         for plan in self.plans:
             self.host.make_bridge(plan.bridge, f"{plan.node_ip}/24")
@@ -129,6 +138,7 @@ class RealNodes:
     def start_nodes(self, server: str, ca: KeyPair, deadline: float) -> None:
         for node in self.nodes:
             node.write_configuration(server, ca, self.registry.address)
+            self.host.note_containerd(node.plan.containerd_socket)
             node.start(deadline)
 
     def check_alive(self) -> None:
