@@ -37,8 +37,6 @@ from localcluster.real_node_config import (
     registry_hosts_files,
 )
 
-NAMESPACE_WAIT_SECONDS = 10.0
-CONTAINERD_WAIT_SECONDS = 30.0
 KUBELET_STOP_GRACE_SECONDS = 10.0
 CONTAINERD_STOP_GRACE_SECONDS = 5.0
 
