@@ -4,10 +4,17 @@ SHELL := /bin/bash
 VENV = $(shell scripts/bootstrap-venv.sh)
 PY = $(VENV)/bin/python
 
-.PHONY: demo test lint unit test-slow bench tools engine image
+.PHONY: demo test lint unit test-slow test-real-node bench tools engine image node-tools
 
 tools:
 	@scripts/build-go-tools.sh cluster
+
+# What real nodes run beside the control plane: Debian's runc, CNI plugins, registry, skopeo,
+# umoci, busybox-static (installed once), kubelet and containerd from Go modules.
+node-tools: tools
+	@scripts/install-node-packages.sh
+	@scripts/build-go-tools.sh node
+	@scripts/build-node-images.sh >/dev/null
 
 # The Pulumi engine (CLI, Python language host, Kubernetes provider): `pulumi` on PATH, or the
 # engine bundle ($$LPS_PULUMI_BUNDLE, default ../shared/engine) unpacked into the cache.
@@ -29,14 +36,18 @@ lint:
 	@$(VENV)/bin/mypy .
 	@$(VENV)/bin/lint-imports --config pyproject.toml
 
+# Real-node tests run with `make test-real-node` until they join this target.
 test: tools engine image lint
-	@$(PY) -m pytest -m "not slow"
+	@$(PY) -m pytest -m "not slow and not realnode"
 
 unit:
 	@$(PY) -m pytest tests -m "not cluster and not engine and not slow and not image"
 
 test-slow: tools
 	@$(PY) -m pytest -m slow
+
+test-real-node: node-tools image
+	@$(PY) -m pytest -m realnode
 
 # The full run: burst, lifted and scale, with the scaling table at 1k, 10k and 50k volumes.
 BENCH_ARGS ?= --scale-sizes 1000,50000

@@ -44,6 +44,7 @@ def _options(arguments: argparse.Namespace) -> ClusterOptions:
     return ClusterOptions(
         nodes=parse_node_specs(arguments.nodes, arguments.label),
         apiserver_port=arguments.apiserver_port,
+        real_nodes=arguments.real_nodes,
     )
 
 
@@ -66,7 +67,10 @@ def command_run(arguments: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, request_stop)
         components = [
             RecordedProcess(process.name, process.pid, process.start_time)
-            for process in cluster.control_plane.processes
+            for process in [
+                *cluster.control_plane.processes,
+                *(cluster.real.processes() if cluster.real is not None else []),
+            ]
             if process.pid is not None
         ]
         state = ClusterState(
@@ -98,6 +102,8 @@ def command_start(arguments: argparse.Namespace) -> int:
         passed += ["--label", label]
     if arguments.apiserver_port:
         passed += ["--apiserver-port", str(arguments.apiserver_port)]
+    if arguments.real_nodes:
+        passed += ["--real-nodes", str(arguments.real_nodes)]
     state = background.launch(arguments.name, passed)
     print(f"localcluster: cluster ready in {state.startup_seconds:.1f}s")
     _print_state(state)
@@ -140,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--nodes", type=int, default=3, help="number of fake nodes")
             sub.add_argument("--label", action="append", default=[], metavar="NODE:KEY=VALUE")
             sub.add_argument("--apiserver-port", type=int, default=None)
+            sub.add_argument(
+                "--real-nodes",
+                type=int,
+                default=0,
+                help="number of real nodes (kubelet + containerd) beside the fake ones",
+            )
     return parser
 
 

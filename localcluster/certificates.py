@@ -48,6 +48,8 @@ class ClusterPki:
     controller_manager: KeyPair
     scheduler: KeyPair
     kwok: KeyPair
+    apiserver_kubelet_client: KeyPair
+    """How the API server authenticates to a real kubelet (logs, exec)."""
     service_account_private_key: Path
     service_account_public_key: Path
 
@@ -88,6 +90,20 @@ def _write(
 
 class CertificateAuthority:
     """Signs leaf certificates with a self-signed CA key."""
+
+    key: ec.EllipticCurvePrivateKey
+    certificate: x509.Certificate
+
+    @classmethod
+    def load(cls, pair: KeyPair) -> CertificateAuthority:
+        """The CA written by `generate_pki`, to sign more leaves later (a real node's)."""
+        authority = cls.__new__(cls)
+        key = serialization.load_pem_private_key(pair.key_pem(), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise TypeError(f"{pair.key} is not an EC private key")
+        authority.key = key
+        authority.certificate = x509.load_pem_x509_certificate(pair.cert_pem())
+        return authority
 
     def __init__(self, common_name: str) -> None:
         self.key = _new_key()
@@ -206,6 +222,32 @@ def generate_pki(directory: Path) -> ClusterPki:
         controller_manager=client("controller-manager", "system:kube-controller-manager"),
         scheduler=client("scheduler", "system:kube-scheduler"),
         kwok=client("kwok", "localcluster-kwok", "system:masters"),
+        apiserver_kubelet_client=client(
+            "apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters"
+        ),
         service_account_private_key=private_path,
         service_account_public_key=public_path,
+    )
+
+
+@dataclass(frozen=True)
+class KubeletPki:
+    """A real node's credentials: its client identity (system:node:<name>, so the Node
+    authorizer and NodeRestriction judge it as a real kubelet) and its serving pair."""
+
+    client: KeyPair
+    serving: KeyPair
+
+
+def issue_kubelet_pki(directory: Path, ca: KeyPair, node: str, node_ip: str) -> KubeletPki:
+    """Signs a kubelet's client and serving certificates with the cluster's CA."""
+    directory.mkdir(parents=True, exist_ok=True)
+    authority = CertificateAuthority.load(ca)
+    client_cert, client_key = authority.issue(f"system:node:{node}", organization="system:nodes")
+    serving_cert, serving_key = authority.issue(
+        node, server_names=(node,), server_ips=(node_ip, "127.0.0.1")
+    )
+    return KubeletPki(
+        client=_write(directory, "kubelet-client", client_cert, client_key),
+        serving=_write(directory, "kubelet-serving", serving_cert, serving_key),
     )

@@ -36,6 +36,7 @@ from localcluster.image_pod_runner import ImagePodRunner
 from localcluster.image_root import image_runtime
 from localcluster.image_table import PROVISIONER_IMAGE_REPOSITORY, ImageRuntime, ImageTable
 from localcluster.kwok_stages import write_stages
+from localcluster.node_binaries import locate_node_binaries
 from localcluster.nodes import (
     NodeSpec,
     create_node,
@@ -46,6 +47,7 @@ from localcluster.nodes import (
 from localcluster.pod_start import FAST, PodStartModel
 from localcluster.ports import ensure_port_free, pick_free_ports
 from localcluster.raw_api import call_json
+from localcluster.real_nodes import RealNodes
 from scripts import build_image
 
 DEFAULT_STARTUP_TIMEOUT_SECONDS = 120.0
@@ -74,6 +76,10 @@ class ClusterOptions:
     """The crash-loop back-off of image-table pods (kubelet: 10 s doubling to 300 s)."""
     pod_start: PodStartModel = FAST
     """Time a kubelet would take to start a helper pod (pod_start.py); none by default."""
+    real_nodes: int = 0
+    """Real nodes real-1..real-N beside the kwok nodes: a kubelet and containerd each, every
+    image pulled from a local registry (real_nodes.py). Needs root, `make test-real-node`'s
+    builds and packages, and no other cluster with real nodes on the machine."""
 
 
 def provisioner_runtime(options: ClusterOptions) -> ImageRuntime | None:
@@ -111,7 +117,14 @@ class LocalCluster(ClusterAccess):
         self.nodes: list[str] = []
         self.startup_seconds = 0.0
         self.harness_log = EventLog(layout.logs / "harness.log")
-        self.control_plane = ControlPlane(locate_binaries(), layout, ports, pki)
+        self.control_plane = ControlPlane(
+            locate_binaries(), layout, ports, pki, fake_nodes_only=options.real_nodes > 0
+        )
+        self.real = (
+            RealNodes(options.real_nodes, locate_node_binaries(), layout.root, layout.logs)
+            if options.real_nodes > 0
+            else None
+        )
         self.runner = HelperPodRunner(
             self.admin_client,
             layout.root,
@@ -138,6 +151,9 @@ class LocalCluster(ClusterAccess):
         leaves nothing running when it cannot."""
         options = options or ClusterOptions()
         locate_binaries()  # fail before making anything when binaries are missing
+        if options.real_nodes > 0:
+            locate_node_binaries()
+            RealNodes.claim_host()
         # Before the clock starts: a first build of the image is not the cluster's start-up.
         provisioner = provisioner_runtime(options)
         started = time.monotonic()
@@ -178,19 +194,32 @@ class LocalCluster(ClusterAccess):
     def _boot_steps(self, started: float) -> None:
         deadline = started + self.options.startup_timeout_seconds
         self._write_configuration()
+        if self.real is not None:
+            self.real.prepare_host(self.ports.apiserver)
         self.control_plane.start_storage_and_apiserver(deadline)
         self.control_plane.start_controllers()
+        if self.real is not None:
+            begun = time.monotonic()
+            self.real.start_registry(self._provisioner_image_directory())
+            pushed = time.monotonic()
+            self.real.start_nodes(self.server, self.pki.ca, deadline)
+            self.harness_log.write(
+                f"real nodes: registry and images in {pushed - begun:.1f}s, "
+                f"containerd up and kubelets started in {time.monotonic() - pushed:.1f}s"
+            )
+            self.nodes.extend(self.real.names)
         for spec in self.options.nodes:
             self._create_node(spec)
         self.runner.start()
         self.image_runner.start()
         core = self.core_v1()
-        pending = wait_until_usable(core, self.nodes, deadline, self.control_plane.check_alive)
+        pending = wait_until_usable(core, self.nodes, deadline, self._check_alive)
         if pending:
+            kubelet = self.real.kubelet_of(pending[0]) if self.real is not None else None
             raise ComponentFailedError(
-                "kwok",
+                kubelet.name if kubelet else "kwok",
                 f"did not make node {pending[0]} Ready in time",
-                self.control_plane.kwok.log_path,
+                kubelet.log_path if kubelet else self.control_plane.kwok.log_path,
             )
         self._wait_for_token_controller(deadline)
         self.startup_seconds = time.monotonic() - started
@@ -203,6 +232,21 @@ class LocalCluster(ClusterAccess):
                 f"localcluster: cluster ready in {self.startup_seconds:.1f}s ({self.dir})",
                 file=sys.stderr,
             )
+
+    def _check_alive(self) -> None:
+        self.control_plane.check_alive()
+        if self.real is not None:
+            self.real.check_alive()
+
+    def _provisioner_image_directory(self) -> Path:
+        """The provisioner image the real nodes pull: the one the options name, else this
+        checkout's (cached, built if missing)."""
+        if self.options.provisioner_image is not None:
+            return self.options.provisioner_image
+        try:
+            return build_image.image().directory
+        except build_image.ImageBuildError as error:
+            raise ClusterError(f"localcluster: no provisioner image: {error}") from error
 
     def _write_configuration(self) -> None:
         ca_pem = self.pki.ca.cert_pem()
@@ -258,12 +302,18 @@ class LocalCluster(ClusterAccess):
         while not self._stopped:
             time.sleep(1.0)
             with self._components_lock:
-                for process in self.control_plane.processes:
+                real = self.real.processes() if self.real is not None else []
+                for process in [*self.control_plane.processes, *real]:
                     if self._stopped or process.pid in reported or process.is_running():
                         continue
                     reported.add(process.pid or 0)
                     problem = f"exited (exit code {process.exit_code()})"
-                    line = str(self.control_plane.failure(process, problem))
+                    failure = (
+                        ComponentFailedError(process.name, problem, process.log_path)
+                        if process in real
+                        else self.control_plane.failure(process, problem)
+                    )
+                    line = str(failure)
                     self.harness_log.write(line)
                     print(line, file=sys.stderr)
 
@@ -311,6 +361,7 @@ class LocalCluster(ClusterAccess):
             self.control_plane.pids()
             + list(self.runner.started_pids)
             + list(self.image_runner.started_pids)
+            + (self.real.pids() if self.real is not None else [])
         )
 
     # Stopping.
@@ -325,10 +376,23 @@ class LocalCluster(ClusterAccess):
             self.runner.stop()
         finally:
             with self._components_lock:  # the watchdog must not mistake this for a crash
-                self.control_plane.stop()
+                try:
+                    self._stop_real_nodes()
+                finally:
+                    self.control_plane.stop()
             self.close()
             shutdown.unregister(self)
             self._remove_directory(keep_logs)
+
+    def _stop_real_nodes(self) -> None:
+        """Real nodes stop first (their kubelets would otherwise log the API going away), and
+        every host change is undone; an undo that failed is said on stderr, never hidden."""
+        if self.real is None:
+            return
+        for problem in self.real.stop():
+            line = f"localcluster: could not undo a host change: {problem}"
+            self.harness_log.write(line)
+            print(line, file=sys.stderr)
 
     def _remove_directory(self, keep_logs: bool) -> None:
         if not keep_logs:

@@ -97,6 +97,10 @@ def apiserver_args(
         f"--tls-cert-file={pki.apiserver_serving.cert}",
         f"--tls-private-key-file={pki.apiserver_serving.key}",
         f"--client-ca-file={pki.ca.cert}",
+        # A real node's kubelet accepts only clients its CA signed (pods/log, exec).
+        f"--kubelet-client-certificate={pki.apiserver_kubelet_client.cert}",
+        f"--kubelet-client-key={pki.apiserver_kubelet_client.key}",
+        "--kubelet-preferred-address-types=InternalIP",
         "--authorization-mode=Node,RBAC",
         f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
         f"--service-account-key-file={pki.service_account_public_key}",
@@ -146,12 +150,25 @@ def scheduler_args(binaries: ClusterBinaries, layout: ClusterLayout) -> list[str
     ]
 
 
-def kwok_args(binaries: ClusterBinaries, layout: ClusterLayout) -> list[str]:
+FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node=fake"
+"""Every node the harness creates for kwok carries it (nodes.node_manifest)."""
+
+
+def kwok_args(
+    binaries: ClusterBinaries, layout: ClusterLayout, fake_nodes_only: bool = False
+) -> list[str]:
+    # Beside real kubelets, kwok must keep off their nodes (and so off their pods): it then
+    # manages only the nodes the harness made for it.
+    managed = (
+        f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}"
+        if fake_nodes_only
+        else "--manage-all-nodes=true"
+    )
     return [
         str(binaries.kwok),
         f"--kubeconfig={layout.component_kubeconfig('kwok')}",
         f"--config={layout.kwok_stages}",
-        "--manage-all-nodes=true",
+        managed,
         f"--node-lease-duration-seconds={NODE_LEASE_SECONDS}",
         f"--cidr={POD_CIDR}",
     ]

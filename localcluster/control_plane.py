@@ -54,6 +54,7 @@ class ControlPlane:
         layout: args.ClusterLayout,
         ports: args.ClusterPorts,
         pki: ClusterPki,
+        fake_nodes_only: bool = False,
     ) -> None:
         self.binaries = binaries
         self.layout = layout
@@ -75,7 +76,9 @@ class ControlPlane:
             args.scheduler_args(binaries, layout),
             log / "kube-scheduler.log",
         )
-        self.kwok = ManagedProcess("kwok", args.kwok_args(binaries, layout), log / "kwok.log")
+        self.kwok = ManagedProcess(
+            "kwok", args.kwok_args(binaries, layout, fake_nodes_only), log / "kwok.log"
+        )
 
     def _new_apiserver(self) -> ManagedProcess:
         return ManagedProcess(

@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from localcluster.event_log import EventLog
 from localcluster.raw_api import call_json
+from localcluster.real_node_config import REAL_NODE_LABEL
 
 API_RETRY_SECONDS = 30.0
 HTTP_NOT_FOUND = 404
@@ -106,10 +107,13 @@ class PodRunnerBase:
         self.started_pids: list[int] = []
 
     def read_node(self, name: str) -> dict[str, Any] | None:
-        """The Node, None when it does not exist: without a node, nothing runs a pod."""
+        """The Node, None when it does not exist: without a node, nothing runs a pod. A real
+        node's kubelet runs its own pods, so for the emulation it is None too."""
         try:
-            return call_json(self.core.read_node, name)
+            node = call_json(self.core.read_node, name)
         except ApiException as error:
             if error.status == HTTP_NOT_FOUND:
                 return None
             raise
+        labels = node["metadata"].get("labels") or {}
+        return None if REAL_NODE_LABEL in labels else node

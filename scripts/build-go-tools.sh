@@ -2,7 +2,10 @@
 # Builds the Go tooling the tests, demo and benchmark need, from Go modules, into a cache
 # outside the repository keyed by version: a second run with the same versions builds nothing.
 #
-#   scripts/build-go-tools.sh [cluster|reference|all]...
+#   scripts/build-go-tools.sh [cluster|node|reference|all]...
+#
+# node: what a real node runs beside the cluster (kubelet, containerd); its Debian packages come
+# from scripts/install-node-packages.sh.
 #
 # Prints one progress line per tool; on failure prints the failing command and the path of
 # its full log, and exits non-zero.
@@ -42,32 +45,77 @@ build_etcd() {
   mv "$BIN/$out.tmp" "$BIN/$out"; done_in "$t"
 }
 
-build_kubernetes() {
-  local v="$KUBERNETES_VERSION"
-  have "kube-apiserver-$v" && have "kube-controller-manager-$v" && have "kube-scheduler-$v" && return 0
-  step "kubernetes $v (3 binaries)"; local t; t=$(started)
-  local d="$WORK/kubernetes-$v"; rm -rf "$d"; mkdir -p "$d"; cd "$d"; : >"$log_dir/kubernetes.log"
+# kubernetes_wrapper DIR LOG: a throw-away module in DIR that requires k8s.io/kubernetes at the
+# pinned version. k/k requires its staging modules at v0.0.0 with ./staging replaces; point each
+# at its published release instead (see docs in shared/guide/test-infra.md).
+kubernetes_wrapper() {
+  local d="$1" log="$2" v="$KUBERNETES_VERSION"
+  rm -rf "$d"; mkdir -p "$d"; cd "$d"; : >"$log_dir/$log.log"
   local staging_version="v0.${v#v1.}"
-  run kubernetes go mod init lps.local/kubernetes-build
-  # k/k requires its staging modules at v0.0.0 with ./staging replaces; point each at its
-  # published release instead (see docs in shared/guide/test-infra.md).
+  run "$log" go mod init lps.local/kubernetes-build
   local proxy; proxy=$(go env GOPROXY); proxy="${proxy%%,*}"
   [ "$proxy" = direct ] || [ "$proxy" = off ] && proxy=https://proxy.golang.org
   local mods; mods=$(curl -fsSL "$proxy/k8s.io/kubernetes/@v/$v.mod" | awk '/=> .\/staging/{print $1}')
   [ -n "$mods" ] || { echo "build-go-tools: could not read the staging module list of k8s.io/kubernetes $v" >&2; exit 1; }
-  local m; for m in $mods; do run kubernetes go mod edit -replace "$m=$m@$staging_version"; done
-  run kubernetes go mod edit -require "k8s.io/kubernetes@$v"
-  for m in kube-apiserver kube-controller-manager kube-scheduler; do
-    run kubernetes go get -tool "k8s.io/kubernetes/cmd/$m@$v"
-  done
+  local m; for m in $mods; do run "$log" go mod edit -replace "$m=$m@$staging_version"; done
+  run "$log" go mod edit -require "k8s.io/kubernetes@$v"
+}
+
+# kubernetes_build LOG CMD...: `go build` the commands of the wrapper in $PWD, versions stamped,
+# into $BIN as CMD-<version>.
+kubernetes_build() {
+  local log="$1"; shift
+  local v="$KUBERNETES_VERSION" m pkgs=()
+  for m in "$@"; do run "$log" go get -tool "k8s.io/kubernetes/cmd/$m@$v"; pkgs+=("k8s.io/kubernetes/cmd/$m"); done
   local minor="${v#v1.}"; minor="${minor%%.*}"
-  local ld="-s -w"
+  local ld="-s -w" p
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ld+=" -X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
   done
   mkdir -p out
-  run kubernetes go build -trimpath -ldflags "$ld" -o out/ k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
-  for m in kube-apiserver kube-controller-manager kube-scheduler; do mv "out/$m" "$BIN/$m-$v"; done
+  run "$log" go build -trimpath -ldflags "$ld" -o out/ "${pkgs[@]}"
+  for m in "$@"; do mv "out/$m" "$BIN/$m-$v"; done
+}
+
+build_kubernetes() {
+  local v="$KUBERNETES_VERSION"
+  have "kube-apiserver-$v" && have "kube-controller-manager-$v" && have "kube-scheduler-$v" && return 0
+  step "kubernetes $v (3 binaries)"; local t; t=$(started)
+  kubernetes_wrapper "$WORK/kubernetes-$v" kubernetes
+  kubernetes_build kubernetes kube-apiserver kube-controller-manager kube-scheduler
+  done_in "$t"
+}
+
+# The real nodes' kubelet: the same wrapper as the control plane, in a directory of its own so
+# the two groups can be built independently (the Go build cache is shared, so a warm control
+# plane build makes this one quick).
+build_kubelet() {
+  local v="$KUBERNETES_VERSION"
+  have "kubelet-$v" && return 0
+  step "kubelet $v"; local t; t=$(started)
+  kubernetes_wrapper "$WORK/kubelet-$v" kubelet
+  kubernetes_build kubelet kubelet
+  done_in "$t"
+}
+
+# containerd, ctr and the runc shim from the module proxy. The graph drivers this machine has
+# no libraries for are left out by tags; the shim is static (CGO off), as upstream ships it,
+# since it outlives containerd restarts and must not depend on the host's libc.
+build_containerd() {
+  local v="$CONTAINERD_VERSION" module=github.com/containerd/containerd/v2
+  have "containerd-$v" && have "ctr-$v" && have "containerd-shim-runc-v2-$v" && return 0
+  step "containerd $v (3 binaries)"; local t; t=$(started)
+  local d="$WORK/containerd-$v"; rm -rf "$d"; mkdir -p "$d"; cd "$d"; : >"$log_dir/containerd.log"
+  run containerd go mod init lps.local/containerd-build
+  run containerd go get "$module@$v"
+  run containerd go get -tool "$module/cmd/containerd@$v" "$module/cmd/ctr@$v" "$module/cmd/containerd-shim-runc-v2@$v"
+  local ld="-s -w -X $module/version.Version=$v"
+  mkdir -p out
+  run containerd go build -trimpath -tags "no_btrfs no_devmapper no_zfs no_aufs" -ldflags "$ld" -o out/ \
+    "$module/cmd/containerd" "$module/cmd/ctr"
+  run containerd env CGO_ENABLED=0 go build -trimpath -tags "no_btrfs no_devmapper no_zfs" -ldflags "$ld" -o out/ \
+    "$module/cmd/containerd-shim-runc-v2"
+  local b; for b in containerd ctr containerd-shim-runc-v2; do mv "out/$b" "$BIN/$b-$v"; done
   done_in "$t"
 }
 
@@ -101,8 +149,9 @@ targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(cluster)
 for target in "${targets[@]}"; do
   case "$target" in
     cluster) build_etcd; build_kwok; build_kubernetes ;;
+    node) build_kubelet; build_containerd ;;
     reference) build_reference ;;
-    all) build_etcd; build_kwok; build_kubernetes; build_reference ;;
-    *) echo "build-go-tools: unknown target '$target' (cluster|reference|all)" >&2; exit 2 ;;
+    all) build_etcd; build_kwok; build_kubernetes; build_kubelet; build_containerd; build_reference ;;
+    *) echo "build-go-tools: unknown target '$target' (cluster|node|reference|all)" >&2; exit 2 ;;
   esac
 done
