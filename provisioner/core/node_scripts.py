@@ -27,6 +27,7 @@ from provisioner.core.pod_shapes import (
     NEXT_COMPONENT,
     helper_pod_frame,
 )
+from provisioner.core.removal_gate import RemovalKind, RemovalPermit
 
 RESULT_PATH = "/tmp/local-path-storage-result"
 """The helper's terminationMessagePath: what it writes there becomes its termination message."""
@@ -157,7 +158,11 @@ def build_orphan_removal_pod(
     base_path: str,
     path: str,
     min_age_seconds: int,
+    permit: RemovalPermit,
 ) -> dict[str, Any]:
+    """The removal of one orphan directory, only with the removal gate's permit for it."""
+    if permit.kind is not RemovalKind.ORPHAN_REMOVAL or not permit.covers("", path):
+        raise ValueError(f"removing {path} needs the removal gate's permit for that orphan")
     if not is_strictly_inside(path, base_path):
         raise ValueError(f"{path!r} is not strictly inside the base path {base_path!r}")
     pod = helper_pod_frame(

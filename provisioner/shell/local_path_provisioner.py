@@ -23,6 +23,7 @@ from typing import Any
 
 from provisioner.core.claims import (
     AddFinalizer,
+    DeleteRemovedVolume,
     Ignore,
     NodeGone,
     Provision,
@@ -37,6 +38,7 @@ from provisioner.core.claims import (
     decide_claim_action,
     decide_volume_action,
     record_volume,
+    volume_location,
 )
 from provisioner.core.config import ConfigBundle
 from provisioner.core.expansion import (
@@ -49,11 +51,12 @@ from provisioner.core.expansion import (
 from provisioner.core.paths import PathBook
 from provisioner.core.pod_shapes import HelperAction
 from provisioner.core.records import ClaimRecord, VolumeRecord
+from provisioner.core.removal_gate import RemovalPermit, RemovalRefused
 from provisioner.core.storage_capacity import CapacityObject, desired_capacities
 from provisioner.kube.client import KubeClients
 from provisioner.kube.informer import Informer
 from provisioner.kube.metrics import Metrics
-from provisioner.shell.actions import Actions, VolumeSaveUnsettled
+from provisioner.shell.actions import Actions, GiveBack, VolumeSaveUnsettled
 from provisioner.shell.caches import Caches
 from provisioner.shell.capacity_publisher import CapacityPublisher
 from provisioner.shell.clone_sources import CloneWaits, InformerClaimSources
@@ -62,6 +65,7 @@ from provisioner.shell.pod_events import ADDED, DELETED, MODIFIED, PodEventHub
 from provisioner.shell.pod_index import HelperPodIndex
 from provisioner.shell.pod_runner import HelperPodError, HelperPodNotStarted
 from provisioner.shell.pod_runs import PodRuns, RunResult
+from provisioner.shell.removals import Removals
 from provisioner.shell.work_keys import CLAIM, VOLUME, Key
 
 log = logging.getLogger(__name__)
@@ -80,6 +84,9 @@ class _Handoff:
     class_name: str
     result: RunResult | None = None
     """The helper run's end, once taken from the batcher, while what follows it is retried."""
+    clone_problem: str | None = None
+    """A clone's verdict on its source, taken once with `result`, before the first save:
+    a retry of the save never reads the source again (see `Actions.finish_provision`)."""
 
 
 class _InformerNames:
@@ -129,6 +136,15 @@ class LocalPathProvisioner:
         # carries them out happen under one lock, so two workers never both think a path free.
         self._paths = PathBook()
         self._paths_lock = threading.Lock()
+        # The only way to a helper step that removes a directory (see removal_gate).
+        self._removals = Removals(
+            clients,
+            actions.recorder,
+            self._helper_runs,
+            book=self._paths,
+            book_lock=self._paths_lock,
+            holds_lease=actions.holds_lease,
+        )
         # Claims told to wait, by the volume they wait for: woken when it leaves the book.
         self._waiting: dict[str, set[str]] = {}
         # Claims whose expansion was refused for want of room: looked at again when a volume
@@ -344,7 +360,10 @@ class LocalPathProvisioner:
                     if plan.record_base_path:
                         self._actions.record_base_path(claim, plan.base_path)
                     self._actions.begin_provision(plan)
-                    self._hand_over(key, "create", plan, bundle, plan.storage_class.name)
+                    clean_up = self._removals.setup_clean_up_permit(plan)
+                    self._hand_over(
+                        key, "create", plan, bundle, plan.storage_class.name, permit=clean_up
+                    )
                 except BaseException:
                     self._release(plan.volume_name)
                     raise
@@ -380,11 +399,14 @@ class LocalPathProvisioner:
         plan: ProvisionPlan | TeardownPlan,
         bundle: ConfigBundle,
         class_name: str,
+        *,
+        permit: RemovalPermit | None,
     ) -> None:
-        """Give the helper run to the batcher; the key comes back when it ended."""
+        """Give the helper run to the batcher, with the removal gate's permit for what it may
+        remove; the key comes back when it ended."""
         self._handoffs[key] = _Handoff(plan, bundle, time.monotonic(), class_name)
         try:
-            self._helpers.submit(VolumeJob(key, action, plan, bundle))
+            self._helpers.submit(VolumeJob(key, action, plan, bundle, permit))
         except BaseException:
             del self._handoffs[key]
             raise
@@ -400,21 +422,33 @@ class LocalPathProvisioner:
         del self._handoffs[key]
         plan = handoff.plan
         assert isinstance(plan, ProvisionPlan)
+        clone_problem = handoff.clone_problem
         try:
-            self._actions.finish_provision(plan, handoff.bundle, result, handoff.started)
+            if handoff.result is None and result.error is None and plan.clone_source is not None:
+                clone_problem = self._actions.clone_source_problem(plan.clone_source)
+            self._actions.finish_provision(
+                plan, handoff.bundle, result, handoff.started, clone_problem=clone_problem
+            )
         except VolumeSaveUnsettled:
             # The PV may exist and bind: the directory, the path and its budget stay, and
             # the key's retry saves the same PV again (its directory is made) until a save
-            # or a read settles it, whether or not the claim is still there.
-            self._handoffs[key] = replace(handoff, result=result)
+            # or a read settles it, whether or not the claim is still there; with the
+            # clone's verdict as it was before the first save.
+            self._handoffs[key] = replace(handoff, result=result, clone_problem=clone_problem)
             raise
+        except GiveBack as give_back:
+            # Still reserved in the book while the gate decides and the directory goes.
+            try:
+                self._removals.give_back(plan, handoff.bundle, give_back.kind, give_back.why)
+            finally:
+                self._release(plan.volume_name)
         except BaseException:
             try:
                 if self._leaves_a_directory(plan, result):
                     claim = self._caches.claims.get(plan.claim.uid)
                     if claim is None or claim.being_deleted:
                         # Still reserved in the book: nothing can be set up there meanwhile.
-                        self._actions.clean_up_abandoned(plan, handoff.bundle)
+                        self._removals.clean_up_abandoned(plan, handoff.bundle)
                     else:
                         self._failed_attempts[plan.claim.uid] = handoff
             finally:
@@ -451,7 +485,7 @@ class LocalPathProvisioner:
                 return
             self._reserve(plan)
         try:
-            self._actions.clean_up_abandoned(plan, attempt.bundle)
+            self._removals.clean_up_abandoned(plan, attempt.bundle)
         finally:
             self._release(plan.volume_name)
 
@@ -490,11 +524,22 @@ class LocalPathProvisioner:
         match decision:
             case Teardown(plan):
                 try:
-                    self._hand_over(key, "delete", plan, bundle, volume.storage_class_name)
+                    permit = self._removals.teardown_permit(plan, volume_location(volume))
+                    if isinstance(permit, RemovalRefused):
+                        self._teardown_ended(name, succeeded=False)
+                        return True
+                    self._hand_over(
+                        key, "delete", plan, bundle, volume.storage_class_name, permit=permit
+                    )
                 except BaseException:
                     self._teardown_ended(name, succeeded=False)
                     raise
                 return False
+            case DeleteRemovedVolume(_, delete_volume, remove_finalizer):
+                log.info("volume %s: its directory was removed already; deleting the PV", name)
+                self._actions.finish_removed_volume(
+                    name, delete_volume=delete_volume, remove_finalizer=remove_finalizer
+                )
             case AddFinalizer():
                 self._actions.add_finalizer(name)
             case RemoveFinalizer(reason):

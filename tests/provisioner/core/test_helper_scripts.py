@@ -20,7 +20,10 @@ def run_script(
     extra_env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     env = {"PATH": "/usr/bin:/bin", "LPS_BASE": str(base), "VOL_DIR": str(volume)}
-    env |= {"LPS_VOLUME": volume_name, **(extra_env or {})}
+    # What `finish` gets from a teardown's removal permit (removal_gate): the marker names the
+    # volume, or there is none.
+    removal = {"LPS_REMOVAL_OWNER": volume_name, "LPS_REMOVAL_ABSENT_OK": "true"}
+    env |= {"LPS_VOLUME": volume_name, **removal, **(extra_env or {})}
     if path_prefix is not None:
         env["PATH"] = f"{path_prefix}:{env['PATH']}"
     return subprocess.run(
