@@ -650,7 +650,10 @@ def decide_volume_action(
     *,
     provisioner_name: str,
     paths: PathBook | None = None,
+    directory_removed: bool = False,
 ) -> VolumeDecision:
+    """`directory_removed`: this process saw the volume's teardown pod succeed (the PV may not
+    show DIRECTORY_REMOVED_ANNOTATION yet: the informer lags, or the PATCH failed)."""
     if volume.annotations.get(PROVISIONED_BY) != provisioner_name:
         return Ignore("not provisioned by us")
     entry = paths.get(volume.name) if paths is not None else None
@@ -661,7 +664,7 @@ def decide_volume_action(
         if has_finalizer:
             return RemoveFinalizer(f"reclaim policy {volume.reclaim_policy}: the data is kept")
         return Ignore(f"reclaim policy {volume.reclaim_policy}: the data is kept")
-    removed = volume.annotations.get(DIRECTORY_REMOVED_ANNOTATION) == "true"
+    removed = directory_removed or volume.annotations.get(DIRECTORY_REMOVED_ANNOTATION) == "true"
     if volume.being_deleted:
         if not has_finalizer:
             return Ignore("being deleted without our finalizer")

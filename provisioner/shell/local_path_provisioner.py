@@ -156,6 +156,10 @@ class LocalPathProvisioner:
         # Claims whose last setup failed, by UID, with that attempt: should the claim go before
         # a retry, the directory the attempt left is removed (see `_clean_up_after`).
         self._failed_attempts: dict[str, _Handoff] = {}
+        # Volumes whose teardown pod succeeded while their PV is still there (its DELETE or
+        # finalizer PATCH failed): a retry deletes the PV without a pod, even before the
+        # informer shows the PV's directory-removed annotation.
+        self._directories_removed: set[str] = set()
         self._helper_index = HelperPodIndex()
         self._helpers: PodBatcher[Key] = PodBatcher(
             self._helper_runs,
@@ -241,6 +245,7 @@ class LocalPathProvisioner:
     def volume_gone(self, volume_name: str) -> None:
         """A PV went: its path and its budget are free, and whoever waited for them (a claim
         for an overlapping path, an expansion refused for want of room) looks again."""
+        self._directories_removed.discard(volume_name)
         with self._paths_lock:
             freed = self._paths.forget(volume_name)
             waiting = self._waiting.pop(volume_name, set()) if freed else set()
@@ -518,6 +523,7 @@ class LocalPathProvisioner:
                 nodes,
                 provisioner_name=self._provisioner_name,
                 paths=self._paths,
+                directory_removed=name in self._directories_removed,
             )
             if isinstance(decision, Teardown):
                 self._paths.start_teardown(name)
@@ -567,6 +573,8 @@ class LocalPathProvisioner:
         handoff = self._handoffs.pop(key)
         plan = handoff.plan
         assert isinstance(plan, TeardownPlan)
+        if result.error is None:
+            self._directories_removed.add(plan.volume_name)
         succeeded = False
         try:
             self._actions.finish_teardown(plan, handoff.class_name, result, handoff.started)
