@@ -12,10 +12,13 @@ an admission webhook or a brief RBAC gap would, and the node's disk.
 - A Released volume whose teardown removed its directory and whose PV DELETE is then refused:
   once allowed, the PV goes at once, without a helper pod waiting for the missing directory,
   and the recreated claim's directory at the same path is left alone.
+- A teardown pod that starts late (held by a scheduling gate, as one left by an earlier leader
+  or waiting for its hostPath would be), after a new volume took its path: it removes nothing.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,19 +26,34 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from kubernetes import watch
 from kubernetes.client import AdmissionregistrationV1Api
 from kubernetes.client.exceptions import ApiException
 
 from localcluster import LocalCluster, wait_for
-from localcluster.raw_api import manifest
-from provisioner.core.claims import VOLUME_FINALIZER
-from provisioner.core.config import DEFAULT_NODE
+from localcluster.raw_api import call_json, manifest
+from provisioner.core.claims import VOLUME_FINALIZER, TeardownPlan
+from provisioner.core.config import (
+    DEFAULT_HELPER_POD_YAML,
+    DEFAULT_NODE,
+    DEFAULT_SETUP_SCRIPT,
+    DEFAULT_TEARDOWN_SCRIPT,
+    load_config_bundle,
+)
+from provisioner.core.pod_shapes import build_helper_pod
 from provisioner.shell.work_keys import CLAIM
 from tests.faults.api_answer_faults import provisioner_with_faults
 from tests.faults.support import unique_base_path
 from tests.faults.test_volume_save_faults import VOLUMES, retried_keys
-from tests.provisioner.e2e.support import ConfigFiles, ProvisionerSetup, creatable, volume_path
+from tests.provisioner.e2e.support import (
+    HELPER_SERVICE_ACCOUNT,
+    ConfigFiles,
+    ProvisionerSetup,
+    creatable,
+    volume_path,
+)
 from tests.provisioner.e2e.test_clones import create_clone
+from tests.provisioner.removal_permits import permit_for
 
 pytestmark = pytest.mark.cluster
 
@@ -304,3 +322,68 @@ def _claim_gone(setup: ProvisionerSetup, name: str) -> bool:
 def _finalizers(setup: ProvisionerSetup, pv: str) -> list[str]:
     volume = setup.volume(pv)
     return list((volume or {}).get("metadata", {}).get("finalizers") or [])
+
+
+def test_a_teardown_pod_that_starts_late_removes_nothing_another_volume_took(
+    make_setup: Callable[..., ProvisionerSetup], cluster: LocalCluster
+) -> None:
+    base = unique_base_path("late-teardown")
+    config = {"nodePathMap": [{"node": DEFAULT_NODE, "paths": [creatable(base)]}]}
+    setup = make_setup(ConfigFiles(config=config))
+    setup.start()
+    storage_class = setup.create_class("late", parameters={"pathPattern": NAMESPACED})
+    path = f"{base}/{setup.namespace}/data"
+    # The teardown pod of an earlier volume at that path, as the provisioner builds it (with
+    # the gate's permit for that volume), held Pending until the new volume is in use.
+    bundle = load_config_bundle(
+        json.dumps(config), DEFAULT_SETUP_SCRIPT, DEFAULT_TEARDOWN_SCRIPT, DEFAULT_HELPER_POD_YAML
+    )
+    old = TeardownPlan(
+        volume_name=f"pvc-{uuid.uuid4()}",
+        path=path,
+        node_name="node-1",
+        volume_mode="Filesystem",
+        size_bytes=0,
+        delete_volume=True,
+        remove_finalizer=True,
+        base_path=base,
+    )
+    pod = build_helper_pod(
+        "delete", old, bundle, setup.namespace, HELPER_SERVICE_ACCOUNT, permit=permit_for(old)
+    )
+    name = pod["metadata"]["name"]
+    pod["spec"].pop("nodeName")
+    pod["spec"]["nodeSelector"] = dict(NODE)
+    pod["spec"]["schedulingGates"] = [{"name": "local-path-storage.io/late"}]
+    created = call_json(setup.core.create_namespaced_pod, setup.namespace, manifest(pod))
+    setup.create_claim("data", storage_class)
+    setup.create_consumer("app", "data", NODE)
+    written = write_tenant_file(setup, "data")
+    assert str(written.parent).endswith(path), "the new volume took the old one's path"
+    setup.core.patch_namespaced_pod(
+        name, setup.namespace, [{"op": "remove", "path": "/spec/schedulingGates"}]
+    )
+
+    # Followed by a watch from its creation: the provisioner deletes a finished helper pod no
+    # run of its own waits on, so a read could miss how it ended.
+    stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+        setup.core.list_namespaced_pod,
+        setup.namespace,
+        field_selector=f"metadata.name={name}",
+        resource_version=created["metadata"]["resourceVersion"],
+        timeout_seconds=120,
+    )
+    final: dict[str, Any] = {}
+    for event in stream:
+        status = event["raw_object"].get("status") or {}
+        if status.get("phase") in ("Succeeded", "Failed"):
+            final = status
+            break
+    assert final, f"the late teardown pod {name} did not run"
+    assert written.exists(), f"the late teardown pod ({final['phase']}) removed the new data"
+    assert written.read_text() == "precious"
+    assert final["phase"] == "Failed"
+    [teardown] = final["initContainerStatuses"]
+    message = teardown["state"]["terminated"].get("message") or ""
+    new_volume = setup.wait_bound("data")["metadata"]["name"]
+    assert f"its owner marker names {new_volume}, not {old.volume_name}" in message, message
