@@ -63,7 +63,7 @@ from provisioner.shell.clone_sources import CloneWaits, InformerClaimSources
 from provisioner.shell.pod_batcher import BatchSettings, PodBatcher, VolumeJob
 from provisioner.shell.pod_events import ADDED, DELETED, MODIFIED, PodEventHub
 from provisioner.shell.pod_index import HelperPodIndex
-from provisioner.shell.pod_runner import HelperPodError, HelperPodNotStarted
+from provisioner.shell.pod_runner import HelperPodError, HelperPodNotStarted, HelperPodTimeout
 from provisioner.shell.pod_runs import PodRuns, RunResult
 from provisioner.shell.removals import Removals
 from provisioner.shell.work_keys import CLAIM, VOLUME, Key
@@ -573,6 +573,14 @@ class LocalPathProvisioner:
         handoff = self._handoffs.pop(key)
         plan = handoff.plan
         assert isinstance(plan, TeardownPlan)
+        # A teardown pod waits for a missing `Directory` hostPath until its deadline: an
+        # earlier teardown removed the directory (its process died before the PATCH that says
+        # so). What it was to remove is gone: the rest of the teardown goes on.
+        if isinstance(
+            result.error, (HelperPodNotStarted, HelperPodTimeout)
+        ) and self._helper_runs().directory_gone(plan, handoff.bundle):
+            log.info("volume %s: its directory %s is gone already", plan.volume_name, plan.path)
+            result = RunResult(result.seconds)
         if result.error is None:
             self._directories_removed.add(plan.volume_name)
         succeeded = False

@@ -18,6 +18,7 @@ from provisioner.core.batch_pod_shapes import (
 )
 from provisioner.core.clone_step import build_step_pod
 from provisioner.core.config import ConfigBundle
+from provisioner.core.node_scripts import build_presence_pod
 from provisioner.core.pod_shapes import HelperAction, HelperTarget, build_helper_pod, helper_steps
 from provisioner.core.removal_gate import RemovalPermit
 from provisioner.kube.metrics import Metrics
@@ -120,6 +121,27 @@ class PodRuns:
             permit=permit,
         )
         self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
+
+    def directory_gone(self, target: HelperTarget, bundle: ConfigBundle) -> bool:
+        """Whether the volume's directory is gone, by a read-only look through its base path
+        (asked only after a teardown pod that never started: nothing on the common path).
+        False when the look failed: nothing is proven."""
+        manifest = build_presence_pod(
+            bundle,
+            self._helper.namespace,
+            self._helper.service_account,
+            node=target.node_name,
+            base_path=target.base_path,
+            path=target.path,
+        )
+        try:
+            _, message = self._runner.run_for_message(
+                manifest, float(bundle.config.cmd_timeout_seconds)
+            )
+        except HelperPodError as error:
+            log.warning("looking for %s failed: %s", target.path, error)
+            return False
+        return message.strip() == "gone"
 
     def run_batch(
         self,

@@ -19,6 +19,7 @@ an admission webhook or a brief RBAC gap would, and the node's disk.
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -309,6 +310,41 @@ def test_a_teardown_redone_after_its_directory_went_finishes_without_a_pod(
         written = write_tenant_file(setup, "data")
         time.sleep(5)  # a teardown pod left over for the old PV, were there one, has run by now
         assert written.exists(), "the new claim's directory was removed"
+
+
+def test_a_teardown_redone_by_the_next_process_finishes_though_its_directory_went(
+    make_setup: Callable[..., ProvisionerSetup], cluster: LocalCluster
+) -> None:
+    """The teardown pod succeeded, then the PATCH that removes our finalizer (and says the
+    directory went) failed and the process stopped: the next one sees a Released PV as any
+    other. Its teardown pod waits for the missing `Directory` hostPath until its deadline;
+    then a read-only look through the base path finds the directory gone, and the PV goes."""
+    base = unique_base_path("redone-restart")
+    config = {"nodePathMap": [{"node": DEFAULT_NODE, "paths": [base]}], "cmdTimeoutSeconds": 10}
+    setup = make_setup(ConfigFiles(config=config))
+    setup.node_path("node-1", base).mkdir(parents=True)
+    storage_class = setup.create_class("restart", parameters={"pathPattern": NAMESPACED})
+    with provisioner_with_faults(setup, cluster) as (provisioner, faults):
+        setup.create_claim("data", storage_class)
+        setup.create_consumer("app", "data", NODE)
+        volume = setup.wait_bound("data")
+        pv = volume["metadata"]["name"]
+        directory = setup.node_path("node-1", volume_path(volume))
+        patches = faults.arm("PATCH", lambda path: path == f"{VOLUMES}/{pv}", 503, times=1000)
+        setup.core.delete_namespaced_pod("app", setup.namespace, grace_period_seconds=0)
+        setup.core.delete_namespaced_persistent_volume_claim("data", setup.namespace)
+        wait_for(lambda: not directory.exists() or None, 120, "the first teardown")
+        patches.wait_answered(1, 60)
+        # Stopped while its PATCHes still fail (leaving the context lifts the faults first).
+        provisioner.stop()
+        wait_for(
+            lambda: not any(t.name == "provisioner-main" for t in threading.enumerate()) or None,
+            60,
+            "the provisioner to stop",
+        )
+    assert VOLUME_FINALIZER in _finalizers(setup, pv), "the PV still waits for its teardown"
+    with provisioner_with_faults(setup, cluster):
+        wait_for(lambda: setup.volume(pv) is None or None, 90, f"PV {pv} to go")
 
 
 def _claim_gone(setup: ProvisionerSetup, name: str) -> bool:
