@@ -33,10 +33,21 @@ moment it asks):
   (`sharing`); no marker can name a live volume of it, so its node-side check is the removal
   script's own: no symbolic link on the way, and unchanged for `--older-than`.
 
-A first teardown of a Released PV is decided from the informer and the book: the informer saw
-the PV Released, the book says no one else shares the path, and the node check guards against
-what neither can see. Redone teardowns whose directory a first teardown already removed never
-reach the gate: the PV says so (claims.DIRECTORY_REMOVED_ANNOTATION) and goes without a pod.
+Where reads are taken, and where the cache is trusted (the benchmark counts requests per
+volume, so the common path takes none): a first teardown of a Released PV is decided from the
+informer and the book: the informer saw the PV Released (a PV is never un-released), the book
+holds its path as tearing down under its lock (no provision can take it meanwhile), and the
+node check guards against what neither can see (a directory another process gave away). The
+rare removals take a fresh read where the cache could lag: a give-back GETs the PV (its save's
+answer may have been lost, so the informer may not have it yet). The clean-up after a failed
+setup rests on the attempt's reservation in the book and on the node check (made by this
+attempt), which no read could improve on.
+
+Redone teardowns never reach the gate when the directory is already gone: the finalizer PATCH
+marks the PV (claims.DIRECTORY_REMOVED_ANNOTATION), this process remembers a teardown pod that
+succeeded, and a teardown pod that never started is followed by a read-only look that finds
+the directory gone (node_scripts.PRESENCE_SCRIPT); in each case the PV goes without removing
+anything. A redone teardown whose directory is still there is a teardown like the first.
 """
 
 from __future__ import annotations
