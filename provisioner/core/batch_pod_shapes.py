@@ -57,8 +57,10 @@ from provisioner.core.pod_shapes import (
     HelperTarget,
     helper_pod_frame,
     helper_steps,
+    removal_environment,
     step_container,
 )
+from provisioner.core.removal_gate import RemovalPermit
 
 BATCH_VOLUMES_ANNOTATION = "local-path-storage.io/batch-volumes"
 """On a batch pod: the JSON list of its volumes' names, in the order of their init containers
@@ -138,7 +140,8 @@ outcomes=""
 failures=""
 i=0
 while [ "$i" -lt "$LPS_COUNT" ]; do
-  eval "dir=\\$LPS_DIR_$i base=\\$LPS_BASE_$i"
+  eval "dir=\\$LPS_DIR_$i base=\\$LPS_BASE_$i owner=\\$LPS_OWNER_$i"
+  eval "made_only=\\${LPS_MADE_ONLY_$i:-} absent_ok=\\${LPS_ABSENT_OK_$i:-}"
   status="$(cat "$LPS_RESULTS/v$i/status" 2>/dev/null)" || status=""
   case "$LPS_ACTION:$status" in
     delete:0 | create:[1-9]*) run=yes ;;
@@ -146,7 +149,9 @@ while [ "$i" -lt "$LPS_COUNT" ]; do
   esac
   if [ "$run" = no ]; then
     outcomes="${outcomes}s"
-  elif out="$(VOL_DIR="$dir" LPS_BASE="$base" /bin/sh "$LPS_SCRIPTS/finish" 2>&1)"; then
+  elif out="$(VOL_DIR="$dir" LPS_BASE="$base" LPS_REMOVAL_OWNER="$owner" \\
+      LPS_REMOVAL_MADE_ONLY="$made_only" LPS_REMOVAL_ABSENT_OK="$absent_ok" \\
+      /bin/sh "$LPS_SCRIPTS/finish" 2>&1)"; then
     outcomes="${outcomes}o"
   else
     code=$?
@@ -228,8 +233,12 @@ def build_batch_helper_pod(
     bundle: ConfigBundle,
     namespace: str,
     service_account: str,
+    *,
+    permits: Mapping[str, RemovalPermit],
 ) -> dict[str, Any]:
-    """The batch pod for `targets` (at least two, one node, each `is_batchable`)."""
+    """The batch pod for `targets` (at least two, one node, each `is_batchable`). Its finish
+    container removes directories (and a teardown's containers empty them), so every volume
+    needs the removal gate's permit, by its name in `permits`; one without fails alone."""
     if len(targets) < 2:
         raise ValueError("a batch pod serves at least two volumes; one gets its own pod")
     if len(targets) > MAX_BATCH_VOLUMES:
@@ -285,8 +294,10 @@ def build_batch_helper_pod(
     if len(FINISH_PREFIX) + len(targets) + 1 > message:
         raise ValueError(f"{containers} containers leave no room for the batch's outcome line")
     built = []
+    removals: list[dict[str, str]] = []
     for index, target in enumerate(targets):
         try:
+            removals.append(removal_environment("finish", target, permits.get(target.volume_name)))
             built.append(
                 _volume_container(
                     action,
@@ -296,6 +307,7 @@ def build_batch_helper_pod(
                     template=template,
                     base_volume=base_volume,
                     message=message,
+                    removal=removals[-1] if action == "delete" else {},
                 )
             )
         except Exception as error:  # whatever a volume's input does, it fails that volume alone
@@ -317,7 +329,9 @@ def build_batch_helper_pod(
         *(spec.get("initContainers") or ()),
         *(container for container, _ in built),
     ]
-    spec["containers"][0] = _finish_container(action, targets, template, base_volume, message)
+    spec["containers"][0] = _finish_container(
+        action, targets, template, base_volume, message, removals=removals
+    )
     return pod
 
 
@@ -344,6 +358,7 @@ def _volume_container(
     template: Mapping[str, Any],
     base_volume: Mapping[str, str],
     message: int,
+    removal: Mapping[str, str],
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The volume's guarded script, as its own pod would run it, inside the wrapper, which
     reads the scripts from the staged files; and those files' contents, by name."""
@@ -353,7 +368,7 @@ def _volume_container(
         {"name": RESULTS_VOLUME, "mountPath": RESULT_DIR, "subPath": f"v{index}"},
         SCRIPTS_MOUNT,
     ]
-    container = step_container(action, target, bundle, template, mounts)
+    container = step_container(action, target, bundle, template, mounts, removal=removal)
     shell, flag, guard, script = container["command"]
     if (shell, flag, guard) != ("/bin/sh", "-c", GUARD_SCRIPT):
         raise ValueError(f"volume {target.volume_name} does not run through the guard")
@@ -397,6 +412,8 @@ def _finish_container(
     template: Mapping[str, Any],
     base_volume: Mapping[str, str],
     message: int,
+    *,
+    removals: Sequence[Mapping[str, str]],
 ) -> dict[str, Any]:
     container = copy.deepcopy(dict(template))
     container["name"] = FINISH_CONTAINER
@@ -418,6 +435,14 @@ def _finish_container(
     for index, target in enumerate(targets):
         env[f"LPS_DIR_{index}"] = target.path
         env[f"LPS_BASE_{index}"] = target.base_path
+        removal = removals[index]
+        env[f"LPS_OWNER_{index}"] = removal["LPS_REMOVAL_OWNER"]
+        for flag, name in (
+            ("LPS_MADE_ONLY", "LPS_REMOVAL_MADE_ONLY"),
+            ("LPS_ABSENT_OK", "LPS_REMOVAL_ABSENT_OK"),
+        ):
+            if name in removal:
+                env[f"{flag}_{index}"] = removal[name]
     kept = [e for e in container.get("env") or () if e.get("name") not in env]
     container["env"] = kept + [{"name": k, "value": v} for k, v in env.items()]
     container["command"], container["args"] = ["/bin/sh", f"{SCRIPTS_DIR}/batch-finish"], []

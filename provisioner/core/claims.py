@@ -85,6 +85,11 @@ RANCHER_NODE_ANNOTATION = "local.path.provisioner/selected-node"
 BASE_PATH_ANNOTATION = "local-path-storage.io/base-path"
 """On a claim: the base path chosen for it, so that every attempt (a retry, the next leader
 after a crash) works in the same place and never leaves a directory on another one."""
+DIRECTORY_REMOVED_ANNOTATION = "local-path-storage.io/directory-removed"
+"""On a PV: its teardown removed the directory (set in the write that removes our finalizer).
+A teardown redone after that (the PV's DELETE failed, or the process died before it) deletes
+the PV without a helper pod: a pod would wait for a directory that is not there, or, should a
+new volume's directory appear at the path meanwhile, start and remove it."""
 NODE_LOCAL_ACCESS_MODES = frozenset({"ReadWriteOnce", "ReadWriteOncePod"})
 
 
@@ -145,9 +150,6 @@ class TeardownPlan:
     vol_perm: str = ""
     base_path: str = ""
     """The configured base path holding `path`: what the helper pod mounts."""
-    only_own_attempt: bool = False
-    """The `finish` step removes the directory only when its owner marker names this volume
-    (fresh_directory): the clean-up after a claim that went while its setup failed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +217,27 @@ class NodeGone:
 
 
 ClaimDecision = Ignore | Provision | Reject | Reschedule | WaitForPath
-VolumeDecision = Ignore | Teardown | RefuseUnsafePath | AddFinalizer | RemoveFinalizer | NodeGone
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRemovedVolume:
+    """A teardown already removed the directory (DIRECTORY_REMOVED_ANNOTATION): the PV goes
+    (delete_volume) and our finalizer with it, without a helper pod."""
+
+    volume_name: str
+    delete_volume: bool
+    remove_finalizer: bool
+
+
+VolumeDecision = (
+    Ignore
+    | Teardown
+    | RefuseUnsafePath
+    | AddFinalizer
+    | RemoveFinalizer
+    | NodeGone
+    | DeleteRemovedVolume
+)
 
 
 def volume_name_for(claim: ClaimRecord) -> str:
@@ -659,7 +681,10 @@ def decide_volume_action(
     *,
     provisioner_name: str,
     paths: PathBook | None = None,
+    directory_removed: bool = False,
 ) -> VolumeDecision:
+    """`directory_removed`: this process saw the volume's teardown pod succeed (the PV may not
+    show DIRECTORY_REMOVED_ANNOTATION yet: the informer lags, or the PATCH failed)."""
     if volume.annotations.get(PROVISIONED_BY) != provisioner_name:
         return Ignore("not provisioned by us")
     entry = paths.get(volume.name) if paths is not None else None
@@ -670,13 +695,20 @@ def decide_volume_action(
         if has_finalizer:
             return RemoveFinalizer(f"reclaim policy {volume.reclaim_policy}: the data is kept")
         return Ignore(f"reclaim policy {volume.reclaim_policy}: the data is kept")
+    removed = directory_removed or volume.annotations.get(DIRECTORY_REMOVED_ANNOTATION) == "true"
     if volume.being_deleted:
         if not has_finalizer:
             return Ignore("being deleted without our finalizer")
         if volume.phase == "Bound":
             return Ignore("deleted while bound: waiting until the claim lets go of it")
+        if removed:
+            return DeleteRemovedVolume(volume.name, delete_volume=False, remove_finalizer=True)
         return _teardown(volume, config, nodes, paths, delete_volume=False)
     if volume.phase == "Released":
+        if removed:
+            return DeleteRemovedVolume(
+                volume.name, delete_volume=True, remove_finalizer=has_finalizer
+            )
         return _teardown(volume, config, nodes, paths, delete_volume=True)
     if not has_finalizer and volume.phase != "Failed":
         return AddFinalizer()

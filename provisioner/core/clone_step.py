@@ -50,6 +50,7 @@ from provisioner.core.pod_shapes import (
     helper_pod_name,
     label_value,
 )
+from provisioner.core.removal_gate import RemovalPermit
 
 SOURCE_MOUNT = "/.local-path-storage/clone-source"
 """Where the source volume is mounted, read-only, in both containers."""
@@ -103,11 +104,13 @@ def build_step_pod(
     bundle: ConfigBundle,
     namespace: str,
     service_account: str,
+    *,
+    permit: RemovalPermit | None = None,
 ) -> dict[str, Any]:
-    """The pod of any step of a volume's own helper run."""
+    """The pod of any step of a volume's own helper run (`permit`: see `build_helper_pod`)."""
     if step == "clone":
         return build_clone_pod(target, bundle, namespace, service_account)
-    return build_helper_pod(step, target, bundle, namespace, service_account)
+    return build_helper_pod(step, target, bundle, namespace, service_account, permit=permit)
 
 
 def build_clone_pod(

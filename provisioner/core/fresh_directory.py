@@ -20,7 +20,8 @@ then finds someone else's directory in its place). When it is there, it is used 
 Otherwise the step fails, naming the path, and the claim gets a Warning event with it.
 
 Where the marker lives, and why there: the marker is a file in `<base>/OWNERS_DIR`, named by
-the SHA-256 of the volume's path and holding the volume's (the PV's) name. Not in the volume:
+the SHA-256 of the volume's path and holding the volume's (the PV's) name, with MARKER_REUSED_SUFFIX
+after it when `prepare` found the directory and reused it. Not in the volume:
 its tenant controls everything in it, so an old tenant could leave a marker that names a
 future claim; and a file in a fresh volume breaks programs that want an empty directory
 (initdb, mysqld --initialize). The owners directory is written only by the fixed `prepare` and
@@ -41,6 +42,14 @@ import posixpath
 
 OWNERS_DIR = ".local-path-storage-owners"
 """In every base path: one marker per volume directory a `prepare` made (see the docstring)."""
+MARKER_REUSED_SUFFIX = " reused"
+"""After the volume's name in its marker: `prepare` found the directory and reused it (data a
+class with reuseExistingData hands over, or an empty directory); a marker holding the name
+alone says the volume made it. The previous version, which reads the whole marker as the
+volume's name, sees a reused marker as another volume's: it refuses to remove the directory or
+to hand it out again, never the reverse. A marker it wrote (the name alone) reads here as
+made, also for a directory it reused; a give-back of a reuseExistingData class is refused on
+the API side whatever the marker says (removal_gate)."""
 REUSE_PARAMETER = "reuseExistingData"
 """The StorageClass parameter (a boolean, default false) that hands an existing directory,
 with its data, to a new claim whose path renders to it."""
@@ -54,18 +63,24 @@ def is_named_for_volume(path: str, base_path: str, volume_name: str) -> bool:
 
 
 # Part of PREPARE_SCRIPT, after its parents are made: $fresh is "yes" when its `mkdir` made
-# VOL_DIR, empty when VOL_DIR was there already (a plain directory, no symbolic link).
+# VOL_DIR, empty when VOL_DIR was there already (a plain directory, no symbolic link). The marker
+# says whether this volume made the directory (MARKER_REUSED_SUFFIX when it was found and
+# reused); a retry keeps what the first attempt wrote.
 CLAIM_DIRECTORY = f"""\
 owners="$LPS_BASE/{OWNERS_DIR}"
 if [ -L "$owners" ]; then refuse "$owners is a symbolic link"; fi
 marker="$owners/$(printf '%s' "$VOL_DIR" | sha256sum | cut -d ' ' -f 1)"
+origin="$LPS_VOLUME"
 if [ -z "$fresh" ]; then
   owner="$(cat "$marker" 2>/dev/null)" || owner=""
-  if [ "$owner" = "$LPS_VOLUME" ]; then
+  if [ "$owner" = "$LPS_VOLUME" ] || [ "$owner" = "$LPS_VOLUME{MARKER_REUSED_SUFFIX}" ]; then
+    origin="$owner"
     echo "$VOL_DIR: made by an earlier attempt for this volume; using it"
   elif [ "${{LPS_REUSE_EXISTING_DATA:-}}" = true ]; then
+    origin="$LPS_VOLUME{MARKER_REUSED_SUFFIX}"
     echo "$VOL_DIR: already exists; the class sets {REUSE_PARAMETER}, so its data is reused"
   elif [ -z "$owner" ] && [ -z "$(ls -A "$VOL_DIR")" ]; then
+    origin="$LPS_VOLUME{MARKER_REUSED_SUFFIX}"
     echo "$VOL_DIR: already exists, empty; using it"
   else
     refuse "it already exists with data this claim did not write (a retained volume of an\\
@@ -76,21 +91,26 @@ fi
 if [ ! -d "$owners" ]; then
   mkdir "$owners" 2>/dev/null || [ -d "$owners" ] || refuse "cannot create $owners"
 fi
-printf '%s\\n' "$LPS_VOLUME" > "$marker.$LPS_VOLUME"
+printf '%s\\n' "$origin" > "$marker.$LPS_VOLUME"
 mv -f "$marker.$LPS_VOLUME" "$marker"
 """
-# Part of FINISH_SCRIPT, first: with LPS_ONLY_OWN_ATTEMPT (the clean-up after a claim that went
-# while its setup failed) the directory is removed only when its marker names that volume, so
-# a directory `prepare` refused (someone's retained data) or never reached stays as it is.
-ONLY_OWN_ATTEMPT = f"""\
-if [ -n "${{LPS_ONLY_OWN_ATTEMPT:-}}" ]; then
-  if [ -L "$LPS_BASE/{OWNERS_DIR}" ]; then refuse "$LPS_BASE/{OWNERS_DIR} is a symbolic link"; fi
-  marker="$LPS_BASE/{OWNERS_DIR}/$(printf '%s' "$VOL_DIR" | sha256sum | cut -d ' ' -f 1)"
-  owner="$(cat "$marker" 2>/dev/null)" || owner=""
-  if [ "$owner" != "$LPS_ONLY_OWN_ATTEMPT" ]; then
-    refuse "no owner marker says $LPS_ONLY_OWN_ATTEMPT made it; left as it is"
-  fi
-fi
+# Every removal's last check on the node, just before anything is removed (the proof that
+# travels with the pod, see removal_gate.OwnerCheck): the marker in $owners_root (the base path
+# as the script sees it) must name LPS_REMOVAL_OWNER (with LPS_REMOVAL_MADE_ONLY, as the volume
+# that made the directory), or be absent with LPS_REMOVAL_ABSENT_OK. Anything else, a marker of
+# another volume above all, is refused and nothing is removed.
+OWNER_CHECK = f"""\
+if [ -L "$owners_root/{OWNERS_DIR}" ]; then refuse "$LPS_BASE/{OWNERS_DIR} is a symbolic link"; fi
+marker="$owners_root/{OWNERS_DIR}/$(printf '%s' "$VOL_DIR" | sha256sum | cut -d ' ' -f 1)"
+owner="$(cat "$marker" 2>/dev/null)" || owner=""
+case "$owner" in
+  "") [ -n "${{LPS_REMOVAL_ABSENT_OK:-}}" ] || \\
+      refuse "no owner marker says $LPS_REMOVAL_OWNER made it; left as it is" ;;
+  "$LPS_REMOVAL_OWNER") ;;
+  "$LPS_REMOVAL_OWNER{MARKER_REUSED_SUFFIX}") [ -z "${{LPS_REMOVAL_MADE_ONLY:-}}" ] || \\
+      refuse "$LPS_REMOVAL_OWNER did not make it, it found and reused it; left as it is" ;;
+  *) refuse "its owner marker names $owner, not $LPS_REMOVAL_OWNER; left as it is" ;;
+esac
 """
 # Part of FINISH_SCRIPT, once VOL_DIR is gone: its marker goes with it.
 FORGET_DIRECTORY = f"""\

@@ -16,7 +16,11 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from provisioner.core.base_path_checks import base_host_path
+from provisioner.core.base_path_checks import (
+    MOUNT_POINT_CHECK,
+    base_host_path,
+    mount_point_environment,
+)
 from provisioner.core.config import ConfigBundle
 from provisioner.core.fresh_directory import OWNERS_DIR
 from provisioner.core.paths import is_strictly_inside
@@ -27,6 +31,7 @@ from provisioner.core.pod_shapes import (
     NEXT_COMPONENT,
     helper_pod_frame,
 )
+from provisioner.core.removal_gate import RemovalKind, RemovalPermit
 
 RESULT_PATH = "/tmp/local-path-storage-result"
 """The helper's terminationMessagePath: what it writes there becomes its termination message."""
@@ -112,6 +117,30 @@ echo "removed $VOL_DIR"
 )
 
 
+# Whether a volume's directory is gone, seen through the base path alone, read-only: `gone`
+# when a component of VOL_DIR is missing, `present` otherwise; a symbolic link on the way is
+# refused (nothing is proven), as is a base path declared a mount point with nothing mounted
+# (the directory would only seem gone). For a teardown pod that never started: one waits for a
+# missing hostPath of type `Directory` (a base path that may not be made) until its deadline.
+PRESENCE_SCRIPT = (
+    "set -eu\n"
+    + INSIDE_BASE
+    + MOUNT_POINT_CHECK
+    + """\
+dir="$LPS_BASE"
+rest="${VOL_DIR#"$LPS_BASE"/}"
+while [ -n "$rest" ]; do
+"""
+    + textwrap.indent(NEXT_COMPONENT, "  ")
+    + """\
+  if [ ! -e "$dir" ]; then echo gone > "$LPS_RESULT"; exit 0; fi
+done
+echo present > "$LPS_RESULT"
+"""
+)
+PRESENCE_ACTION = "presence"
+
+
 def _pod_name(prefix: str, *parts: str) -> str:
     digest = hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
     return f"{prefix}-{digest}"
@@ -148,6 +177,37 @@ def build_listing_pod(
     return pod
 
 
+def build_presence_pod(
+    bundle: ConfigBundle,
+    namespace: str,
+    service_account: str,
+    *,
+    node: str | None,
+    base_path: str,
+    path: str,
+) -> dict[str, Any]:
+    """The read-only look at whether `path` is still there (see PRESENCE_SCRIPT): its
+    termination message is `gone` or `present`."""
+    if not is_strictly_inside(path, base_path):
+        raise ValueError(f"{path!r} is not strictly inside the base path {base_path!r}")
+    pod = helper_pod_frame(
+        bundle,
+        namespace,
+        service_account,
+        name=_pod_name("helper-presence", node or "", path),
+        labels={HELPER_ACTION_LABEL: PRESENCE_ACTION},
+        node_name=node,
+    )
+    env = {
+        "LPS_BASE": base_path,
+        "VOL_DIR": path,
+        "LPS_RESULT": RESULT_PATH,
+        **mount_point_environment(base_path, bundle.config.base_path_rules(base_path)),
+    }
+    _finish(pod, base_path, PRESENCE_SCRIPT, PRESENCE_ACTION, env, read_only=True, bundle=bundle)
+    return pod
+
+
 def build_orphan_removal_pod(
     bundle: ConfigBundle,
     namespace: str,
@@ -157,7 +217,11 @@ def build_orphan_removal_pod(
     base_path: str,
     path: str,
     min_age_seconds: int,
+    permit: RemovalPermit,
 ) -> dict[str, Any]:
+    """The removal of one orphan directory, only with the removal gate's permit for it."""
+    if permit.kind is not RemovalKind.ORPHAN_REMOVAL or not permit.covers("", path):
+        raise ValueError(f"removing {path} needs the removal gate's permit for that orphan")
     if not is_strictly_inside(path, base_path):
         raise ValueError(f"{path!r} is not strictly inside the base path {base_path!r}")
     pod = helper_pod_frame(

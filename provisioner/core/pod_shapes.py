@@ -27,11 +27,12 @@ from provisioner.core.config import ConfigBundle, ProvisionerConfig
 from provisioner.core.fresh_directory import (
     CLAIM_DIRECTORY,
     FORGET_DIRECTORY,
-    ONLY_OWN_ATTEMPT,
+    OWNER_CHECK,
     is_named_for_volume,
 )
 from provisioner.core.paths import is_strictly_inside
 from provisioner.core.quota import quota_environment
+from provisioner.core.removal_gate import RemovalPermit
 
 HELPER_POD_LABEL = "local-path-storage.io/helper-pod"
 HELPER_POD_LABEL_VALUE = "true"
@@ -158,7 +159,8 @@ if [ "$real" != "$VOL_DIR" ]; then refuse "its real path is $real"; fi
 FINISH_SCRIPT = (
     "set -eu\n"
     + INSIDE_BASE
-    + ONLY_OWN_ATTEMPT
+    + 'owners_root="$LPS_BASE"\n'
+    + OWNER_CHECK
     + """\
 dir="$LPS_BASE"
 deepest="$LPS_BASE"
@@ -191,10 +193,16 @@ done
 # must be that very directory (device and inode), not one a link redirected the host mount to.
 # rancher's teardown `rm -rf "$VOL_DIR"` cannot remove the mount point itself: once its content
 # is gone, the teardown has done its part and the `finish` step removes the directory. After a
-# setup that succeeded, the quota step (see `quota`) limits the directory where it can.
+# setup that succeeded, the quota step (see `quota`) limits the directory where it can. Before a
+# teardown, the removal's owner check (fresh_directory.OWNER_CHECK) runs first, through the
+# read-only base path: a teardown pod that starts late removes nothing another volume now owns.
 GUARD_SCRIPT = (
     "set -u\n"
     + INSIDE_BASE
+    + 'if [ "$0" = teardown ]; then\n'
+    + '  owners_root="$LPS_BASE_VIEW"\n'
+    + textwrap.indent(OWNER_CHECK, "  ")
+    + "fi\n"
     + """\
 view="$LPS_BASE_VIEW${VOL_DIR#"$LPS_BASE"}"
 cd "$view" 2>/dev/null || refuse "it is not a directory"
@@ -250,10 +258,14 @@ def build_helper_pod(
     bundle: ConfigBundle,
     namespace: str,
     service_account: str,
+    *,
+    permit: RemovalPermit | None = None,
 ) -> dict[str, Any]:
-    """The helper pod manifest for one step. A node-local helper is bound to the volume's node;
-    a shared filesystem helper is left to the scheduler, which weighs taints and readiness as
-    for any pod (rancher pins it to a node of its own choosing).
+    """The helper pod manifest for one step; a step that removes or empties the directory
+    (`delete`, `finish`) only with the gate's permit for it (removal_gate). A node-local
+    helper is bound to the volume's node; a shared filesystem helper is left to the scheduler,
+    which weighs taints and readiness as for any pod (rancher pins it to a node of its own
+    choosing).
 
     What each container can write: `prepare` and `finish`, the provisioner's fixed scripts, the
     base path; `create` and `delete`, the setup and teardown code in force, only VOL_DIR (the
@@ -264,6 +276,7 @@ def build_helper_pod(
         raise ValueError(
             f"volume path {target.path!r} is not strictly inside its base path {target.base_path!r}"
         )
+    removal = removal_environment(step, target, permit)
     pod = helper_pod_frame(
         bundle,
         namespace,
@@ -280,7 +293,7 @@ def build_helper_pod(
     ours = {DATA_VOLUME, BASE_VOLUME}
     spec["volumes"] = [v for v in spec.get("volumes") or () if v.get("name") not in ours] + volumes
     template_container = spec["containers"][0]
-    container = step_container(step, target, bundle, template_container, mounts)
+    container = step_container(step, target, bundle, template_container, mounts, removal=removal)
     if step != "delete":
         spec["containers"][0] = container
         return pod
@@ -290,7 +303,9 @@ def build_helper_pod(
     # in the main container, only if the teardown succeeded (a kubelet runs init containers in
     # order and fails the pod at the first that fails, the main one never started).
     _, finish_mounts = _mounts("finish", target, bundle.config)
-    finish = step_container("finish", target, bundle, template_container, finish_mounts)
+    finish = step_container(
+        "finish", target, bundle, template_container, finish_mounts, removal=removal
+    )
     spec["initContainers"] = [
         *(spec.get("initContainers") or ()),
         {**container, "name": TEARDOWN_CONTAINER},
@@ -299,14 +314,45 @@ def build_helper_pod(
     return pod
 
 
+REMOVING_STEPS: tuple[HelperStep, ...] = ("delete", "finish")
+"""The steps that remove or empty the volume's directory: built only with a permit."""
+
+
+def removal_environment(
+    step: HelperStep, target: HelperTarget, permit: RemovalPermit | None
+) -> dict[str, str]:
+    """The owner check a removing step runs on the node (fresh_directory.OWNER_CHECK), from
+    the gate's permit for this very volume and path; {} for any other step. Raises ValueError
+    when a removing step has no such permit."""
+    if step not in REMOVING_STEPS:
+        return {}
+    if not isinstance(permit, RemovalPermit) or not permit.covers(target.volume_name, target.path):
+        raise ValueError(
+            f"the {step} step of volume {target.volume_name} removes {target.path}: it is built"
+            " only with the removal gate's permit for that volume and path"
+        )
+    check = permit.check
+    if check is None:
+        raise ValueError(f"the permit for {target.path} is not a volume's")
+    env = {"LPS_REMOVAL_OWNER": check.owner}
+    if check.made_only:
+        env["LPS_REMOVAL_MADE_ONLY"] = "true"
+    if check.absent_ok:
+        env["LPS_REMOVAL_ABSENT_OK"] = "true"
+    return env
+
+
 def step_container(
     step: HelperStep,
     target: HelperTarget,
     bundle: ConfigBundle,
     template_container: Mapping[str, Any],
     mounts: list[dict[str, Any]],
+    *,
+    removal: Mapping[str, str],
 ) -> dict[str, Any]:
-    """The template's container running one step: its mounts, command and environment."""
+    """The template's container running one step: its mounts, command and environment
+    (`removal`: the owner check a removing step runs, see `removal_environment`)."""
     container = copy.deepcopy(dict(template_container))
     ours = {DATA_VOLUME, BASE_VOLUME}
     container["volumeMounts"] = [
@@ -320,6 +366,7 @@ def step_container(
         "VOL_GROUP": target.vol_group,
         "VOL_PERM": target.vol_perm,
         "LPS_BASE": target.base_path,
+        **removal,
     }
     container["command"], container["args"] = _command(step, target, bundle, env)
     kept = [e for e in container.get("env") or () if e.get("name") not in env]
@@ -420,8 +467,6 @@ def _command(
             env["LPS_REUSE_EXISTING_DATA"] = "true"
         return ["/bin/sh", "-c", PREPARE_SCRIPT, step], []
     if step == "finish":
-        if getattr(target, "only_own_attempt", False) is True:
-            env["LPS_ONLY_OWN_ATTEMPT"] = target.volume_name
         return ["/bin/sh", "-c", FINISH_SCRIPT, step], []
     action: HelperAction = "create" if step == "create" else "delete"
     config = bundle.config

@@ -139,6 +139,11 @@ class LeaderElector:
     def is_leader(self) -> bool:
         return self._leading
 
+    def holds_lease(self) -> bool:
+        """Leading, and the deadline of the last renewal not passed: what a removal's proof
+        asks just before it is decided (the watchdog may not have fired yet)."""
+        return self._leading and not self._lost and self._clock.monotonic() < self._deadline
+
     @property
     def running(self) -> bool:
         """Campaigning or leading: the election's thread is alive."""

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any
 
 from urllib3.exceptions import HTTPError
 
 from provisioner.core.base_path_checks import missing_base_path_hint
 from provisioner.core.claims import (
     BASE_PATH_ANNOTATION,
+    DIRECTORY_REMOVED_ANNOTATION,
     SELECTED_NODE,
     VOLUME_FINALIZER,
     ProvisionPlan,
@@ -27,8 +28,8 @@ from provisioner.core.claims import (
 from provisioner.core.clones import CLAIM_KIND, CloneSource, source_changed
 from provisioner.core.config import ConfigBundle
 from provisioner.core.expansion import Expand
-from provisioner.core.fresh_directory import is_named_for_volume
 from provisioner.core.records import ClaimRecord, claim_record, volume_record
+from provisioner.core.removal_gate import RemovalKind
 from provisioner.core.resize import build_resize_helper_pod
 from provisioner.core.volumes import build_persistent_volume, foreign_volume_problem
 from provisioner.kube.api_error import ApiError
@@ -64,6 +65,16 @@ class VolumeSaveUnsettled(ActionFailed):
     the provision is retried (an AlreadyExists then shows whose it is)."""
 
 
+class GiveBack(ActionFailed):
+    """No PV will point at the directory the setup made (`why`): the caller asks the removal
+    gate to give it back (shell/removals.py), and the provision fails."""
+
+    def __init__(self, kind: RemovalKind, why: str) -> None:
+        super().__init__(why)
+        self.kind = kind
+        self.why = why
+
+
 def claim_reference(claim: ClaimRecord) -> ObjectReference:
     return ObjectReference(
         kind="PersistentVolumeClaim",
@@ -90,10 +101,14 @@ class Actions:
         helper: PodSettings,
         *,
         pv_save_retry_delay: float = 2.0,
+        holds_lease: Callable[[], bool] = lambda: True,
     ) -> None:
+        """`holds_lease`: whether this process still leads (asked by the removal gate)."""
         self._clients = clients
         self._runner = runner
+        self.recorder = recorder
         self._recorder = recorder
+        self.holds_lease = holds_lease
         self._metrics = metrics
         self._helper = helper
         self._pv_save_retry_delay = pv_save_retry_delay
@@ -108,9 +123,19 @@ class Actions:
         )
 
     def finish_provision(
-        self, plan: ProvisionPlan, bundle: ConfigBundle, helper: RunResult, started: float
+        self,
+        plan: ProvisionPlan,
+        bundle: ConfigBundle,
+        helper: RunResult,
+        started: float,
+        *,
+        clone_problem: str | None = None,
     ) -> None:
-        """After the setup helper's run (`helper`): the PV, or the failure reported."""
+        """After the setup helper's run (`helper`): the PV, or the failure reported; raises
+        `GiveBack` when no PV will point at the directory. `clone_problem`: the verdict on a
+        clone's source (`clone_source_problem`), taken once before the first save and kept
+        with the hand-off, so that a retry never gives back a clone whose source went after
+        its PV may have been saved."""
         claim, class_name = plan.claim, plan.storage_class.name
         where = plan.node_name or "the shared filesystem"
         reference = claim_reference(claim)
@@ -130,12 +155,12 @@ class Actions:
             raise ActionFailed(str(error)) from error
         if error is not None:
             raise error
-        if plan.clone_source is not None:
-            changed = self._clone_source_changed(plan.clone_source)
-            if changed is not None:
-                self._metrics.provision_failed_total.labels(class_name, _source_label(plan)).inc()
-                self._give_back(plan, bundle, reference, f"{changed}, so the copy may miss files")
-        self._save_volume(plan, bundle, reference)
+        if clone_problem is not None:
+            self._metrics.provision_failed_total.labels(class_name, _source_label(plan)).inc()
+            raise GiveBack(
+                RemovalKind.CLONE_GIVE_BACK, f"{clone_problem}, so the copy may miss files"
+            )
+        self._save_volume(plan)
         self._metrics.provision_total.labels(class_name, _source_label(plan)).inc()
         self._metrics.provision_duration_seconds.labels(class_name, _source_label(plan)).observe(
             time.monotonic() - started
@@ -146,39 +171,7 @@ class Actions:
             f"Successfully provisioned volume {plan.volume_name} at {plan.path} on {where}",
         )
 
-    def clean_up_abandoned(self, plan: ProvisionPlan, bundle: ConfigBundle) -> None:
-        """The claim went while its setup failed (timed out, say: the pod was killed before
-        its `finish` step could remove the directory): no retry will come to use or remove
-        it. The fixed `finish` step alone removes it, and only if it is empty and this
-        attempt's own (its owner marker names the volume, or its name holds the volume's):
-        never a teardown, never data, whatever `prepare` found there. What is left is logged
-        and left to the orphan scan."""
-        own_name = is_named_for_volume(plan.path, plan.base_path, plan.volume_name)
-        target = replace(_cleanup_target(plan), only_own_attempt=not own_name)
-        try:
-            self.helper_runs.finish(target, bundle)
-        except HelperPodError as error:
-            log.warning(
-                "claim %s/%s went while its setup failed; removing %s failed: %s",
-                plan.claim.namespace,
-                plan.claim.name,
-                plan.path,
-                error,
-            )
-            return
-        log.info(
-            "claim %s/%s went while its setup failed; removed %s",
-            plan.claim.namespace,
-            plan.claim.name,
-            plan.path,
-        )
-
-    def _save_volume(
-        self,
-        plan: ProvisionPlan,
-        bundle: ConfigBundle,
-        reference: ObjectReference,
-    ) -> None:
+    def _save_volume(self, plan: ProvisionPlan) -> None:
         volume = build_persistent_volume(plan)
         last_error = ""
         # Any answer but a definite refusal may hide a save that happened (the server
@@ -200,7 +193,7 @@ class Actions:
                         if problem is None:
                             return
                         log.warning("PV %s exists and is not ours: %s", plan.volume_name, problem)
-                        self._give_back(plan, bundle, reference, problem)
+                        raise GiveBack(RemovalKind.GIVE_BACK, problem) from error
                     last_error = f"PV {plan.volume_name} was there (409), then gone"
                 else:
                     unsettled = unsettled or not _refused(error.status)
@@ -231,13 +224,12 @@ class Actions:
             raise VolumeSaveUnsettled(
                 f"saving PV {plan.volume_name} failed ({last_error}) yet it exists now; retrying"
             )
-        self._give_back(
-            plan, bundle, reference, f"saving PV {plan.volume_name} failed ({last_error})"
-        )
+        raise GiveBack(RemovalKind.GIVE_BACK, f"saving PV {plan.volume_name} failed ({last_error})")
 
-    def _clone_source_changed(self, source: CloneSource) -> str | None:
+    def clone_source_problem(self, source: CloneSource) -> str | None:
         """Why the copy just made may not be whole, read from the API server itself (the
-        caches may lag behind a deletion that a teardown beside the copy already acts on)."""
+        caches may lag behind a deletion that a teardown beside the copy already acts on).
+        Asked once per copy, before the clone's first save (see `finish_provision`)."""
         claim = self._read_or_none(
             f"/api/v1/namespaces/{source.claim_namespace}"
             f"/persistentvolumeclaims/{source.claim_name}"
@@ -275,22 +267,6 @@ class Actions:
             ) from error
         except (HTTPError, OSError) as error:
             raise VolumeSaveUnsettled(f"reading PV {name} failed ({error}); retrying") from error
-
-    def _give_back(
-        self, plan: ProvisionPlan, bundle: ConfigBundle, reference: ObjectReference, why: str
-    ) -> NoReturn:
-        """No PV will point at the directory (a read showed none, or one that is not this
-        claim's): remove it, and fail the provision."""
-        self._recorder.warning(reference, "ProvisioningFailed", f"{why}; giving {plan.path} back")
-        try:
-            self.helper_runs.run("delete", _cleanup_target(plan), bundle)
-        except HelperPodError as error:
-            self._recorder.warning(
-                reference,
-                "ProvisioningCleanupFailed",
-                f"{why} and removing {plan.path} failed too: {error}; remove it by hand",
-            )
-        raise ActionFailed(why)
 
     def record_base_path(self, claim: ClaimRecord, base_path: str) -> None:
         """Before any directory exists: every later attempt then works on the same base path."""
@@ -388,13 +364,27 @@ class Actions:
             raise ActionFailed(str(error)) from error
         if error is not None:
             raise error
+        # The PV says its directory is gone, in the write that lets it go (no write more): a
+        # teardown redone because the DELETE below failed, or because this process died before
+        # it, deletes the PV without a helper pod (claims.decide_volume_action). A PV without
+        # our finalizer gets no write for it: this process remembers (LocalPathProvisioner).
         if plan.remove_finalizer:
-            self.remove_finalizer(plan.volume_name)
+            self.remove_finalizer(plan.volume_name, directory_removed=True)
         if plan.delete_volume:
             self._delete_volume(plan.volume_name)
         self._metrics.delete_total.labels(class_name).inc()
         self._metrics.delete_duration_seconds.labels(class_name).observe(time.monotonic() - started)
         log.info("deleted volume %s and its directory %s", plan.volume_name, plan.path)
+
+    def finish_removed_volume(
+        self, volume_name: str, *, delete_volume: bool, remove_finalizer: bool
+    ) -> None:
+        """A teardown already removed the volume's directory: the rest of it, without a pod."""
+        if remove_finalizer:
+            self.remove_finalizer(volume_name)
+        if delete_volume:
+            self._delete_volume(volume_name)
+        log.info("deleted volume %s, whose directory a teardown removed before", volume_name)
 
     def helper_warning(self, plan: ProvisionPlan | TeardownPlan, message: str) -> None:
         """A Warning (HelperPodStuck) on the claim or PV whose helper run it concerns."""
@@ -415,11 +405,12 @@ class Actions:
             STRATEGIC_MERGE,
         )
 
-    def remove_finalizer(self, volume_name: str) -> None:
+    def remove_finalizer(self, volume_name: str, *, directory_removed: bool = False) -> None:
+        metadata: dict[str, Any] = {"$deleteFromPrimitiveList/finalizers": [VOLUME_FINALIZER]}
+        if directory_removed:
+            metadata["annotations"] = {DIRECTORY_REMOVED_ANNOTATION: "true"}
         self._patch(
-            f"/api/v1/persistentvolumes/{volume_name}",
-            {"metadata": {"$deleteFromPrimitiveList/finalizers": [VOLUME_FINALIZER]}},
-            STRATEGIC_MERGE,
+            f"/api/v1/persistentvolumes/{volume_name}", {"metadata": metadata}, STRATEGIC_MERGE
         )
 
     def delete_helper_pod(self, namespace: str, name: str, *, timeout: float = 30.0) -> None:
@@ -458,16 +449,3 @@ def _refused(status: int | None) -> bool:
 def _source_label(plan: ProvisionPlan) -> str:
     """The provision metrics' `source` label, as the library sets it: the data source's kind."""
     return CLAIM_KIND if plan.clone_source is not None else ""
-
-
-def _cleanup_target(plan: ProvisionPlan) -> TeardownPlan:
-    return TeardownPlan(
-        volume_name=plan.volume_name,
-        path=plan.path,
-        node_name=plan.node_name,
-        volume_mode=plan.volume_mode,
-        size_bytes=plan.size_bytes,
-        delete_volume=False,
-        remove_finalizer=False,
-        base_path=plan.base_path,
-    )

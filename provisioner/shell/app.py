@@ -138,6 +138,8 @@ class Provisioner:
                 namespace=options.namespace,
                 service_account=options.helper_service_account,
             ),
+            # Asked when a removal is decided, once the process leads (the elector exists).
+            holds_lease=lambda: self.elector is None or self.elector.holds_lease(),
         )
         self.controller = Controller(
             self.clients,

@@ -23,6 +23,7 @@ from typing import Any
 
 from provisioner.core.claims import (
     AddFinalizer,
+    DeleteRemovedVolume,
     Ignore,
     NodeGone,
     Provision,
@@ -37,6 +38,7 @@ from provisioner.core.claims import (
     decide_claim_action,
     decide_volume_action,
     record_volume,
+    volume_location,
 )
 from provisioner.core.config import ConfigBundle
 from provisioner.core.expansion import (
@@ -49,19 +51,21 @@ from provisioner.core.expansion import (
 from provisioner.core.paths import PathBook
 from provisioner.core.pod_shapes import HelperAction
 from provisioner.core.records import ClaimRecord, VolumeRecord
+from provisioner.core.removal_gate import RemovalPermit, RemovalRefused
 from provisioner.core.storage_capacity import CapacityObject, desired_capacities
 from provisioner.kube.client import KubeClients
 from provisioner.kube.informer import Informer
 from provisioner.kube.metrics import Metrics
-from provisioner.shell.actions import Actions, VolumeSaveUnsettled
+from provisioner.shell.actions import Actions, GiveBack, VolumeSaveUnsettled
 from provisioner.shell.caches import Caches
 from provisioner.shell.capacity_publisher import CapacityPublisher
 from provisioner.shell.clone_sources import CloneWaits, InformerClaimSources
 from provisioner.shell.pod_batcher import BatchSettings, PodBatcher, VolumeJob
 from provisioner.shell.pod_events import ADDED, DELETED, MODIFIED, PodEventHub
 from provisioner.shell.pod_index import HelperPodIndex
-from provisioner.shell.pod_runner import HelperPodError, HelperPodNotStarted
+from provisioner.shell.pod_runner import HelperPodError, HelperPodNotStarted, HelperPodTimeout
 from provisioner.shell.pod_runs import PodRuns, RunResult
+from provisioner.shell.removals import Removals
 from provisioner.shell.work_keys import CLAIM, VOLUME, Key
 
 log = logging.getLogger(__name__)
@@ -80,6 +84,9 @@ class _Handoff:
     class_name: str
     result: RunResult | None = None
     """The helper run's end, once taken from the batcher, while what follows it is retried."""
+    clone_problem: str | None = None
+    """A clone's verdict on its source, taken once with `result`, before the first save:
+    a retry of the save never reads the source again (see `Actions.finish_provision`)."""
 
 
 class _InformerNames:
@@ -129,6 +136,15 @@ class LocalPathProvisioner:
         # carries them out happen under one lock, so two workers never both think a path free.
         self._paths = PathBook()
         self._paths_lock = threading.Lock()
+        # The only way to a helper step that removes a directory (see removal_gate).
+        self._removals = Removals(
+            clients,
+            actions.recorder,
+            self._helper_runs,
+            book=self._paths,
+            book_lock=self._paths_lock,
+            holds_lease=actions.holds_lease,
+        )
         # Claims told to wait, by the volume they wait for: woken when it leaves the book.
         self._waiting: dict[str, set[str]] = {}
         # Claims whose expansion was refused for want of room: looked at again when a volume
@@ -140,6 +156,10 @@ class LocalPathProvisioner:
         # Claims whose last setup failed, by UID, with that attempt: should the claim go before
         # a retry, the directory the attempt left is removed (see `_clean_up_after`).
         self._failed_attempts: dict[str, _Handoff] = {}
+        # Volumes whose teardown pod succeeded while their PV is still there (its DELETE or
+        # finalizer PATCH failed): a retry deletes the PV without a pod, even before the
+        # informer shows the PV's directory-removed annotation.
+        self._directories_removed: set[str] = set()
         self._helper_index = HelperPodIndex()
         self._helpers: PodBatcher[Key] = PodBatcher(
             self._helper_runs,
@@ -225,6 +245,7 @@ class LocalPathProvisioner:
     def volume_gone(self, volume_name: str) -> None:
         """A PV went: its path and its budget are free, and whoever waited for them (a claim
         for an overlapping path, an expansion refused for want of room) looks again."""
+        self._directories_removed.discard(volume_name)
         with self._paths_lock:
             freed = self._paths.forget(volume_name)
             waiting = self._waiting.pop(volume_name, set()) if freed else set()
@@ -344,7 +365,10 @@ class LocalPathProvisioner:
                     if plan.record_base_path:
                         self._actions.record_base_path(claim, plan.base_path)
                     self._actions.begin_provision(plan)
-                    self._hand_over(key, "create", plan, bundle, plan.storage_class.name)
+                    clean_up = self._removals.setup_clean_up_permit(plan)
+                    self._hand_over(
+                        key, "create", plan, bundle, plan.storage_class.name, permit=clean_up
+                    )
                 except BaseException:
                     self._release(plan.volume_name)
                     raise
@@ -374,11 +398,14 @@ class LocalPathProvisioner:
         plan: ProvisionPlan | TeardownPlan,
         bundle: ConfigBundle,
         class_name: str,
+        *,
+        permit: RemovalPermit | None,
     ) -> None:
-        """Give the helper run to the batcher; the key comes back when it ended."""
+        """Give the helper run to the batcher, with the removal gate's permit for what it may
+        remove; the key comes back when it ended."""
         self._handoffs[key] = _Handoff(plan, bundle, time.monotonic(), class_name)
         try:
-            self._helpers.submit(VolumeJob(key, action, plan, bundle))
+            self._helpers.submit(VolumeJob(key, action, plan, bundle, permit))
         except BaseException:
             del self._handoffs[key]
             raise
@@ -394,21 +421,33 @@ class LocalPathProvisioner:
         del self._handoffs[key]
         plan = handoff.plan
         assert isinstance(plan, ProvisionPlan)
+        clone_problem = handoff.clone_problem
         try:
-            self._actions.finish_provision(plan, handoff.bundle, result, handoff.started)
+            if handoff.result is None and result.error is None and plan.clone_source is not None:
+                clone_problem = self._actions.clone_source_problem(plan.clone_source)
+            self._actions.finish_provision(
+                plan, handoff.bundle, result, handoff.started, clone_problem=clone_problem
+            )
         except VolumeSaveUnsettled:
             # The PV may exist and bind: the directory, the path and its budget stay, and
             # the key's retry saves the same PV again (its directory is made) until a save
-            # or a read settles it, whether or not the claim is still there.
-            self._handoffs[key] = replace(handoff, result=result)
+            # or a read settles it, whether or not the claim is still there; with the
+            # clone's verdict as it was before the first save.
+            self._handoffs[key] = replace(handoff, result=result, clone_problem=clone_problem)
             raise
+        except GiveBack as give_back:
+            # Still reserved in the book while the gate decides and the directory goes.
+            try:
+                self._removals.give_back(plan, handoff.bundle, give_back.kind, give_back.why)
+            finally:
+                self._release(plan.volume_name)
         except BaseException:
             try:
                 if self._leaves_a_directory(plan, result):
                     claim = self._caches.claims.get(plan.claim.uid)
                     if claim is None or claim.being_deleted:
                         # Still reserved in the book: nothing can be set up there meanwhile.
-                        self._actions.clean_up_abandoned(plan, handoff.bundle)
+                        self._removals.clean_up_abandoned(plan, handoff.bundle)
                     else:
                         self._failed_attempts[plan.claim.uid] = handoff
             finally:
@@ -445,7 +484,7 @@ class LocalPathProvisioner:
                 return
             self._reserve(plan)
         try:
-            self._actions.clean_up_abandoned(plan, attempt.bundle)
+            self._removals.clean_up_abandoned(plan, attempt.bundle)
         finally:
             self._release(plan.volume_name)
 
@@ -478,17 +517,29 @@ class LocalPathProvisioner:
                 nodes,
                 provisioner_name=self._provisioner_name,
                 paths=self._paths,
+                directory_removed=name in self._directories_removed,
             )
             if isinstance(decision, Teardown):
                 self._paths.start_teardown(name)
         match decision:
             case Teardown(plan):
                 try:
-                    self._hand_over(key, "delete", plan, bundle, volume.storage_class_name)
+                    permit = self._removals.teardown_permit(plan, volume_location(volume))
+                    if isinstance(permit, RemovalRefused):
+                        self._teardown_ended(name, succeeded=False)
+                        return True
+                    self._hand_over(
+                        key, "delete", plan, bundle, volume.storage_class_name, permit=permit
+                    )
                 except BaseException:
                     self._teardown_ended(name, succeeded=False)
                     raise
                 return False
+            case DeleteRemovedVolume(_, delete_volume, remove_finalizer):
+                log.info("volume %s: its directory was removed already; deleting the PV", name)
+                self._actions.finish_removed_volume(
+                    name, delete_volume=delete_volume, remove_finalizer=remove_finalizer
+                )
             case AddFinalizer():
                 self._actions.add_finalizer(name)
             case RemoveFinalizer(reason):
@@ -516,6 +567,16 @@ class LocalPathProvisioner:
         handoff = self._handoffs.pop(key)
         plan = handoff.plan
         assert isinstance(plan, TeardownPlan)
+        # A teardown pod waits for a missing `Directory` hostPath until its deadline: an
+        # earlier teardown removed the directory (its process died before the PATCH that says
+        # so). What it was to remove is gone: the rest of the teardown goes on.
+        if isinstance(
+            result.error, (HelperPodNotStarted, HelperPodTimeout)
+        ) and self._helper_runs().directory_gone(plan, handoff.bundle):
+            log.info("volume %s: its directory %s is gone already", plan.volume_name, plan.path)
+            result = RunResult(result.seconds)
+        if result.error is None:
+            self._directories_removed.add(plan.volume_name)
         succeeded = False
         try:
             self._actions.finish_teardown(plan, handoff.class_name, result, handoff.started)

@@ -25,7 +25,6 @@ from provisioner.core.orphans import (
     helper_pod_owners,
     owned_relative_paths,
     parse_listing,
-    still_orphan,
     volume_owners,
 )
 from provisioner.core.pod_shapes import (
@@ -43,8 +42,10 @@ from provisioner.core.records import (
     storage_class_record,
     volume_record,
 )
+from provisioner.core.removal_gate import RemovalRefused
 from provisioner.kube.client import KubeClients
 from provisioner.shell.pod_runner import HelperPodError, PodRunner
+from provisioner.shell.removals import orphan_removal_permit
 
 EXIT_CLEAN = 0
 EXIT_FOUND = 1
@@ -198,8 +199,9 @@ class OrphanScan:
             if orphan.age_seconds < older_than_seconds:
                 report.removed[key] = "kept: younger than --older-than"
                 continue
-            if not still_orphan(orphan, holdings.owners):
-                report.removed[key] = "kept: a PV or helper pod holds it now"
+            permit = orphan_removal_permit(orphan, holdings.owners)
+            if isinstance(permit, RemovalRefused):
+                report.removed[key] = f"kept: {permit.reason}"
                 continue
             manifest = build_orphan_removal_pod(
                 self._bundle,
@@ -209,6 +211,7 @@ class OrphanScan:
                 base_path=orphan.base_path,
                 path=orphan.path,
                 min_age_seconds=older_than_seconds,
+                permit=permit,
             )
             try:
                 self._runner.run(manifest, float(self._bundle.config.cmd_timeout_seconds))

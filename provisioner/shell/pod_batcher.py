@@ -30,6 +30,7 @@ from provisioner.core.batch_planner import BatchPlanner, Launch
 from provisioner.core.batch_pod_shapes import DEADLINE_SLACK_SECONDS, batch_pod_name, is_batchable
 from provisioner.core.config import ConfigBundle
 from provisioner.core.pod_shapes import HELPER_STEPS, HelperAction, HelperTarget, helper_pod_name
+from provisioner.core.removal_gate import RemovalPermit
 from provisioner.shell.actions import ActionFailed
 from provisioner.shell.pod_index import ServingPod
 from provisioner.shell.pod_runner import HelperPodError
@@ -72,6 +73,9 @@ class VolumeJob(Generic[K]):
     action: HelperAction
     target: HelperTarget
     bundle: ConfigBundle
+    permit: RemovalPermit | None = None
+    """The removal gate's permit: a teardown's (required), or a setup's clean-up after it
+    failed (without it, a failed setup leaves its directory)."""
 
 
 @dataclass(frozen=True)
@@ -385,9 +389,16 @@ class PodBatcher(Generic[K]):
             runs = self._runs()
             if len(launch.jobs) > 1:
                 targets = [job.target for job in launch.jobs]
-                runs.run_batch(first.action, targets, first.bundle, report, report_early)
+                permits = {
+                    job.target.volume_name: job.permit
+                    for job in launch.jobs
+                    if job.permit is not None
+                }
+                runs.run_batch(
+                    first.action, targets, first.bundle, report, report_early, permits=permits
+                )
             else:
-                seconds = runs.run(first.action, first.target, first.bundle)
+                seconds = runs.run(first.action, first.target, first.bundle, first.permit)
                 report({first.target.volume_name: RunResult(seconds)})
         except HelperPodError as error:
             report({first.target.volume_name: RunResult(error.duration or 0.0, error)})

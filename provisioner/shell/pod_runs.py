@@ -18,7 +18,9 @@ from provisioner.core.batch_pod_shapes import (
 )
 from provisioner.core.clone_step import build_step_pod
 from provisioner.core.config import ConfigBundle
+from provisioner.core.node_scripts import build_presence_pod
 from provisioner.core.pod_shapes import HelperAction, HelperTarget, build_helper_pod, helper_steps
+from provisioner.core.removal_gate import RemovalPermit
 from provisioner.kube.metrics import Metrics
 from provisioner.shell.pod_runner import (
     HelperPodError,
@@ -61,12 +63,25 @@ class PodRuns:
         self._metrics = metrics
         self._helper = helper
 
-    def run(self, action: HelperAction, target: HelperTarget, bundle: ConfigBundle) -> float:
-        """The volume's own pods, one step after another; raises the first `HelperPodError`."""
+    def run(
+        self,
+        action: HelperAction,
+        target: HelperTarget,
+        bundle: ConfigBundle,
+        permit: RemovalPermit | None,
+    ) -> float:
+        """The volume's own pods, one step after another; raises the first `HelperPodError`.
+        `permit`: the removal gate's, for a teardown (required) or for the clean-up after a
+        failed setup (without it, a failed setup leaves its directory)."""
         seconds = 0.0
         for step in helper_steps(action, target, bundle.config):
             manifest = build_step_pod(
-                step, target, bundle, self._helper.namespace, self._helper.service_account
+                step,
+                target,
+                bundle,
+                self._helper.namespace,
+                self._helper.service_account,
+                permit=permit,
             )
             try:
                 seconds += self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
@@ -74,30 +89,59 @@ class PodRuns:
                 self._metrics.observe_helper_pod(
                     action, "failed", seconds + (error.duration or 0.0)
                 )
-                if step in ("create", "clone") and isinstance(error, HelperPodFailed):
-                    self._remove_empty_directory(target, bundle)
+                failed_setup = step in ("create", "clone") and isinstance(error, HelperPodFailed)
+                if failed_setup and permit is not None:
+                    self._remove_empty_directory(target, bundle, permit)
                 raise
         self._metrics.observe_helper_pod(action, "succeeded", seconds)
         return seconds
 
-    def _remove_empty_directory(self, target: HelperTarget, bundle: ConfigBundle) -> None:
+    def _remove_empty_directory(
+        self, target: HelperTarget, bundle: ConfigBundle, permit: RemovalPermit
+    ) -> None:
         """A setup (or a clone's copy, which empties it when it fails) that ran and failed
         leaves no directory made for it: the `finish` step removes it if it is empty (a retry
         makes it again). One whose image never started is not followed by another pod of that
         image."""
         try:
-            self.finish(target, bundle)
+            self.finish(target, bundle, permit)
         except HelperPodError as error:
             log.warning("removing %s after its failed setup: %s", target.path, error)
 
-    def finish(self, target: HelperTarget, bundle: ConfigBundle) -> None:
+    def finish(self, target: HelperTarget, bundle: ConfigBundle, permit: RemovalPermit) -> None:
         """The fixed `finish` step alone, in the volume's own pod: the directory removed if
-        empty (and, for a `TeardownPlan` with `only_own_attempt`, only if its owner marker names
-        the volume); raises `HelperPodError` when it is left."""
+        empty and its owner marker says what the permit asks; raises `HelperPodError` when it
+        is left."""
         manifest = build_helper_pod(
-            "finish", target, bundle, self._helper.namespace, self._helper.service_account
+            "finish",
+            target,
+            bundle,
+            self._helper.namespace,
+            self._helper.service_account,
+            permit=permit,
         )
         self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
+
+    def directory_gone(self, target: HelperTarget, bundle: ConfigBundle) -> bool:
+        """Whether the volume's directory is gone, by a read-only look through its base path
+        (asked only after a teardown pod that never started: nothing on the common path).
+        False when the look failed: nothing is proven."""
+        manifest = build_presence_pod(
+            bundle,
+            self._helper.namespace,
+            self._helper.service_account,
+            node=target.node_name,
+            base_path=target.base_path,
+            path=target.path,
+        )
+        try:
+            _, message = self._runner.run_for_message(
+                manifest, float(bundle.config.cmd_timeout_seconds)
+            )
+        except HelperPodError as error:
+            log.warning("looking for %s failed: %s", target.path, error)
+            return False
+        return message.strip() == "gone"
 
     def run_batch(
         self,
@@ -106,6 +150,8 @@ class PodRuns:
         bundle: ConfigBundle,
         report: Callable[[dict[str, RunResult]], None],
         report_early: Callable[[dict[str, RunResult]], None] | None = None,
+        *,
+        permits: Mapping[str, RemovalPermit],
     ) -> None:
         """One batch pod for `targets` (see `batch_pod_shapes`): `report` gets each volume's result
         by its name as soon as the pod ended, before the pod is deleted (nothing waits on
@@ -113,9 +159,9 @@ class PodRuns:
         deadline, or the error that ended the run). `report_early` gets, while the pod runs,
         the results it already settled (`settled_before_the_end`), each once; `report` then
         leaves them out."""
-        targets, manifest, refused = self._buildable_batch(action, targets, bundle)
+        targets, manifest, refused = self._buildable_batch(action, targets, bundle, permits)
         if manifest is None:
-            report({**refused, **self._run_each(action, targets, bundle)})
+            report({**refused, **self._run_each(action, targets, bundle, permits)})
             return
         wait = float(manifest["spec"]["activeDeadlineSeconds"]) + BATCH_WAIT_MARGIN_SECONDS
         names = [target.volume_name for target in targets]
@@ -174,7 +220,11 @@ class PodRuns:
                 self._runner.delete(manifest)
 
     def _buildable_batch(
-        self, action: HelperAction, targets: Sequence[HelperTarget], bundle: ConfigBundle
+        self,
+        action: HelperAction,
+        targets: Sequence[HelperTarget],
+        bundle: ConfigBundle,
+        permits: Mapping[str, RemovalPermit],
     ) -> tuple[list[HelperTarget], dict[str, Any] | None, dict[str, RunResult]]:
         """The batch pod for the volumes whose part of it can be built (None when fewer than
         two are left), those volumes, and the failures of the others: one volume's bad input
@@ -183,7 +233,12 @@ class PodRuns:
         while len(kept) > 1:
             try:
                 manifest = build_batch_helper_pod(
-                    action, kept, bundle, self._helper.namespace, self._helper.service_account
+                    action,
+                    kept,
+                    bundle,
+                    self._helper.namespace,
+                    self._helper.service_account,
+                    permits=permits,
                 )
             except VolumePartError as error:
                 log.warning("%s: it fails alone, the rest of its batch goes on", error)
@@ -197,13 +252,18 @@ class PodRuns:
         return kept, None, refused
 
     def _run_each(
-        self, action: HelperAction, targets: Sequence[HelperTarget], bundle: ConfigBundle
+        self,
+        action: HelperAction,
+        targets: Sequence[HelperTarget],
+        bundle: ConfigBundle,
+        permits: Mapping[str, RemovalPermit],
     ) -> dict[str, RunResult]:
         """What is left of a batch, in the volumes' own pods (at most one is left)."""
         results: dict[str, RunResult] = {}
         for target in targets:
+            permit = permits.get(target.volume_name)
             try:
-                results[target.volume_name] = RunResult(self.run(action, target, bundle))
+                results[target.volume_name] = RunResult(self.run(action, target, bundle, permit))
             except HelperPodError as error:
                 results[target.volume_name] = RunResult(error.duration or 0.0, error)
         return results

@@ -25,6 +25,7 @@ from provisioner.core.config import (
 from provisioner.core.node_scripts import build_listing_pod
 from provisioner.core.pod_shapes import PREPARE_SCRIPT, build_helper_pod, helper_steps
 from tests.provisioner.core.test_helper_scripts import make_base, run_script
+from tests.provisioner.removal_permits import permit_for
 
 MUST_EXIST = "/data"
 MOUNTED = "/mnt/disk"
@@ -132,7 +133,8 @@ def test_a_base_path_that_must_exist_is_never_made_by_a_helper_pod() -> None:
     assert helper_steps("create", volume, BUNDLE.config) == ("prepare", "create")
     assert not is_batchable("create", volume, BUNDLE)
     for step in ("prepare", "create", "delete"):
-        pod = build_helper_pod(step, volume, BUNDLE, "ns", "sa")
+        permit = permit_for(volume) if step == "delete" else None
+        pod = build_helper_pod(step, volume, BUNDLE, "ns", "sa", permit=permit)
         assert set(host_paths(pod).values()) == {"Directory"}, step
     listing = build_listing_pod(BUNDLE, "ns", "sa", node="node-1", base_path=MUST_EXIST, owned=[])
     assert host_paths(listing) == {MUST_EXIST: "Directory"}

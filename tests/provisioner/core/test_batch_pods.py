@@ -44,6 +44,7 @@ from provisioner.core.config import (
 )
 from provisioner.core.pod_shapes import BASE_VIEW, FINISH_SCRIPT, GUARD_SCRIPT, HELPER_POD_LABEL
 from provisioner.core.quota import QUOTA_SCRIPT, project_id_for
+from tests.provisioner.removal_permits import permits_for
 
 BUNDLE = load_config_bundle(
     '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",'
@@ -86,7 +87,9 @@ def staged_scripts(pod: dict[str, Any]) -> dict[str, str]:
 
 
 def test_each_volume_gets_its_own_init_container_with_its_own_mounts_and_environment() -> None:
-    pod = build_batch_helper_pod("create", TARGETS, BUNDLE, "lps", "helper-sa")
+    pod = build_batch_helper_pod(
+        "create", TARGETS, BUNDLE, "lps", "helper-sa", permits=permits_for(TARGETS)
+    )
     spec = pod["spec"]
     names = ["pvc-1", "pvc-2", "pvc-3"]
     assert pod["metadata"]["name"] == batch_pod_name("create", names)
@@ -174,12 +177,17 @@ def test_each_volume_gets_its_own_init_container_with_its_own_mounts_and_environ
     assert env["LPS_ACTION"] == "create"
     assert env["LPS_COUNT"] == "3"
     assert [env[f"LPS_DIR_{i}"] for i in range(3)] == [t.path for t in TARGETS]
+    # Each volume's owner check, from its removal permit (a clean-up: made by it, or no
+    # marker for a directory named for it).
+    assert [env[f"LPS_OWNER_{i}"] for i in range(3)] == [t.volume_name for t in TARGETS]
     assert [env[f"LPS_BASE_{i}"] for i in range(3)] == [t.base_path for t in TARGETS]
     assert finish["command"] == ["/bin/sh", f"{SCRIPTS_DIR}/batch-finish"]
 
 
 def test_a_teardown_batch_runs_the_teardown_script_in_each_volume_container() -> None:
-    pod = build_batch_helper_pod("delete", TARGETS[:2], BUNDLE, "lps", "helper-sa")
+    pod = build_batch_helper_pod(
+        "delete", TARGETS[:2], BUNDLE, "lps", "helper-sa", permits=permits_for(TARGETS[:2])
+    )
     inits = pod["spec"]["initContainers"]
     assert [c["name"] for c in inits] == ["teardown-0", "teardown-1"]
     assert staged_scripts(pod)["script"] == DEFAULT_TEARDOWN_SCRIPT
@@ -224,8 +232,9 @@ def kubelet_kept(pod: dict[str, Any], written: bytes) -> str:
 
 @pytest.mark.parametrize("count", [2, 12, MAX_BATCH_VOLUMES])
 def test_every_container_s_message_fits_its_share_at_any_batch_size(count: int) -> None:
+    targets = [target(n) for n in range(count)]
     pod = build_batch_helper_pod(
-        "delete", [target(n) for n in range(count)], BUNDLE, "lps", "helper"
+        "delete", targets, BUNDLE, "lps", "helper", permits=permits_for(targets)
     )
     spec = pod["spec"]
     share = 12 * 1024 // (len(spec["initContainers"]) + len(spec["containers"]))
@@ -239,7 +248,9 @@ def test_every_container_s_message_fits_its_share_at_any_batch_size(count: int) 
 def test_a_batch_larger_than_the_kubelet_s_messages_can_report_is_refused() -> None:
     targets = [target(n) for n in range(MAX_BATCH_VOLUMES + 1)]
     with pytest.raises(ValueError, match="at most 64 volumes"):
-        build_batch_helper_pod("delete", targets, BUNDLE, "lps", "helper")
+        build_batch_helper_pod(
+            "delete", targets, BUNDLE, "lps", "helper", permits=permits_for(targets)
+        )
 
 
 def test_only_volumes_whose_own_pod_runs_the_guarded_script_in_one_step_are_batched() -> None:
@@ -266,7 +277,9 @@ def test_a_template_volume_named_as_ours_gives_way_to_the_scripts_volume() -> No
         },
     }
     bundle = dataclasses.replace(BUNDLE, helper_pod_template=template)
-    pod = build_batch_helper_pod("create", TARGETS, bundle, "lps", "helper")
+    pod = build_batch_helper_pod(
+        "create", TARGETS, bundle, "lps", "helper", permits=permits_for(TARGETS)
+    )
     volumes = pod["spec"]["volumes"]
     assert [v["name"] for v in volumes].count("scripts") == 1
     assert "downwardAPI" in next(v for v in volumes if v["name"] == "scripts")
@@ -284,7 +297,9 @@ def test_a_template_volume_named_as_ours_gives_way_to_the_scripts_volume() -> No
 )
 def test_a_batch_refuses_what_it_cannot_serve(targets: list[TeardownPlan], problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
-        build_batch_helper_pod("create", targets, BUNDLE, "lps", "helper-sa")
+        build_batch_helper_pod(
+            "create", targets, BUNDLE, "lps", "helper-sa", permits=permits_for(targets)
+        )
 
 
 # -- the scripts, run for real ---------------------------------------------------------------
@@ -295,7 +310,9 @@ def stage(tmp_path: Path, **scripts: str) -> Path:
     `scripts` in place of the pod's own): the directory."""
     directory = tmp_path / "scripts"
     directory.mkdir(parents=True)
-    pod = build_batch_helper_pod("create", TARGETS, BUNDLE, "lps", "helper")
+    pod = build_batch_helper_pod(
+        "create", TARGETS, BUNDLE, "lps", "helper", permits=permits_for(TARGETS)
+    )
     for name, text in {**staged_scripts(pod), **scripts}.items():
         (directory / name).write_text(text)
     return directory
@@ -394,6 +411,9 @@ def run_finish(
             (results / f"v{index}" / "status").write_text(f"{status}\n")
         env[f"LPS_DIR_{index}"] = str(directory)
         env[f"LPS_BASE_{index}"] = str(base)
+        # A teardown's permit for a volume named for itself: its marker, or none.
+        env[f"LPS_OWNER_{index}"] = directory.name
+        env[f"LPS_ABSENT_OK_{index}"] = "true"
         directories.append(directory)
     done = subprocess.run(
         ["/bin/sh", str(scripts / "batch-finish")],
@@ -437,7 +457,9 @@ def test_teardown_outcomes_survive_the_kubelet_s_cuts_at_the_largest_batch(
     cuts it (a share of 186 bytes): every volume's outcome is still read right."""
     count = MAX_BATCH_VOLUMES
     targets = [target(n) for n in range(count)]
-    pod = build_batch_helper_pod("delete", targets, BUNDLE, "lps", "helper")
+    pod = build_batch_helper_pod(
+        "delete", targets, BUNDLE, "lps", "helper", permits=permits_for(targets)
+    )
     share = int(env_of(pod["spec"]["containers"][0])["LPS_MESSAGE_BYTES"])
     volumes: list[tuple[str | None, list[str]]] = [("0", [])] * count
     volumes[7] = ("0", ["left"])  # its finish fails

@@ -8,12 +8,14 @@ import pytest
 
 from provisioner.core.claims import (
     BASE_PATH_ANNOTATION,
+    DIRECTORY_REMOVED_ANNOTATION,
     NODE_ANNOTATION,
     PROVISIONED_BY,
     RANCHER_NODE_ANNOTATION,
     STORAGE_PROVISIONER,
     VOLUME_FINALIZER,
     AddFinalizer,
+    DeleteRemovedVolume,
     Ignore,
     NodeGone,
     Provision,
@@ -708,3 +710,26 @@ def test_the_base_path_is_chosen_once_and_recorded_on_the_claim() -> None:
     single = decide(sc=klass(parameters={"nodePath": "/opt/lp"}), paths=book)
     assert isinstance(single, Provision)
     assert single.plan.record_base_path is False
+
+
+REMOVED = {PROVISIONED_BY: ME, NODE_ANNOTATION: "n1", DIRECTORY_REMOVED_ANNOTATION: "true"}
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        # Its teardown removed the directory and our finalizer; its DELETE was refused.
+        ({"finalizers": ()}, DeleteRemovedVolume("pvc-u-1", True, False)),
+        ({}, DeleteRemovedVolume("pvc-u-1", True, True)),
+        # Deleted by a user after the teardown: our finalizer goes, no pod.
+        ({"being_deleted": True}, DeleteRemovedVolume("pvc-u-1", False, True)),
+    ],
+    ids=["released", "released-with-finalizer", "being-deleted"],
+)
+def test_a_teardown_redone_after_its_directory_went_needs_no_pod(
+    changes: dict[str, Any], expected: DeleteRemovedVolume
+) -> None:
+    """The pod would wait for the missing directory (or, should another volume's directory
+    appear there meanwhile, start and remove it): the PV goes without one."""
+    decision = decide_volume(volume(annotations=REMOVED, **changes))
+    assert decision == expected

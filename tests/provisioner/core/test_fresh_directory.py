@@ -27,6 +27,7 @@ from provisioner.core.node_scripts import LIST_SCRIPT
 from provisioner.core.paths import PathPatternError, check_volume_path
 from provisioner.core.pod_shapes import (
     FINISH_SCRIPT,
+    GUARD_SCRIPT,
     PREPARE_SCRIPT,
     build_helper_pod,
     helper_steps,
@@ -68,7 +69,8 @@ def test_the_class_may_opt_in_to_reuse_the_data(tmp_path: Path) -> None:
     done = run_script(PREPARE_SCRIPT, base, volume, volume_name="pvc-new", extra_env=REUSE)
     assert done.returncode == 0, done.stderr
     assert (volume / "secret.txt").read_text() == "the old team's data"
-    assert marker(base, volume).read_text() == "pvc-new\n"
+    # Marked as found and reused, not made: no give-back or clean-up removes it.
+    assert marker(base, volume).read_text() == "pvc-new reused\n"
 
 
 def test_a_retry_of_the_same_volume_gets_what_its_earlier_attempt_made(tmp_path: Path) -> None:
@@ -97,7 +99,7 @@ def test_an_empty_directory_is_taken_unless_a_marker_names_another_volume(
     # racing for that path is refused.
     raced = run_script(PREPARE_SCRIPT, base, volume, volume_name="pvc-2")
     assert raced.returncode == 1
-    assert marker(base, volume).read_text() == "pvc-1\n"
+    assert marker(base, volume).read_text() == "pvc-1 reused\n"
 
 
 def test_a_forged_marker_in_the_volume_counts_for_nothing(tmp_path: Path) -> None:
@@ -210,8 +212,12 @@ def test_no_volume_can_be_the_owners_directory() -> None:
 
 
 # The clean-up after a claim that went while its setup failed: `finish` alone, and only for the
-# directory whose owner marker names that volume.
-OWN_ATTEMPT = {"LPS_ONLY_OWN_ATTEMPT": "pvc-gone"}
+# directory whose owner marker says that volume made it (its removal permit's owner check).
+OWN_ATTEMPT = {
+    "LPS_REMOVAL_OWNER": "pvc-gone",
+    "LPS_REMOVAL_MADE_ONLY": "true",
+    "LPS_REMOVAL_ABSENT_OK": "",
+}
 
 
 def test_the_clean_up_removes_the_empty_directory_its_own_attempt_made(tmp_path: Path) -> None:
@@ -250,3 +256,83 @@ def test_the_clean_up_leaves_a_directory_another_volume_owns(tmp_path: Path) -> 
     assert done.returncode == 1
     assert volume.is_dir()
     assert marker(base, volume).read_text() == "pvc-other\n"
+
+
+# The owner check a removal's permit puts before anything is removed (removal_gate.OwnerCheck),
+# in `finish` and, through the read-only base path, in the guard before a teardown's code.
+GIVE_BACK = {
+    "LPS_REMOVAL_OWNER": "pvc-new",
+    "LPS_REMOVAL_MADE_ONLY": "true",
+    "LPS_REMOVAL_ABSENT_OK": "",
+}
+
+
+def test_a_give_back_leaves_data_prepare_found_and_reused(tmp_path: Path) -> None:
+    base = make_base(tmp_path)
+    volume = retained(base)
+    reused = run_script(PREPARE_SCRIPT, base, volume, volume_name="pvc-new", extra_env=REUSE)
+    assert reused.returncode == 0, reused.stderr
+    (volume / "secret.txt").unlink()  # as a teardown would empty it, were it let
+    done = run_script(FINISH_SCRIPT, base, volume, volume_name="pvc-new", extra_env=GIVE_BACK)
+    assert done.returncode == 1
+    assert "pvc-new did not make it, it found and reused it" in done.stderr
+    assert volume.is_dir()
+    assert marker(base, volume).read_text() == "pvc-new reused\n"
+
+
+def test_a_give_back_removes_what_its_attempt_made(tmp_path: Path) -> None:
+    base = make_base(tmp_path)
+    volume = base / "team" / "db"
+    assert run_script(PREPARE_SCRIPT, base, volume, volume_name="pvc-new").returncode == 0
+    done = run_script(FINISH_SCRIPT, base, volume, volume_name="pvc-new", extra_env=GIVE_BACK)
+    assert done.returncode == 0, done.stderr
+    assert not volume.exists()
+    assert not marker(base, volume).exists()
+
+
+def guarded_teardown(base: Path, volume: Path, owner: str) -> subprocess.CompletedProcess[str]:
+    """The guard as a teardown pod runs it (the base path seen as itself), before a teardown
+    that empties the directory."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "LPS_BASE": str(base),
+        "LPS_BASE_VIEW": str(base),
+        "VOL_DIR": str(volume),
+        "LPS_SCRIPT": 'rm -rf "$VOL_DIR"/*',
+        "LPS_REMOVAL_OWNER": owner,
+        "LPS_REMOVAL_ABSENT_OK": "true",
+    }
+    return subprocess.run(
+        ["/bin/sh", "-c", GUARD_SCRIPT, "teardown"],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_a_late_teardown_removes_nothing_from_another_volume_s_directory(tmp_path: Path) -> None:
+    """pvc-old's teardown pod starts late: its path now holds pvc-new's directory and data."""
+    base = make_base(tmp_path)
+    volume = base / "team" / "db"
+    assert run_script(PREPARE_SCRIPT, base, volume, volume_name="pvc-new").returncode == 0
+    (volume / "data.txt").write_text("pvc-new's")
+    done = guarded_teardown(base, volume, "pvc-old")
+    assert done.returncode == 1
+    assert "its owner marker names pvc-new, not pvc-old" in done.stderr
+    assert (volume / "data.txt").read_text() == "pvc-new's"
+
+
+@pytest.mark.parametrize("marked", [True, False], ids=["own-marker", "no-marker"])
+def test_a_teardown_empties_its_own_or_an_unmarked_directory(tmp_path: Path, marked: bool) -> None:
+    base = make_base(tmp_path)
+    volume = base / "team" / "db"
+    if marked:
+        assert run_script(PREPARE_SCRIPT, base, volume, volume_name="pvc-old").returncode == 0
+    else:
+        volume.mkdir(parents=True)
+    (volume / "data.txt").write_text("pvc-old's")
+    done = guarded_teardown(base, volume, "pvc-old")
+    assert done.returncode == 0, done.stderr
+    assert list(volume.iterdir()) == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from provisioner.core.node_scripts import PRESENCE_SCRIPT
 from provisioner.core.pod_shapes import FINISH_SCRIPT, PREPARE_SCRIPT
 
 
@@ -20,7 +21,10 @@ def run_script(
     extra_env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     env = {"PATH": "/usr/bin:/bin", "LPS_BASE": str(base), "VOL_DIR": str(volume)}
-    env |= {"LPS_VOLUME": volume_name, **(extra_env or {})}
+    # What `finish` gets from a teardown's removal permit (removal_gate): the marker names the
+    # volume, or there is none.
+    removal = {"LPS_REMOVAL_OWNER": volume_name, "LPS_REMOVAL_ABSENT_OK": "true"}
+    env |= {"LPS_VOLUME": volume_name, **removal, **(extra_env or {})}
     if path_prefix is not None:
         env["PATH"] = f"{path_prefix}:{env['PATH']}"
     return subprocess.run(
@@ -136,3 +140,25 @@ def test_prepare_never_goes_through_a_symbolic_link(tmp_path: Path) -> None:
     assert "is a symbolic link" in done.stderr
     assert list(elsewhere.iterdir()) == []
     assert (base / "team").is_symlink()
+
+
+def presence(base: Path, volume: Path) -> tuple[int, str]:
+    result = base.parent / "presence-result"
+    done = run_script(PRESENCE_SCRIPT, base, volume, extra_env={"LPS_RESULT": str(result)})
+    return done.returncode, result.read_text().strip() if result.exists() else done.stderr
+
+
+def test_the_presence_look_tells_a_gone_directory_from_one_still_there(tmp_path: Path) -> None:
+    """Asked after a teardown pod that never started (a hostPath `Directory` it waits for)."""
+    base = make_base(tmp_path)
+    assert presence(base, base / "team" / "claim") == (0, "gone")
+    (base / "team" / "claim").mkdir(parents=True)
+    assert presence(base, base / "team" / "claim") == (0, "present")
+
+
+def test_the_presence_look_proves_nothing_through_a_symbolic_link(tmp_path: Path) -> None:
+    base = make_base(tmp_path)
+    (base / "team").symlink_to(tmp_path / "nowhere")
+    code, said = presence(base, base / "team" / "claim")
+    assert code == 1
+    assert "is a symbolic link" in said

@@ -27,12 +27,14 @@ from provisioner.core.pod_shapes import (
     HELPER_POD_LABEL,
     HELPER_POD_LABEL_VALUE,
     PREPARE_SCRIPT,
+    REMOVING_STEPS,
     build_helper_pod,
     helper_pod_name,
     helper_steps,
 )
 from provisioner.core.pod_template import parse_helper_template, validate_helper_template
 from provisioner.core.quota import quota_environment
+from tests.provisioner.removal_permits import permit_for
 
 HINT = "remove it, or start the provisioner with --allow-unsafe-helper-template"
 DEFAULT = yaml.safe_load(DEFAULT_HELPER_POD_YAML)
@@ -253,6 +255,8 @@ TARGET = TeardownPlan(
 
 
 def build(action: Any = "create", target: Any = TARGET, bundle: Any = BUNDLE, **kw: Any) -> Any:
+    if action in REMOVING_STEPS:
+        kw.setdefault("permit", permit_for(target))
     return build_helper_pod(action, target, bundle, "lps", "helper-sa", **kw)
 
 

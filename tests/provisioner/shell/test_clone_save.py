@@ -1,6 +1,7 @@
-"""A clone's PV is saved only when its source, read again from the API server after the copy,
-is still there, bound to the same volume: otherwise the copy may miss files and is given back.
-A read that fails proves nothing: the copy is kept and the provision retried."""
+"""A clone's PV is saved only when its source, read again from the API server after the copy
+(once, before the first save), is still there, bound to the same volume: otherwise the copy may
+miss files and is handed to the removal gate to give back. A read that fails proves nothing:
+the copy is kept and the provision retried."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from typing import Any, cast
 import pytest
 
 from provisioner.core.clones import CloneSource
+from provisioner.core.removal_gate import RemovalKind
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.metrics import Metrics
-from provisioner.shell.actions import ActionFailed, Actions
+from provisioner.shell.actions import ActionFailed, Actions, GiveBack
 from provisioner.shell.pod_runs import PodSettings, RunResult
 from tests.provisioner.shell.test_volume_save import (
     BUNDLE,
@@ -59,7 +61,10 @@ def finish(
     )
     actions.helper_runs = cast(Any, recorded)
     try:
-        actions.finish_provision(CLONE_PLAN, BUNDLE, RunResult(1.0), started=0.0)
+        problem = actions.clone_source_problem(SOURCE)
+        actions.finish_provision(
+            CLONE_PLAN, BUNDLE, RunResult(1.0), started=0.0, clone_problem=problem
+        )
     except ActionFailed as error:
         return recorded, error
     return recorded, None
@@ -95,13 +100,12 @@ def test_a_clone_whose_source_went_during_the_copy_is_given_back(
 ) -> None:
     api = ScriptedApi(GET=[claim, volume])  # type: ignore[list-item]
     recorded, error = finish(api)
-    assert error is not None
+    assert isinstance(error, GiveBack)
+    assert error.kind is RemovalKind.CLONE_GIVE_BACK
     assert "POST" not in api.calls
-    assert recorded.removed == [CLONE_PLAN.path]
-    [(reason, message)] = recorded.events
-    assert reason == "ProvisioningFailed"
-    assert why in message
-    assert message.endswith(f"so the copy may miss files; giving {CLONE_PLAN.path} back")
+    assert recorded.removed == [], "the gate's to decide"
+    assert why in error.why
+    assert error.why.endswith("so the copy may miss files")
 
 
 def test_a_failed_read_of_the_source_keeps_the_copy_and_retries() -> None:
@@ -109,5 +113,6 @@ def test_a_failed_read_of_the_source_keeps_the_copy_and_retries() -> None:
     recorded, error = finish(api)
     assert error is not None
     assert "500" in str(error)
+    assert not isinstance(error, GiveBack)
     assert "POST" not in api.calls
     assert recorded.removed == []

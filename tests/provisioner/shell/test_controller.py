@@ -21,7 +21,7 @@ def controller() -> Controller:
         cast(Any, clients),
         ControllerSettings(provisioner_name="p", helper_namespace="ns"),
         cast(Any, unused),
-        cast(Any, None),
+        cast(Any, SimpleNamespace(recorder=None, holds_lease=lambda: True)),
         Metrics(),
     )
 

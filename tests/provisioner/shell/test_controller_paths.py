@@ -28,6 +28,7 @@ from provisioner.shell.controller import Controller, ControllerSettings
 from provisioner.shell.pod_batcher import BatchSettings, RunRefused
 from provisioner.shell.pod_runs import RunResult
 from provisioner.shell.work_keys import CLAIM, VOLUME, Key
+from tests.provisioner.removal_permits import permit_for
 
 BUNDLE = load_config_bundle(
     json.dumps(
@@ -58,7 +59,7 @@ class GatedRuns:
         self.gate.set()
         self.waiting = threading.Semaphore(0)
 
-    def run(self, action: HelperAction, target: HelperTarget, bundle: Any) -> float:
+    def run(self, action: HelperAction, target: HelperTarget, bundle: Any, permit: Any) -> float:
         self.ran.append((action, target.volume_name))
         self.waiting.release()
         assert self.gate.wait(WAIT)
@@ -70,10 +71,14 @@ class FakeActions:
 
     def __init__(self) -> None:
         self.helper_runs = GatedRuns()
+        self.recorder = None
+        self.holds_lease = lambda: True
         self.save_error: Exception | None = None
         self.saves = 0
 
-    def finish_provision(self, plan: Any, bundle: Any, result: RunResult, started: Any) -> None:
+    def finish_provision(
+        self, plan: Any, bundle: Any, result: RunResult, started: Any, **_: Any
+    ) -> None:
         if result.error is not None:
             raise result.error
         self.saves += 1
@@ -132,7 +137,8 @@ def start_teardown(c: Controller, name: str, path: str) -> Key:
     c.local_path._paths.record_volume(name, "n1", path, RELEASED, size_bytes=1)
     c.local_path._paths.start_teardown(name)
     key = (VOLUME, name)
-    c.local_path._hand_over(key, "delete", teardown_plan(name, path), BUNDLE, "local")
+    plan = teardown_plan(name, path)
+    c.local_path._hand_over(key, "delete", plan, BUNDLE, "local", permit=permit_for(plan))
     return key
 
 
@@ -219,7 +225,7 @@ def test_a_save_that_may_have_happened_keeps_its_path_and_is_retried_as_a_save(
     plan = provision_plan("uid-1", "/data/ns/c")
     c.local_path._paths.reserve(plan.volume_name, plan.disk_node, plan.path, size_bytes=1)
     key = (CLAIM, "uid-1")
-    c.local_path._hand_over(key, "create", plan, BUNDLE, "local")
+    c.local_path._hand_over(key, "create", plan, BUNDLE, "local", permit=None)
     assert next_key(c) == key
     actions.save_error = error
     with pytest.raises(type(error)):

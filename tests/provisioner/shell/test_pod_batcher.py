@@ -89,7 +89,7 @@ class FakeRuns:
         if self.broken:
             raise OSError("the API went away")
 
-    def run(self, action: HelperAction, target: HelperTarget, bundle: Any) -> float:
+    def run(self, action: HelperAction, target: HelperTarget, bundle: Any, permit: Any) -> float:
         self._wait("single", (target.volume_name,))
         if target.volume_name in self.failing:
             raise HelperPodFailed(f"lps/helper-{action}-{target.volume_name}", 1, "Error", "no")
@@ -102,6 +102,8 @@ class FakeRuns:
         bundle: Any,
         report: Callable[[dict[str, RunResult]], None],
         report_early: Callable[[dict[str, RunResult]], None],
+        *,
+        permits: Any,
     ) -> None:
         names = tuple(target.volume_name for target in targets)
         settled = {name: RunResult(1.0) for name in names if name in self.early}

@@ -23,6 +23,7 @@ from provisioner.shell.pod_runs import (
     PodSettings,
     RunResult,
 )
+from tests.provisioner.removal_permits import permits_for
 
 BUNDLE = load_config_bundle(
     json.dumps(
@@ -99,7 +100,7 @@ def run_batch(targets: list[TeardownPlan]) -> tuple[dict[str, RunResult], Succee
     runner = SucceedingRunner()
     runs = PodRuns(cast(Any, runner), Metrics(), PodSettings("lps", "helper"))
     reported: list[dict[str, RunResult]] = []
-    runs.run_batch("create", targets, BUNDLE, reported.append)
+    runs.run_batch("create", targets, BUNDLE, reported.append, permits=permits_for(targets))
     assert len(reported) == 1, "one report, with every volume"
     return reported[0], runner
 
@@ -111,7 +112,9 @@ def test_each_setup_is_reported_once_as_its_own_container_ends_and_failures_at_t
     early: list[dict[str, RunResult]] = []
     final: list[dict[str, RunResult]] = []
     targets = [target(1), target(2), target(3)]
-    runs.run_batch("create", targets, BUNDLE, final.append, early.append)
+    runs.run_batch(
+        "create", targets, BUNDLE, final.append, early.append, permits=permits_for(targets)
+    )
     assert [list(results) for results in early] == [["pvc-1"], ["pvc-3"]]
     assert all(result.error is None for results in early for result in results.values())
     assert list(final[0]) == ["pvc-2"], "the early ones are not reported again"
@@ -123,7 +126,14 @@ def test_no_teardown_is_reported_before_its_pod_ends() -> None:
     runs = PodRuns(cast(Any, runner), Metrics(), PodSettings("lps", "helper"))
     early: list[dict[str, RunResult]] = []
     final: list[dict[str, RunResult]] = []
-    runs.run_batch("delete", [target(1), target(2)], BUNDLE, final.append, early.append)
+    runs.run_batch(
+        "delete",
+        [target(1), target(2)],
+        BUNDLE,
+        final.append,
+        early.append,
+        permits=permits_for([target(1), target(2)]),
+    )
     assert early == []
     assert sorted(final[0]) == ["pvc-1", "pvc-2"]
 

@@ -1,7 +1,7 @@
-"""Saving the PV after a setup: the directory is given back only when a read proved that no PV
-of this claim's will point at it. Every other outcome (a 5xx or 429 that may hide a commit, a
-lost answer, a read that failed) keeps it and retries: removing it there would wipe a volume
-whose PV exists and binds.
+"""Saving the PV after a setup: the directory is handed to the removal gate to give back
+(`GiveBack`) only when a read proved that no PV of this claim's will point at it. Every other
+outcome (a 5xx or 429 that may hide a commit, a lost answer, a read that failed) keeps it and
+retries: removing it there would wipe a volume whose PV exists and binds.
 
 The API answers are scripted in order; the cases that need the server to have committed are
 on the local cluster in tests/faults/test_volume_save_faults.py."""
@@ -21,10 +21,11 @@ from provisioner.core.config import (
 )
 from provisioner.core.pod_shapes import HelperAction, HelperTarget
 from provisioner.core.records import ClaimRecord, StorageClassRecord
+from provisioner.core.removal_gate import RemovalKind
 from provisioner.core.volumes import build_persistent_volume
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.metrics import Metrics
-from provisioner.shell.actions import ActionFailed, Actions, VolumeSaveUnsettled
+from provisioner.shell.actions import ActionFailed, Actions, GiveBack, VolumeSaveUnsettled
 from provisioner.shell.pod_runs import PodSettings, RunResult
 
 BUNDLE = load_config_bundle(
@@ -111,12 +112,17 @@ def save(api: ScriptedApi) -> Recorded:
 
 
 def failing_save(api: ScriptedApi, error: type[ActionFailed]) -> Recorded:
-    """Like `save`, for a save that fails with exactly `error`."""
+    """Like `save`, for a save that fails with exactly `error`; a `GiveBack` is a plain one
+    (not a clone's). Nothing is removed here either way: a give-back is the gate's to decide."""
     recorded = Recorded()
     actions = actions_on(api, recorded)
     with pytest.raises(ActionFailed) as raised:
         actions.finish_provision(PLAN, BUNDLE, RunResult(1.0), started=0.0)
     assert type(raised.value) is error, raised.value
+    if isinstance(raised.value, GiveBack):
+        assert raised.value.kind is RemovalKind.GIVE_BACK
+        recorded.events.append(("GiveBack", raised.value.why))
+    assert recorded.removed == []
     return recorded
 
 
@@ -158,8 +164,7 @@ def test_already_exists_and_ours_after_a_5xx_is_success() -> None:
 
 def test_a_foreign_pv_of_that_name_gives_the_directory_back() -> None:
     api = ScriptedApi(POST=[ApiError(409, "Conflict")], GET=[FOREIGN])
-    recorded = failing_save(api, ActionFailed)
-    assert recorded.removed == [PLAN.path]
+    recorded = failing_save(api, GiveBack)
     assert any("someone-else" in message for _, message in recorded.events)
 
 
@@ -184,9 +189,8 @@ def refused() -> ApiError:
 def test_only_a_read_showing_no_pv_after_outright_refusals_gives_it_back(
     posts: list[Answer], reads: list[Answer], removed: bool
 ) -> None:
-    error: type[ActionFailed] = ActionFailed if removed else VolumeSaveUnsettled
-    recorded = failing_save(ScriptedApi(POST=posts, GET=reads), error)
-    assert recorded.removed == ([PLAN.path] if removed else [])
+    error: type[ActionFailed] = GiveBack if removed else VolumeSaveUnsettled
+    failing_save(ScriptedApi(POST=posts, GET=reads), error)
 
 
 def test_a_pv_gone_between_already_exists_and_the_read_is_saved_again() -> None:
