@@ -151,6 +151,12 @@ class TeardownPlan:
     base_path: str = ""
     """The configured base path holding `path`: what the helper pod mounts."""
 
+    @property
+    def disk_node(self) -> str:
+        """The node whose disk holds the path, as the path book tells paths apart; EVERY_NODE
+        on a shared filesystem (no node of its own)."""
+        return self.node_name or EVERY_NODE
+
 
 @dataclass(frozen=True, slots=True)
 class Ignore:

@@ -38,7 +38,6 @@ from provisioner.core.claims import (
     decide_claim_action,
     decide_volume_action,
     record_volume,
-    volume_location,
 )
 from provisioner.core.config import ConfigBundle
 from provisioner.core.expansion import (
@@ -524,7 +523,7 @@ class LocalPathProvisioner:
         match decision:
             case Teardown(plan):
                 try:
-                    permit = self._removals.teardown_permit(plan, volume_location(volume))
+                    permit = self._removals.teardown_permit(plan)
                     if isinstance(permit, RemovalRefused):
                         self._teardown_ended(name, succeeded=False)
                         return True

@@ -17,7 +17,7 @@ from urllib3.exceptions import HTTPError
 from provisioner.core.claims import ProvisionPlan, TeardownPlan
 from provisioner.core.config import ConfigBundle
 from provisioner.core.orphans import Orphan, Owner, still_orphan
-from provisioner.core.paths import Location, PathBook
+from provisioner.core.paths import PathBook
 from provisioner.core.removal_gate import (
     RemovalKind,
     RemovalPermit,
@@ -60,9 +60,7 @@ class Removals:
         self._book_lock = book_lock
         self._holds_lease = holds_lease
 
-    def teardown_permit(
-        self, plan: TeardownPlan, location: Location
-    ) -> RemovalPermit | RemovalRefused:
+    def teardown_permit(self, plan: TeardownPlan) -> RemovalPermit | RemovalRefused:
         """For a teardown decided from the informer and the book (no read: the book holds the
         path as tearing down, so no provision can take it meanwhile); a refusal is reported on
         the PV."""
@@ -71,7 +69,7 @@ class Removals:
             volume_name=plan.volume_name,
             path=plan.path,
             base_path=plan.base_path,
-            sharing=self._sharing(plan.volume_name, location, plan.path),
+            sharing=self._sharing(plan.volume_name, plan.disk_node, plan.path),
             holds_lease=self._holds_lease(),
         )
         decision = decide_removal(proof)
@@ -159,17 +157,17 @@ class Removals:
             volume_name=plan.volume_name,
             path=plan.path,
             base_path=plan.base_path,
-            sharing=self._sharing(plan.volume_name, plan.location, plan.path),
+            sharing=self._sharing(plan.volume_name, plan.disk_node, plan.path),
             holds_lease=self._holds_lease(),
             reuses_existing_data=plan.reuse_existing_data,
             claim_volume_seen=claim_volume_seen,
             clone_verdict_before_save=clone_verdict_before_save,
         )
 
-    def _sharing(self, volume_name: str, location: Location, path: str) -> tuple[str, ...]:
+    def _sharing(self, volume_name: str, disk_node: str, path: str) -> tuple[str, ...]:
         with self._book_lock:
             return tuple(
-                entry.describe() for entry in self._book.overlapping(volume_name, location, path)
+                entry.describe() for entry in self._book.overlapping(volume_name, disk_node, path)
             )
 
     def _claim_volume_exists(self, plan: ProvisionPlan) -> bool | None:
