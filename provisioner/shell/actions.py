@@ -1,10 +1,9 @@
-"""Carrying out the decisions of `claims`: the API writes and helper-pod runs, with their events
-and metrics.
+"""Carrying out the decisions of `claims`: the API writes that follow a helper run (or need
+none), with their events and metrics. The helper pods themselves are `pods.HelperPods`'s.
 
 Every action is idempotent, so a worker that crashed half-way, a second leader, or a requeue
 after a lost response can repeat it safely: the PV name is deterministic and AlreadyExists is
-success, finalizers are patched as sets, deletes treat NotFound as done, and a helper pod left
-over from an earlier attempt is adopted by the runner.
+success, finalizers are patched as sets, and deletes treat NotFound as done.
 """
 
 from __future__ import annotations
@@ -30,19 +29,13 @@ from provisioner.core.config import ConfigBundle
 from provisioner.core.expansion import Expand
 from provisioner.core.records import ClaimRecord, claim_record, volume_record
 from provisioner.core.removal_gate import RemovalKind
-from provisioner.core.resize import build_resize_helper_pod
 from provisioner.core.volumes import build_persistent_volume, foreign_volume_problem
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
 from provisioner.kube.events import EventRecorder, ObjectReference
 from provisioner.kube.metrics import Metrics
-from provisioner.shell.pod_runner import (
-    HelperPodError,
-    HelperPodNotStarted,
-    HelperPodTimeout,
-    PodRunner,
-)
-from provisioner.shell.pod_runs import PodRuns, PodSettings, RunResult
+from provisioner.shell.pod_runner import HelperPodError, HelperPodNotStarted, HelperPodTimeout
+from provisioner.shell.pod_runs import RunResult
 
 log = logging.getLogger(__name__)
 
@@ -95,24 +88,19 @@ class Actions:
     def __init__(
         self,
         clients: KubeClients,
-        runner: PodRunner,
         recorder: EventRecorder,
         metrics: Metrics,
-        helper: PodSettings,
         *,
         pv_save_retry_delay: float = 2.0,
         holds_lease: Callable[[], bool] = lambda: True,
     ) -> None:
         """`holds_lease`: whether this process still leads (asked by the removal gate)."""
         self._clients = clients
-        self._runner = runner
         self.recorder = recorder
         self._recorder = recorder
         self.holds_lease = holds_lease
         self._metrics = metrics
-        self._helper = helper
         self._pv_save_retry_delay = pv_save_retry_delay
-        self.helper_runs = PodRuns(runner, metrics, helper)
 
     def begin_provision(self, plan: ProvisionPlan) -> None:
         claim = plan.claim
@@ -294,38 +282,10 @@ class Actions:
             f"{reason}: removed {SELECTED_NODE} so that the scheduler picks a node again",
         )
 
-    def resize_volume_quota(self, expansion: Expand, bundle: ConfigBundle) -> None:
-        """Raise the volume's hard quota to the new size before the API objects say it is
-        granted: a helper on the node does it where the filesystem enforces project quotas and
-        does nothing elsewhere (its message says which). A failure fails the expansion."""
-        if not expansion.base_path:
-            log.info(
-                "volume %s: no configured base path holds %s; no quota to raise",
-                expansion.volume_name,
-                expansion.path,
-            )
-            return
-        manifest = build_resize_helper_pod(
-            expansion,
-            expansion.size_bytes,
-            bundle,
-            self._helper.namespace,
-            self._helper.service_account,
-        )
-        timeout = float(bundle.config.cmd_timeout_seconds)
-        try:
-            seconds, message = self._runner.run_for_message(manifest, timeout)
-        except HelperPodError as error:
-            self._metrics.observe_helper_pod("resize", "failed", error.duration or 0.0)
-            raise ActionFailed(f"raising the quota of {expansion.path}: {error}") from error
-        self._metrics.observe_helper_pod("resize", "succeeded", seconds)
-        log.info("volume %s: %s", expansion.volume_name, message.strip() or "resized")
-
-    def expand(self, claim: ClaimRecord, expansion: Expand, bundle: ConfigBundle) -> None:
-        """Grow the volume as the external-resizer does: the quota on the node (where there is
-        one), the PV's capacity, then the claim's status.capacity (status subresource), then
-        the event."""
-        self.resize_volume_quota(expansion, bundle)
+    def expand(self, claim: ClaimRecord, expansion: Expand) -> None:
+        """Grow the volume as the external-resizer does, once its quota on the node was raised
+        (`HelperPods.raise_quota`): the PV's capacity, then the claim's status.capacity (status
+        subresource), then the event."""
         self._patch(
             f"/api/v1/persistentvolumes/{expansion.volume_name}",
             {"spec": {"capacity": {"storage": expansion.capacity}}},
@@ -386,15 +346,6 @@ class Actions:
             self._delete_volume(volume_name)
         log.info("deleted volume %s, whose directory a teardown removed before", volume_name)
 
-    def helper_warning(self, plan: ProvisionPlan | TeardownPlan, message: str) -> None:
-        """A Warning (HelperPodStuck) on the claim or PV whose helper run it concerns."""
-        reference = (
-            claim_reference(plan.claim)
-            if isinstance(plan, ProvisionPlan)
-            else volume_reference(plan.volume_name)
-        )
-        self._recorder.warning(reference, "HelperPodStuck", message)
-
     def refuse(self, volume_name: str, reason: str) -> None:
         self._recorder.warning(volume_reference(volume_name), "VolumeFailedDelete", reason)
 
@@ -412,17 +363,6 @@ class Actions:
         self._patch(
             f"/api/v1/persistentvolumes/{volume_name}", {"metadata": metadata}, STRATEGIC_MERGE
         )
-
-    def delete_helper_pod(self, namespace: str, name: str, *, timeout: float = 30.0) -> None:
-        try:
-            self._clients.request_json(
-                "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", timeout=timeout
-            )
-        except ApiError as error:
-            if error.status != HTTP_NOT_FOUND:
-                log.warning("deleting helper pod %s: %s %s", name, error.status, error.reason)
-        except (HTTPError, OSError) as error:
-            log.warning("deleting helper pod %s: %s", name, error)
 
     def _delete_volume(self, name: str) -> None:
         try:

@@ -52,10 +52,7 @@ from provisioner.shell.controller import Controller, ControllerSettings
 from provisioner.shell.installation_removal import release_finalizers, removal_reason
 from provisioner.shell.logs import configure_logging
 from provisioner.shell.node_scan import NodeScanner
-from provisioner.shell.pod_batcher import BatchSettings
-from provisioner.shell.pod_events import PodEventHub
-from provisioner.shell.pod_runner import PodRunner
-from provisioner.shell.pod_runs import PodSettings
+from provisioner.shell.pods import BatchSettings
 from provisioner.shell.predecessors import PredecessorWatch
 from provisioner.shell.server import ProbeServer
 
@@ -127,17 +124,10 @@ class Provisioner:
             host=socket.gethostname(),
             spare_capacity=self.clients.spare_capacity,
         )
-        # Runs follow their helper pod through the controller's informer, not a watch each.
-        pod_events = PodEventHub()
         actions = Actions(
             self.clients,
-            PodRunner(self.clients, pod_events=pod_events),
             self.recorder,
             self.metrics,
-            PodSettings(
-                namespace=options.namespace,
-                service_account=options.helper_service_account,
-            ),
             # Asked when a removal is decided, once the process leads (the elector exists).
             holds_lease=lambda: self.elector is None or self.elector.holds_lease(),
         )
@@ -146,6 +136,7 @@ class Provisioner:
             ControllerSettings(
                 provisioner_name=options.provisioner_name,
                 helper_namespace=options.namespace,
+                helper_service_account=options.helper_service_account,
                 workers=options.workers,
                 provisioning_retry_count=options.provisioning_retry_count,
                 deletion_retry_count=options.deletion_retry_count,
@@ -159,10 +150,9 @@ class Provisioner:
             lambda: self.watcher.current,
             actions,
             self.metrics,
-            pod_events=pod_events,
         )
         self.node_scanner = NodeScanner(
-            PodRunner(self.clients, pod_events=pod_events),
+            self.controller.local_path.helper_pods,
             self.controller.caches,
             lambda: self.watcher.current,
             self.metrics,

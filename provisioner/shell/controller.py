@@ -31,6 +31,7 @@ from provisioner.core.api_objects import (
 )
 from provisioner.core.claims import PROVISIONED_BY, is_our_claim
 from provisioner.core.config import ConfigBundle
+from provisioner.core.defaults import HELPER_SERVICE_ACCOUNT
 from provisioner.core.pod_shapes import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
 from provisioner.core.records import (
     ClaimRecord,
@@ -51,10 +52,9 @@ from provisioner.kube.object_decoding import DictObjects, ObjectDecoding
 from provisioner.kube.workqueue import WorkQueue
 from provisioner.shell.actions import ActionFailed, Actions
 from provisioner.shell.caches import Caches
-from provisioner.shell.local_path_provisioner import POD_CLEANUP_SECONDS, LocalPathProvisioner
-from provisioner.shell.pod_batcher import BatchSettings
-from provisioner.shell.pod_events import PodEventHub
+from provisioner.shell.local_path_provisioner import LocalPathProvisioner
 from provisioner.shell.pod_runner import HelperPodError
+from provisioner.shell.pods import POD_CLEANUP_SECONDS, BatchSettings, PodSettings
 from provisioner.shell.work_keys import CLAIM, HELPER_POD, VOLUME, Key
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,7 @@ release to it. The Deployment's terminationGracePeriodSeconds must exceed the su
 class ControllerSettings:
     provisioner_name: str
     helper_namespace: str
+    helper_service_account: str = HELPER_SERVICE_ACCOUNT
     workers: int = 8
     provisioning_retry_count: int = 15
     deletion_retry_count: int = 15
@@ -90,8 +91,6 @@ class Controller:
         config: Callable[[], ConfigBundle],
         actions: Actions,
         metrics: Metrics,
-        *,
-        pod_events: PodEventHub | None = None,
     ) -> None:
         self._settings = settings
         self._queue: WorkQueue[Key] = WorkQueue(
@@ -146,12 +145,11 @@ class Controller:
             config,
             actions,
             metrics,
-            wake=self._queue.add,
+            queue=self._queue,
             provisioner_name=settings.provisioner_name,
-            helper_namespace=settings.helper_namespace,
+            helper_pod=PodSettings(settings.helper_namespace, settings.helper_service_account),
             batch=settings.batch,
             capacity_min_interval=settings.capacity_min_interval,
-            pod_events=pod_events,
         )
         # What each worker is on and since when: the work loop's heartbeat for /healthz.
         self._busy: dict[str, tuple[Key, float]] = {}

@@ -8,8 +8,8 @@ Held here: the path book (our PVs as the informer sees them, plus the provisions
 resizes in flight), the claims waiting for a path or for room, the setups and teardowns handed
 to the helper batcher, and the CSIStorageCapacity set drawn from the book. Decisions and the
 bookkeeping that carries them out happen under one lock, so two workers never both think a
-path free. A key woken here (a path freed, a helper run ended, a clone source bound) goes back
-to the loop through `wake`.
+path free. A key woken here (a path freed, a clone source bound) goes back on the loop's work
+queue, as the helper pods put back a key whose run ended.
 """
 
 from __future__ import annotations
@@ -53,24 +53,32 @@ from provisioner.core.records import ClaimRecord, VolumeRecord
 from provisioner.core.removal_gate import RemovalPermit, RemovalRefused
 from provisioner.core.storage_capacity import CapacityObject, desired_capacities
 from provisioner.kube.client import KubeClients
+from provisioner.kube.events import ObjectReference
 from provisioner.kube.informer import Informer
 from provisioner.kube.metrics import Metrics
-from provisioner.shell.actions import Actions, GiveBack, VolumeSaveUnsettled
+from provisioner.shell.actions import (
+    Actions,
+    GiveBack,
+    VolumeSaveUnsettled,
+    claim_reference,
+    volume_reference,
+)
 from provisioner.shell.caches import Caches
 from provisioner.shell.capacity_publisher import CapacityPublisher
 from provisioner.shell.clone_sources import CloneWaits, InformerClaimSources
-from provisioner.shell.pod_batcher import BatchSettings, PodBatcher, VolumeJob
-from provisioner.shell.pod_events import ADDED, DELETED, MODIFIED, PodEventHub
-from provisioner.shell.pod_index import HelperPodIndex
 from provisioner.shell.pod_runner import HelperPodError, HelperPodNotStarted, HelperPodTimeout
-from provisioner.shell.pod_runs import PodRuns, RunResult
+from provisioner.shell.pods import (
+    BatchSettings,
+    HelperPods,
+    KeyQueue,
+    PodSettings,
+    RunResult,
+    VolumeJob,
+)
 from provisioner.shell.removals import Removals
 from provisioner.shell.work_keys import CLAIM, VOLUME, Key
 
 log = logging.getLogger(__name__)
-
-POD_CLEANUP_SECONDS = 8.0
-"""At a stop, how long deleting the helper pods of reconciles still running may take."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,19 @@ class _InformerNames:
         return len(self._informer)
 
 
+class _BookChecks:
+    """The path book behind its lock, as the helper pods ask it for its last look before a
+    pod is built (`pods.RunChecks`)."""
+
+    def __init__(self, book: PathBook, lock: threading.Lock) -> None:
+        self._book = book
+        self._lock = lock
+
+    def helper_run_problem(self, volume_name: str, *, teardown: bool) -> str | None:
+        with self._lock:
+            return self._book.helper_run_problem(volume_name, teardown=teardown)
+
+
 class LocalPathProvisioner:
     def __init__(
         self,
@@ -113,20 +134,17 @@ class LocalPathProvisioner:
         actions: Actions,
         metrics: Metrics,
         *,
-        wake: Callable[[Key], None],
+        queue: KeyQueue[Key],
         provisioner_name: str,
-        helper_namespace: str,
+        helper_pod: PodSettings,
         batch: BatchSettings,
         capacity_min_interval: float,
-        pod_events: PodEventHub | None = None,
     ) -> None:
         self._caches = caches
         self._config = config
         self._actions = actions
-        self._wake = wake
+        self._queue = queue
         self._provisioner_name = provisioner_name
-        self._helper_namespace = helper_namespace
-        self._pod_events = pod_events
         self._volume_names = _InformerNames(caches.volumes)
         self._clone_sources = InformerClaimSources(caches.claims, caches.volumes)
         self._clone_waits = CloneWaits()
@@ -135,11 +153,21 @@ class LocalPathProvisioner:
         # carries them out happen under one lock, so two workers never both think a path free.
         self._paths = PathBook()
         self._paths_lock = threading.Lock()
+        # Every helper pod of ours; the process's node scan runs its pods through it too.
+        self.helper_pods: HelperPods[Key] = HelperPods(
+            clients,
+            actions.recorder,
+            metrics,
+            helper_pod,
+            batch,
+            queue=queue,
+            checks=_BookChecks(self._paths, self._paths_lock),
+        )
         # The only way to a helper step that removes a directory (see removal_gate).
         self._removals = Removals(
             clients,
             actions.recorder,
-            self._helper_runs,
+            self.helper_pods,
             book=self._paths,
             book_lock=self._paths_lock,
             holds_lease=actions.holds_lease,
@@ -159,19 +187,9 @@ class LocalPathProvisioner:
         # finalizer PATCH failed): a retry deletes the PV without a pod, even before the
         # informer shows the PV's directory-removed annotation.
         self._directories_removed: set[str] = set()
-        self._helper_index = HelperPodIndex()
-        self._helpers: PodBatcher[Key] = PodBatcher(
-            self._helper_runs,
-            batch,
-            on_done=wake,
-            running_pods=self._helper_index.pods_serving,
-            delete_pod=self._delete_helper_pod,
-            may_run=self._helper_run_problem,
-            on_warning=self._helper_warning,
-        )
         self._capacity = CapacityPublisher(
             clients,
-            namespace=helper_namespace,
+            namespace=helper_pod.namespace,
             provisioner_name=provisioner_name,
             desired=self._desired_capacities,
             metrics=metrics,
@@ -186,36 +204,24 @@ class LocalPathProvisioner:
     def stop_starting(self) -> None:
         """At a stop: publish nothing more, start no helper run more."""
         self._capacity.stop()
-        self._helpers.stop()
+        self.helper_pods.stop()
 
     def wait_for_runs(self, deadline: float) -> list[Key]:
         """At a stop: the keys whose helper run ended by `deadline` (monotonic), to carry out
         now that the workers are gone."""
-        self._helpers.wait_idle(deadline)
-        return self._helpers.ended_keys()
+        return self.helper_pods.wait_idle(deadline)
 
     def delete_running_pods(self) -> None:
-        """At a stop, last: a helper pod still running (a stuck image, a slow script) is
-        deleted rather than left behind, within `POD_CLEANUP_SECONDS`; whoever leads next
-        redoes its action."""
-        deadline = time.monotonic() + POD_CLEANUP_SECONDS
-        for pod in sorted(self._helpers.in_flight_pods()):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                log.warning("helper pod %s still running at shutdown: left to the next leader", pod)
-                continue
-            log.warning("helper pod %s still running at shutdown: deleting it", pod)
-            self._actions.delete_helper_pod(
-                self._helper_namespace, pod, timeout=min(3.0, remaining)
-            )
+        """At a stop, last: the helper pods still running are deleted (see `HelperPods`)."""
+        self.helper_pods.delete_running_pods()
 
     def liveness(self) -> str | None:
         """None, or the helper runs and held volumes that outlived every bound."""
-        return self._helpers.liveness()
+        return self.helper_pods.liveness()
 
     def helper_counts(self) -> str:
         """ "ok", or the helper runs and held volumes there are (shown on /healthz)."""
-        counts = self._helpers.counts()
+        counts = self.helper_pods.counts()
         return f"ok; {counts}" if counts else "ok"
 
     def poke_capacity(self) -> None:
@@ -234,7 +240,7 @@ class LocalPathProvisioner:
     def wake_clones(self, key: str, old: ClaimRecord | None, new: ClaimRecord | None) -> None:
         """A claim that just bound is a source its waiting clones may now be made from."""
         for uid in self._clone_waits.update(old, new):
-            self._wake((CLAIM, uid))
+            self._queue.add((CLAIM, uid))
 
     def volume_seen(self, volume: VolumeRecord) -> None:
         """A PV of ours came or changed: the book records its path."""
@@ -251,41 +257,18 @@ class LocalPathProvisioner:
             waiting |= self._expansions_waiting_for_room
             self._expansions_waiting_for_room = set()
         for uid in waiting:
-            self._wake((CLAIM, uid))
+            self._queue.add((CLAIM, uid))
 
     def helper_pod_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
-        """A helper pod came, changed or went: the runs following it and the volumes held for
-        it hear of it. Whether it finished (then a worker collects it, see
-        `collect_helper_pod`: no API call on the informer's thread)."""
-        if self._pod_events is not None:
-            if new is None:
-                if old is not None:
-                    self._pod_events.publish(DELETED, old)
-            else:
-                self._pod_events.publish(MODIFIED if old is not None else ADDED, new)
-        current = new if new is not None else old
-        if current is not None and self._helper_index.update(str(current["metadata"]["name"]), new):
-            self._helpers.pods_changed(None if new is not None else current["metadata"]["name"])
-        return new is not None and (new.get("status") or {}).get("phase") in (
-            "Succeeded",
-            "Failed",
-        )
+        """A helper pod came, changed or went (see `HelperPods.observe`). Whether it finished
+        (then a worker collects it, see `collect_helper_pod`)."""
+        return self.helper_pods.observe(old, new)
 
     # -- what a worker calls ---------------------------------------------------------------------
 
     def collect_helper_pod(self, key: str) -> None:
         """A finished helper pod no worker waits on is a leftover of a crashed run: delete it."""
-        pod = self._caches.helper_pods.get(key)
-        if pod is None or (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-            return
-        name = str(pod["metadata"]["name"])
-        deleting = pod["metadata"].get("deletionTimestamp") is not None
-        if deleting or name in self._helpers.in_flight_pods():
-            return
-        log.info(
-            "deleting leftover helper pod %s (%s)", name, (pod.get("status") or {}).get("phase")
-        )
-        self._delete_helper_pod(name)
+        self.helper_pods.collect_leftover(self._caches.helper_pods.get(key))
 
     def _reconcile_expansion(self, claim: ClaimRecord) -> None:
         bundle = self._config()
@@ -313,7 +296,8 @@ class LocalPathProvisioner:
                     "claim %s/%s: expanding to %s", claim.namespace, claim.name, decision.capacity
                 )
                 try:
-                    self._actions.expand(claim, decision, bundle)
+                    self.helper_pods.raise_quota(decision, bundle)
+                    self._actions.expand(claim, decision)
                 finally:
                     self._capacity.poke()
                 with self._paths_lock:
@@ -366,7 +350,13 @@ class LocalPathProvisioner:
                     self._actions.begin_provision(plan)
                     clean_up = self._removals.setup_clean_up_permit(plan)
                     self._hand_over(
-                        key, "create", plan, bundle, plan.storage_class.name, permit=clean_up
+                        key,
+                        "create",
+                        plan,
+                        bundle,
+                        plan.storage_class.name,
+                        reference=claim_reference(plan.claim),
+                        permit=clean_up,
                     )
                 except BaseException:
                     self._release(plan.volume_name)
@@ -398,13 +388,15 @@ class LocalPathProvisioner:
         bundle: ConfigBundle,
         class_name: str,
         *,
+        reference: ObjectReference,
         permit: RemovalPermit | None,
     ) -> None:
-        """Give the helper run to the batcher, with the removal gate's permit for what it may
-        remove; the key comes back when it ended."""
+        """Give the helper run to the helper pods, with the removal gate's permit for what it
+        may remove, and the object a Warning about it goes on; the key comes back when it
+        ended."""
         self._handoffs[key] = _Handoff(plan, bundle, time.monotonic(), class_name)
         try:
-            self._helpers.submit(VolumeJob(key, action, plan, bundle, permit))
+            self.helper_pods.submit(VolumeJob(key, action, plan, bundle, reference, permit))
         except BaseException:
             del self._handoffs[key]
             raise
@@ -414,7 +406,7 @@ class LocalPathProvisioner:
         saved, or the failure reported and retried), whether or not the claim still exists:
         its directory may exist, and a PV whose claim is gone is Released and torn down."""
         handoff = self._handoffs[key]
-        result = handoff.result or self._helpers.take(key)
+        result = handoff.result or self.helper_pods.take(key)
         if result is None:
             return False
         del self._handoffs[key]
@@ -495,7 +487,7 @@ class LocalPathProvisioner:
             if volume_name not in self._paths:
                 waiting = self._waiting.pop(volume_name, set())
         for uid in waiting:
-            self._wake((CLAIM, uid))
+            self._queue.add((CLAIM, uid))
 
     def reconcile_volume(self, name: str) -> bool:
         key = (VOLUME, name)
@@ -528,7 +520,13 @@ class LocalPathProvisioner:
                         self._teardown_ended(name, succeeded=False)
                         return True
                     self._hand_over(
-                        key, "delete", plan, bundle, volume.storage_class_name, permit=permit
+                        key,
+                        "delete",
+                        plan,
+                        bundle,
+                        volume.storage_class_name,
+                        reference=volume_reference(plan.volume_name),
+                        permit=permit,
                     )
                 except BaseException:
                     self._teardown_ended(name, succeeded=False)
@@ -560,7 +558,7 @@ class LocalPathProvisioner:
         """The teardown handed over for the volume: carried out once its helper run ended (the
         PV deleted, or the failure reported and retried); the path stays in the book as torn
         down only when all of it succeeded."""
-        result = self._helpers.take(key)
+        result = self.helper_pods.take(key)
         if result is None:
             return False
         handoff = self._handoffs.pop(key)
@@ -571,7 +569,7 @@ class LocalPathProvisioner:
         # so). What it was to remove is gone: the rest of the teardown goes on.
         if isinstance(
             result.error, (HelperPodNotStarted, HelperPodTimeout)
-        ) and self._helper_runs().directory_gone(plan, handoff.bundle):
+        ) and self.helper_pods.directory_gone(plan, handoff.bundle):
             log.info("volume %s: its directory %s is gone already", plan.volume_name, plan.path)
             result = RunResult(result.seconds)
         if result.error is None:
@@ -593,25 +591,7 @@ class LocalPathProvisioner:
                 waiting = self._waiting.pop(volume_name, set()) | self._expansions_waiting_for_room
                 self._expansions_waiting_for_room = set()
         for uid in waiting:
-            self._wake((CLAIM, uid))
-
-    def _helper_run_problem(self, job: VolumeJob[Key]) -> str | None:
-        """The book's last word before the batcher builds the job's helper pod."""
-        with self._paths_lock:
-            return self._paths.helper_run_problem(
-                job.target.volume_name, teardown=job.action == "delete"
-            )
-
-    def _helper_warning(self, key: Key, message: str) -> None:
-        handoff = self._handoffs.get(key)
-        if handoff is not None:
-            self._actions.helper_warning(handoff.plan, message)
-
-    def _helper_runs(self) -> PodRuns:
-        return self._actions.helper_runs
-
-    def _delete_helper_pod(self, name: str) -> None:
-        self._actions.delete_helper_pod(self._helper_namespace, name)
+            self._queue.add((CLAIM, uid))
 
     def _desired_capacities(self, driver_wants_capacity: bool) -> dict[str, CapacityObject]:
         """The CSIStorageCapacity set for the current config, nodes, classes and book."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from provisioner.core.claims import PROVISIONED_BY, resolve_volume_node
 from provisioner.core.config import ConfigBundle
@@ -30,7 +31,8 @@ from provisioner.kube.events import EventRecorder, ObjectReference
 from provisioner.kube.metrics import Metrics
 from provisioner.shell.caches import Caches
 from provisioner.shell.orphan_scan import OrphanScan, holdings_of
-from provisioner.shell.pod_runner import HelperPodError, PodRunner
+from provisioner.shell.pod_runner import HelperPodError
+from provisioner.shell.pods import HelperPods
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +44,7 @@ OUTGREW_CAPACITY = "VolumeOutgrewCapacity"
 class NodeScanner:
     def __init__(
         self,
-        runner: PodRunner,
+        pods: HelperPods[Any],
         caches: Caches,
         config: Callable[[], ConfigBundle],
         metrics: Metrics,
@@ -53,7 +55,7 @@ class NodeScanner:
         service_account: str,
         interval_seconds: float,
     ) -> None:
-        self._runner = runner
+        self._pods = pods
         self._caches = caches
         self._config = config
         self._metrics = metrics
@@ -96,7 +98,7 @@ class NodeScanner:
         pods = [pod for _, pod in self._caches.helper_pods.items()]
         holdings = holdings_of(volumes, nodes, pods, self._provisioner_name)
         scan = OrphanScan(
-            self._runner,
+            self._pods,
             bundle,
             namespace=self._namespace,
             service_account=self._service_account,
@@ -159,7 +161,7 @@ class NodeScanner:
             batch=batch,
         )
         try:
-            _, message = self._runner.run_for_message(
+            _, message = self._pods.run_for_message(
                 manifest, float(bundle.config.cmd_timeout_seconds)
             )
         except HelperPodError as error:

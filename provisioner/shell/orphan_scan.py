@@ -3,9 +3,9 @@ command and the provisioner's periodic node scan. The decisions are `orphans`'s.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from provisioner.core.config import ConfigBundle, ProvisionerConfig
 from provisioner.core.node_scripts import (
@@ -44,7 +44,7 @@ from provisioner.core.records import (
 )
 from provisioner.core.removal_gate import RemovalRefused
 from provisioner.kube.client import KubeClients
-from provisioner.shell.pod_runner import HelperPodError, PodRunner
+from provisioner.shell.pod_runner import HelperPodError
 from provisioner.shell.removals import orphan_removal_permit
 
 EXIT_CLEAN = 0
@@ -124,12 +124,22 @@ def read_holdings(
     )
 
 
+class ScanPods(Protocol):
+    """What runs a scan's pods: the controller's `HelperPods`, or a `PodRunner` of its own for
+    the `orphans` command."""
+
+    def run_for_message(self, manifest: Mapping[str, Any], timeout: float) -> tuple[float, str]:
+        """Runs the pod to its end; its seconds and the message it left. Raises
+        `HelperPodError`."""
+        ...
+
+
 class OrphanScan:
     """Lists every node's base paths through helper pods and judges what they print."""
 
     def __init__(
         self,
-        runner: PodRunner,
+        runner: ScanPods,
         bundle: ConfigBundle,
         *,
         namespace: str,
@@ -214,7 +224,9 @@ class OrphanScan:
                 permit=permit,
             )
             try:
-                self._runner.run(manifest, float(self._bundle.config.cmd_timeout_seconds))
+                self._runner.run_for_message(
+                    manifest, float(self._bundle.config.cmd_timeout_seconds)
+                )
                 report.removed[key] = "removed"
             except HelperPodError as error:
                 report.removed[key] = f"kept: {error}"

@@ -1,7 +1,7 @@
 """The helper runs of setups and teardowns, off the workers: a worker hands a volume over and
 moves on; its run starts when `batch_planner` says (at once on a quiet node, in the node's next
 batch pod on a busy one), on a thread of its own; when it ends, the volume's result is kept
-until its key's next reconcile takes it, and the key is queued again (`on_done`).
+until its key's next reconcile takes it, and the key is put on the loop's work queue again.
 
 Never two helpers for one volume at once: a volume that a running pod we did not start serves
 (a predecessor's, say, after a crash) waits until that pod is gone, and that pod is deleted so
@@ -22,15 +22,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from provisioner.core.batch_planner import BatchPlanner, Launch
 from provisioner.core.batch_pod_shapes import DEADLINE_SLACK_SECONDS, batch_pod_name, is_batchable
 from provisioner.core.config import ConfigBundle
 from provisioner.core.pod_shapes import HELPER_STEPS, HelperAction, HelperTarget, helper_pod_name
 from provisioner.core.removal_gate import RemovalPermit
+from provisioner.kube.events import ObjectReference
 from provisioner.shell.actions import ActionFailed
 from provisioner.shell.pod_index import ServingPod
 from provisioner.shell.pod_runner import HelperPodError
@@ -39,6 +40,7 @@ from provisioner.shell.pod_runs import BATCH_WAIT_MARGIN_SECONDS, PodRuns, RunRe
 log = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
+K_contra = TypeVar("K_contra", bound=Hashable, contravariant=True)
 
 RECHECK_SECONDS = 10.0
 """Volumes held for another pod are looked at again this often, in case an event got lost."""
@@ -62,7 +64,39 @@ class HelperPodStuck(HelperPodError):  # noqa: N818 (reads as the others: Helper
 
 
 class RunRefused(ActionFailed):
-    """The last check before a helper pod is built said no (see `may_run`): nothing ran."""
+    """The last check before a helper pod is built said no (see `RunChecks`): nothing ran."""
+
+
+class KeyQueue(Protocol[K_contra]):
+    """The loop's work queue: a key whose helper run ended is put back on it, and its next
+    reconcile takes the result (`take`). A queue the loop reads, not a call into it."""
+
+    def add(self, item: K_contra) -> None: ...
+
+
+class RunChecks(Protocol):
+    """The path book's last look before a job's helper pod is built. It stays, though the
+    decision to run was taken under the book's lock at hand-over: a job may queue or be held
+    a while, and the book may have changed meanwhile (a teardown's PV came back in use, a
+    provision's path was taken by a volume the informer showed since). Implemented by the
+    book behind its lock; a query, it reports and changes nothing."""
+
+    def helper_run_problem(self, volume_name: str, *, teardown: bool) -> str | None:
+        """None, or why the volume's helper must not run now."""
+        ...
+
+
+class ServingPods(Protocol):
+    """The helper pods serving a volume, as the helper-pod informer last showed them
+    (`pod_index.HelperPodIndex`)."""
+
+    def pods_serving(self, volume_name: str) -> dict[str, ServingPod]: ...
+
+
+class WarningRecorder(Protocol):
+    """Where a held volume that stopped waiting is reported (a Warning event)."""
+
+    def warning(self, involved: ObjectReference, reason: str, message: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -73,6 +107,8 @@ class VolumeJob(Generic[K]):
     action: HelperAction
     target: HelperTarget
     bundle: ConfigBundle
+    reference: ObjectReference | None = None
+    """The claim or PV a Warning about this run is recorded on (HelperPodStuck)."""
     permit: RemovalPermit | None = None
     """The removal gate's permit: a teardown's (required), or a setup's clean-up after it
     failed (without it, a failed setup leaves its directory)."""
@@ -93,31 +129,28 @@ class BatchSettings:
 class PodBatcher(Generic[K]):
     def __init__(
         self,
-        runs: Callable[[], PodRuns],
+        runs: PodRuns,
         settings: BatchSettings,
         *,
-        on_done: Callable[[K], None],
-        running_pods: Callable[[str], Mapping[str, ServingPod]],
-        delete_pod: Callable[[str], None],
-        may_run: Callable[[VolumeJob[K]], str | None] = lambda job: None,
-        on_warning: Callable[[K, str], None] = lambda key, message: None,
+        queue: KeyQueue[K],
+        serving: ServingPods,
+        checks: RunChecks,
+        recorder: WarningRecorder,
     ) -> None:
-        """`running_pods(volume)`: the helper pods that serve the volume, by name, each with
-        its node and state (from the helper-pod informer); `delete_pod(name)` deletes one of
-        them; `may_run(job)`, asked just before a job's pod is built (it may have queued a
-        while), None or why the job must not run now; `on_warning(key, text)` reports a held
-        volume that stopped waiting (a Warning event)."""
+        """`serving`: the helper pods that serve a volume (a pod serving it that we did not
+        start is deleted through `runs`); `checks`, asked just before a job's pod is built (it
+        may have queued a while); `recorder`: where a held volume that stopped waiting is
+        reported, on the job's `reference`."""
         self._runs = runs
         self._planner: BatchPlanner[VolumeJob[K]] = BatchPlanner(
             max_batch=settings.max_batch,
             pods_per_group=settings.pods_per_node,
             max_single_pods=settings.max_single_pods,
         )
-        self._on_done = on_done
-        self._running_pods = running_pods
-        self._delete_pod = delete_pod
-        self._may_run = may_run
-        self._on_warning = on_warning
+        self._queue = queue
+        self._serving = serving
+        self._checks = checks
+        self._recorder = recorder
         self._hold_timeout = settings.hold_timeout
         self._lock = threading.Condition()
         self._jobs: dict[K, VolumeJob[K]] = {}
@@ -145,7 +178,8 @@ class PodBatcher(Generic[K]):
     # -- what the workers call ---------------------------------------------------------------
 
     def submit(self, job: VolumeJob[K]) -> None:
-        """Hand the volume over; its result comes back through `take` after `on_done`."""
+        """Hand the volume over; its result comes back through `take` once its key is queued
+        again."""
         with self._lock:
             if self._stopped:
                 raise RuntimeError("the helper runs are stopping")
@@ -255,13 +289,14 @@ class PodBatcher(Generic[K]):
                 job.target.volume_name,
                 name,
             )
-            self._delete_pod(name)
+            self._runs.delete_pod(name)
         if stuck is not None:
             log.warning("volume %s: %s", job.target.volume_name, stuck)
-            self._on_done(job.key)
+            self._queue.add(job.key)
         if warning:
             log.warning("%s", warning)
-            self._on_warning(job.key, warning)
+            if job.reference is not None:
+                self._recorder.warning(job.reference, "HelperPodStuck", warning)
         self._start(launches)
 
     def _hold(
@@ -294,7 +329,7 @@ class PodBatcher(Generic[K]):
         of it any more, except `still_ours`, the batch pod that reported it early."""
         return {
             name: pod
-            for name, pod in self._running_pods(volume).items()
+            for name, pod in self._serving.pods_serving(volume).items()
             if pod.running and (name not in in_flight or name == still_ours)
         }
 
@@ -386,7 +421,7 @@ class PodBatcher(Generic[K]):
             if refused:
                 report(refused)
                 return
-            runs = self._runs()
+            runs = self._runs
             if len(launch.jobs) > 1:
                 targets = [job.target for job in launch.jobs]
                 permits = {
@@ -415,7 +450,12 @@ class PodBatcher(Generic[K]):
         """Each volume's result when any job of the launch may not run: the refused ones say
         why, the others that they were not run for it (they are retried). A refusal is rare
         (the book changed while the job queued), so the batch is not rebuilt without it."""
-        reasons = {job.target.volume_name: self._may_run(job) for job in launch.jobs}
+        reasons = {
+            job.target.volume_name: self._checks.helper_run_problem(
+                job.target.volume_name, teardown=job.action == "delete"
+            )
+            for job in launch.jobs
+        }
         problems = [reason for reason in reasons.values() if reason is not None]
         if not problems:
             return {}
@@ -439,7 +479,7 @@ class PodBatcher(Generic[K]):
                 self._results[job.key] = results[job.target.volume_name]
                 self._reported_early[job.target.volume_name] = pod
         for job in jobs:
-            self._on_done(job.key)
+            self._queue.add(job.key)
 
     def _report(
         self,
@@ -468,7 +508,7 @@ class PodBatcher(Generic[K]):
             self._claim_pods(started)
             self._lock.notify_all()
         for job in jobs:
-            self._on_done(job.key)
+            self._queue.add(job.key)
         self._start(started)
         self._place_all(held)
 

@@ -320,6 +320,17 @@ class PodRunner:
             log.warning("reading helper pod %s/%s: %s", namespace, name, e)
         return pod
 
+    def delete_by_name(self, namespace: str, name: str, *, timeout: float = 30.0) -> None:
+        """Delete a helper pod no run of ours follows (one we did not start, a leftover, one
+        still running at a stop); NotFound is fine, any other failure is logged."""
+        try:
+            self._clients.request_json("DELETE", _pods(namespace, name), timeout=timeout)
+        except ApiError as error:
+            if error.status != HTTP_NOT_FOUND:
+                log.warning("deleting helper pod %s: %s %s", name, error.status, error.reason)
+        except (HTTPError, OSError) as error:
+            log.warning("deleting helper pod %s: %s", name, error)
+
     def _delete(self, namespace: str, name: str, uid: str | None = None) -> None:
         body: dict[str, Any] = {"propagationPolicy": "Background"}
         if uid:

@@ -18,9 +18,11 @@ from provisioner.core.batch_pod_shapes import (
 )
 from provisioner.core.clone_step import build_step_pod
 from provisioner.core.config import ConfigBundle
+from provisioner.core.expansion import Expand
 from provisioner.core.node_scripts import build_presence_pod
 from provisioner.core.pod_shapes import HelperAction, HelperTarget, build_helper_pod, helper_steps
 from provisioner.core.removal_gate import RemovalPermit
+from provisioner.core.resize import build_resize_helper_pod
 from provisioner.kube.metrics import Metrics
 from provisioner.shell.pod_runner import (
     HelperPodError,
@@ -121,6 +123,37 @@ class PodRuns:
             permit=permit,
         )
         self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
+
+    def delete_pod(self, name: str, *, timeout: float = 30.0) -> None:
+        """Delete a helper pod of our namespace by name (see `PodRunner.delete_by_name`)."""
+        self._runner.delete_by_name(self._helper.namespace, name, timeout=timeout)
+
+    def raise_quota(self, expansion: Expand, bundle: ConfigBundle) -> None:
+        """Raise the volume's hard quota to the new size before the API objects say it is
+        granted: a helper on the node does it where the filesystem enforces project quotas and
+        does nothing elsewhere (its message says which). Raises `HelperPodError`."""
+        if not expansion.base_path:
+            log.info(
+                "volume %s: no configured base path holds %s; no quota to raise",
+                expansion.volume_name,
+                expansion.path,
+            )
+            return
+        manifest = build_resize_helper_pod(
+            expansion,
+            expansion.size_bytes,
+            bundle,
+            self._helper.namespace,
+            self._helper.service_account,
+        )
+        timeout = float(bundle.config.cmd_timeout_seconds)
+        try:
+            seconds, message = self._runner.run_for_message(manifest, timeout)
+        except HelperPodError as error:
+            self._metrics.observe_helper_pod("resize", "failed", error.duration or 0.0)
+            raise
+        self._metrics.observe_helper_pod("resize", "succeeded", seconds)
+        log.info("volume %s: %s", expansion.volume_name, message.strip() or "resized")
 
     def directory_gone(self, target: HelperTarget, bundle: ConfigBundle) -> bool:
         """Whether the volume's directory is gone, by a read-only look through its base path

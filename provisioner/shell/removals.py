@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from urllib3.exceptions import HTTPError
 
@@ -35,7 +35,7 @@ from provisioner.shell.actions import (
     volume_reference,
 )
 from provisioner.shell.pod_runner import HelperPodError
-from provisioner.shell.pod_runs import PodRuns
+from provisioner.shell.pods import HelperPods
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class Removals:
         self,
         clients: KubeClients,
         recorder: EventRecorder,
-        runs: Callable[[], PodRuns],
+        pods: HelperPods[Any],
         *,
         book: PathBook,
         book_lock: threading.Lock,
@@ -55,7 +55,7 @@ class Removals:
     ) -> None:
         self._clients = clients
         self._recorder = recorder
-        self._runs = runs
+        self._pods = pods
         self._book = book
         self._book_lock = book_lock
         self._holds_lease = holds_lease
@@ -101,7 +101,7 @@ class Removals:
             log.warning("claim %s went while its setup failed; %s: left", claim, decision.reason)
             return
         try:
-            self._runs().finish(cleanup_target(plan), bundle, decision)
+            self._pods.finish(cleanup_target(plan), bundle, decision)
         except HelperPodError as error:
             log.warning(
                 "claim %s went while its setup failed; removing %s failed: %s",
@@ -135,7 +135,7 @@ class Removals:
             )
             raise ActionFailed(why)
         try:
-            self._runs().run("delete", cleanup_target(plan), bundle, decision)
+            self._pods.run_alone("delete", cleanup_target(plan), bundle, decision)
         except HelperPodError as error:
             self._recorder.warning(
                 reference,

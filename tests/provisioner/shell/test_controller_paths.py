@@ -22,11 +22,11 @@ from provisioner.core.config import (
 from provisioner.core.paths import PROVISIONING, RELEASED, TEARING_DOWN
 from provisioner.core.pod_shapes import HelperAction, HelperTarget
 from provisioner.core.records import ClaimRecord, StorageClassRecord
+from provisioner.kube.events import ObjectReference
 from provisioner.kube.metrics import Metrics
 from provisioner.shell.actions import ActionFailed, VolumeSaveUnsettled
 from provisioner.shell.controller import Controller, ControllerSettings
-from provisioner.shell.pod_batcher import BatchSettings, RunRefused
-from provisioner.shell.pod_runs import RunResult
+from provisioner.shell.pods import BatchSettings, RunRefused, RunResult
 from provisioner.shell.work_keys import CLAIM, VOLUME, Key
 from tests.provisioner.removal_permits import permit_for
 
@@ -47,6 +47,7 @@ BUNDLE = load_config_bundle(
     DEFAULT_HELPER_POD_YAML,
 )
 HOST_N1 = ("kubernetes.io/hostname", "n1")
+REFERENCE = ObjectReference(kind="PersistentVolume", name="pvc")
 WAIT = 10.0
 
 
@@ -67,7 +68,8 @@ class GatedRuns:
 
 
 class FakeActions:
-    """The end of a setup or teardown fails as its helper did, or as `save_error` says."""
+    """The end of a setup or teardown fails as its helper did, or as `save_error` says; the
+    helper runs the test holds (installed in the controller's helper pods)."""
 
     def __init__(self) -> None:
         self.helper_runs = GatedRuns()
@@ -100,6 +102,9 @@ def controller() -> tuple[Controller, FakeActions]:
     )
     clients = SimpleNamespace(list_function=lambda path: no_list)
     made = Controller(cast(Any, clients), settings, lambda: BUNDLE, cast(Any, actions), Metrics())
+    # The helper pods' runs are the fake: the batcher and the one-off runs both use it.
+    pods = made.local_path.helper_pods
+    pods._runs = pods._batcher._runs = cast(Any, actions.helper_runs)
     return made, actions
 
 
@@ -138,7 +143,9 @@ def start_teardown(c: Controller, name: str, path: str) -> Key:
     c.local_path._paths.start_teardown(name)
     key = (VOLUME, name)
     plan = teardown_plan(name, path)
-    c.local_path._hand_over(key, "delete", plan, BUNDLE, "local", permit=permit_for(plan))
+    c.local_path._hand_over(
+        key, "delete", plan, BUNDLE, "local", reference=REFERENCE, permit=permit_for(plan)
+    )
     return key
 
 
@@ -172,7 +179,7 @@ def test_a_pv_gone_while_its_teardown_waits_keeps_its_path_and_its_waiters_until
     c._reconcile(old)
     assert "pvc-old" not in c.local_path._paths
     assert next_key(c) == (CLAIM, "uid-new")
-    c.local_path._helpers.stop()
+    c.local_path.helper_pods.stop()
 
 
 def test_a_queued_teardown_whose_path_came_to_be_shared_never_runs() -> None:
@@ -191,7 +198,7 @@ def test_a_queued_teardown_whose_path_came_to_be_shared_never_runs() -> None:
         c._reconcile(old)
     entry = c.local_path._paths.get("pvc-old")
     assert entry is not None and entry.state == RELEASED, "decided again on the next look"
-    c.local_path._helpers.stop()
+    c.local_path.helper_pods.stop()
 
 
 def test_a_batch_with_a_refused_volume_is_not_built_and_each_volume_says_why() -> None:
@@ -210,7 +217,7 @@ def test_a_batch_with_a_refused_volume_is_not_built_and_each_volume_says_why() -
         c._reconcile(shared)
     with pytest.raises(RunRefused, match="its batch was refused"):
         c._reconcile(other)
-    c.local_path._helpers.stop()
+    c.local_path.helper_pods.stop()
 
 
 @pytest.mark.parametrize(
@@ -225,7 +232,7 @@ def test_a_save_that_may_have_happened_keeps_its_path_and_is_retried_as_a_save(
     plan = provision_plan("uid-1", "/data/ns/c")
     c.local_path._paths.reserve(plan.volume_name, plan.disk_node, plan.path, size_bytes=1)
     key = (CLAIM, "uid-1")
-    c.local_path._hand_over(key, "create", plan, BUNDLE, "local", permit=None)
+    c.local_path._hand_over(key, "create", plan, BUNDLE, "local", reference=REFERENCE, permit=None)
     assert next_key(c) == key
     actions.save_error = error
     with pytest.raises(type(error)):
@@ -239,4 +246,4 @@ def test_a_save_that_may_have_happened_keeps_its_path_and_is_retried_as_a_save(
     assert c._reconcile(key) is True
     assert actions.saves == (2 if kept else 1)
     assert actions.helper_runs.ran == [("create", plan.volume_name)]
-    c.local_path._helpers.stop()
+    c.local_path.helper_pods.stop()

@@ -20,6 +20,7 @@ from provisioner.core.config import (
     load_config_bundle,
 )
 from provisioner.core.pod_shapes import HelperAction, HelperTarget
+from provisioner.kube.events import ObjectReference
 from provisioner.shell.pod_batcher import (
     DROPPED,
     BatchSettings,
@@ -55,7 +56,8 @@ def plan(number: int, node: str = "node-1", path: str = "") -> TeardownPlan:
 
 
 def job(number: int, action: HelperAction = "create", **kw: Any) -> VolumeJob[str]:
-    return VolumeJob(f"key-{number}", action, plan(number, **kw), BUNDLE)
+    reference = ObjectReference(kind="PersistentVolume", name=f"pvc-{number}")
+    return VolumeJob(f"key-{number}", action, plan(number, **kw), BUNDLE, reference)
 
 
 class FakeRuns:
@@ -74,6 +76,11 @@ class FakeRuns:
         self.broken = False
         self.slow_delete: threading.Event | None = None
         self.started = threading.Condition()
+        self.deleted: list[str] = []
+        """Pods we did not start, deleted by name."""
+
+    def delete_pod(self, name: str) -> None:
+        self.deleted.append(name)
 
     def _wait(self, kind: str, volumes: tuple[str, ...]) -> None:
         with self.started:
@@ -126,33 +133,43 @@ class FakeRuns:
 
 
 class Harness:
+    """The batcher's surroundings: its work queue (`add`), the pods serving each volume
+    (`pods_serving`), the path book's last look (`helper_run_problem`: never a problem) and
+    the event recorder (`warning`)."""
+
     def __init__(self, **settings: Any) -> None:
         self.runs = FakeRuns()
         self.done: list[str] = []
         self.done_changed = threading.Condition()
         self.pods: dict[str, dict[str, bool | ServingPod]] = {}
-        self.deleted: list[str] = []
-        self.warnings: list[tuple[str, str]] = []
+        self.deleted = self.runs.deleted
+        self.warnings: list[tuple[ObjectReference, str, str]] = []
         self.batcher: PodBatcher[str] = PodBatcher(
-            lambda: cast(Any, self.runs),
+            cast(Any, self.runs),
             BatchSettings(**{"pods_per_node": 1, **settings}),
-            on_done=self._done,
-            running_pods=self._serving,
-            delete_pod=self.deleted.append,
-            on_warning=lambda key, message: self.warnings.append((key, message)),
+            queue=self,
+            serving=self,
+            checks=self,
+            recorder=self,
         )
 
-    def _serving(self, volume: str) -> dict[str, ServingPod]:
+    def add(self, key: str) -> None:
+        with self.done_changed:
+            self.done.append(key)
+            self.done_changed.notify_all()
+
+    def helper_run_problem(self, volume_name: str, *, teardown: bool) -> str | None:
+        return None
+
+    def warning(self, involved: ObjectReference, reason: str, message: str) -> None:
+        self.warnings.append((involved, reason, message))
+
+    def pods_serving(self, volume: str) -> dict[str, ServingPod]:
         """A pod given as a bool runs (or not) on node-1."""
         return {
             name: pod if isinstance(pod, ServingPod) else ServingPod(pod, "node-1", "Running")
             for name, pod in self.pods.get(volume, {}).items()
         }
-
-    def _done(self, key: str) -> None:
-        with self.done_changed:
-            self.done.append(key)
-            self.done_changed.notify_all()
 
     def wait_done(self, *keys: str) -> None:
         with self.done_changed:
@@ -376,8 +393,8 @@ def test_a_shared_volume_stops_waiting_for_a_pod_stuck_on_another_node_with_a_wa
     h.pods["pvc-1"] = {"helper-batch-delete-old": dataclasses.replace(STUCK, node="node-2")}
     h.batcher.submit(job(1, "delete"))
     assert h.runs.wait_calls(1) == [("single", ("pvc-1",))]
-    [(key, message)] = h.warnings
-    assert key == "key-1"
+    [(involved, reason, message)] = h.warnings
+    assert (involved.name, reason) == ("pvc-1", "HelperPodStuck")
     assert "stopped waiting for the helper pods of volume pvc-1 after" in message
     assert "helper-batch-delete-old: Running, being deleted since" in message
     h.runs.release.release()

@@ -19,14 +19,13 @@ from provisioner.core.config import (
     DEFAULT_TEARDOWN_SCRIPT,
     load_config_bundle,
 )
-from provisioner.core.pod_shapes import HelperAction, HelperTarget
 from provisioner.core.records import ClaimRecord, StorageClassRecord
 from provisioner.core.removal_gate import RemovalKind
 from provisioner.core.volumes import build_persistent_volume
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.metrics import Metrics
 from provisioner.shell.actions import ActionFailed, Actions, GiveBack, VolumeSaveUnsettled
-from provisioner.shell.pod_runs import PodSettings, RunResult
+from provisioner.shell.pod_runs import RunResult
 
 BUNDLE = load_config_bundle(
     '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/opt/a"]}]}',
@@ -79,33 +78,25 @@ class ScriptedApi:
 class Recorded:
     def __init__(self) -> None:
         self.events: list[tuple[str, str]] = []
-        self.removed: list[str] = []
 
     def normal(self, involved: Any, reason: str, message: str) -> None:
         self.events.append((reason, message))
 
     warning = normal
 
-    def run(self, action: HelperAction, target: HelperTarget, bundle: Any) -> float:
-        self.removed.append(target.path)
-        return 0.0
-
 
 def actions_on(api: ScriptedApi, recorded: Recorded) -> Actions:
-    actions = Actions(
+    return Actions(
         cast(Any, api),
-        cast(Any, None),
         cast(Any, recorded),
         Metrics(),
-        PodSettings("lps", "helper"),
         pv_save_retry_delay=0.0,
     )
-    actions.helper_runs = cast(Any, recorded)
-    return actions
 
 
 def save(api: ScriptedApi) -> Recorded:
-    """Carries out the setup's end (the PV saved) against `api`; what it did to the node."""
+    """Carries out the setup's end (the PV saved) against `api`; the events it recorded.
+    Nothing on the node: `Actions` runs no helper pod (the helper pods are `HelperPods`'s)."""
     recorded = Recorded()
     actions_on(api, recorded).finish_provision(PLAN, BUNDLE, RunResult(1.0), started=0.0)
     return recorded
@@ -122,7 +113,6 @@ def failing_save(api: ScriptedApi, error: type[ActionFailed]) -> Recorded:
     if isinstance(raised.value, GiveBack):
         assert raised.value.kind is RemovalKind.GIVE_BACK
         recorded.events.append(("GiveBack", raised.value.why))
-    assert recorded.removed == []
     return recorded
 
 
@@ -134,13 +124,12 @@ def test_a_5xx_on_every_post_keeps_the_directory_and_retries() -> None:
     # The first POST was committed and only its answer turned into a 503: the PV exists.
     api = ScriptedApi(POST=[unavailable() for _ in range(5)])
     recorded = failing_save(api, VolumeSaveUnsettled)
-    assert recorded.removed == []
     assert not any(reason == "ProvisioningFailed" for reason, _ in recorded.events)
 
 
 def test_a_lost_answer_keeps_the_directory_and_retries() -> None:
     api = ScriptedApi(POST=[OSError("connection reset") for _ in range(5)])
-    assert failing_save(api, VolumeSaveUnsettled).removed == []
+    failing_save(api, VolumeSaveUnsettled)
 
 
 @pytest.mark.parametrize(
@@ -152,14 +141,13 @@ def test_a_failed_read_after_already_exists_is_no_proof_the_pv_is_foreign(
     read_error: ApiError | OSError,
 ) -> None:
     api = ScriptedApi(POST=[unavailable(), ApiError(409, "Conflict")], GET=[read_error])
-    recorded = failing_save(api, VolumeSaveUnsettled)
-    assert recorded.removed == []
+    failing_save(api, VolumeSaveUnsettled)
     assert api.calls == ["POST", "POST", "GET"], "no more attempts after a failed read"
 
 
 def test_already_exists_and_ours_after_a_5xx_is_success() -> None:
     api = ScriptedApi(POST=[unavailable(), ApiError(409, "Conflict")], GET=[OURS])
-    assert save(api).removed == []
+    save(api)
 
 
 def test_a_foreign_pv_of_that_name_gives_the_directory_back() -> None:
@@ -195,5 +183,5 @@ def test_only_a_read_showing_no_pv_after_outright_refusals_gives_it_back(
 
 def test_a_pv_gone_between_already_exists_and_the_read_is_saved_again() -> None:
     api = ScriptedApi(POST=[ApiError(409, "Conflict"), {}], GET=[ApiError(404, "Not Found")])
-    assert save(api).removed == []
+    save(api)
     assert api.calls == ["POST", "GET", "POST"]
