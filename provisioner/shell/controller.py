@@ -329,7 +329,7 @@ class Controller:
                 log.exception("reconciling %s %s failed", *key)
                 self._retry(key, repr(error))
             else:
-                # A key handed to the batcher keeps its failures: its helper's end queues it
+                # A key handed to the helper pods keeps its failures: its helper's end queues it
                 # again, and a failure then counts as another attempt of the same action.
                 if settled:
                     self._queue.forget(key)

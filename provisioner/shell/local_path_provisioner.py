@@ -6,7 +6,7 @@ settled.
 
 Held here: the path book (our PVs as the informer sees them, plus the provisions, teardowns and
 resizes in flight), the claims waiting for a path or for room, the setups and teardowns handed
-to the helper batcher, and the CSIStorageCapacity set drawn from the book. Decisions and the
+to the helper pods, and the CSIStorageCapacity set drawn from the book. Decisions and the
 bookkeeping that carries them out happen under one lock, so two workers never both think a
 path free. A key woken here (a path freed, a clone source bound) goes back on the loop's work
 queue, as the helper pods put back a key whose run ended.
@@ -83,14 +83,14 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class _Handoff:
-    """A setup or teardown whose helper run the batcher has: what carrying it out needs."""
+    """A setup or teardown handed to the helper pods: what carrying it out needs."""
 
     plan: ProvisionPlan | TeardownPlan
     bundle: ConfigBundle
     started: float
     class_name: str
     result: RunResult | None = None
-    """The helper run's end, once taken from the batcher, while what follows it is retried."""
+    """The helper run's end, once taken from the helper pods, while what follows it is retried."""
     clone_problem: str | None = None
     """A clone's verdict on its source, taken once with `result`, before the first save:
     a retry of the save never reads the source again (see `Actions.finish_provision`)."""
@@ -177,7 +177,7 @@ class LocalPathProvisioner:
         # Claims whose expansion was refused for want of room: looked at again when a volume
         # goes and gives its budget back.
         self._expansions_waiting_for_room: set[str] = set()
-        # Setups and teardowns handed to the batcher, by key: what their reconcile carries
+        # Setups and teardowns handed to the helper pods, by key: what their reconcile carries
         # out once the helper run ended (see `_settle_claim` and `_settle_volume`).
         self._handoffs: dict[Key, _Handoff] = {}
         # Claims whose last setup failed, by UID, with that attempt: should the claim go before
