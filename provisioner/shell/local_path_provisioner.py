@@ -1,15 +1,15 @@
 """The local-path side of the controller, as sig-storage-lib's `Provisioner` is to its
 `ProvisionController`: what a claim or a volume of ours calls for, and the state those
-decisions depend on. The loop (`controller`) owns the informers, the work queue, the workers
-and their retries; it hands this object one key at a time and reads back whether the key is
-settled.
+decisions depend on. The loop (`controller`) runs the informers, the work queue, the workers
+and their retries; `local_path_watches` tells this object what the informers saw and hands it
+one key at a time, and reads back whether the key is settled. This object is the loop's
+`Lifecycle`: its helper runs and its capacity publisher run beside the workers.
 
 Held here: the path book (our PVs as the informer sees them, plus the provisions, teardowns and
 resizes in flight), the claims waiting for a path or for room, the setups and teardowns handed
 to the helper batcher, and the CSIStorageCapacity set drawn from the book. Decisions and the
 bookkeeping that carries them out happen under one lock, so two workers never both think a
-path free. A key woken here (a path freed, a helper run ended, a clone source bound) goes back
-to the loop through `wake`.
+path free. A key woken here (a path freed, a helper run ended) goes back on the loop's queue.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ from provisioner.kube.metrics import Metrics
 from provisioner.shell.actions import Actions, GiveBack, VolumeSaveUnsettled
 from provisioner.shell.caches import Caches
 from provisioner.shell.capacity_publisher import CapacityPublisher
-from provisioner.shell.clone_sources import CloneWaits, InformerClaimSources
+from provisioner.shell.clone_sources import InformerClaimSources
+from provisioner.shell.controller import KeyQueue
 from provisioner.shell.pod_batcher import BatchSettings, PodBatcher, VolumeJob
 from provisioner.shell.pod_events import ADDED, DELETED, MODIFIED, PodEventHub
 from provisioner.shell.pod_index import HelperPodIndex
@@ -113,7 +114,7 @@ class LocalPathProvisioner:
         actions: Actions,
         metrics: Metrics,
         *,
-        wake: Callable[[Key], None],
+        queue: KeyQueue,
         provisioner_name: str,
         helper_namespace: str,
         batch: BatchSettings,
@@ -123,13 +124,12 @@ class LocalPathProvisioner:
         self._caches = caches
         self._config = config
         self._actions = actions
-        self._wake = wake
+        self._queue = queue
         self._provisioner_name = provisioner_name
         self._helper_namespace = helper_namespace
         self._pod_events = pod_events
         self._volume_names = _InformerNames(caches.volumes)
         self._clone_sources = InformerClaimSources(caches.claims, caches.volumes)
-        self._clone_waits = CloneWaits()
         # The one picture of taken paths the core decides on: our PVs as the informer sees
         # them, plus the provisions and teardowns in flight. Decisions and the bookkeeping that
         # carries them out happen under one lock, so two workers never both think a path free.
@@ -163,7 +163,7 @@ class LocalPathProvisioner:
         self._helpers: PodBatcher[Key] = PodBatcher(
             self._helper_runs,
             batch,
-            on_done=wake,
+            on_done=queue.add,
             running_pods=self._helper_index.pods_serving,
             delete_pod=self._delete_helper_pod,
             may_run=self._helper_run_problem,
@@ -194,7 +194,7 @@ class LocalPathProvisioner:
         self._helpers.wait_idle(deadline)
         return self._helpers.ended_keys()
 
-    def delete_running_pods(self) -> None:
+    def abandon_runs(self) -> None:
         """At a stop, last: a helper pod still running (a stuck image, a slow script) is
         deleted rather than left behind, within `POD_CLEANUP_SECONDS`; whoever leads next
         redoes its action."""
@@ -224,18 +224,6 @@ class LocalPathProvisioner:
 
     # -- what the informers saw --------------------------------------------------------------
 
-    def claim_gone(self, uid: str) -> bool:
-        """A claim went; whether its key still needs a worker: its setup ran or runs, and the
-        PV is saved all the same (see `_settle_claim`)."""
-        with self._paths_lock:
-            self._expansions_waiting_for_room.discard(uid)
-        return (CLAIM, uid) in self._handoffs
-
-    def wake_clones(self, key: str, old: ClaimRecord | None, new: ClaimRecord | None) -> None:
-        """A claim that just bound is a source its waiting clones may now be made from."""
-        for uid in self._clone_waits.update(old, new):
-            self._wake((CLAIM, uid))
-
     def volume_seen(self, volume: VolumeRecord) -> None:
         """A PV of ours came or changed: the book records its path."""
         with self._paths_lock:
@@ -251,7 +239,7 @@ class LocalPathProvisioner:
             waiting |= self._expansions_waiting_for_room
             self._expansions_waiting_for_room = set()
         for uid in waiting:
-            self._wake((CLAIM, uid))
+            self._queue.add((CLAIM, uid))
 
     def helper_pod_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
         """A helper pod came, changed or went: the runs following it and the volumes held for
@@ -495,7 +483,7 @@ class LocalPathProvisioner:
             if volume_name not in self._paths:
                 waiting = self._waiting.pop(volume_name, set())
         for uid in waiting:
-            self._wake((CLAIM, uid))
+            self._queue.add((CLAIM, uid))
 
     def reconcile_volume(self, name: str) -> bool:
         key = (VOLUME, name)
@@ -593,7 +581,7 @@ class LocalPathProvisioner:
                 waiting = self._waiting.pop(volume_name, set()) | self._expansions_waiting_for_room
                 self._expansions_waiting_for_room = set()
         for uid in waiting:
-            self._wake((CLAIM, uid))
+            self._queue.add((CLAIM, uid))
 
     def _helper_run_problem(self, job: VolumeJob[Key]) -> str | None:
         """The book's last word before the batcher builds the job's helper pod."""
