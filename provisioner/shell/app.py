@@ -45,16 +45,29 @@ from provisioner.kube.client import KubeClients, KubeConfigError, create_clients
 from provisioner.kube.events import EventRecorder, ObjectReference
 from provisioner.kube.leader_election import LeaderElectionConfig, LeaderElector, lease_name_for
 from provisioner.kube.metrics import Metrics
+from provisioner.kube.workqueue import WorkQueue
 from provisioner.shell.actions import Actions
 from provisioner.shell.config_watch import ConfigWatcher
-from provisioner.shell.controller import STOP_BUDGET_SECONDS as CONTROLLER_STOP_BUDGET
-from provisioner.shell.controller import Controller, ControllerSettings
+from provisioner.shell.controller import (
+    DRAIN_SECONDS,
+    INFORMER_STOP_SECONDS,
+    Controller,
+    ControllerSettings,
+    Key,
+)
 from provisioner.shell.installation_removal import release_finalizers, removal_reason
+from provisioner.shell.local_path_provisioner import LocalPathProvisioner
+from provisioner.shell.local_path_watches import (
+    WATCHED_INFORMERS,
+    LocalPathReconciler,
+    watched_caches,
+)
 from provisioner.shell.logs import configure_logging
 from provisioner.shell.node_scan import NodeScanner
-from provisioner.shell.pods import BatchSettings
+from provisioner.shell.pods import POD_CLEANUP_SECONDS, BatchSettings, PodSettings
 from provisioner.shell.predecessors import PredecessorWatch
 from provisioner.shell.server import ProbeServer
+from provisioner.shell.work_keys import CLAIM, HELPER_POD, VOLUME
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +82,17 @@ FINALIZER_RELEASE_SECONDS = 10.0
 """When the installation is being removed: checking that, and taking our finalizer off our PVs."""
 PREDECESSOR_WARNING_SECONDS = 5.0
 """How long a leader that stops for a predecessor's pod tries to send the Warning about it."""
+CONTROLLER_STOP_BUDGET = (
+    DRAIN_SECONDS + POD_CLEANUP_SECONDS + WATCHED_INFORMERS * INFORMER_STOP_SECONDS
+)
+"""The controller's whole stop: the drain, deleting the helper pods still running, and the
+informers."""
 STOP_BUDGET_SECONDS = (
     CONTROLLER_STOP_BUDGET + LEASE_RELEASE_SECONDS + FINALIZER_RELEASE_SECONDS + 2.0
 )
 """SIGTERM to exit, at most (the rest of the stop is closing sockets)."""
+CAPACITY_MIN_INTERVAL_SECONDS = 1.0
+"""The CSIStorageCapacity publisher writes at most once per this many seconds."""
 STALL_MARGIN_SECONDS = 120.0
 """Beyond two helper runs (setup and its cleanup, each cmdTimeoutSeconds at most): PV saves
 with their retries and API calls. A worker on one key for longer is wedged."""
@@ -131,29 +151,51 @@ class Provisioner:
             # Asked when a removal is decided, once the process leads (the elector exists).
             holds_lease=lambda: self.elector is None or self.elector.holds_lease(),
         )
-        self.controller = Controller(
+        # The loop's queue: the local-path side adds the keys its helper runs and freed paths
+        # wake, the loop's workers take them.
+        queue: WorkQueue[Key] = WorkQueue(
+            "provisioner", metrics=self.metrics.queue_metrics("provisioner")
+        )
+        self.caches = watched_caches(self.clients, helper_namespace=options.namespace)
+        """The informers the local-path decisions and the leader's node scan read."""
+        self.local_path = LocalPathProvisioner(
             self.clients,
-            ControllerSettings(
-                provisioner_name=options.provisioner_name,
-                helper_namespace=options.namespace,
-                helper_service_account=options.helper_service_account,
-                workers=options.workers,
-                provisioning_retry_count=options.provisioning_retry_count,
-                deletion_retry_count=options.deletion_retry_count,
-                batch=BatchSettings(
-                    max_batch=options.helper_batch_size,
-                    pods_per_node=options.helper_pods_per_node,
-                    max_single_pods=options.workers,
-                    hold_timeout=options.helper_hold_timeout,
-                ),
-            ),
+            self.caches,
             lambda: self.watcher.current,
             actions,
             self.metrics,
+            queue=queue,
+            provisioner_name=options.provisioner_name,
+            helper_pod=PodSettings(options.namespace, options.helper_service_account),
+            batch=BatchSettings(
+                max_batch=options.helper_batch_size,
+                pods_per_node=options.helper_pods_per_node,
+                max_single_pods=options.workers,
+                hold_timeout=options.helper_hold_timeout,
+            ),
+            capacity_min_interval=CAPACITY_MIN_INTERVAL_SECONDS,
+        )
+        self.reconciler = LocalPathReconciler(
+            self.caches, self.local_path, queue, provisioner_name=options.provisioner_name
+        )
+        self.controller = Controller(
+            queue,
+            self.reconciler,
+            self.local_path,
+            ControllerSettings(
+                workers=options.workers,
+                # A claim's key retries its provisioning; a volume's its deletion, and so does
+                # a leftover helper pod's.
+                retry_limits={
+                    CLAIM: options.provisioning_retry_count,
+                    VOLUME: options.deletion_retry_count,
+                    HELPER_POD: options.deletion_retry_count,
+                },
+            ),
         )
         self.node_scanner = NodeScanner(
-            self.controller.local_path.helper_pods,
-            self.controller.caches,
+            self.local_path.helper_pods,
+            self.caches,
             lambda: self.watcher.current,
             self.metrics,
             self.recorder,
@@ -230,7 +272,7 @@ class Provisioner:
             problem = self.predecessors.liveness()
         if problem is not None:
             return False, problem
-        return True, self.controller.local_path.helper_counts()
+        return True, self.local_path.helper_counts()
 
     # -- config reload -------------------------------------------------------------------------
 
@@ -247,7 +289,7 @@ class Provisioner:
             log.info("a valid configuration arrived: starting")
             self._begin()
         elif self._leading.is_set():
-            self.controller.enqueue_everything()
+            self.reconciler.config_changed()
 
     def _config_refused(self, error: ConfigError) -> None:
         self.metrics.config_reload_total.labels("invalid").inc()

@@ -1,8 +1,7 @@
-"""The loop's informer caches, as one value the local-path decisions and the node scan read.
+"""The informer caches, as one value the local-path decisions and the node scan read.
 
-Why a module of its own: the controller owns the informers; the local-path provisioner and the
-leader's node scan only read them, and take this value rather than reaching into the
-controller.
+Why a module of its own: `local_path_watches` builds the informers and the loop runs them; the
+local-path provisioner and the leader's node scan only read them, and take this value.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from provisioner.kube.informer import Informer
 
 @dataclass(frozen=True)
 class Caches:
-    """The loop's informers, read (never written) to decide."""
+    """The informers, read (never written) to decide."""
 
     claims: Informer[ClaimRecord]
     volumes: Informer[VolumeRecord]

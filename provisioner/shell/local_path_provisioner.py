@@ -1,15 +1,15 @@
 """The local-path side of the controller, as sig-storage-lib's `Provisioner` is to its
 `ProvisionController`: what a claim or a volume of ours calls for, and the state those
-decisions depend on. The loop (`controller`) owns the informers, the work queue, the workers
-and their retries; it hands this object one key at a time and reads back whether the key is
-settled.
+decisions depend on. The loop (`controller`) runs the informers, the work queue, the workers
+and their retries; `local_path_watches` tells this object what the informers saw and hands it
+one key at a time, and reads back whether the key is settled. This object is the loop's
+`Lifecycle`: its helper runs and its capacity publisher run beside the workers.
 
 Held here: the path book (our PVs as the informer sees them, plus the provisions, teardowns and
 resizes in flight), the claims waiting for a path or for room, the setups and teardowns handed
 to the helper pods, and the CSIStorageCapacity set drawn from the book. Decisions and the
 bookkeeping that carries them out happen under one lock, so two workers never both think a
-path free. A key woken here (a path freed, a clone source bound) goes back on the loop's work
-queue, as the helper pods put back a key whose run ended.
+path free. A key woken here (a path freed, a helper run ended) goes back on the loop's queue.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ from provisioner.shell.actions import (
 )
 from provisioner.shell.caches import Caches
 from provisioner.shell.capacity_publisher import CapacityPublisher
-from provisioner.shell.clone_sources import CloneWaits, InformerClaimSources
+from provisioner.shell.clone_sources import InformerClaimSources
 from provisioner.shell.pod_runner import HelperPodError, HelperPodNotStarted, HelperPodTimeout
 from provisioner.shell.pods import (
     BatchSettings,
@@ -147,7 +147,6 @@ class LocalPathProvisioner:
         self._provisioner_name = provisioner_name
         self._volume_names = _InformerNames(caches.volumes)
         self._clone_sources = InformerClaimSources(caches.claims, caches.volumes)
-        self._clone_waits = CloneWaits()
         # The one picture of taken paths the core decides on: our PVs as the informer sees
         # them, plus the provisions and teardowns in flight. Decisions and the bookkeeping that
         # carries them out happen under one lock, so two workers never both think a path free.
@@ -211,8 +210,9 @@ class LocalPathProvisioner:
         now that the workers are gone."""
         return self.helper_pods.wait_idle(deadline)
 
-    def delete_running_pods(self) -> None:
-        """At a stop, last: the helper pods still running are deleted (see `HelperPods`)."""
+    def abandon_runs(self) -> None:
+        """At a stop, last: the helper pods still running are deleted (see `HelperPods`);
+        whoever leads next redoes their actions."""
         self.helper_pods.delete_running_pods()
 
     def liveness(self) -> str | None:
@@ -229,18 +229,6 @@ class LocalPathProvisioner:
         self._capacity.poke()
 
     # -- what the informers saw --------------------------------------------------------------
-
-    def claim_gone(self, uid: str) -> bool:
-        """A claim went; whether its key still needs a worker: its setup ran or runs, and the
-        PV is saved all the same (see `_settle_claim`)."""
-        with self._paths_lock:
-            self._expansions_waiting_for_room.discard(uid)
-        return (CLAIM, uid) in self._handoffs
-
-    def wake_clones(self, key: str, old: ClaimRecord | None, new: ClaimRecord | None) -> None:
-        """A claim that just bound is a source its waiting clones may now be made from."""
-        for uid in self._clone_waits.update(old, new):
-            self._queue.add((CLAIM, uid))
 
     def volume_seen(self, volume: VolumeRecord) -> None:
         """A PV of ours came or changed: the book records its path."""

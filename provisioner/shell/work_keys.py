@@ -1,8 +1,11 @@
-"""The work queue's keys: what the loop (`controller`) queues and the local-path side
-(`local_path_provisioner`) wakes, apart from both so neither imports the other for them."""
+"""The local-path kinds of the loop's keys (`controller.Key`): what `local_path_watches` queues
+and the local-path provisioner wakes."""
+
+from provisioner.shell.controller import Key
+
+__all__ = ["CLAIM", "HELPER_POD", "VOLUME", "Key"]
 
 CLAIM = "claim"
 VOLUME = "volume"
 HELPER_POD = "helper-pod"
-Key = tuple[str, str]
-"""(CLAIM, claim uid), (VOLUME, volume name) or (HELPER_POD, its informer key)."""
+"""A `Key` is (CLAIM, claim uid), (VOLUME, volume name) or (HELPER_POD, its informer key)."""

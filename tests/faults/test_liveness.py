@@ -150,7 +150,7 @@ def test_an_informer_whose_watch_hangs_fails_healthz_and_recovers_when_it_return
     monkeypatch.setattr(informer_module, "LIST_REQUEST_TIMEOUT", 1.0)
 
     def short_watches(provisioner: Provisioner) -> None:
-        claims: Any = provisioner.controller.claims
+        claims: Any = provisioner.caches.claims
         claims._watch_timeout_range = (1, 2)
         claims._backoff = (0.2, 1.0)
 
@@ -160,7 +160,7 @@ def test_an_informer_whose_watch_hangs_fails_healthz_and_recovers_when_it_return
         return method == "GET" and path.endswith("/persistentvolumeclaims") and watching
 
     with running(setup, cluster, short_watches) as (provisioner, wedge):
-        bound = provisioner.controller.claims.progress_bound
+        bound = provisioner.caches.claims.progress_bound
         assert bound == 5.0, bound
         # Several short watches come and go, each a sign of progress: alive throughout.
         for _ in range(4):

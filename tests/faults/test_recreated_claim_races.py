@@ -47,7 +47,7 @@ HELD_TEARDOWN = DEFAULT_TEARDOWN_SCRIPT.replace(
 
 
 def book_state(provisioner: Provisioner, volume_name: str) -> str | None:
-    entry = provisioner.controller.local_path._paths.get(volume_name)
+    entry = provisioner.local_path._paths.get(volume_name)
     return None if entry is None else entry.state
 
 

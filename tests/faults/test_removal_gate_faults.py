@@ -154,7 +154,7 @@ def test_a_clone_saved_unsettled_binds_and_keeps_its_data_after_its_source_went(
         ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [creatable(base)]}]})
     )
     with provisioner_with_faults(setup, cluster) as (provisioner, faults):
-        provisioner.controller.local_path._actions._pv_save_retry_delay = 0.1
+        provisioner.local_path._actions._pv_save_retry_delay = 0.1
         storage_class = setup.create_class("clone")
         setup.create_claim("src", storage_class)
         setup.create_consumer("src", "src", NODE)
@@ -233,7 +233,7 @@ def test_reused_data_stays_when_the_pv_create_is_refused(
         refusing_policy(setup, "CREATE", expression, probe),
         provisioner_with_faults(setup, cluster) as (provisioner, _),
     ):
-        provisioner.controller.local_path._actions._pv_save_retry_delay = 0.1
+        provisioner.local_path._actions._pv_save_retry_delay = 0.1
         setup.create_claim("data", storage_class)
         setup.create_consumer("app", "data", NODE)
         # Every save is refused (403) and a read shows no PV: before the fix, the directory

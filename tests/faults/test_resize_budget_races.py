@@ -66,7 +66,7 @@ def test_a_provision_during_a_resize_never_takes_the_room_it_grows_into(
         wait_for(lambda: patch.holding.is_set() or None, 120, "the resize's PV PATCH")
         # Meanwhile a PV event with the old size, as any update or the resync brings.
         setup.core.patch_persistent_volume(name, {"metadata": {"annotations": {TOUCHED: "1"}}})
-        volumes = provisioner.controller.volumes
+        volumes = provisioner.caches.volumes
         wait_for(
             lambda: TOUCHED in getattr(volumes.get(name), "annotations", {}) or None,
             30,

@@ -72,7 +72,7 @@ def test_a_pv_saved_but_answered_503_keeps_its_directory_and_binds(
         ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [creatable(base)]}]})
     )
     with provisioner_with_faults(setup, cluster) as (provisioner, faults):
-        provisioner.controller.local_path._actions._pv_save_retry_delay = 0.1
+        provisioner.local_path._actions._pv_save_retry_delay = 0.1
         retried = retried_keys(provisioner)
         # Every attempt of the first round is sent on (the first creates the PV, the others
         # meet AlreadyExists) and answered 503; the last waits until the tenant has written.
@@ -100,7 +100,7 @@ def test_a_read_answered_429_after_already_exists_keeps_the_directory(
         ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [creatable(base)]}]})
     )
     with provisioner_with_faults(setup, cluster) as (provisioner, faults):
-        provisioner.controller.local_path._actions._pv_save_retry_delay = 0.1
+        provisioner.local_path._actions._pv_save_retry_delay = 0.1
         retried = retried_keys(provisioner)
         # The PV is created but its answer is a 503; the retry meets AlreadyExists, and the
         # read that would show whose PV it is gets a 429 (and waits until the tenant wrote).

@@ -1,7 +1,7 @@
-"""The controller's side of the path book, without a cluster: a path stays taken until the
-work on it ended, and a helper run is checked against the book once more just before its pod
-would be built. The helper runs are a fake the test holds and releases; the informers stay
-empty (no claim or PV is seen), which is all these paths need."""
+"""The local-path provisioner's side of the path book, without a cluster: a path stays taken
+until the work on it ended, and a helper run is checked against the book once more just before
+its pod would be built. The helper runs are a fake the test holds and releases; the informers
+stay empty (no claim or PV is seen), which is all these paths need."""
 
 from __future__ import annotations
 
@@ -24,9 +24,11 @@ from provisioner.core.pod_shapes import HelperAction, HelperTarget
 from provisioner.core.records import ClaimRecord, StorageClassRecord
 from provisioner.kube.events import ObjectReference
 from provisioner.kube.metrics import Metrics
+from provisioner.kube.workqueue import WorkQueue
 from provisioner.shell.actions import ActionFailed, VolumeSaveUnsettled
-from provisioner.shell.controller import Controller, ControllerSettings
-from provisioner.shell.pods import BatchSettings, RunRefused, RunResult
+from provisioner.shell.local_path_provisioner import LocalPathProvisioner
+from provisioner.shell.local_path_watches import watched_caches
+from provisioner.shell.pods import BatchSettings, PodSettings, RunRefused, RunResult
 from provisioner.shell.work_keys import CLAIM, VOLUME, Key
 from tests.provisioner.removal_permits import permit_for
 
@@ -92,20 +94,31 @@ class FakeActions:
             raise result.error
 
 
-def controller() -> tuple[Controller, FakeActions]:
+def provisioner() -> tuple[LocalPathProvisioner, WorkQueue[Key], FakeActions]:
+    """The provisioner, the loop's queue it wakes keys on, and its fake actions."""
+
     def no_list(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("no API call expected")
 
     actions = FakeActions()
-    settings = ControllerSettings(
-        provisioner_name="p", helper_namespace="ns", batch=BatchSettings(pods_per_node=1)
+    clients = cast(Any, SimpleNamespace(list_function=lambda path: no_list))
+    queue: WorkQueue[Key] = WorkQueue("test")
+    made = LocalPathProvisioner(
+        clients,
+        watched_caches(clients, helper_namespace="ns"),
+        lambda: BUNDLE,
+        cast(Any, actions),
+        Metrics(),
+        queue=queue,
+        provisioner_name="p",
+        helper_pod=PodSettings("ns", "sa"),
+        batch=BatchSettings(pods_per_node=1),
+        capacity_min_interval=1.0,
     )
-    clients = SimpleNamespace(list_function=lambda path: no_list)
-    made = Controller(cast(Any, clients), settings, lambda: BUNDLE, cast(Any, actions), Metrics())
     # The helper pods' runs are the fake: the batcher and the one-off runs both use it.
-    pods = made.local_path.helper_pods
+    pods = made.helper_pods
     pods._runs = pods._batcher._runs = cast(Any, actions.helper_runs)
-    return made, actions
+    return made, queue, actions
 
 
 def teardown_plan(name: str, path: str) -> TeardownPlan:
@@ -137,87 +150,91 @@ def provision_plan(uid: str, path: str) -> ProvisionPlan:
     )
 
 
-def start_teardown(c: Controller, name: str, path: str) -> Key:
+def start_teardown(lp: LocalPathProvisioner, name: str, path: str) -> Key:
     """A Released PV of ours whose teardown was decided and handed over."""
-    c.local_path._paths.record_volume(name, "n1", path, RELEASED, size_bytes=1)
-    c.local_path._paths.start_teardown(name)
+    lp._paths.record_volume(name, "n1", path, RELEASED, size_bytes=1)
+    lp._paths.start_teardown(name)
     key = (VOLUME, name)
     plan = teardown_plan(name, path)
-    c.local_path._hand_over(
+    lp._hand_over(
         key, "delete", plan, BUNDLE, "local", reference=REFERENCE, permit=permit_for(plan)
     )
     return key
 
 
-def next_key(c: Controller) -> Key | None:
+def next_key(queue: WorkQueue[Key]) -> Key | None:
     """The next key the queue hands a worker (the batcher queues a key when its run ended)."""
-    key = c._queue.get(timeout=WAIT)
+    key = queue.get(timeout=WAIT)
     if key is not None:
-        c._queue.done(key)
+        queue.done(key)
     return key
 
 
 def test_a_pv_gone_while_its_teardown_waits_keeps_its_path_and_its_waiters_until_it_ended() -> None:
-    c, actions = controller()
+    lp, queue, actions = provisioner()
     runs = actions.helper_runs
     # The node is busy: one teardown runs, and holds the node's only slot.
     runs.gate.clear()
-    busy = start_teardown(c, "pvc-busy", "/data/ns/busy")
+    busy = start_teardown(lp, "pvc-busy", "/data/ns/busy")
     assert runs.waiting.acquire(timeout=WAIT)
-    old = start_teardown(c, "pvc-old", "/data/ns/c")
+    old = start_teardown(lp, "pvc-old", "/data/ns/c")
     # A recreated claim of the same name renders /data/ns/c and waits for pvc-old.
-    c.local_path._waiting["pvc-old"] = {"uid-new"}
+    lp._waiting["pvc-old"] = {"uid-new"}
     # An admin deletes the Released PV (no finalizer of ours held it).
-    c.local_path.volume_gone("pvc-old")
-    entry = c.local_path._paths.get("pvc-old")
+    lp.volume_gone("pvc-old")
+    entry = lp._paths.get("pvc-old")
     assert entry is not None and entry.state == TEARING_DOWN
-    assert len(c._queue) == 0, "the waiting claim was woken while the rm -rf is still queued"
+    assert len(queue) == 0, "the waiting claim was woken while the rm -rf is still queued"
     runs.gate.set()
-    ended = {next_key(c), next_key(c)}
+    ended = {next_key(queue), next_key(queue)}
     assert ended == {busy, old}
     assert runs.ran == [("delete", "pvc-busy"), ("delete", "pvc-old")]
-    c._reconcile(old)
-    assert "pvc-old" not in c.local_path._paths
-    assert next_key(c) == (CLAIM, "uid-new")
-    c.local_path.helper_pods.stop()
+    lp.reconcile_volume("pvc-old")
+    assert "pvc-old" not in lp._paths
+    assert next_key(queue) == (CLAIM, "uid-new")
+    lp.helper_pods.stop()
 
 
 def test_a_queued_teardown_whose_path_came_to_be_shared_never_runs() -> None:
-    c, actions = controller()
+    lp, queue, actions = provisioner()
     runs = actions.helper_runs
     runs.gate.clear()
-    start_teardown(c, "pvc-busy", "/data/ns/busy")
+    start_teardown(lp, "pvc-busy", "/data/ns/busy")
     assert runs.waiting.acquire(timeout=WAIT)
-    old = start_teardown(c, "pvc-old", "/data/ns/c")
+    old = start_teardown(lp, "pvc-old", "/data/ns/c")
     # While it queued, a PV of ours showed up inside its path (the informer records it).
-    c.local_path._paths.record_volume("pvc-inner", "n1", "/data/ns/c/inner", "live")
+    lp._paths.record_volume("pvc-inner", "n1", "/data/ns/c/inner", "live")
     runs.gate.set()
-    assert {next_key(c), next_key(c)} == {(VOLUME, "pvc-busy"), old}
+    assert {next_key(queue), next_key(queue)} == {(VOLUME, "pvc-busy"), old}
     assert ("delete", "pvc-old") not in runs.ran
     with pytest.raises(RunRefused, match="pvc-inner"):
-        c._reconcile(old)
-    entry = c.local_path._paths.get("pvc-old")
+        lp.reconcile_volume("pvc-old")
+    entry = lp._paths.get("pvc-old")
     assert entry is not None and entry.state == RELEASED, "decided again on the next look"
-    c.local_path.helper_pods.stop()
+    lp.helper_pods.stop()
 
 
 def test_a_batch_with_a_refused_volume_is_not_built_and_each_volume_says_why() -> None:
-    c, actions = controller()
+    lp, queue, actions = provisioner()
     runs = actions.helper_runs
     runs.gate.clear()
-    start_teardown(c, "pvc-busy", "/data/ns/busy")
+    start_teardown(lp, "pvc-busy", "/data/ns/busy")
     assert runs.waiting.acquire(timeout=WAIT)
-    shared = start_teardown(c, "pvc-shared", "/data/ns/c")
-    other = start_teardown(c, "pvc-other", "/data/ns/d")
-    c.local_path._paths.record_volume("pvc-inner", "n1", "/data/ns/c/inner", "live")
+    shared = start_teardown(lp, "pvc-shared", "/data/ns/c")
+    other = start_teardown(lp, "pvc-other", "/data/ns/d")
+    lp._paths.record_volume("pvc-inner", "n1", "/data/ns/c/inner", "live")
     runs.gate.set()
-    assert {next_key(c), next_key(c), next_key(c)} == {(VOLUME, "pvc-busy"), shared, other}
+    assert {next_key(queue), next_key(queue), next_key(queue)} == {
+        (VOLUME, "pvc-busy"),
+        shared,
+        other,
+    }
     assert runs.ran == [("delete", "pvc-busy")], "the batch pod was built"
     with pytest.raises(RunRefused, match="pvc-inner"):
-        c._reconcile(shared)
+        lp.reconcile_volume("pvc-shared")
     with pytest.raises(RunRefused, match="its batch was refused"):
-        c._reconcile(other)
-    c.local_path.helper_pods.stop()
+        lp.reconcile_volume("pvc-other")
+    lp.helper_pods.stop()
 
 
 @pytest.mark.parametrize(
@@ -228,22 +245,22 @@ def test_a_batch_with_a_refused_volume_is_not_built_and_each_volume_says_why() -
 def test_a_save_that_may_have_happened_keeps_its_path_and_is_retried_as_a_save(
     error: Exception, kept: bool
 ) -> None:
-    c, actions = controller()
+    lp, queue, actions = provisioner()
     plan = provision_plan("uid-1", "/data/ns/c")
-    c.local_path._paths.reserve(plan.volume_name, plan.disk_node, plan.path, size_bytes=1)
+    lp._paths.reserve(plan.volume_name, plan.disk_node, plan.path, size_bytes=1)
     key = (CLAIM, "uid-1")
-    c.local_path._hand_over(key, "create", plan, BUNDLE, "local", reference=REFERENCE, permit=None)
-    assert next_key(c) == key
+    lp._hand_over(key, "create", plan, BUNDLE, "local", reference=REFERENCE, permit=None)
+    assert next_key(queue) == key
     actions.save_error = error
     with pytest.raises(type(error)):
-        c._reconcile(key)
-    entry = c.local_path._paths.get(plan.volume_name)
+        lp.reconcile_claim("uid-1")
+    entry = lp._paths.get(plan.volume_name)
     assert (entry is not None and entry.state == PROVISIONING) is kept
-    assert (key in c.local_path._handoffs) is kept
+    assert (key in lp._handoffs) is kept
     # The key's retry saves the same PV again, with no new helper run, claim or not (the
     # informer has none here: a PV saved for a deleted claim is Released and torn down).
     actions.save_error = None
-    assert c._reconcile(key) is True
+    assert lp.reconcile_claim("uid-1") is True
     assert actions.saves == (2 if kept else 1)
     assert actions.helper_runs.ran == [("create", plan.volume_name)]
-    c.local_path.helper_pods.stop()
+    lp.helper_pods.stop()
