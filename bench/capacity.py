@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from bench.audit import RequestCounts
-from provisioner.core.quantities import format_bytes, quantity_to_bytes
+from provisioner.objects.quantities import format_bytes, quantity_to_bytes
 
 CAPACITY_PROVISIONER_NAME = "capacity.bench.local-path-storage.io"
 CAPACITY_RESOURCE = "csistoragecapacities"

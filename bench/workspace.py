@@ -20,7 +20,7 @@ import yaml
 from bench.api import RawApi
 from bench.capacity import CAPACITY_PROVISIONER_NAME, capacity_config, csi_driver
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE, LocalCluster
-from provisioner.core.config import (
+from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,

@@ -3,7 +3,7 @@
 settings.py builds these from stack config (StackSettings holds them) and the components
 (deployment.py, storage_classes.py) consume them, so both sides are tested without the
 engine. Their defaults are the stack keys' defaults: settings.py reads them from here, and
-the ones the runtime shares from provisioner.core.defaults.
+the ones the runtime shares from provisioner.configuration.defaults.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from components import naming
-from provisioner.core import defaults
-from provisioner.core.config import (
+from provisioner.configuration import defaults
+from provisioner.configuration.config import (
     ConfigBundle,
     ConfigError,
     ProvisionerConfig,
@@ -168,7 +168,7 @@ class ProvisionerDeploymentArgs:
     """Everything the provisioner's namespace, RBAC, ConfigMap and Deployment are built from."""
 
     config_files: ConfigMapFiles
-    """The ConfigMap content (validated with provisioner.core.config)."""
+    """The ConfigMap content (validated with provisioner.configuration.config)."""
     namespace: str = naming.DEFAULT_NAMESPACE
     """Namespace of the provisioner, its ConfigMap, helper pods and leader Lease."""
     create_namespace: bool = True

@@ -31,8 +31,8 @@ TERMINATION_GRACE_PERIOD_SECONDS = 60
 
 
 def provisioner_arguments(args: ProvisionerDeploymentArgs) -> list[str]:
-    """The runtime's command-line flags (provisioner/core/options.py). The namespace comes from the
-    POD_NAMESPACE environment variable (downward API) instead."""
+    """The runtime's command-line flags (provisioner/configuration/options.py). The namespace comes
+    from the POD_NAMESPACE environment variable (downward API) instead."""
     arguments = [
         f"--provisioner-name={args.provisioner_name}",
         f"--config={naming.CONFIG_DIRECTORY}/config.json",
@@ -100,7 +100,7 @@ def pod_template(args: ProvisionerDeploymentArgs, instance: str) -> core.PodTemp
     spec: core.PodSpecArgsDict = {
         "service_account_name": naming.PROVISIONER_SERVICE_ACCOUNT,
         # Above the provisioner's bounded stop on SIGTERM
-        # (provisioner.shell.app.STOP_BUDGET_SECONDS, 50 s: drain, helper pods, lease release,
+        # (provisioner.process.app.STOP_BUDGET_SECONDS, 50 s: drain, helper pods, lease release,
         # and our finalizers released when the installation is being removed), so all of it is
         # done before any SIGKILL.
         "termination_grace_period_seconds": TERMINATION_GRACE_PERIOD_SECONDS,

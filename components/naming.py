@@ -6,7 +6,7 @@ helper service account by name, and users find the namespace and classes by name
 
 from __future__ import annotations
 
-from provisioner.core import defaults
+from provisioner.configuration import defaults
 
 CONFIG_NAMESPACE = "local-path-storage"
 """The Pulumi config namespace: the project name, so `pulumi config set --path nodePathMap...`

@@ -26,8 +26,8 @@ class PolicyRule:
     """Allowed verbs, e.g. ("get", "list", "watch")."""
 
 
-# Every write is the narrowest verb the runtime sends (provisioner/shell/actions.py, kube/): claims
-# and volumes are only ever patched, never replaced (no `update`). `get` beside list/watch
+# Every write is the narrowest verb the runtime sends (provisioner/provisioning/actions.py, kube/):
+# claims and volumes are only ever patched, never replaced (no `update`). `get` beside list/watch
 # reveals nothing that list does not.
 CLUSTER_RULES: tuple[PolicyRule, ...] = (
     # Claims: watch them; patch an annotation (the chosen base path, or clearing the selected

@@ -8,7 +8,7 @@ The path, pure and engine-free (program.py only reads the config and hands the r
    order. Each part is a pydantic model declaring its keys (the stack key is the field name in
    camelCase) with a reader of stack_values.py and a default read from the arg it sets
    (args.py; Pulumi.yaml repeats it, a test holds the two equal): the names, the ConfigMap
-   (config.json parsed once by provisioner.core.config, the runtime's own parser and rules,
+   (config.json parsed once by provisioner.configuration.config, the runtime's own parser and rules,
    and the files then checked with that model), the Deployment, the StorageClasses (each then
    checked against config.json).
 3. StackSettings holds the components' arguments (args.py).
@@ -85,8 +85,8 @@ from components.stack_values import (
     unknown_key,
     yaml_text,
 )
-from provisioner.core import defaults
-from provisioner.core.config import (
+from provisioner.configuration import defaults
+from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
@@ -282,7 +282,7 @@ class _ConfigMapKeys(_Keys):
     """Checked by files(), after the files themselves."""
 
     def files(self) -> tuple[ConfigMapFiles, ProvisionerConfig]:
-        """The ConfigMap's four files, validated together by provisioner.core.config, and
+        """The ConfigMap's four files, validated together by provisioner.configuration.config, and
         config.json as its model: parsed once, then written in its canonical rendering."""
         document: dict[str, Any] = {}
         for key, value in (
@@ -392,7 +392,7 @@ class _StorageClassKeys(BaseModel):
     is_default: Annotated[bool | None, boolean()] = None
     parameters: Annotated[dict[str, str] | None, class_parameters()] = None
     default_volume_type: Annotated[str | None, nullable_string()] = None
-    """hostPath or local: provisioner.core.config's rule, checked against config.json."""
+    """hostPath or local: provisioner.configuration.config's rule, checked against config.json."""
     annotations: Annotated[dict[str, str] | None, class_annotations()] = None
     allowed_topologies: Annotated[tuple[TopologyTerm, ...] | None, topologies()] = None
     mount_options: Annotated[tuple[str, ...] | None, strings()] = None
@@ -536,7 +536,8 @@ _STACK_UNSAFE_HINT = "set allowUnsafeHelperTemplate to true (trusted administrat
 
 
 def _stack_key_of(error: ConfigError) -> tuple[str, str]:
-    """Maps a provisioner.core.config error (key path within the ConfigMap's files) to stack config.
+    """Maps a provisioner.configuration.config error (key path within the ConfigMap's files) to
+    stack config.
 
     config.json keys are stack keys of the same name; a helper template error keeps its path
     inside the template in the message, since the template may be given as YAML text.

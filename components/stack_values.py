@@ -273,7 +273,7 @@ def yaml_text() -> BeforeValidator:
 
 def class_parameters() -> BeforeValidator:
     """StorageClass parameters: values must be strings; which names are allowed is
-    provisioner.core.config's rule."""
+    provisioner.configuration.config's rule."""
 
     def read(value: object) -> dict[str, str]:
         if not isinstance(value, dict):

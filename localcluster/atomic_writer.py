@@ -1,7 +1,7 @@
 """Writes a volume's files the way the kubelet's AtomicWriter does, so updates are atomic.
 
 Why: the provisioner hot-reloads its mounted ConfigMap by watching the `..data` symlink
-(provisioner/shell/config_watch.py). A kubelet writes each version of a ConfigMap, Secret,
+(provisioner/configuration/config_watch.py). A kubelet writes each version of a ConfigMap, Secret,
 downward-API or projected volume into a new `..<timestamp>` directory, points a temporary
 symlink at it and renames that over `..data` (one atomic step), and each top-level name in the
 volume is a symlink `name -> ..data/name`; then the old directory is removed. A reader never

@@ -8,8 +8,8 @@ built them, each lifted only by a stack that opts in (see pack.py's stack config
   controller runs cannot be told.
 - `unprivileged-helper-pod`: the ConfigMap's helperPod.yaml asks for more than the provisioner
   needs. "More" is exactly what the runtime refuses without that flag
-  (provisioner.core.pod_template.validate_helper_template): privileged, added capabilities, host
-  namespaces, root set explicitly, extra volumes, unconfined profiles and every field not known
+  (provisioner.configuration.pod_template.validate_helper_template): privileged, added capabilities,
+  host namespaces, root set explicitly, extra volumes, unconfined profiles and every field not known
   to be harmless. One allow-list, the runtime's.
 - `pinned-helper-image`: the helper image has no tag or is `:latest`, so the code that runs
   as root on every node changes whenever the registry's copy does.
@@ -30,8 +30,8 @@ from policy.resources import (
     config_map_files,
     helper_template,
 )
-from provisioner.core.config import ConfigError
-from provisioner.core.pod_template import validate_helper_template
+from provisioner.configuration.config import ConfigError
+from provisioner.configuration.pod_template import validate_helper_template
 
 UNSAFE_FLAG = "no-unsafe-helper-template"
 PRIVILEGED = "unprivileged-helper-pod"

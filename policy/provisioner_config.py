@@ -1,5 +1,5 @@
-"""The provisioner ConfigMap passes the runtime's own validation (provisioner.core.config): the
-model the provisioner loads at start and on every hot reload, so preview refuses exactly what
+"""The provisioner ConfigMap passes the runtime's own validation (provisioner.configuration.config):
+the model the provisioner loads at start and on every hot reload, so preview refuses exactly what
 the running provisioner would refuse, with the same message. No second copy of the rules.
 
 This program validates its stack config with the same model before it registers anything, so
@@ -28,14 +28,14 @@ from policy.resources import (
     config_map_files,
     parsed_config_json,
 )
-from provisioner.core.config import (
+from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
     ConfigError,
     complete_bundle,
 )
-from provisioner.core.pod_template import parse_helper_template
+from provisioner.configuration.pod_template import parse_helper_template
 
 NAME = "provisioner-config-valid"
 _KEPT_BY_A_PATCH = {

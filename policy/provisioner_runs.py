@@ -1,6 +1,6 @@
 """Which containers of a workload run the provisioner, and with which options: read with the
-runtime's own parser (provisioner.core.options), so a policy and the running provisioner give
-a command line one meaning (`--allow-unsafe` is argparse's abbreviation of
+runtime's own parser (provisioner.configuration.options), so a policy and the running provisioner
+give a command line one meaning (`--allow-unsafe` is argparse's abbreviation of
 `--allow-unsafe-helper-template`, `ALLOW_UNSAFE_HELPER_TEMPLATE=on` is true, ...).
 
 What runs, as the kubelet starts it:
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from policy.resources import KubeObject, pod_spec
-from provisioner.core.options import ORPHANS_COMMAND, Options, OptionsError, read_options
+from provisioner.configuration.options import ORPHANS_COMMAND, Options, OptionsError, read_options
 
 PROVISIONER_SCRIPT = "local-path-storage-provisioner"
 PROVISIONER_MODULE = "provisioner"

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from provisioner.core.config import ConfigError, ProvisionerConfig, parse_config_json
+from provisioner.configuration.config import ConfigError, ProvisionerConfig, parse_config_json
 
 CONFIG_MAP = "ConfigMap"
 STORAGE_CLASS = "StorageClass"

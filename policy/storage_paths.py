@@ -1,9 +1,9 @@
 """Where volumes may live: never `/`, a system directory or the container runtime's and
 kubelet's state, and always an absolute path without `..`.
 
-The program's validation (provisioner.core.config) already refuses relative, unnormalised and root
-paths; it accepts any other absolute path, because only the operator knows the machines. This
-policy adds the one rule that is the same on every Linux node: a volume's teardown removes its
+The program's validation (provisioner.configuration.config) already refuses relative, unnormalised
+and root paths; it accepts any other absolute path, because only the operator knows the machines.
+This policy adds the one rule that is the same on every Linux node: a volume's teardown removes its
 directory, so a base path under /var/lib/kubelet or /etc hands tenants the node itself.
 The list is the pack's config (`systemPaths`), so a site can add its own.
 """
@@ -25,7 +25,7 @@ from policy.resources import (
     config_map_files,
     parsed_config_json,
 )
-from provisioner.core.config import BasePath, ConfigError, NodePathMapEntry
+from provisioner.configuration.config import BasePath, ConfigError, NodePathMapEntry
 
 NAME = "safe-storage-paths"
 DEFAULT_SYSTEM_PATHS = (

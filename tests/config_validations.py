@@ -1,5 +1,5 @@
 """Counts how often config.json is validated: the stack and the policy pack each parse it
-once (provisioner.core.config's parser, the one owner), however many readers they have."""
+once (provisioner.configuration.config's parser, the one owner), however many readers they have."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from provisioner.core.config import ProvisionerConfig
+from provisioner.configuration.config import ProvisionerConfig
 
 
 def count_validations(monkeypatch: pytest.MonkeyPatch) -> list[object]:

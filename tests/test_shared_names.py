@@ -2,8 +2,8 @@
 
 import localcluster
 from components import naming
-from provisioner.core import pod_shapes as helpers
-from provisioner.shell import orphans_cli
+from provisioner.helper_pods import pod_shapes as helpers
+from provisioner.scans import orphans_cli
 
 
 def test_the_harness_runs_exactly_the_pods_the_provisioner_marks_as_helpers() -> None:

@@ -19,8 +19,8 @@ from bench.capacity import (
 )
 from bench.report import IMPLEMENTATIONS, _figure_row
 from bench.workspace import BASE_PATH, PROVISIONER_NAME, config_files
-from provisioner.core.config import parse_config_json
-from provisioner.core.quantities import quantity_to_bytes
+from provisioner.configuration.config import parse_config_json
+from provisioner.objects.quantities import quantity_to_bytes
 
 # The API's CSIDriver name rule: a DNS-1123 subdomain of at most 63 characters.
 _CSI_DRIVER_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")

@@ -7,7 +7,7 @@ from bench.burst import STAGES, ClaimMoments, served_volumes, stage_latencies
 from bench.options import parse_options
 from bench.report import LIFTED_FIGURES, build_report
 from bench.runner import RunResults
-from provisioner.core.batch_pod_shapes import BATCH_VOLUMES_ANNOTATION
+from provisioner.helper_pods.batch_pod_shapes import BATCH_VOLUMES_ANNOTATION
 
 UID_A = "0a8b2f4e-1111-4c2d-9e3f-000000000001"
 UID_B = "0a8b2f4e-1111-4c2d-9e3f-000000000002"

@@ -4,7 +4,7 @@ import json
 
 from bench.burst import helper_runs, volumes_done
 from bench.timeline import ObjectTimeline
-from provisioner.core.batch_pod_shapes import BATCH_VOLUMES_ANNOTATION
+from provisioner.helper_pods.batch_pod_shapes import BATCH_VOLUMES_ANNOTATION
 
 UID_A = "0a8b2f4e-1111-4c2d-9e3f-000000000001"
 UID_B = "0a8b2f4e-1111-4c2d-9e3f-000000000002"

@@ -2,7 +2,8 @@
 capacities, deployed only when it can help and never when it would starve scheduling.
 
 Tests marked "object form" feed `{"path": ..., "capacity": ...}` through the runtime's config
-model (provisioner/core/config.py), which accepts it once the capacity model change is merged.
+model (provisioner/configuration/config.py), which accepts it once the capacity model change is
+merged.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from components.naming import CONFIG_NAMESPACE
 from components.program import run
 from components.settings import parse_settings
 from components.stack_values import SettingsError
-from provisioner.core.config import (
+from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,

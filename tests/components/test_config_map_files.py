@@ -9,7 +9,7 @@ import json
 import pytest
 
 from components.args import ConfigMapFiles
-from provisioner.core.config import (
+from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,

@@ -1,5 +1,5 @@
-"""Each default is written once (components/args.py, provisioner/core/defaults.py); the places
-that must spell it out for users (the package schema's descriptions, the runtime's flags) say
+"""Each default is written once (components/args.py, provisioner/configuration/defaults.py); the
+places that must spell it out for users (the package schema's descriptions, the runtime's flags) say
 the same, so they cannot drift. Pulumi.yaml's are held equal in test_project_file.py."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from components.args import ProvisionerDeploymentArgs
 from components.naming import CONFIG_MAP_NAME, DEFAULT_PROVISIONER_NAME, HELPER_SERVICE_ACCOUNT
 from components.settings import SCALAR_DEFAULTS, parse_settings
-from provisioner.core.options import parse_options
+from provisioner.configuration.options import parse_options
 from tests.components.test_settings import dev_with
 
 SCHEMA = Path(__file__).parents[2] / "docs" / "pulumi-package-schema.json"

@@ -16,7 +16,7 @@ from components.args import (
 )
 from components.deployment import ProvisionerDeployment
 from components.storage_classes import StorageClasses
-from provisioner.core.config import (
+from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,

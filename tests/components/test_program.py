@@ -12,7 +12,7 @@ from components import rbac
 from components.naming import CONFIG_NAMESPACE
 from components.program import run
 from components.settings import parse_settings
-from provisioner.shell.app import STOP_BUDGET_SECONDS
+from provisioner.process.app import STOP_BUDGET_SECONDS
 from tests.components.mocked_engine import Registration, Run, run_mocked
 from tests.components.stack_files import STACKS, engine_config, stack_engine_config, stack_file
 

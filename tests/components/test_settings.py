@@ -12,7 +12,7 @@ from components.args import LabelExpression, ProvisionerDeploymentArgs
 from components.naming import CONFIG_NAMESPACE
 from components.settings import SCALAR_DEFAULTS, parse_settings
 from components.stack_values import SettingsError
-from provisioner.core.config import (
+from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,

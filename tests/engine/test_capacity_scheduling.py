@@ -4,7 +4,7 @@ name here is one a CSIDriver can take), removed again by destroy; turned off, th
 a value that is not a boolean fails preview with one line naming the key.
 
 The stacks with `{"path": ..., "capacity": ...}` need the runtime config model that accepts
-the object form (provisioner/core/config.py, the capacity model change).
+the object form (provisioner/configuration/config.py, the capacity model change).
 """
 
 from __future__ import annotations

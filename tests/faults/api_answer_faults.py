@@ -20,7 +20,7 @@ from typing import Any
 from urllib3 import HTTPResponse
 
 from localcluster import LocalCluster, wait_for
-from provisioner.shell.app import Provisioner
+from provisioner.process.app import Provisioner
 from tests.faults.support import in_process_provisioner
 from tests.provisioner.e2e.support import ProvisionerSetup
 

@@ -29,11 +29,11 @@ from urllib3.exceptions import HTTPError
 
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE, LocalCluster, wait_for
 from localcluster.raw_api import call_json, manifest
-from provisioner.core.config import ConfigError, parse_config_json
-from provisioner.core.fresh_directory import OWNERS_DIR
-from provisioner.core.options import parse_options
+from provisioner.configuration.config import ConfigError, parse_config_json
+from provisioner.configuration.options import parse_options
 from provisioner.kube.leader_election import lease_name_for
-from provisioner.shell.app import Provisioner
+from provisioner.process.app import Provisioner
+from provisioner.provisioning.fresh_directory import OWNERS_DIR
 from tests.provisioner.e2e.support import (
     CONFIGMAP,
     HELPER_SERVICE_ACCOUNT,

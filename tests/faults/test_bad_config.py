@@ -20,7 +20,7 @@ import pytest
 
 from localcluster import wait_for
 from localcluster.raw_api import call_json
-from provisioner.core.config import DEFAULT_HELPER_POD_YAML, DEFAULT_NODE, MAX_SCRIPT_BYTES
+from provisioner.configuration.config import DEFAULT_HELPER_POD_YAML, DEFAULT_NODE, MAX_SCRIPT_BYTES
 from tests.faults.support import (
     assert_no_orphan_directories,
     create_claims_with_consumers,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from provisioner.core.config import DEFAULT_SETUP_SCRIPT
+from provisioner.configuration.config import DEFAULT_SETUP_SCRIPT
 from tests.faults.support import (
     HelperPodRecorder,
     assert_each_claim_bound_once,

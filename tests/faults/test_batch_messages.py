@@ -14,8 +14,8 @@ from collections.abc import Callable
 import pytest
 
 from localcluster import wait_for
-from provisioner.core.batch_pod_shapes import MAX_BATCH_VOLUMES
-from provisioner.core.config import DEFAULT_TEARDOWN_SCRIPT
+from provisioner.configuration.config import DEFAULT_TEARDOWN_SCRIPT
+from provisioner.helper_pods.batch_pod_shapes import MAX_BATCH_VOLUMES
 from tests.faults.support import (
     HelperPodRecorder,
     assert_no_orphan_directories,

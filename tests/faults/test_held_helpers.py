@@ -15,7 +15,7 @@ import pytest
 
 from localcluster import NEVER_STARTS_IMAGE, wait_for
 from localcluster.raw_api import call_json, manifest
-from provisioner.core.pod_shapes import (
+from provisioner.helper_pods.pod_shapes import (
     HELPER_ACTION_LABEL,
     HELPER_POD_LABEL,
     HELPER_VOLUME_LABEL,

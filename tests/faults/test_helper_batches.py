@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from localcluster import wait_for
-from provisioner.core.config import DEFAULT_SETUP_SCRIPT, DEFAULT_TEARDOWN_SCRIPT
+from provisioner.configuration.config import DEFAULT_SETUP_SCRIPT, DEFAULT_TEARDOWN_SCRIPT
 from tests.faults.support import (
     HelperPodRecorder,
     assert_each_claim_bound_once,

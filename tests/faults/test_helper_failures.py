@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 
 from localcluster import NEVER_STARTS_IMAGE, wait_for
-from provisioner.core.config import DEFAULT_HELPER_POD_YAML
+from provisioner.configuration.config import DEFAULT_HELPER_POD_YAML
 from tests.faults.support import (
     assert_each_claim_bound_once,
     assert_no_orphan_directories,

@@ -12,7 +12,11 @@ from typing import Any
 
 import pytest
 
-from provisioner.core.config import DEFAULT_NODE, DEFAULT_SETUP_SCRIPT, DEFAULT_TEARDOWN_SCRIPT
+from provisioner.configuration.config import (
+    DEFAULT_NODE,
+    DEFAULT_SETUP_SCRIPT,
+    DEFAULT_TEARDOWN_SCRIPT,
+)
 from tests.faults.support import unique_base_path, wait_no_helper_pods
 from tests.provisioner.e2e.support import (
     ConfigFiles,

@@ -17,8 +17,8 @@ import pytest
 
 from localcluster import LocalCluster, wait_for
 from localcluster.raw_api import manifest
-from provisioner.core.config import DEFAULT_NODE
-from provisioner.core.pod_shapes import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
+from provisioner.configuration.config import DEFAULT_NODE
+from provisioner.helper_pods.pod_shapes import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
 from tests.faults.support import in_process_provisioner, unique_base_path
 from tests.provisioner.e2e.support import (
     ConfigFiles,

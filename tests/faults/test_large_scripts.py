@@ -1,7 +1,7 @@
 """The largest setup script config.json accepts runs, in a helper pod of its own and in a batch
 pod: each passes it to `sh` in one environment variable, and the emulated kubelet and the
 batch wrapper really exec, so a script the kernel refuses (E2BIG, over MAX_ARG_STRLEN) would
-fail its volume here. One byte more is refused at config load (tests/provisioner/core/
+fail its volume here. One byte more is refused at config load (tests/provisioner/configuration/
 test_config.py, and the hot reload in test_bad_config.py)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from provisioner.core.config import DEFAULT_SETUP_SCRIPT, MAX_SCRIPT_BYTES
+from provisioner.configuration.config import DEFAULT_SETUP_SCRIPT, MAX_SCRIPT_BYTES
 from tests.faults.support import (
     HelperPodRecorder,
     create_claims_with_consumers,

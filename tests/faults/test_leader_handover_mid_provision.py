@@ -2,7 +2,7 @@
 and the standby takes the lease. The claim must bind promptly to the directory the first setup
 made, with one PV and nothing left behind: the setup is idempotent, a helper pod left over
 (finished, or still running) is adopted or deleted, and the retry's `prepare` recognises the
-claim's own earlier attempt by its owner marker (see provisioner/core/fresh_directory.py).
+claim's own earlier attempt by its owner marker (see provisioner/provisioning/fresh_directory.py).
 
 The leader talks to the API server through `LeaseFaultProxy`, which holds the one request the
 interleaving needs (never sent on) while the test kills the leader with SIGKILL: the deletion of
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from localcluster import LocalCluster, wait_for
-from provisioner.core.config import DEFAULT_SETUP_SCRIPT
+from provisioner.configuration.config import DEFAULT_SETUP_SCRIPT
 from tests.faults.lease_proxy import LeaseFaultProxy
 from tests.faults.support import (
     assert_each_claim_bound_once,

@@ -26,7 +26,7 @@ from kubernetes import client
 
 from localcluster import LocalCluster, wait_for
 from localcluster.raw_api import call_json
-from provisioner.core.config import DEFAULT_SETUP_SCRIPT
+from provisioner.configuration.config import DEFAULT_SETUP_SCRIPT
 from provisioner.kube.leader_election import lease_name_for
 from tests.faults.lease_proxy import LeaseFaultProxy
 from tests.faults.support import (

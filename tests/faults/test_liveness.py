@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from localcluster import LocalCluster, wait_for
-from provisioner.core.config import DEFAULT_NODE
+from provisioner.configuration.config import DEFAULT_NODE
 from provisioner.kube import informer as informer_module
-from provisioner.shell import app as app_module
-from provisioner.shell.app import Provisioner
+from provisioner.process import app as app_module
+from provisioner.process.app import Provisioner
 from tests.faults.support import in_process_provisioner, unique_base_path
 from tests.provisioner.e2e.support import (
     ConfigFiles,

@@ -2,9 +2,9 @@
 
 A claim whose selected node is deleted gets the annotation removed so the scheduler picks again
 (the library's reschedule). A volume whose node is gone cannot be cleaned: the documented
-behaviour (provisioner/core/claims.py, NodeGone) is a Released PV kept with a Warning and its data
-untouched; an admin deleting that PV lets it go without cleanup, and if the node comes back the
-teardown of a still-Released volume resumes.
+behaviour (provisioner/provisioning/claims.py, NodeGone) is a Released PV kept with a Warning and
+its data untouched; an admin deleting that PV lets it go without cleanup, and if the node comes back
+the teardown of a still-Released volume resumes.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from kubernetes.client.exceptions import ApiException
 
 from localcluster import wait_for
 from localcluster.raw_api import call_json, manifest
-from provisioner.core.config import DEFAULT_HELPER_POD_YAML, DEFAULT_NODE
-from provisioner.core.pod_shapes import BASE_VIEW
+from provisioner.configuration.config import DEFAULT_HELPER_POD_YAML, DEFAULT_NODE
+from provisioner.helper_pods.pod_shapes import BASE_VIEW
 from tests.faults.support import (
     changed_paths,
     create_claims_with_consumers,

@@ -19,7 +19,11 @@ from kubernetes.client.exceptions import ApiException
 
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE, LocalCluster, wait_for
 from localcluster.raw_api import manifest
-from provisioner.core.config import DEFAULT_NODE, DEFAULT_SETUP_SCRIPT, DEFAULT_TEARDOWN_SCRIPT
+from provisioner.configuration.config import (
+    DEFAULT_NODE,
+    DEFAULT_SETUP_SCRIPT,
+    DEFAULT_TEARDOWN_SCRIPT,
+)
 from tests.faults.support import (
     events_with_reason,
     our_volumes,

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from localcluster import LocalCluster, wait_for
-from provisioner.core.config import DEFAULT_NODE
+from provisioner.configuration.config import DEFAULT_NODE
 from tests.faults.api_answer_faults import provisioner_with_faults
 from tests.faults.support import create_claims_with_consumers, events_with_reason, unique_base_path
 from tests.provisioner.e2e.support import (

@@ -16,9 +16,9 @@ from collections.abc import Callable
 import pytest
 
 from localcluster import LocalCluster, wait_for
-from provisioner.core.config import DEFAULT_NODE, DEFAULT_TEARDOWN_SCRIPT
-from provisioner.core.paths import TEARING_DOWN
-from provisioner.shell.app import Provisioner
+from provisioner.configuration.config import DEFAULT_NODE, DEFAULT_TEARDOWN_SCRIPT
+from provisioner.process.app import Provisioner
+from provisioner.provisioning.paths import TEARING_DOWN
 from tests.faults.api_answer_faults import provisioner_with_faults
 from tests.faults.support import (
     HelperPodRecorder,

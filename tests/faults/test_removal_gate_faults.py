@@ -33,16 +33,16 @@ from kubernetes.client.exceptions import ApiException
 
 from localcluster import LocalCluster, wait_for
 from localcluster.raw_api import call_json, manifest
-from provisioner.core.claims import VOLUME_FINALIZER, TeardownPlan
-from provisioner.core.config import (
+from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_NODE,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
     load_config_bundle,
 )
-from provisioner.core.pod_shapes import build_helper_pod
-from provisioner.shell.work_keys import CLAIM
+from provisioner.helper_pods.pod_shapes import build_helper_pod
+from provisioner.provisioning.claims import VOLUME_FINALIZER, TeardownPlan
+from provisioner.provisioning.work_keys import CLAIM
 from tests.faults.api_answer_faults import provisioner_with_faults
 from tests.faults.support import unique_base_path
 from tests.faults.test_volume_save_faults import VOLUMES, retried_keys

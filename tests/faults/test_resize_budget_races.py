@@ -15,8 +15,8 @@ import pytest
 
 from localcluster import LocalCluster, wait_for
 from localcluster.raw_api import call_json
-from provisioner.core.config import DEFAULT_NODE
-from provisioner.core.quantities import quantity_to_bytes
+from provisioner.configuration.config import DEFAULT_NODE
+from provisioner.objects.quantities import quantity_to_bytes
 from tests.faults.api_answer_faults import provisioner_with_faults
 from tests.faults.support import events_with_reason, unique_base_path
 from tests.provisioner.e2e.support import ConfigFiles, ProvisionerSetup

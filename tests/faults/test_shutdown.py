@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from localcluster import wait_for
-from provisioner.core.config import DEFAULT_SETUP_SCRIPT
+from provisioner.configuration.config import DEFAULT_SETUP_SCRIPT
 from tests.faults.support import (
     events_with_reason,
     holder_pid,

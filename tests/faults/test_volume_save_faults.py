@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from localcluster import LocalCluster, wait_for
-from provisioner.core.config import DEFAULT_NODE
-from provisioner.shell.app import Provisioner
-from provisioner.shell.work_keys import CLAIM, Key
+from provisioner.configuration.config import DEFAULT_NODE
+from provisioner.process.app import Provisioner
+from provisioner.provisioning.work_keys import CLAIM, Key
 from tests.faults.api_answer_faults import provisioner_with_faults
 from tests.faults.support import unique_base_path
 from tests.provisioner.e2e.support import ConfigFiles, ProvisionerSetup, creatable, volume_path

@@ -29,7 +29,7 @@ from components.deployment import (
 from localcluster import LocalCluster
 from localcluster.ports import pick_free_ports
 from localcluster.raw_api import manifest
-from provisioner.core.config import (
+from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,

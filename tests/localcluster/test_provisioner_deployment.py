@@ -35,7 +35,7 @@ from localcluster import (
 )
 from localcluster.image_table import CHECKOUT
 from localcluster.raw_api import call_json, manifest
-from provisioner.core.config import (
+from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,

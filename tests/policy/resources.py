@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from policy.resources import Resource
-from provisioner.core.config import (
+from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,

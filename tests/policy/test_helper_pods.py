@@ -11,7 +11,7 @@ from policy.helper_pods import (
     image_problem,
 )
 from policy.resources import Resource
-from provisioner.core.config import DEFAULT_HELPER_POD_YAML
+from provisioner.configuration.config import DEFAULT_HELPER_POD_YAML
 from tests.policy.resources import config_map, deployment, helper_pod
 
 

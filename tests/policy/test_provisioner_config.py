@@ -7,7 +7,7 @@ import json
 import pytest
 
 from policy.provisioner_config import check_resource
-from provisioner.core.config import MAX_SCRIPT_BYTES, ConfigError, parse_config_json
+from provisioner.configuration.config import MAX_SCRIPT_BYTES, ConfigError, parse_config_json
 from tests.policy.resources import config_map
 
 BAD = [

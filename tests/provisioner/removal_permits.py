@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from provisioner.core.pod_shapes import HelperTarget
-from provisioner.core.removal_gate import RemovalKind, RemovalPermit, RemovalProof, decide_removal
+from provisioner.helper_pods.pod_shapes import HelperTarget
+from provisioner.provisioning.removal_gate import (
+    RemovalKind,
+    RemovalPermit,
+    RemovalProof,
+    decide_removal,
+)
 
 
 def permit_for(target: HelperTarget, kind: RemovalKind = RemovalKind.TEARDOWN) -> RemovalPermit:

@@ -1,8 +1,9 @@
 """No code path outside the removal gate can build a helper step that removes a directory.
 
 Read from the source (an AST walk over provisioner/), so a new path cannot slip past it:
-- a `RemovalPermit` is constructed only in core/removal_gate.py, and `decide_removal` is asked
-  only by shell/removals.py (the facts gatherer); the permit refuses any other construction
+- a `RemovalPermit` is constructed only in provisioning/removal_gate.py, and `decide_removal` is
+asked
+  only by provisioning/removals.py (the facts gatherer); the permit refuses any other construction
   at run time too (see test_removal_gate);
 - the scripts that remove or empty a volume's directory are named only by the builders that
   put them in a pod, and every one of those builders takes a permit;
@@ -19,38 +20,41 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.core.batch_pod_shapes import VolumePartError, build_batch_helper_pod
-from provisioner.core.claims import TeardownPlan
-from provisioner.core.clone_step import build_step_pod
-from provisioner.core.config import (
+from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
     load_config_bundle,
 )
-from provisioner.core.node_scripts import build_orphan_removal_pod
-from provisioner.core.pod_shapes import build_helper_pod
-from provisioner.core.removal_gate import RemovalKind, RemovalProof, decide_removal
+from provisioner.helper_pods.batch_pod_shapes import VolumePartError, build_batch_helper_pod
+from provisioner.helper_pods.clone_step import build_step_pod
+from provisioner.helper_pods.pod_shapes import build_helper_pod
+from provisioner.provisioning.claims import TeardownPlan
+from provisioner.provisioning.removal_gate import RemovalKind, RemovalProof, decide_removal
+from provisioner.scans.node_scripts import build_orphan_removal_pod
 from tests.provisioner.removal_permits import permit_for, permits_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "provisioner"
-GATE = "provisioner/core/removal_gate.py"
-GATHERER = "provisioner/shell/removals.py"
+GATE = "provisioner/provisioning/removal_gate.py"
+GATHERER = "provisioner/provisioning/removals.py"
 
 REMOVING_SCRIPTS = {
     # name: the modules that may name it (its definition, and the builders that ship it)
-    "FINISH_SCRIPT": {"provisioner/core/pod_shapes.py", "provisioner/core/batch_pod_shapes.py"},
-    "BATCH_FINISH_SCRIPT": {"provisioner/core/batch_pod_shapes.py"},
-    "REMOVE_SCRIPT": {"provisioner/core/node_scripts.py"},
+    "FINISH_SCRIPT": {
+        "provisioner/helper_pods/pod_shapes.py",
+        "provisioner/helper_pods/batch_pod_shapes.py",
+    },
+    "BATCH_FINISH_SCRIPT": {"provisioner/helper_pods/batch_pod_shapes.py"},
+    "REMOVE_SCRIPT": {"provisioner/scans/node_scripts.py"},
     # The guard runs the teardown code, after the permit's owner check; resize runs it as
     # `resize` (the quota script alone, no teardown code).
     "GUARD_SCRIPT": {
-        "provisioner/core/pod_shapes.py",
-        "provisioner/core/batch_pod_shapes.py",
-        "provisioner/core/resize.py",
+        "provisioner/helper_pods/pod_shapes.py",
+        "provisioner/helper_pods/batch_pod_shapes.py",
+        "provisioner/helper_pods/resize.py",
     },
-    "DEFAULT_TEARDOWN_SCRIPT": {"provisioner/core/config.py"},
+    "DEFAULT_TEARDOWN_SCRIPT": {"provisioner/configuration/config.py"},
 }
 """The clone step's `empty` (clone_step.py) is not here: it empties only what its own failed copy
 wrote, in the directory this attempt's setup just made (a class with reuseExistingData cannot

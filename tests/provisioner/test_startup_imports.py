@@ -10,7 +10,7 @@ HEAVY = ("kubernetes", "requests", "requests_oauthlib", "oauthlib", "google", "w
 def test_the_provisioner_and_its_cli_start_without_the_kubernetes_package() -> None:
     script = (
         "import sys\n"
-        "import provisioner.__main__, provisioner.shell.app, provisioner.shell.orphans_cli\n"
+        "import provisioner.__main__, provisioner.process.app, provisioner.scans.orphans_cli\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & set(sys.argv[1:])))\n"
     )
     result = subprocess.run(

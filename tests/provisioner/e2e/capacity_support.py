@@ -10,7 +10,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from localcluster.raw_api import call_json, manifest
-from provisioner.core.quantities import quantity_to_bytes
+from provisioner.objects.quantities import quantity_to_bytes
 from tests.provisioner.e2e.support import ProvisionerSetup
 
 GI = 1024**3

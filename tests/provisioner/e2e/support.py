@@ -27,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from localcluster import LocalCluster, wait_for
 from localcluster.ports import pick_free_ports
 from localcluster.raw_api import call_json, manifest
-from provisioner.core.config import (
+from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,

@@ -1,5 +1,6 @@
 """A base path that is missing, or declared a mount point and not mounted, gets no volume, on the
-real cluster (see provisioner/core/base_path_checks.py); rancher's default path is still made.
+real cluster (see provisioner/provisioning/base_path_checks.py); rancher's default path is still
+made.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from provisioner.core.config import RANCHER_DEFAULT_PATH
+from provisioner.configuration.config import RANCHER_DEFAULT_PATH
 from tests.provisioner.e2e.support import ConfigFiles, ProvisionerSetup, eventually
 
 pytestmark = pytest.mark.cluster

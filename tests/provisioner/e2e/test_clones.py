@@ -1,7 +1,7 @@
 """Cloning a volume on the real cluster: the copy is the source's tree (links, hard links,
 holes, owners, modes, times), made on the source's node; each refusal says why on the claim;
 a consumer on another node sends the claim back to the scheduler; a source deleted while its
-clone is made is never handed out half copied (see provisioner/core/clones.py)."""
+clone is made is never handed out half copied (see provisioner/provisioning/clones.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from localcluster.raw_api import manifest
-from provisioner.core.config import DEFAULT_SETUP_SCRIPT, DEFAULT_TEARDOWN_SCRIPT
+from provisioner.configuration.config import DEFAULT_SETUP_SCRIPT, DEFAULT_TEARDOWN_SCRIPT
 from tests.provisioner.e2e.support import (
     ConfigFiles,
     ProvisionerSetup,

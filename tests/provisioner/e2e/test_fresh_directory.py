@@ -1,5 +1,6 @@
 """A retained directory is never handed to a new claim unless the class opts in, on the real
-cluster; a claim's own interrupted attempt still binds (see provisioner/core/fresh_directory.py).
+cluster; a claim's own interrupted attempt still binds (see
+provisioner/provisioning/fresh_directory.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from provisioner.core.config import DEFAULT_SETUP_SCRIPT
+from provisioner.configuration.config import DEFAULT_SETUP_SCRIPT
 from tests.provisioner.e2e.support import (
     ConfigFiles,
     ProvisionerSetup,

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 import yaml
 
-from provisioner.core.config import DEFAULT_HELPER_POD_YAML
+from provisioner.configuration.config import DEFAULT_HELPER_POD_YAML
 from tests.provisioner.e2e.support import (
     ConfigFiles,
     ProvisionerSetup,

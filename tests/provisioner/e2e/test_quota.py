@@ -11,13 +11,13 @@ from collections.abc import Callable
 import pytest
 import yaml
 
-from provisioner.core.claims import TeardownPlan
-from provisioner.core.config import DEFAULT_HELPER_POD_YAML, load_config_bundle
-from provisioner.core.pod_shapes import BASE_VIEW
-from provisioner.core.quota import project_id_for
-from provisioner.core.resize import build_resize_helper_pod
+from provisioner.capacity.quota import project_id_for
+from provisioner.configuration.config import DEFAULT_HELPER_POD_YAML, load_config_bundle
+from provisioner.helper_pods.pod_runner import PodRunner
+from provisioner.helper_pods.pod_shapes import BASE_VIEW
+from provisioner.helper_pods.resize import build_resize_helper_pod
 from provisioner.kube.client import create_clients
-from provisioner.shell.pod_runner import PodRunner
+from provisioner.provisioning.claims import TeardownPlan
 from tests.provisioner.e2e.support import (
     HELPER_SERVICE_ACCOUNT,
     ConfigFiles,

@@ -8,9 +8,7 @@ from typing import Any, cast
 
 import pytest
 
-from provisioner.kube.api_error import ApiError
-from provisioner.kube.client import DEFAULT_REQUEST_TIMEOUT, KubeClients, Timeout
-from provisioner.shell.pod_runner import (
+from provisioner.helper_pods.pod_runner import (
     SPEC_HASH_ANNOTATION,
     HelperPodFailed,
     HelperPodNotStarted,
@@ -19,6 +17,8 @@ from provisioner.shell.pod_runner import (
     PodState,
     spec_hash,
 )
+from provisioner.kube.api_error import ApiError
+from provisioner.kube.client import DEFAULT_REQUEST_TIMEOUT, KubeClients, Timeout
 from tests.provisioner.kube.fakes import FakeClock, FakeResponse, watch_chunks
 
 Pod = dict[str, Any]

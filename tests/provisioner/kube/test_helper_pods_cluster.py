@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE, NEVER_STARTS_IMAGE, LocalCluster
-from provisioner.kube.client import KubeClients
-from provisioner.shell.pod_runner import (
+from provisioner.helper_pods.pod_runner import (
     SPEC_HASH_ANNOTATION,
     HelperPodFailed,
     HelperPodNotStarted,
@@ -18,6 +17,7 @@ from provisioner.shell.pod_runner import (
     PodRunner,
     spec_hash,
 )
+from provisioner.kube.client import KubeClients
 from tests.provisioner.kube.fakes import wait_until
 
 pytestmark = pytest.mark.cluster

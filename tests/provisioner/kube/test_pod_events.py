@@ -2,7 +2,7 @@ import threading
 import time
 from typing import Any
 
-from provisioner.shell.pod_events import ADDED, DELETED, MODIFIED, PodEventHub
+from provisioner.helper_pods.pod_events import ADDED, DELETED, MODIFIED, PodEventHub
 
 
 def pod(name: str, uid: str, version: str, phase: str = "Pending") -> dict[str, Any]:

@@ -1,0 +1,363 @@
+"""Running a helper pod to completion: create, watch, report, always delete.
+
+rancher polls the pod every second and only recognises Succeeded, so a failing script is noticed
+at the timeout. Here the pod is watched (a watch on its name, re-opened when the server ends it)
+and every outcome is reported as soon as the pod shows it:
+
+- Succeeded: return the duration;
+- Failed: `HelperPodFailed` with the exit code, reason and the log tail the kubelet copied into
+  the termination message (the helper uses terminationMessagePolicy FallbackToLogsOnError);
+- stuck before starting (image pull, bad config) for longer than a short grace:
+  `HelperPodNotStarted`;
+- nothing of that within the timeout: `HelperPodTimeout`.
+
+A pod of the same name left by an earlier run (say, the provisioner restarted mid-action) is
+adopted when it was made from the same manifest (compared by a hash annotation), else replaced.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import math
+from collections.abc import Callable, Generator, Mapping
+from typing import Any, cast
+
+from urllib3.exceptions import HTTPError
+
+from provisioner.helper_pods.pod_events import PodEventHub
+from provisioner.helper_pods.pod_outcomes import (
+    HelperPodError,
+    HelperPodFailed,
+    HelperPodNotStarted,
+    HelperPodTimeout,
+    PodProgress,
+    PodState,
+)
+from provisioner.kube import watch_stream
+from provisioner.kube.api_error import ApiError
+from provisioner.kube.client import KubeClients
+from provisioner.kube.clock import SYSTEM_CLOCK, Clock
+
+__all__ = [
+    "SPEC_HASH_ANNOTATION",
+    "HelperPodError",
+    "HelperPodFailed",
+    "HelperPodNotStarted",
+    "HelperPodTimeout",
+    "PodRunner",
+    "PodState",
+    "spec_hash",
+]
+
+log = logging.getLogger(__name__)
+
+SPEC_HASH_ANNOTATION = "local-path-storage.io/helper-pod-spec-hash"
+DEFAULT_START_FAILURE_GRACE = 20.0
+HTTP_NOT_FOUND = 404
+HTTP_CONFLICT = 409
+CONNECT_TIMEOUT = 10.0
+
+
+def spec_hash(manifest: Mapping[str, Any]) -> str:
+    """A digest of the manifest as we were asked to create it."""
+    canonical = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+class _PodGoneError(Exception):
+    pass
+
+
+class PodRunner:
+    def __init__(
+        self,
+        clients: KubeClients,
+        *,
+        start_failure_grace: float = DEFAULT_START_FAILURE_GRACE,
+        clock: Clock = SYSTEM_CLOCK,
+        pod_events: PodEventHub | None = None,
+    ) -> None:
+        """With `pod_events` (fed by an informer on the helper pods), runs follow their pod from
+        that shared watch instead of opening one each."""
+        self._clients = clients
+        self._grace = start_failure_grace
+        self._clock = clock
+        self._pod_events = pod_events
+
+    def run(self, manifest: Mapping[str, Any], timeout: float) -> float:
+        """Create the pod (namespace and name from its metadata), wait for it to succeed, delete
+        it. Returns the seconds it took; raises a `HelperPodError` otherwise (the pod is deleted
+        in every case). API errors while following the pod are ridden out until the timeout."""
+        return self.run_for_message(manifest, timeout)[0]
+
+    def run_for_message(self, manifest: Mapping[str, Any], timeout: float) -> tuple[float, str]:
+        """As `run`, and also the termination message the succeeded container left (what a
+        helper that reports a result writes to its terminationMessagePath)."""
+        seconds, final = self._run(manifest, timeout, failed_ends=False)
+        return seconds, PodState.of(final).message
+
+    def run_to_end(
+        self,
+        manifest: Mapping[str, Any],
+        timeout: float,
+        on_seen: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> tuple[float, dict[str, Any]]:
+        """As `run`, for a pod whose containers report their own outcomes (a batch pod): the
+        pod as last seen once it succeeded or failed, not deleted yet: the caller reports its
+        outcomes first, then calls `delete` (on any error it is deleted here). Raises
+        `HelperPodNotStarted` or `HelperPodTimeout` (with the pod as last seen) and
+        `HelperPodFailed` only when the pod was deleted before it ended. `on_seen` is given
+        each state of the pod seen on the way (its containers' outcomes as they end)."""
+        return self._run(manifest, timeout, failed_ends=True, keep=True, on_seen=on_seen)
+
+    def delete(self, manifest: Mapping[str, Any]) -> None:
+        """Delete the pod a `run_to_end` left (NotFound is fine)."""
+        metadata = manifest["metadata"]
+        self._delete(metadata["namespace"], metadata["name"])
+
+    def _run(
+        self,
+        manifest: Mapping[str, Any],
+        timeout: float,
+        *,
+        failed_ends: bool,
+        keep: bool = False,
+        on_seen: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> tuple[float, dict[str, Any]]:
+        started = self._clock.monotonic()
+        deadline = started + timeout
+        pod = copy.deepcopy(dict(manifest))
+        metadata = pod.setdefault("metadata", {})
+        namespace, name = metadata.get("namespace"), metadata.get("name")
+        if not namespace or not name:
+            raise ValueError("a helper pod manifest needs metadata.namespace and metadata.name")
+        metadata.setdefault("annotations", {})[SPEC_HASH_ANNOTATION] = spec_hash(manifest)
+        label = f"{namespace}/{name}"
+        ended = False
+        try:
+            current = self._create_or_adopt(pod, label, deadline, timeout)
+            final = self._wait_for_completion(
+                current, label, deadline, timeout, failed_ends=failed_ends, on_seen=on_seen
+            )
+            ended = True
+            return self._clock.monotonic() - started, final
+        except HelperPodError as e:
+            e.duration = self._clock.monotonic() - started
+            raise
+        finally:
+            if not (keep and ended):
+                self._delete(namespace, name)
+
+    def _create_or_adopt(
+        self, pod: dict[str, Any], label: str, deadline: float, timeout: float
+    ) -> dict[str, Any]:
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        wanted = pod["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+        for _ in range(3):
+            try:
+                return self._clients.request_json("POST", _pods(namespace), body=pod)
+            except ApiError as e:
+                if e.status != HTTP_CONFLICT:
+                    raise HelperPodNotStarted(label, f"creating it failed: {_api_error(e)}") from e
+            except (HTTPError, OSError) as e:
+                raise HelperPodNotStarted(label, f"creating it failed: {e}") from e
+            try:
+                existing = self._clients.request_json("GET", _pods(namespace, name))
+            except ApiError as e:
+                if e.status == HTTP_NOT_FOUND:
+                    continue
+                raise HelperPodNotStarted(label, f"reading it failed: {_api_error(e)}") from e
+            except (HTTPError, OSError) as e:
+                raise HelperPodNotStarted(label, f"reading it failed: {e}") from e
+            existing_metadata = existing.get("metadata") or {}
+            deleting = bool(existing_metadata.get("deletionTimestamp"))
+            if (existing_metadata.get("annotations") or {}).get(SPEC_HASH_ANNOTATION) == wanted:
+                if not deleting:
+                    log.info("adopting helper pod %s left by an earlier run", label)
+                    return existing
+            elif not deleting:
+                log.info("replacing helper pod %s: it was made from a different manifest", label)
+                self._delete(namespace, name, uid=existing_metadata.get("uid"))
+            self._wait_until_deleted(existing, label, deadline, timeout)
+        raise HelperPodNotStarted(label, "a pod of that name keeps reappearing")
+
+    def _wait_for_completion(
+        self,
+        pod: dict[str, Any],
+        label: str,
+        deadline: float,
+        timeout: float,
+        *,
+        failed_ends: bool = False,
+        on_seen: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """The pod as last seen, once it succeeded (or, with `failed_ends`, failed)."""
+        progress = PodProgress(label, deadline, timeout, self._grace, self._clock)
+
+        def next_look(seen: dict[str, Any]) -> float | None:
+            if on_seen is not None:
+                on_seen(seen)
+            if failed_ends and PodState.of(seen).phase == "Failed":
+                return None
+            return progress.next_look(seen)
+
+        try:
+            wake_at = next_look(pod)
+            while wake_at is not None:
+                # Follow the watch while the pod's changes do not move the next look earlier
+                # (a start failure's grace ending before the overall deadline).
+                def keep_following(new: dict[str, Any], current: float = wake_at) -> bool:
+                    following = next_look(new)
+                    return following is not None and following >= current
+
+                try:
+                    pod = self._follow(pod, wake_at, keep_following)
+                except _PodGoneError as e:
+                    raise HelperPodFailed(
+                        label, None, "Deleted", "the pod was deleted before it finished"
+                    ) from e
+                wake_at = next_look(pod)
+        except HelperPodError as error:
+            error.last_seen = pod
+            raise
+        return pod
+
+    def _wait_until_deleted(
+        self, pod: dict[str, Any], label: str, deadline: float, timeout: float
+    ) -> None:
+        uid = pod["metadata"].get("uid")
+        while self._clock.monotonic() < deadline:
+            try:
+                pod = self._follow(pod, deadline, lambda new: new["metadata"].get("uid") == uid)
+            except _PodGoneError:
+                return
+            if pod["metadata"].get("uid") != uid:
+                return
+        raise HelperPodTimeout(label, timeout, "an earlier pod of that name was still deleting")
+
+    def _follow(
+        self,
+        pod: dict[str, Any],
+        until: float,
+        keep_following: Callable[[dict[str, Any]], bool],
+    ) -> dict[str, Any]:
+        """Watch the pod until `until` or until a new state of it makes `keep_following` say
+        False; return the last state seen. Raises _PodGoneError if it is deleted."""
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        events = (
+            self._watch(namespace, name, watch_stream.resource_version_of(pod), until)
+            if self._pod_events is None
+            else self._pod_events.follow(pod, until)
+        )
+        try:
+            for event in events:
+                if event["type"] == "DELETED":
+                    raise _PodGoneError
+                if event["type"] == "BOOKMARK":
+                    version = watch_stream.resource_version_of(event["object"])
+                    pod["metadata"]["resourceVersion"] = version or pod["metadata"].get(
+                        "resourceVersion"
+                    )
+                elif event["type"] in ("ADDED", "MODIFIED"):
+                    pod = dict(event["object"])
+                    if not keep_following(pod):
+                        return pod
+        except _ExpiredError:
+            return self._reread(pod)
+        except (HTTPError, OSError, ApiError) as e:
+            log.warning("watching helper pod %s/%s: %s; re-reading it", namespace, name, e)
+            self._clock.sleep(1.0)
+            return self._reread(pod)
+        finally:
+            events.close()
+        return pod
+
+    def _watch(
+        self, namespace: str, name: str, resource_version: str, until: float
+    ) -> Generator[dict[str, Any]]:
+        seconds = max(1, math.ceil(until - self._clock.monotonic()))
+        try:
+            response = cast(
+                watch_stream.RawResponse,
+                self._clients.list_function(_pods(namespace))(
+                    field_selector=f"metadata.name={name}",
+                    watch=True,
+                    resource_version=resource_version,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=seconds,
+                    _preload_content=False,
+                    _request_timeout=(CONNECT_TIMEOUT, seconds + 15),
+                ),
+            )
+        except ApiError as e:
+            if e.status == watch_stream.HTTP_GONE:
+                raise _ExpiredError from e
+            raise
+        try:
+            for event in watch_stream.iter_watch_events(response):
+                if event.get("type") == "ERROR":
+                    if watch_stream.watch_error_code(event) == watch_stream.HTTP_GONE:
+                        raise _ExpiredError
+                    raise HTTPError(f"watch error: {event.get('object')}")
+                yield event
+        finally:
+            watch_stream.discard(response)
+
+    def _reread(self, pod: dict[str, Any]) -> dict[str, Any]:
+        """The pod as it is now; if the API cannot say (say, it is restarting), the state we
+        last saw, so the caller's deadline decides how long to keep trying."""
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        try:
+            return self._clients.request_json("GET", _pods(namespace, name))
+        except ApiError as e:
+            if e.status == HTTP_NOT_FOUND:
+                raise _PodGoneError from e
+            log.warning("reading helper pod %s/%s: %s", namespace, name, _api_error(e))
+        except (HTTPError, OSError) as e:
+            log.warning("reading helper pod %s/%s: %s", namespace, name, e)
+        return pod
+
+    def delete_by_name(self, namespace: str, name: str, *, timeout: float = 30.0) -> None:
+        """Delete a helper pod no run of ours follows (one we did not start, a leftover, one
+        still running at a stop); NotFound is fine, any other failure is logged."""
+        try:
+            self._clients.request_json("DELETE", _pods(namespace, name), timeout=timeout)
+        except ApiError as error:
+            if error.status != HTTP_NOT_FOUND:
+                log.warning("deleting helper pod %s: %s %s", name, error.status, error.reason)
+        except (HTTPError, OSError) as error:
+            log.warning("deleting helper pod %s: %s", name, error)
+
+    def _delete(self, namespace: str, name: str, uid: str | None = None) -> None:
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            self._clients.request_json("DELETE", _pods(namespace, name), body=body)
+        except ApiError as e:
+            if e.status not in (HTTP_NOT_FOUND, HTTP_CONFLICT):
+                log.warning("deleting helper pod %s/%s failed: %s", namespace, name, _api_error(e))
+        except (HTTPError, OSError) as e:
+            log.warning("deleting helper pod %s/%s failed: %s", namespace, name, e)
+
+
+class _ExpiredError(Exception):
+    pass
+
+
+def _pods(namespace: str, name: str = "") -> str:
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    return f"{path}/{name}" if name else path
+
+
+def _api_error(error: ApiError) -> str:
+    message = ""
+    if error.body:
+        try:
+            message = json.loads(error.body).get("message", "")
+        except (ValueError, AttributeError):
+            message = str(error.body)[:200]
+    return f"HTTP {error.status} {error.reason}" + (f": {message}" if message else "")

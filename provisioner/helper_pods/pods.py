@@ -1,0 +1,200 @@
+"""The helper pods, end to end, behind one object: a volume's setup or teardown is handed over
+(`submit`), its end is collected by its key (`take`), and the helper-pod informer's events come
+in (`observe`). Inside: the pod event hub the runs follow their pods through, the index of which
+pods serve which volume, the batcher that plans and runs the setups and teardowns, and the
+runner that creates, watches and deletes each pod.
+
+Nothing handed in leads back into a caller: a key whose run ended is put on the loop's work
+queue (`KeyQueue`, which the loop reads), a Warning goes to the event recorder on the object
+the job names, and the one look into the caller's state, the path book's last check before a
+pod is built, is a narrow query this module defines (`RunChecks`).
+
+The other runs of the provisioner's helper pods go through here too, on the caller's thread:
+a quota's resize, a volume's own pods outside the batches (a give-back), the `finish` step
+alone (a clean-up), a look for a directory, and a scan's pod.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Hashable, Mapping
+from typing import Any, Generic, TypeVar
+
+from provisioner.configuration.config import ConfigBundle
+from provisioner.helper_pods.pod_batcher import (
+    BatchSettings,
+    KeyQueue,
+    PodBatcher,
+    RunChecks,
+    RunRefused,
+    VolumeJob,
+    WarningRecorder,
+)
+from provisioner.helper_pods.pod_events import ADDED, DELETED, MODIFIED, PodEventHub
+from provisioner.helper_pods.pod_index import FINISHED_PHASES, HelperPodIndex
+from provisioner.helper_pods.pod_runner import HelperPodError, PodRunner
+from provisioner.helper_pods.pod_runs import PodRuns, PodSettings, RunResult
+from provisioner.helper_pods.pod_shapes import HelperAction, HelperTarget
+from provisioner.kube.client import KubeClients
+from provisioner.kube.metrics import Metrics
+from provisioner.provisioning.actions import ActionFailed
+from provisioner.provisioning.expansion import Expand
+from provisioner.provisioning.removal_gate import RemovalPermit
+
+__all__ = [
+    "POD_CLEANUP_SECONDS",
+    "BatchSettings",
+    "HelperPods",
+    "KeyQueue",
+    "PodSettings",
+    "RunChecks",
+    "RunRefused",
+    "RunResult",
+    "VolumeJob",
+    "WarningRecorder",
+]
+
+log = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+
+POD_CLEANUP_SECONDS = 8.0
+"""At a stop, how long deleting the helper pods of runs still going may take."""
+
+
+class HelperPods(Generic[K]):
+    """Every helper pod of this provisioner's volumes, by the work-queue key `K` of the claim
+    or volume a setup or teardown is for."""
+
+    def __init__(
+        self,
+        clients: KubeClients,
+        recorder: WarningRecorder,
+        metrics: Metrics,
+        settings: PodSettings,
+        batch: BatchSettings,
+        *,
+        queue: KeyQueue[K],
+        checks: RunChecks,
+    ) -> None:
+        # Runs follow their pod through the helper-pod informer (`observe`), not a watch each.
+        self._events = PodEventHub()
+        self._runner = PodRunner(clients, pod_events=self._events)
+        self._runs = PodRuns(self._runner, metrics, settings)
+        self._index = HelperPodIndex()
+        self._batcher: PodBatcher[K] = PodBatcher(
+            self._runs,
+            batch,
+            queue=queue,
+            serving=self._index,
+            checks=checks,
+            recorder=recorder,
+        )
+
+    # -- setups and teardowns, by key ------------------------------------------------------
+
+    def submit(self, job: VolumeJob[K]) -> None:
+        """Hand a volume's setup or teardown over: it runs when the batcher says, and its key
+        is put on the queue when it ended."""
+        self._batcher.submit(job)
+
+    def take(self, key: K) -> RunResult | None:
+        """The key's run once it ended (then forgotten); None while it has not."""
+        return self._batcher.take(key)
+
+    def observe(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+        """A helper pod came, changed or went (the informer's event, on its thread): the runs
+        following it and the volumes held for it hear of it. Whether it finished (then the
+        loop collects it, see `collect_leftover`: no API call on the informer's thread)."""
+        if new is None:
+            if old is not None:
+                self._events.publish(DELETED, old)
+        else:
+            self._events.publish(MODIFIED if old is not None else ADDED, new)
+        current = new if new is not None else old
+        if current is not None and self._index.update(str(current["metadata"]["name"]), new):
+            self._batcher.pods_changed(None if new is not None else current["metadata"]["name"])
+        return new is not None and (new.get("status") or {}).get("phase") in FINISHED_PHASES
+
+    def collect_leftover(self, pod: Mapping[str, Any] | None) -> None:
+        """A finished helper pod no run of ours follows is a leftover of a crashed run:
+        delete it."""
+        if pod is None or (pod.get("status") or {}).get("phase") not in FINISHED_PHASES:
+            return
+        name = str(pod["metadata"]["name"])
+        deleting = pod["metadata"].get("deletionTimestamp") is not None
+        if deleting or name in self._batcher.in_flight_pods():
+            return
+        log.info(
+            "deleting leftover helper pod %s (%s)", name, (pod.get("status") or {}).get("phase")
+        )
+        self._runs.delete_pod(name)
+
+    # -- stopping and health ---------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Start no run more; forget what has not started (whoever leads next redoes it)."""
+        self._batcher.stop()
+
+    def wait_idle(self, deadline: float) -> list[K]:
+        """Until the running pods ended or `deadline` (monotonic): the keys whose run ended
+        and that no reconcile has taken yet."""
+        self._batcher.wait_idle(deadline)
+        return self._batcher.ended_keys()
+
+    def delete_running_pods(self) -> None:
+        """At a stop, last: a helper pod still running (a stuck image, a slow script) is
+        deleted rather than left behind, within `POD_CLEANUP_SECONDS`; whoever leads next
+        redoes its action."""
+        deadline = time.monotonic() + POD_CLEANUP_SECONDS
+        for pod in sorted(self._batcher.in_flight_pods()):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                log.warning("helper pod %s still running at shutdown: left to the next leader", pod)
+                continue
+            log.warning("helper pod %s still running at shutdown: deleting it", pod)
+            self._runs.delete_pod(pod, timeout=min(3.0, remaining))
+
+    def liveness(self) -> str | None:
+        """None, or the helper runs and held volumes that outlived every bound."""
+        return self._batcher.liveness()
+
+    def counts(self) -> str:
+        """The helper runs and held volumes, as /healthz shows them ("" when there are none)."""
+        return self._batcher.counts()
+
+    # -- runs on the caller's thread, outside the batches ----------------------------------
+
+    def raise_quota(self, expansion: Expand, bundle: ConfigBundle) -> None:
+        """The volume's hard quota raised to its new size (where the filesystem has one);
+        raises `ActionFailed` when it was not."""
+        try:
+            self._runs.raise_quota(expansion, bundle)
+        except HelperPodError as error:
+            raise ActionFailed(f"raising the quota of {expansion.path}: {error}") from error
+
+    def run_alone(
+        self,
+        action: HelperAction,
+        target: HelperTarget,
+        bundle: ConfigBundle,
+        permit: RemovalPermit | None,
+    ) -> float:
+        """The volume's own pods, one step after another (see `PodRuns.run`); raises the first
+        `HelperPodError`."""
+        return self._runs.run(action, target, bundle, permit)
+
+    def finish(self, target: HelperTarget, bundle: ConfigBundle, permit: RemovalPermit) -> None:
+        """The `finish` step alone (see `PodRuns.finish`); raises `HelperPodError`."""
+        self._runs.finish(target, bundle, permit)
+
+    def directory_gone(self, target: HelperTarget, bundle: ConfigBundle) -> bool:
+        """Whether the volume's directory is gone, by a read-only look (see
+        `PodRuns.directory_gone`)."""
+        return self._runs.directory_gone(target, bundle)
+
+    def run_for_message(self, manifest: Mapping[str, Any], timeout: float) -> tuple[float, str]:
+        """A pod of the caller's making (a scan's), run to its end: its seconds and the message
+        it left (see `PodRunner.run_for_message`)."""
+        return self._runner.run_for_message(manifest, timeout)

@@ -1,0 +1,391 @@
+"""Carrying out the decisions of `claims`: the API writes that follow a helper run (or need
+none), with their events and metrics. The helper pods themselves are `pods.HelperPods`'s.
+
+Every action is idempotent, so a worker that crashed half-way, a second leader, or a requeue
+after a lost response can repeat it safely: the PV name is deterministic and AlreadyExists is
+success, finalizers are patched as sets, and deletes treat NotFound as done.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from urllib3.exceptions import HTTPError
+
+from provisioner.configuration.config import ConfigBundle
+from provisioner.helper_pods.pod_runner import HelperPodError, HelperPodNotStarted, HelperPodTimeout
+from provisioner.helper_pods.pod_runs import RunResult
+from provisioner.kube.api_error import ApiError
+from provisioner.kube.client import KubeClients
+from provisioner.kube.events import EventRecorder, ObjectReference
+from provisioner.kube.metrics import Metrics
+from provisioner.objects.records import ClaimRecord, claim_record, volume_record
+from provisioner.provisioning.base_path_checks import missing_base_path_hint
+from provisioner.provisioning.claims import (
+    BASE_PATH_ANNOTATION,
+    DIRECTORY_REMOVED_ANNOTATION,
+    SELECTED_NODE,
+    VOLUME_FINALIZER,
+    ProvisionPlan,
+    TeardownPlan,
+)
+from provisioner.provisioning.clones import CLAIM_KIND, CloneSource, source_changed
+from provisioner.provisioning.expansion import Expand
+from provisioner.provisioning.removal_gate import RemovalKind
+from provisioner.provisioning.volumes import build_persistent_volume, foreign_volume_problem
+
+log = logging.getLogger(__name__)
+
+HTTP_NOT_FOUND = 404
+HTTP_CONFLICT = 409
+HTTP_TOO_MANY_REQUESTS = 429
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+MERGE = "application/merge-patch+json"
+PV_SAVE_ATTEMPTS = 5
+"""The library retries saving a PV 5 times before giving the storage back."""
+
+
+class ActionFailed(Exception):  # noqa: N818 (reads as a sentence at the raise site)
+    """An action did not complete; the worker retries the key with backoff."""
+
+
+class VolumeSaveUnsettled(ActionFailed):
+    """Whether the PV was saved is not known (a 5xx, a 429 or a lost answer; a read of it that
+    failed): it may exist and bind, so its directory and its place in the book are kept, and
+    the provision is retried (an AlreadyExists then shows whose it is)."""
+
+
+class GiveBack(ActionFailed):
+    """No PV will point at the directory the setup made (`why`): the caller asks the removal
+    gate to give it back (provisioning/removals.py), and the provision fails."""
+
+    def __init__(self, kind: RemovalKind, why: str) -> None:
+        super().__init__(why)
+        self.kind = kind
+        self.why = why
+
+
+def claim_reference(claim: ClaimRecord) -> ObjectReference:
+    return ObjectReference(
+        kind="PersistentVolumeClaim",
+        name=claim.name,
+        namespace=claim.namespace,
+        uid=claim.uid,
+        resource_version=claim.resource_version,
+    )
+
+
+def volume_reference(name: str) -> ObjectReference:
+    return ObjectReference(kind="PersistentVolume", name=name)
+
+
+class Actions:
+    """The imperative half of reconciling one claim or volume."""
+
+    def __init__(
+        self,
+        clients: KubeClients,
+        recorder: EventRecorder,
+        metrics: Metrics,
+        *,
+        pv_save_retry_delay: float = 2.0,
+        holds_lease: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """`holds_lease`: whether this process still leads (asked by the removal gate)."""
+        self._clients = clients
+        self.recorder = recorder
+        self._recorder = recorder
+        self.holds_lease = holds_lease
+        self._metrics = metrics
+        self._pv_save_retry_delay = pv_save_retry_delay
+
+    def begin_provision(self, plan: ProvisionPlan) -> None:
+        claim = plan.claim
+        self._recorder.normal(
+            claim_reference(claim),
+            "Provisioning",
+            f"External provisioner is provisioning volume for claim {claim.namespace}/{claim.name}",
+        )
+
+    def finish_provision(
+        self,
+        plan: ProvisionPlan,
+        bundle: ConfigBundle,
+        helper: RunResult,
+        started: float,
+        *,
+        clone_problem: str | None = None,
+    ) -> None:
+        """After the setup helper's run (`helper`): the PV, or the failure reported; raises
+        `GiveBack` when no PV will point at the directory. `clone_problem`: the verdict on a
+        clone's source (`clone_source_problem`), taken once before the first save and kept
+        with the hand-off, so that a retry never gives back a clone whose source went after
+        its PV may have been saved."""
+        claim, class_name = plan.claim, plan.storage_class.name
+        where = plan.node_name or "the shared filesystem"
+        reference = claim_reference(claim)
+        error = helper.error
+        if isinstance(error, HelperPodError):
+            self._metrics.provision_failed_total.labels(class_name, _source_label(plan)).inc()
+            hint = ""
+            if isinstance(error, (HelperPodTimeout, HelperPodNotStarted)):
+                # Its pod waits for a base path that is missing and may not be made.
+                rules = bundle.config.base_path_rules(plan.base_path)
+                hint = missing_base_path_hint(plan.base_path, where, rules)
+            self._recorder.warning(
+                reference,
+                "ProvisioningFailed",
+                f"failed to create {plan.path} on {where}: {error}{hint}; will retry with backoff",
+            )
+            raise ActionFailed(str(error)) from error
+        if error is not None:
+            raise error
+        if clone_problem is not None:
+            self._metrics.provision_failed_total.labels(class_name, _source_label(plan)).inc()
+            raise GiveBack(
+                RemovalKind.CLONE_GIVE_BACK, f"{clone_problem}, so the copy may miss files"
+            )
+        self._save_volume(plan)
+        self._metrics.provision_total.labels(class_name, _source_label(plan)).inc()
+        self._metrics.provision_duration_seconds.labels(class_name, _source_label(plan)).observe(
+            time.monotonic() - started
+        )
+        self._recorder.normal(
+            reference,
+            "ProvisioningSucceeded",
+            f"Successfully provisioned volume {plan.volume_name} at {plan.path} on {where}",
+        )
+
+    def _save_volume(self, plan: ProvisionPlan) -> None:
+        volume = build_persistent_volume(plan)
+        last_error = ""
+        # Any answer but a definite refusal may hide a save that happened (the server
+        # committed, then the answer was lost or turned into a 5xx; a request that timed out
+        # may still commit): from then on only a PV of this name that is not this claim's
+        # proves the directory ours to remove.
+        unsettled = False
+        for attempt in range(1, PV_SAVE_ATTEMPTS + 1):
+            try:
+                self._clients.request_json("POST", "/api/v1/persistentvolumes", body=volume)
+                return
+            except ApiError as error:
+                if error.status == HTTP_CONFLICT:
+                    # Saved by an earlier attempt whose response we lost, or by a peer; or a
+                    # PV of that name that is not this claim's volume at this path.
+                    existing = self._read_volume(plan.volume_name)
+                    if existing is not None:
+                        problem = foreign_volume_problem(existing, plan)
+                        if problem is None:
+                            return
+                        log.warning("PV %s exists and is not ours: %s", plan.volume_name, problem)
+                        raise GiveBack(RemovalKind.GIVE_BACK, problem) from error
+                    last_error = f"PV {plan.volume_name} was there (409), then gone"
+                else:
+                    unsettled = unsettled or not _refused(error.status)
+                    last_error = f"{error.status} {error.reason}"
+            except (HTTPError, OSError) as error:
+                unsettled = True
+                last_error = f"no answer: {error}"
+            log.warning(
+                "saving PV %s failed (attempt %d/%d): %s",
+                plan.volume_name,
+                attempt,
+                PV_SAVE_ATTEMPTS,
+                last_error,
+            )
+            if attempt < PV_SAVE_ATTEMPTS:
+                time.sleep(self._pv_save_retry_delay * attempt)
+        self._metrics.provision_failed_total.labels(
+            plan.storage_class.name, _source_label(plan)
+        ).inc()
+        if unsettled:
+            raise VolumeSaveUnsettled(
+                f"saving PV {plan.volume_name} failed ({last_error}); it may have been saved,"
+                f" so {plan.path} is kept and the provision is retried"
+            )
+        # Every attempt was refused outright, and the last read showed no PV of that name
+        # (the 409's PV went, or there never was one): none will point at the directory.
+        if self._read_volume(plan.volume_name) is not None:
+            raise VolumeSaveUnsettled(
+                f"saving PV {plan.volume_name} failed ({last_error}) yet it exists now; retrying"
+            )
+        raise GiveBack(RemovalKind.GIVE_BACK, f"saving PV {plan.volume_name} failed ({last_error})")
+
+    def clone_source_problem(self, source: CloneSource) -> str | None:
+        """Why the copy just made may not be whole, read from the API server itself (the
+        caches may lag behind a deletion that a teardown beside the copy already acts on).
+        Asked once per copy, before the clone's first save (see `finish_provision`)."""
+        claim = self._read_or_none(
+            f"/api/v1/namespaces/{source.claim_namespace}"
+            f"/persistentvolumeclaims/{source.claim_name}"
+        )
+        volume = self._read_or_none(f"/api/v1/persistentvolumes/{source.volume_name}")
+        return source_changed(
+            source,
+            claim_record(claim) if claim is not None else None,
+            volume_record(volume) if volume is not None else None,
+        )
+
+    def _read_or_none(self, path: str) -> dict[str, Any] | None:
+        """The object, or None when it does not exist; any other answer fails the action (it
+        is retried)."""
+        try:
+            return self._clients.request_json("GET", path)
+        except ApiError as error:
+            if error.status == HTTP_NOT_FOUND:
+                return None
+            raise ActionFailed(f"reading {path}: {error.status} {error.reason}") from error
+        except (HTTPError, OSError) as error:
+            raise ActionFailed(f"reading {path}: {error}") from error
+
+    def _read_volume(self, name: str) -> dict[str, Any] | None:
+        """The PV, or None when a read says it does not exist. Any other answer (a 429, a 5xx,
+        none) proves nothing: the caller must not act on the PV's absence, so this raises
+        `VolumeSaveUnsettled` and the provision is retried."""
+        try:
+            return self._clients.request_json("GET", f"/api/v1/persistentvolumes/{name}")
+        except ApiError as error:
+            if error.status == HTTP_NOT_FOUND:
+                return None
+            raise VolumeSaveUnsettled(
+                f"reading PV {name} failed ({error.status} {error.reason}); retrying"
+            ) from error
+        except (HTTPError, OSError) as error:
+            raise VolumeSaveUnsettled(f"reading PV {name} failed ({error}); retrying") from error
+
+    def record_base_path(self, claim: ClaimRecord, base_path: str) -> None:
+        """Before any directory exists: every later attempt then works on the same base path."""
+        self._patch(
+            f"/api/v1/namespaces/{claim.namespace}/persistentvolumeclaims/{claim.name}",
+            {"metadata": {"annotations": {BASE_PATH_ANNOTATION: base_path}}},
+            MERGE,
+        )
+
+    def wait_for_path(self, claim: ClaimRecord, reason: str) -> None:
+        self._recorder.normal(claim_reference(claim), "WaitingForPath", reason)
+
+    def reject(self, claim: ClaimRecord, reason: str) -> None:
+        self._recorder.warning(claim_reference(claim), "ProvisioningFailed", reason)
+
+    def reschedule(self, claim: ClaimRecord, reason: str) -> None:
+        self._patch(
+            f"/api/v1/namespaces/{claim.namespace}/persistentvolumeclaims/{claim.name}",
+            {"metadata": {"annotations": {SELECTED_NODE: None}}},
+            MERGE,
+        )
+        self._recorder.warning(
+            claim_reference(claim),
+            "ProvisioningFailed",
+            f"{reason}: removed {SELECTED_NODE} so that the scheduler picks a node again",
+        )
+
+    def expand(self, claim: ClaimRecord, expansion: Expand) -> None:
+        """Grow the volume as the external-resizer does, once its quota on the node was raised
+        (`HelperPods.raise_quota`): the PV's capacity, then the claim's status.capacity (status
+        subresource), then the event."""
+        self._patch(
+            f"/api/v1/persistentvolumes/{expansion.volume_name}",
+            {"spec": {"capacity": {"storage": expansion.capacity}}},
+            MERGE,
+        )
+        self.finish_expansion(claim, expansion.capacity)
+
+    def finish_expansion(self, claim: ClaimRecord, capacity: str) -> None:
+        self._patch(
+            f"/api/v1/namespaces/{claim.namespace}/persistentvolumeclaims/{claim.name}/status",
+            {"status": {"capacity": {"storage": capacity}}},
+            MERGE,
+        )
+        self._recorder.normal(
+            claim_reference(claim),
+            "VolumeResizeSuccessful",
+            f"resize volume {claim.volume_name} to {capacity} succeeded",
+        )
+
+    def refuse_expansion(self, claim: ClaimRecord, reason: str) -> None:
+        self._recorder.warning(claim_reference(claim), "VolumeResizeFailed", reason)
+
+    def finish_teardown(
+        self, plan: TeardownPlan, class_name: str, helper: RunResult, started: float
+    ) -> None:
+        """After the teardown helper's run (`helper`): the finalizer and the PV, or the
+        failure reported."""
+        error = helper.error
+        if isinstance(error, HelperPodError):
+            self._metrics.delete_failed_total.labels(class_name).inc()
+            self._recorder.warning(
+                volume_reference(plan.volume_name),
+                "VolumeFailedDelete",
+                f"failed to remove {plan.path}: {error}; will retry with backoff",
+            )
+            raise ActionFailed(str(error)) from error
+        if error is not None:
+            raise error
+        # The PV says its directory is gone, in the write that lets it go (no write more): a
+        # teardown redone because the DELETE below failed, or because this process died before
+        # it, deletes the PV without a helper pod (claims.decide_volume_action). A PV without
+        # our finalizer gets no write for it: this process remembers (LocalPathProvisioner).
+        if plan.remove_finalizer:
+            self.remove_finalizer(plan.volume_name, directory_removed=True)
+        if plan.delete_volume:
+            self._delete_volume(plan.volume_name)
+        self._metrics.delete_total.labels(class_name).inc()
+        self._metrics.delete_duration_seconds.labels(class_name).observe(time.monotonic() - started)
+        log.info("deleted volume %s and its directory %s", plan.volume_name, plan.path)
+
+    def finish_removed_volume(
+        self, volume_name: str, *, delete_volume: bool, remove_finalizer: bool
+    ) -> None:
+        """A teardown already removed the volume's directory: the rest of it, without a pod."""
+        if remove_finalizer:
+            self.remove_finalizer(volume_name)
+        if delete_volume:
+            self._delete_volume(volume_name)
+        log.info("deleted volume %s, whose directory a teardown removed before", volume_name)
+
+    def refuse(self, volume_name: str, reason: str) -> None:
+        self._recorder.warning(volume_reference(volume_name), "VolumeFailedDelete", reason)
+
+    def add_finalizer(self, volume_name: str) -> None:
+        self._patch(
+            f"/api/v1/persistentvolumes/{volume_name}",
+            {"metadata": {"finalizers": [VOLUME_FINALIZER]}},
+            STRATEGIC_MERGE,
+        )
+
+    def remove_finalizer(self, volume_name: str, *, directory_removed: bool = False) -> None:
+        metadata: dict[str, Any] = {"$deleteFromPrimitiveList/finalizers": [VOLUME_FINALIZER]}
+        if directory_removed:
+            metadata["annotations"] = {DIRECTORY_REMOVED_ANNOTATION: "true"}
+        self._patch(
+            f"/api/v1/persistentvolumes/{volume_name}", {"metadata": metadata}, STRATEGIC_MERGE
+        )
+
+    def _delete_volume(self, name: str) -> None:
+        try:
+            self._clients.request_json("DELETE", f"/api/v1/persistentvolumes/{name}")
+        except ApiError as error:
+            if error.status != HTTP_NOT_FOUND:
+                raise ActionFailed(f"deleting PV {name}: {error.status} {error.reason}") from error
+
+    def _patch(self, path: str, body: dict[str, Any], content_type: str) -> None:
+        try:
+            self._clients.request_json("PATCH", path, body=body, content_type=content_type)
+        except ApiError as error:
+            if error.status == HTTP_NOT_FOUND:
+                return
+            raise ActionFailed(f"patching {path}: {error.status} {error.reason}") from error
+
+
+def _refused(status: int | None) -> bool:
+    """A client error other than 429 (Too Many Requests): the server looked at the request
+    and did not carry it out."""
+    return status is not None and 400 <= status < 500 and status != HTTP_TOO_MANY_REQUESTS
+
+
+def _source_label(plan: ProvisionPlan) -> str:
+    """The provision metrics' `source` label, as the library sets it: the data source's kind."""
+    return CLAIM_KIND if plan.clone_source is not None else ""

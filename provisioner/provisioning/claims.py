@@ -1,0 +1,782 @@
+"""Which claims and volumes are ours, and the one action each needs now.
+
+Pure functions over the compact records: the shell looks the objects up in its caches, calls
+`decide_claim_action` / `decide_volume_action`, and carries out what comes back. Each outcome
+carries its reason, which becomes the event or log line.
+
+Decisions where we differ from rancher and the library (documented here, tested in
+tests/provisioner/provisioning/test_claims.py):
+- Deletion only removes a path written clean and strictly inside a base path configured for
+  the volume's node (or the shared path), and never one that another of our volumes also uses
+  (a recreated claim under a `{{.PVC.Namespace}}/{{.PVC.Name}}` pattern gets the same directory).
+- The volume's node is found by its label value (custom nodeAffinityKey included), checked
+  against the node name we record on the PV; rancher treats the label value as a node name.
+- Node gone: a Released volume keeps its PV (Warning, data untouched) so the admin sees it and
+  the teardown resumes if the node returns; a PV the admin deletes while its node is gone has
+  our finalizer removed without cleanup, as nothing can be cleaned.
+- A claim with a selector or volumeMode Block is rejected for shared paths too. One whose data
+  source is another claim is a clone (see `clones`); any other data source is not ours to fill.
+- Budgets (`capacity` on a base path, see `budgets`): only paths with room for the claim are
+  candidates; when the selected node has none, the claim goes back to the scheduler
+  (Reschedule), as for a node that is gone. A claim outside the class's minSize/maxSize is
+  rejected before any node is chosen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from provisioner.capacity.budgets import (
+    committed_bytes,
+    no_room_reason,
+    path_rooms,
+    paths_with_room,
+)
+from provisioner.configuration.config import (
+    DEFAULT_NODE_AFFINITY_KEY,
+    ConfigError,
+    ProvisionerConfig,
+    allow_unsafe_path_pattern,
+    check_perm,
+    reuse_existing_data,
+    size_range,
+    validate_storage_class_parameters,
+    volume_type_of,
+)
+from provisioner.objects.quantities import QuantityTooLarge, format_bytes
+from provisioner.objects.records import (
+    ClaimRecord,
+    DataSource,
+    NodeRecord,
+    StorageClassRecord,
+    VolumeRecord,
+    quantity_to_bytes,
+)
+from provisioner.provisioning.clones import (
+    ClaimSources,
+    CloneSource,
+    clone_node,
+    is_served_source,
+    source_claim_refusal,
+    source_volume_refusal,
+    wrong_node_reason,
+)
+from provisioner.provisioning.paths import (
+    EVERY_NODE,
+    LIVE,
+    RELEASED,
+    TEARING_DOWN,
+    TORN_DOWN,
+    PathBook,
+    PathPatternError,
+    PathState,
+    PatternFields,
+    choose_base_path,
+    is_deletable_path,
+    is_strictly_inside,
+    render_pattern,
+    resolve_volume_path,
+)
+
+PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
+STORAGE_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
+BETA_STORAGE_PROVISIONER = "volume.beta.kubernetes.io/storage-provisioner"
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+VOLUME_FINALIZER = "external-provisioner.volume.kubernetes.io/finalizer"
+NODE_ANNOTATION = "local-path-storage.io/node"
+RANCHER_NODE_ANNOTATION = "local.path.provisioner/selected-node"
+BASE_PATH_ANNOTATION = "local-path-storage.io/base-path"
+"""On a claim: the base path chosen for it, so that every attempt (a retry, the next leader
+after a crash) works in the same place and never leaves a directory on another one."""
+DIRECTORY_REMOVED_ANNOTATION = "local-path-storage.io/directory-removed"
+"""On a PV: its teardown removed the directory (set in the write that removes our finalizer).
+A teardown redone after that (the PV's DELETE failed, or the process died before it) deletes
+the PV without a helper pod: a pod would wait for a directory that is not there, or, should a
+new volume's directory appear at the path meanwhile, start and remove it."""
+NODE_LOCAL_ACCESS_MODES = frozenset({"ReadWriteOnce", "ReadWriteOncePod"})
+
+
+@dataclass(frozen=True, slots=True)
+class ProvisionPlan:
+    volume_name: str
+    provisioner_name: str
+    claim: ClaimRecord
+    storage_class: StorageClassRecord
+    node_name: str | None
+    """Where the helper runs: the selected node (None: shared path, no node selected)."""
+    node_affinity: tuple[str, str] | None
+    """(label key, value) the PV is pinned to; None for a shared filesystem."""
+    base_path: str
+    path: str
+    volume_type: str
+    size_bytes: int
+    vol_user: str = ""
+    vol_group: str = ""
+    vol_perm: str = ""
+    record_base_path: bool = False
+    """Write base_path on the claim (BASE_PATH_ANNOTATION) before any directory is made: the
+    node has several candidates and the claim does not name one yet."""
+    reuse_existing_data: bool = False
+    """The class lets an existing directory at `path` be handed over with its data."""
+    clone_source: CloneSource | None = None
+    """The volume whose data the fixed `clone` step copies in (see `clones`)."""
+
+    @property
+    def volume_mode(self) -> str:
+        return self.claim.volume_mode
+
+    @property
+    def disk_node(self) -> str:
+        """The node whose disk holds the path, as the path book tells paths apart; EVERY_NODE
+        for a shared filesystem, whichever node the helper runs on."""
+        if self.node_affinity is None or self.node_name is None:
+            return EVERY_NODE
+        return self.node_name
+
+
+@dataclass(frozen=True, slots=True)
+class TeardownPlan:
+    """Run the teardown helper; once it succeeded, remove our finalizer (if remove_finalizer)
+    and then delete the PV object (if delete_volume), in the library's order, so that a
+    deleted PV never comes back to be torn down twice."""
+
+    volume_name: str
+    path: str
+    node_name: str | None
+    volume_mode: str
+    size_bytes: int
+    delete_volume: bool
+    """Then delete the PV object (it was Released); False when the user already deleted it."""
+    remove_finalizer: bool
+    vol_user: str = ""
+    vol_group: str = ""
+    vol_perm: str = ""
+    base_path: str = ""
+    """The configured base path holding `path`: what the helper pod mounts."""
+
+    @property
+    def disk_node(self) -> str:
+        """The node whose disk holds the path, as the path book tells paths apart; EVERY_NODE
+        on a shared filesystem (no node of its own)."""
+        return self.node_name or EVERY_NODE
+
+
+@dataclass(frozen=True, slots=True)
+class Ignore:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Provision:
+    plan: ProvisionPlan
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """Not provisionable as it stands: a Warning event (ProvisioningFailed) on the claim."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class WaitForPath:
+    """Another volume holds (or is being given or torn down at) an overlapping path: a Normal
+    event says which; the claim is looked at again once that entry leaves the book."""
+
+    reason: str
+    blockers: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Reschedule:
+    """The selected node is gone, or has no base path with room for the claim: remove the
+    selected-node annotation, Warning event."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Teardown:
+    plan: TeardownPlan
+
+
+@dataclass(frozen=True, slots=True)
+class RefuseUnsafePath:
+    """Never run the teardown: Warning event (VolumeFailedDelete) on the PV."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class AddFinalizer:
+    reason: str = "Delete policy: the finalizer makes a directly deleted PV still get cleaned"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveFinalizer:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGone:
+    """Warning event, data untouched; remove_finalizer lets a user-deleted PV go."""
+
+    reason: str
+    remove_finalizer: bool
+
+
+ClaimDecision = Ignore | Provision | Reject | Reschedule | WaitForPath
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRemovedVolume:
+    """A teardown already removed the directory (DIRECTORY_REMOVED_ANNOTATION): the PV goes
+    (delete_volume) and our finalizer with it, without a helper pod."""
+
+    volume_name: str
+    delete_volume: bool
+    remove_finalizer: bool
+
+
+VolumeDecision = (
+    Ignore
+    | Teardown
+    | RefuseUnsafePath
+    | AddFinalizer
+    | RemoveFinalizer
+    | NodeGone
+    | DeleteRemovedVolume
+)
+
+
+def volume_name_for(claim: ClaimRecord) -> str:
+    return f"pvc-{claim.uid}"
+
+
+Location = tuple[str, str]
+"""The (label key, value) a PV's node affinity names, or ("", "") when it names none."""
+
+
+class NodeListing(Protocol):
+    """The nodes by name: a dict, or the node informer's cache."""
+
+    def items(self) -> Iterable[tuple[str, NodeRecord]]: ...
+
+
+def volume_location(volume: VolumeRecord) -> Location:
+    for key, values in volume.affinity:
+        if len(values) == 1:
+            return (key, values[0])
+    return ("", "")
+
+
+def volume_path_state(volume: VolumeRecord) -> PathState:
+    return RELEASED if volume.phase == "Released" else LIVE
+
+
+def volume_node_name(volume: VolumeRecord) -> str:
+    """The node we recorded on the PV; for older PVs, the hostname affinity's value."""
+    recorded = volume.annotations.get(NODE_ANNOTATION) or volume.annotations.get(
+        RANCHER_NODE_ANNOTATION
+    )
+    if recorded:
+        return recorded
+    key, value = volume_location(volume)
+    return value if key == DEFAULT_NODE_AFFINITY_KEY else ""
+
+
+def volume_disk_node(volume: VolumeRecord, nodes: NodeListing | None) -> str:
+    """The node whose disk holds the volume's path, for the path book: the node recorded on the
+    PV, else the one node carrying its affinity label (as `resolve_volume_node` finds it; the
+    hostname label names it); EVERY_NODE for a PV without a single-valued affinity (a shared
+    path) and for one whose node cannot be told, so that it overlaps every node's paths."""
+    key, value = volume_location(volume)
+    if not key:
+        return EVERY_NODE
+    if recorded := volume_node_name(volume):
+        return recorded
+    if nodes is None:
+        return EVERY_NODE
+    matches = [name for name, node in nodes.items() if _label(node, key) == value]
+    return matches[0] if len(matches) == 1 else EVERY_NODE
+
+
+def volume_size_bytes(volume: VolumeRecord) -> int:
+    try:
+        return quantity_to_bytes(volume.capacity or "0")
+    except ValueError:
+        return 0
+
+
+def record_volume(book: PathBook, volume: VolumeRecord, nodes: NodeListing | None = None) -> None:
+    """Puts one of our PVs into the book (one with no path holds no directory); `nodes` tell
+    the node of a PV that does not name it (see `volume_disk_node`)."""
+    if volume.path is not None:
+        book.record_volume(
+            volume.name,
+            volume_disk_node(volume, nodes),
+            volume.path,
+            volume_path_state(volume),
+            size_bytes=volume_size_bytes(volume),
+        )
+
+
+def volume_book(volumes: Iterable[VolumeRecord] = (), nodes: NodeListing | None = None) -> PathBook:
+    book = PathBook()
+    for volume in volumes:
+        record_volume(book, volume, nodes)
+    return book
+
+
+def is_our_claim(claim: ClaimRecord, provisioner_name: str) -> bool:
+    return provisioner_name in (
+        claim.annotations.get(STORAGE_PROVISIONER),
+        claim.annotations.get(BETA_STORAGE_PROVISIONER),
+    )
+
+
+def decide_claim_action(
+    claim: ClaimRecord,
+    storage_class: StorageClassRecord | None,
+    config: ProvisionerConfig,
+    existing_volume_names: Collection[str],
+    nodes: Mapping[str, NodeRecord],
+    *,
+    provisioner_name: str,
+    paths: PathBook | None = None,
+    sources: ClaimSources | None = None,
+) -> ClaimDecision:
+    """`paths` is the whole picture of taken paths (live, Released, in flight); without it no
+    overlap can be seen, which only pure tests of other rules may want. `sources` finds a
+    clone's source claim and volume (see `clones`); without it no claim can be cloned."""
+    if claim.volume_name:
+        return Ignore(f"bound to volume {claim.volume_name}")
+    if claim.being_deleted:
+        return Ignore("the claim is being deleted")
+    if storage_class is None:
+        return Ignore(f"storage class {claim.storage_class_name!r} not found")
+    if storage_class.provisioner != provisioner_name:
+        return Ignore(f"class {storage_class.name} belongs to {storage_class.provisioner}")
+    if not is_our_claim(claim, provisioner_name):
+        return Ignore("not handed to us (no storage-provisioner annotation naming us)")
+    if volume_name_for(claim) in existing_volume_names:
+        return Ignore(f"volume {volume_name_for(claim)} already exists")
+    if paths is not None and volume_name_for(claim) in paths:
+        return Ignore(f"volume {volume_name_for(claim)} is being provisioned")
+    if claim.has_selector:
+        return Reject("claims with spec.selector cannot be provisioned dynamically: remove it")
+    if claim.data_source is not None and not is_served_source(claim.data_source):
+        return Ignore(f"data source {claim.data_source.kind} is for another controller to fill")
+    if claim.volume_mode == "Block":
+        return Reject("volumeMode Block is not supported: local paths are directories")
+    if claim.requested_storage is None:
+        return Reject("spec.resources.requests.storage is required")
+    outside = _outside_size_range(claim, claim.requested_storage, storage_class)
+    if outside is not None:
+        return Reject(outside)
+    storage = config.storage_for(storage_class.name)
+    if storage is None:
+        return Reject(f"config.json has no storageClassConfigs entry for {storage_class.name}")
+    shared = storage.shared_filesystem_path is not None
+    clone: CloneSource | None = None
+    if claim.data_source is not None:
+        found = _clone_source(
+            claim,
+            claim.data_source,
+            storage_class=storage_class,
+            config=config,
+            sources=sources,
+            nodes=nodes,
+            provisioner_name=provisioner_name,
+        )
+        if isinstance(found, str):
+            return Reject(found)
+        clone = found
+    allowed = {"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"}
+    allowed = allowed if shared else set(NODE_LOCAL_ACCESS_MODES)
+    if not claim.access_modes or not set(claim.access_modes) <= allowed:
+        return Reject(
+            f"access modes {list(claim.access_modes)} not supported: node-local paths"
+            " allow ReadWriteOnce and ReadWriteOncePod; a sharedFileSystemPath allows all"
+        )
+    node = None
+    if clone is not None and clone.node_name is not None:
+        wrong_node = wrong_node_reason(claim, clone)
+        if wrong_node is not None:
+            return Reschedule(wrong_node)
+        node_name = clone_node(claim, clone, storage_class.binding_mode)
+        if node_name is None:
+            return Ignore("waiting for the scheduler to select a node")
+        node = nodes.get(node_name)
+    elif claim.selected_node:
+        node = nodes.get(claim.selected_node)
+        if node is None:
+            return Reschedule(f"selected node {claim.selected_node} no longer exists")
+    elif not shared and storage_class.binding_mode == "Immediate":
+        return Reject(
+            "volumeBindingMode Immediate needs a sharedFileSystemPath: node-local paths"
+            " need WaitForFirstConsumer"
+        )
+    elif not shared:
+        return Ignore("waiting for the scheduler to select a node")
+    try:
+        plan = _plan(
+            claim,
+            storage_class,
+            config,
+            node=node,
+            shared=shared,
+            provisioner_name=provisioner_name,
+            paths=paths,
+        )
+    except NoRoom as error:
+        return Reschedule(str(error))
+    except (ConfigError, PathPatternError, ValueError) as error:
+        return Reject(str(error))
+    if clone is not None:
+        plan = replace(plan, clone_source=clone)
+    blockers = paths.overlapping(plan.volume_name, plan.disk_node, plan.path) if paths else []
+    if blockers:
+        return WaitForPath(
+            f"path {plan.path} overlaps "
+            + "; ".join(entry.describe() for entry in blockers)
+            + ": waiting until it is gone",
+            tuple(entry.volume_name for entry in blockers),
+        )
+    return Provision(plan)
+
+
+def _clone_source(
+    claim: ClaimRecord,
+    data_source: DataSource,
+    *,
+    storage_class: StorageClassRecord,
+    config: ProvisionerConfig,
+    sources: ClaimSources | None,
+    nodes: Mapping[str, NodeRecord],
+    provisioner_name: str,
+) -> CloneSource | str:
+    """The volume the claim is to be a copy of, or why it cannot be (see `clones`)."""
+    if sources is None:
+        return "cloning needs the claim and volume caches, which this caller has not"
+    source_claim = sources.claim(claim.namespace, data_source.name)
+    refusal = source_claim_refusal(claim, data_source, source_claim)
+    if refusal is not None:
+        return refusal
+    assert source_claim is not None and claim.requested_storage is not None
+    volume = sources.volume(source_claim.volume_name)
+    refusal = source_volume_refusal(
+        source_claim,
+        volume,
+        provisioned_by=volume.annotations.get(PROVISIONED_BY) if volume else None,
+        provisioner_name=provisioner_name,
+        requested_bytes=quantity_to_bytes(claim.requested_storage),
+        source_bytes=volume_size_bytes(volume) if volume else 0,
+    )
+    if refusal is not None:
+        return refusal
+    assert volume is not None and volume.path is not None
+    if reuse_existing_data(storage_class.parameters):
+        return (
+            f"StorageClass {storage_class.name} sets reuseExistingData: a clone needs a"
+            " directory of its own, never one with data already in it; use a class without it"
+        )
+    storage = config.storage_for(storage_class.name)
+    node_name: str | None = None
+    if storage is not None and storage.shared_filesystem_path is not None:
+        base_paths = [storage.shared_filesystem_path]
+    else:
+        node_name, problem = resolve_volume_node(volume, nodes)
+        if node_name is None:
+            return f"cannot tell which node holds volume {volume.name}: {problem}"
+        base_paths = config.paths_for(storage_class.name, node_name) or []
+    if not is_deletable_path(volume.path, base_paths):
+        return (
+            f"volume {volume.name}'s path {volume.path} is not clean and strictly inside a"
+            f" base path configured for it ({', '.join(base_paths) or 'none'}): not copied"
+        )
+    return CloneSource(
+        claim_namespace=source_claim.namespace,
+        claim_name=source_claim.name,
+        claim_uid=source_claim.uid,
+        volume_name=volume.name,
+        path=volume.path,
+        base_path=next(base for base in base_paths if is_strictly_inside(volume.path, base)),
+        node_name=node_name,
+    )
+
+
+class NoRoom(Exception):  # noqa: N818 (reads as a sentence at the raise site)
+    """No base path of the selected node has room for the claim: the text says sizes and
+    budgets."""
+
+
+def _outside_size_range(
+    claim: ClaimRecord, requested: str, storage_class: StorageClassRecord
+) -> str | None:
+    """Why the request is not a size we accept or is outside the class's minSize/maxSize, or
+    None when it is inside."""
+    try:
+        low, high = size_range(storage_class.parameters)
+    except ConfigError as error:
+        return f"StorageClass {storage_class.name}: {error}"
+    try:
+        size = quantity_to_bytes(requested)
+    except QuantityTooLarge as error:
+        return (
+            f"claim {claim.namespace}/{claim.name} requests {error}:"
+            " request a smaller spec.resources.requests.storage"
+        )
+    except ValueError as error:
+        return str(error)
+    if (low is not None and size < low) or (high is not None and size > high):
+        shown = f"{format_bytes(low) if low is not None else '0'} .. " + (
+            format_bytes(high) if high is not None else "unlimited"
+        )
+        return (
+            f"requested {requested} is outside the size range of StorageClass"
+            f" {storage_class.name} (minSize .. maxSize: {shown}): request a size in that range"
+        )
+    return None
+
+
+def candidate_base_paths(
+    config: ProvisionerConfig, storage_class: StorageClassRecord, node_name: str
+) -> list[str]:
+    """The base paths a volume of the class may use on the node (the class's nodePath
+    parameter narrows them to one), before budgets are looked at."""
+    candidates = config.paths_for(storage_class.name, node_name) or []
+    node_path = storage_class.parameters.get("nodePath")
+    if node_path is not None:
+        return [node_path] if node_path in candidates else []
+    return candidates
+
+
+def _plan(
+    claim: ClaimRecord,
+    storage_class: StorageClassRecord,
+    config: ProvisionerConfig,
+    *,
+    node: NodeRecord | None,
+    shared: bool,
+    provisioner_name: str,
+    paths: PathBook | None,
+) -> ProvisionPlan:
+    """Raises ConfigError/PathPatternError/ValueError with the reason to reject."""
+    parameters, annotations = storage_class.parameters, storage_class.annotations
+    validate_storage_class_parameters(storage_class.name, parameters, annotations, config)
+    volume_type = volume_type_of(
+        claim.annotations.get("volumeType", annotations.get("defaultVolumeType", "hostPath")),
+        "volumeType annotation",
+    )
+    if shared and volume_type == "local":
+        raise ValueError("volumeType local needs node affinity, which a shared path has not")
+    affinity: tuple[str, str] | None = None
+    if shared:
+        candidates = config.paths_for(storage_class.name, node.name if node else "")
+        disk_node = EVERY_NODE
+    else:
+        assert node is not None  # decide_claim_action waits for a selected node
+        candidates = config.paths_for(storage_class.name, node.name)
+        key = parameters.get("nodeAffinityKey", DEFAULT_NODE_AFFINITY_KEY)
+        value = node.labels.get(key, node.name if key == DEFAULT_NODE_AFFINITY_KEY else None)
+        if value is None:
+            raise ValueError(f"node {node.name} has no label {key} (the class's nodeAffinityKey)")
+        affinity, disk_node = (key, value), node.name
+    if not candidates:
+        raise ValueError(
+            f"config.json serves no path on node {node.name if node else '?'}"
+            f" for class {storage_class.name}"
+        )
+    if "nodePath" in parameters:
+        if parameters["nodePath"] not in candidates:
+            raise ValueError(
+                f"nodePath {parameters['nodePath']} is not configured for node"
+                f" {node.name if node else '?'}"
+            )
+        candidates = [parameters["nodePath"]]
+    assert claim.requested_storage is not None
+    size = quantity_to_bytes(claim.requested_storage)
+    if node is not None and not shared:
+        capacities = config.capacities_for(storage_class.name, node.name)
+        if any(capacities.get(path) is not None for path in candidates):
+            entries = paths.entries() if paths else []
+            rooms = path_rooms(
+                capacities, candidates, committed_bytes(entries, node.name, candidates)
+            )
+            roomy = paths_with_room(rooms, size)
+            if not roomy:
+                raise NoRoom(no_room_reason(node.name, size, rooms))
+            candidates = roomy
+    recorded = claim.annotations.get(BASE_PATH_ANNOTATION)
+    if recorded in candidates:
+        base_path, record = recorded, False
+    else:
+        counts = {p: paths.count_inside(disk_node, p) for p in candidates} if paths else {}
+        base_path = choose_base_path(sorted(candidates), counts)
+        # A recorded path that has lost its room is replaced on the claim, so a retry after
+        # the room comes back cannot go back to it while a directory exists on the new one.
+        record = len(candidates) > 1 or recorded is not None
+    fields = PatternFields(
+        volume_name_for(claim), claim.namespace, claim.name, claim.labels, claim.annotations
+    )
+    path = resolve_volume_path(
+        base_path,
+        parameters.get("pathPattern"),
+        fields,
+        allow_unsafe=allow_unsafe_path_pattern(parameters, annotations),
+    )
+    rendered = {
+        k: render_pattern(parameters.get(f"{k}Pattern", ""), fields)
+        for k in ("user", "group", "perm")
+    }
+    for key, value in rendered.items():
+        if "\x00" in value or "\n" in value:
+            raise ValueError(f"{key}Pattern renders a NUL or line break")
+    if rendered["perm"]:
+        check_perm(rendered["perm"], "permPattern")
+    return ProvisionPlan(
+        volume_name=volume_name_for(claim),
+        provisioner_name=provisioner_name,
+        claim=claim,
+        storage_class=storage_class,
+        node_name=node.name if node else None,
+        node_affinity=affinity,
+        base_path=base_path,
+        path=path,
+        volume_type=volume_type,
+        size_bytes=size,
+        vol_user=rendered["user"],
+        vol_group=rendered["group"],
+        vol_perm=rendered["perm"],
+        record_base_path=record,
+        reuse_existing_data=reuse_existing_data(parameters),
+    )
+
+
+def resolve_volume_node(
+    volume: VolumeRecord, nodes: Mapping[str, NodeRecord]
+) -> tuple[str | None, str | None]:
+    """(node name, None) or (None, why not); the why begins "gone:" when the node is missing."""
+    key, value = volume_location(volume)
+    if not key:
+        return None, "its node affinity has no single-valued In expression naming its node"
+    recorded = volume.annotations.get(NODE_ANNOTATION) or volume.annotations.get(
+        RANCHER_NODE_ANNOTATION
+    )
+    if recorded:
+        node = nodes.get(recorded)
+        if node is None:
+            return None, f"gone: node {recorded} no longer exists"
+        if _label(node, key) != value:
+            return None, f"node {recorded} no longer carries {key}={value}"
+        return recorded, None
+    matches = [name for name, node in nodes.items() if _label(node, key) == value]
+    if len(matches) == 1:
+        return matches[0], None
+    if not matches:
+        return None, f"gone: no node carries {key}={value}"
+    return None, f"{len(matches)} nodes carry {key}={value}: cannot tell which holds the data"
+
+
+def _label(node: NodeRecord, key: str) -> str | None:
+    return node.labels.get(key, node.name if key == DEFAULT_NODE_AFFINITY_KEY else None)
+
+
+def decide_volume_action(
+    volume: VolumeRecord,
+    config: ProvisionerConfig,
+    nodes: Mapping[str, NodeRecord],
+    *,
+    provisioner_name: str,
+    paths: PathBook | None = None,
+    directory_removed: bool = False,
+) -> VolumeDecision:
+    """`directory_removed`: this process saw the volume's teardown pod succeed (the PV may not
+    show DIRECTORY_REMOVED_ANNOTATION yet: the informer lags, or the PATCH failed)."""
+    if volume.annotations.get(PROVISIONED_BY) != provisioner_name:
+        return Ignore("not provisioned by us")
+    entry = paths.get(volume.name) if paths is not None else None
+    if entry is not None and entry.state in (TEARING_DOWN, TORN_DOWN):
+        return Ignore(f"{entry.describe()}: nothing more to do")
+    has_finalizer = VOLUME_FINALIZER in volume.finalizers
+    if volume.reclaim_policy != "Delete":
+        if has_finalizer:
+            return RemoveFinalizer(f"reclaim policy {volume.reclaim_policy}: the data is kept")
+        return Ignore(f"reclaim policy {volume.reclaim_policy}: the data is kept")
+    removed = directory_removed or volume.annotations.get(DIRECTORY_REMOVED_ANNOTATION) == "true"
+    if volume.being_deleted:
+        if not has_finalizer:
+            return Ignore("being deleted without our finalizer")
+        if volume.phase == "Bound":
+            return Ignore("deleted while bound: waiting until the claim lets go of it")
+        if removed:
+            return DeleteRemovedVolume(volume.name, delete_volume=False, remove_finalizer=True)
+        return _teardown(volume, config, nodes, paths, delete_volume=False)
+    if volume.phase == "Released":
+        if removed:
+            return DeleteRemovedVolume(
+                volume.name, delete_volume=True, remove_finalizer=has_finalizer
+            )
+        return _teardown(volume, config, nodes, paths, delete_volume=True)
+    if not has_finalizer and volume.phase != "Failed":
+        return AddFinalizer()
+    return Ignore(f"phase {volume.phase or 'unknown'}: nothing to do")
+
+
+def _teardown(
+    volume: VolumeRecord,
+    config: ProvisionerConfig,
+    nodes: Mapping[str, NodeRecord],
+    paths: PathBook | None,
+    *,
+    delete_volume: bool,
+) -> VolumeDecision:
+    fix = "; remove the data and the PV (and its finalizer) by hand once it is safe"
+    if volume.path is None:
+        return RefuseUnsafePath(f"the PV has neither a hostPath nor a local path{fix}")
+    storage = config.storage_for(volume.storage_class_name)
+    if storage is None:
+        return RefuseUnsafePath(
+            f"config.json has no entry for class {volume.storage_class_name}"
+            " (add it back to clean up)"
+        )
+    node_name: str | None = None
+    if storage.shared_filesystem_path is not None:
+        base_paths = [storage.shared_filesystem_path]
+    else:
+        node_name, problem = resolve_volume_node(volume, nodes)
+        if problem is not None and problem.startswith("gone: "):
+            return NodeGone(
+                f"{problem[6:]}: the data of {volume.name} was not removed; delete the"
+                " PV to let it go without cleanup",
+                remove_finalizer=volume.being_deleted,
+            )
+        if node_name is None:
+            return RefuseUnsafePath(f"cannot find the volume's node: {problem}{fix}")
+        base_paths = config.paths_for(volume.storage_class_name, node_name) or []
+    if not is_deletable_path(volume.path, base_paths):
+        return RefuseUnsafePath(
+            f"path {volume.path} is not clean and strictly inside a base path"
+            f" configured for this volume ({', '.join(base_paths) or 'none'}){fix}"
+        )
+    if paths is not None:
+        others = paths.overlapping(volume.name, node_name or EVERY_NODE, volume.path)
+        if others:
+            names = ", ".join(entry.volume_name for entry in others)
+            return RefuseUnsafePath(f"path {volume.path} is also used by {names}{fix}")
+    size = volume_size_bytes(volume)
+    return Teardown(
+        TeardownPlan(
+            volume_name=volume.name,
+            path=volume.path,
+            node_name=node_name,
+            volume_mode=volume.volume_mode,
+            size_bytes=size,
+            delete_volume=delete_volume,
+            remove_finalizer=VOLUME_FINALIZER in volume.finalizers,
+            base_path=next(base for base in base_paths if is_strictly_inside(volume.path, base)),
+        )
+    )

@@ -1,0 +1,158 @@
+"""Cloning a volume: a claim whose spec.dataSource (or dataSourceRef) names a Bound claim of
+ours gets a new volume holding a copy of that claim's data. rancher has no clones (its issue
+352), nor has kubevirt's hostpath-provisioner (411); OpenEBS LocalPV refuses any dataSource.
+
+What this module decides, on records (claims.decide_claim_action asks it; the fixed `clone`
+helper step in clone_step.py makes the copy):
+- Served: a source of kind PersistentVolumeClaim with an empty apiGroup. Any other kind (a
+  VolumeSnapshot, a volume populator's resource) is left alone, without an event: another
+  controller may fill such a claim, and it is none of ours.
+- Refused with the reason (a Warning event, nothing made): a source in another namespace, not
+  found, being deleted or not Bound, of another class, whose volume we did not make or whose
+  path is not one of the class's, larger than the new claim; and a class with
+  reuseExistingData (its `prepare` may hand over an existing directory, which the copy would
+  overwrite).
+- Placement: a node-local copy is made on the source's node, the only one that holds the
+  data. With Immediate binding it goes there at once; with WaitForFirstConsumer a selected
+  node other than the source's goes back to the scheduler (the selected-node annotation
+  removed, as the CSI external-provisioner does when a node cannot serve), with a Warning that
+  says how to pin the consumer. A shared filesystem holds the source on every node: any node.
+- After the copy, before the PV is saved: the source is looked at again (`source_changed`).
+  A source whose claim or volume went or began to go meanwhile may have lost files under the
+  copy (its teardown may have run beside it), so the copy is given back, never handed out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from provisioner.objects.records import ClaimRecord, DataSource, VolumeRecord
+
+CLAIM_KIND = "PersistentVolumeClaim"
+
+
+@dataclass(frozen=True, slots=True)
+class CloneSource:
+    """The volume a clone copies: where its data is, checked against its PV and the config."""
+
+    claim_namespace: str
+    claim_name: str
+    claim_uid: str
+    volume_name: str
+    path: str
+    base_path: str
+    """The configured base path holding `path` (what the copy's checks see it through)."""
+    node_name: str | None
+    """The node holding the data; None on a shared filesystem (every node sees it)."""
+
+    def describe(self) -> str:
+        return f"claim {self.claim_namespace}/{self.claim_name} (volume {self.volume_name})"
+
+
+class ClaimSources(Protocol):
+    """The caches a clone's source is looked up in."""
+
+    def claim(self, namespace: str, name: str) -> ClaimRecord | None: ...
+    def volume(self, name: str) -> VolumeRecord | None: ...
+
+
+def is_served_source(source: DataSource) -> bool:
+    """Whether we fill a claim from this data source (another claim), rather than leave it to
+    whoever serves its kind."""
+    return source.kind == CLAIM_KIND and not source.api_group
+
+
+def source_claim_refusal(
+    claim: ClaimRecord, source: DataSource, source_claim: ClaimRecord | None
+) -> str | None:
+    """Why the source claim itself cannot be cloned into `claim`, or None."""
+    named = f"source claim {source.namespace or claim.namespace}/{source.name}"
+    if source.namespace is not None and source.namespace != claim.namespace:
+        return (
+            f"{named} is in another namespace: a clone's source must be a claim in its own"
+            f" namespace ({claim.namespace}); copy the data there first"
+        )
+    if source_claim is None:
+        return f"{named} (spec.dataSource) not found: create it, or fix the name"
+    if source_claim.being_deleted:
+        return f"{named} is being deleted: a clone needs a source that stays"
+    if source_claim.storage_class_name != claim.storage_class_name:
+        return (
+            f"{named} is of StorageClass {source_claim.storage_class_name!r}, this claim of"
+            f" {claim.storage_class_name!r}: a clone must be of its source's class"
+        )
+    if not source_claim.volume_name:
+        return f"{named} is not Bound yet: the clone is made once it is"
+    return None
+
+
+def source_volume_refusal(
+    source_claim: ClaimRecord,
+    volume: VolumeRecord | None,
+    *,
+    provisioned_by: str | None,
+    provisioner_name: str,
+    requested_bytes: int,
+    source_bytes: int,
+) -> str | None:
+    """Why the source claim's volume cannot be copied, or None. `provisioned_by` is the
+    volume's provisioned-by annotation, `source_bytes` its capacity."""
+    named = f"source claim {source_claim.namespace}/{source_claim.name}"
+    if volume is None:
+        return f"{named} is bound to volume {source_claim.volume_name}, which is not found"
+    if volume.claim_ref is None or volume.claim_ref.uid != source_claim.uid:
+        return f"volume {volume.name} is not bound to {named}"
+    if provisioned_by != provisioner_name:
+        return (
+            f"volume {volume.name} of {named} was provisioned by"
+            f" {provisioned_by or 'no provisioner'}, not {provisioner_name}: only volumes this"
+            " provisioner made can be cloned"
+        )
+    if volume.path is None:
+        return f"volume {volume.name} of {named} has neither a hostPath nor a local path"
+    if source_bytes > requested_bytes:
+        return (
+            f"{named} holds {volume.capacity}, more than this claim requests: request at"
+            f" least {volume.capacity}"
+        )
+    return None
+
+
+def clone_node(claim: ClaimRecord, source: CloneSource, binding_mode: str) -> str | None:
+    """Where a node-local clone goes, once it may go somewhere (see `wrong_node_reason`): the
+    source's node, at once with Immediate binding, once it is selected with
+    WaitForFirstConsumer; None while the scheduler has not selected it."""
+    if binding_mode == "Immediate" or claim.selected_node == source.node_name:
+        return source.node_name
+    return None
+
+
+def wrong_node_reason(claim: ClaimRecord, source: CloneSource) -> str | None:
+    """Why the node the scheduler selected cannot hold a copy of `source`, or None."""
+    if source.node_name is None or not claim.selected_node:
+        return None
+    if claim.selected_node == source.node_name:
+        return None
+    return (
+        f"selected node {claim.selected_node} cannot hold a clone of {source.describe()}:"
+        f" its data is on node {source.node_name}; pin the claim's consumer there (node"
+        f" affinity on kubernetes.io/hostname={source.node_name})"
+    )
+
+
+def source_changed(
+    source: CloneSource, claim: ClaimRecord | None, volume: VolumeRecord | None
+) -> str | None:
+    """Read again after the copy: why the copy may not be whole (the source went, or began
+    to go, while it was made), or None."""
+    named = f"source {source.describe()}"
+    if claim is None or claim.uid != source.claim_uid:
+        return f"{named} was deleted during the copy"
+    if claim.being_deleted:
+        return f"{named} began to be deleted during the copy"
+    if volume is None or claim.volume_name != source.volume_name:
+        return f"{named} lost its volume during the copy"
+    if volume.being_deleted or volume.phase != "Bound" or volume.path != source.path:
+        return f"{named}: its volume was released or deleted during the copy"
+    return None

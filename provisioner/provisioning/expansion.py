@@ -1,0 +1,158 @@
+"""Volume expansion: whether a bound claim of ours that asks for more gets it (pure).
+
+A directory needs no node-side step, so the provisioner resizes its own volumes, as the
+external-resizer does for a CSI driver: the PV's spec.capacity first, then the claim's
+status.capacity. kube-controller-manager's expand controller leaves these claims alone: no
+in-tree plugin can expand a hostPath or local PV, so it only records that an external
+controller is expected (event ExternalExpanding) and never writes either object.
+
+Granted only when the class has allowVolumeExpansion, the claim is still inside the class's
+maxSize, and the volume's base path has room for the difference in its budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from provisioner.capacity.budgets import committed_bytes, no_room_reason, path_rooms
+from provisioner.configuration.config import ConfigError, ProvisionerConfig, size_range
+from provisioner.objects.quantities import QuantityTooLarge, format_bytes, quantity_to_bytes
+from provisioner.objects.records import ClaimRecord, StorageClassRecord, VolumeRecord
+from provisioner.provisioning.claims import PROVISIONED_BY, volume_node_name, volume_size_bytes
+from provisioner.provisioning.paths import PathBook, is_strictly_inside
+
+
+@dataclass(frozen=True, slots=True)
+class Expand:
+    """Grow the volume; also the target of the helper that raises its quota (`HelperTarget`)."""
+
+    volume_name: str
+    capacity: str
+    """The new size, as the claim requested it."""
+    size_bytes: int
+    node_name: str
+    path: str
+    base_path: str = ""
+    """The configured base path holding the volume ("" when none holds it any more: no quota
+    can be raised then)."""
+    volume_mode: str = "Filesystem"
+    vol_user: str = ""
+    vol_group: str = ""
+    vol_perm: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FinishExpansion:
+    """The PV has grown but the claim's status has not caught up (a crash in between)."""
+
+    capacity: str
+
+
+@dataclass(frozen=True, slots=True)
+class RefuseExpansion:
+    reason: str
+    waits_for_room: bool = False
+    """Refused only for want of room in the path's budget: worth another look when a volume
+    there goes (other refusals change only with the claim or its class)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NoExpansion:
+    reason: str
+
+
+ExpansionDecision = Expand | FinishExpansion | RefuseExpansion | NoExpansion
+
+
+def decide_expansion(
+    claim: ClaimRecord,
+    volume: VolumeRecord | None,
+    storage_class: StorageClassRecord | None,
+    config: ProvisionerConfig,
+    *,
+    provisioner_name: str,
+    paths: PathBook | None = None,
+) -> ExpansionDecision:
+    if volume is None or volume.annotations.get(PROVISIONED_BY) != provisioner_name:
+        return NoExpansion("not bound to a volume of ours")
+    if volume.claim_ref is None or volume.claim_ref.uid != claim.uid:
+        return NoExpansion(f"volume {volume.name} is not this claim's")
+    try:
+        requested = quantity_to_bytes(claim.requested_storage or "0")
+    except QuantityTooLarge as error:
+        return RefuseExpansion(
+            f"claim {claim.namespace}/{claim.name} requests {error}: request a smaller size"
+        )
+    except ValueError as error:
+        return NoExpansion(str(error))
+    current = volume_size_bytes(volume)
+    if requested <= current:
+        # No status capacity yet: the PV controller is still binding the claim (it sets the
+        # capacity with the Bound phase), which is not ours to finish.
+        if claim.status_capacity is None:
+            return NoExpansion("the claim is still being bound")
+        status = _bytes_or_zero(claim.status_capacity)
+        if status < current and volume.capacity:
+            return FinishExpansion(volume.capacity)
+        return NoExpansion("the volume is as large as the claim asks")
+    refused = _refusal(
+        claim, volume, storage_class, config, requested=requested, current=current, paths=paths
+    )
+    if refused is not None:
+        return refused
+    assert volume.path is not None and claim.requested_storage is not None
+    node = volume_node_name(volume)
+    bases = config.capacities_for(claim.storage_class_name or "", node)
+    base = next((b for b in bases if is_strictly_inside(volume.path, b)), "")
+    return Expand(volume.name, claim.requested_storage, requested, node, volume.path, base)
+
+
+def _refusal(
+    claim: ClaimRecord,
+    volume: VolumeRecord,
+    storage_class: StorageClassRecord | None,
+    config: ProvisionerConfig,
+    *,
+    requested: int,
+    current: int,
+    paths: PathBook | None,
+) -> RefuseExpansion | None:
+    wanted = f"growing {volume.name} from {format_bytes(current)} to {format_bytes(requested)}"
+    if storage_class is None or not storage_class.allow_volume_expansion:
+        return RefuseExpansion(
+            f"{wanted}: StorageClass {claim.storage_class_name} does not allowVolumeExpansion"
+        )
+    try:
+        _, high = size_range(storage_class.parameters)
+    except ConfigError as error:
+        return RefuseExpansion(f"{wanted}: StorageClass {storage_class.name}: {error}")
+    if high is not None and requested > high:
+        return RefuseExpansion(
+            f"{wanted}: above maxSize {format_bytes(high)} of StorageClass {storage_class.name}"
+        )
+    if volume.path is None:
+        return RefuseExpansion(f"{wanted}: the PV has no path")
+    node = volume_node_name(volume)
+    capacities = config.capacities_for(storage_class.name, node)
+    base = next((b for b in capacities if is_strictly_inside(volume.path, b)), None)
+    if base is None or capacities[base] is None:
+        return None  # no budget on this path: any size fits
+    # The volume's own entry may count an earlier, failed resize (see `PathBook.start_resize`):
+    # what it takes is its current size plus the growth asked for, never both on top.
+    others = [
+        e for e in (paths.entries() if paths is not None else []) if e.volume_name != volume.name
+    ]
+    committed = committed_bytes(others, node, [base])
+    committed[base] += current
+    rooms = path_rooms(capacities, [base], committed)
+    if not rooms[0].fits(requested - current):
+        reason = f"{wanted}: " + no_room_reason(node, requested - current, rooms)
+        return RefuseExpansion(reason, waits_for_room=True)
+    return None
+
+
+def _bytes_or_zero(quantity: str | None) -> int:
+    try:
+        return quantity_to_bytes(quantity or "0")
+    except ValueError:
+        return 0

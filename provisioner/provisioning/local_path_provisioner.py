@@ -1,0 +1,595 @@
+"""The local-path side of the controller, as sig-storage-lib's `Provisioner` is to its
+`ProvisionController`: what a claim or a volume of ours calls for, and the state those
+decisions depend on. The loop (`controller`) runs the informers, the work queue, the workers
+and their retries; `local_path_watches` tells this object what the informers saw and hands it
+one key at a time, and reads back whether the key is settled. This object is the loop's
+`Lifecycle`: its helper runs and its capacity publisher run beside the workers.
+
+Held here: the path book (our PVs as the informer sees them, plus the provisions, teardowns and
+resizes in flight), the claims waiting for a path or for room, the setups and teardowns handed
+to the helper pods, and the CSIStorageCapacity set drawn from the book. Decisions and the
+bookkeeping that carries them out happen under one lock, so two workers never both think a
+path free. A key woken here (a path freed, a helper run ended) goes back on the loop's queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from provisioner.capacity.capacity_publisher import CapacityPublisher
+from provisioner.capacity.storage_capacity import CapacityObject, desired_capacities
+from provisioner.configuration.config import ConfigBundle
+from provisioner.helper_pods.pod_runner import HelperPodError, HelperPodNotStarted, HelperPodTimeout
+from provisioner.helper_pods.pod_shapes import HelperAction
+from provisioner.helper_pods.pods import (
+    BatchSettings,
+    HelperPods,
+    KeyQueue,
+    PodSettings,
+    RunResult,
+    VolumeJob,
+)
+from provisioner.kube.client import KubeClients
+from provisioner.kube.events import ObjectReference
+from provisioner.kube.informer import Informer
+from provisioner.kube.metrics import Metrics
+from provisioner.objects.records import ClaimRecord, VolumeRecord
+from provisioner.provisioning.actions import (
+    Actions,
+    GiveBack,
+    VolumeSaveUnsettled,
+    claim_reference,
+    volume_reference,
+)
+from provisioner.provisioning.caches import Caches
+from provisioner.provisioning.claims import (
+    AddFinalizer,
+    DeleteRemovedVolume,
+    Ignore,
+    NodeGone,
+    Provision,
+    ProvisionPlan,
+    RefuseUnsafePath,
+    Reject,
+    RemoveFinalizer,
+    Reschedule,
+    Teardown,
+    TeardownPlan,
+    WaitForPath,
+    decide_claim_action,
+    decide_volume_action,
+    record_volume,
+)
+from provisioner.provisioning.clone_sources import InformerClaimSources
+from provisioner.provisioning.expansion import (
+    Expand,
+    FinishExpansion,
+    NoExpansion,
+    RefuseExpansion,
+    decide_expansion,
+)
+from provisioner.provisioning.paths import PathBook
+from provisioner.provisioning.removal_gate import RemovalPermit, RemovalRefused
+from provisioner.provisioning.removals import Removals
+from provisioner.provisioning.work_keys import CLAIM, VOLUME, Key
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Handoff:
+    """A setup or teardown handed to the helper pods: what carrying it out needs."""
+
+    plan: ProvisionPlan | TeardownPlan
+    bundle: ConfigBundle
+    started: float
+    class_name: str
+    result: RunResult | None = None
+    """The helper run's end, once taken from the helper pods, while what follows it is retried."""
+    clone_problem: str | None = None
+    """A clone's verdict on its source, taken once with `result`, before the first save:
+    a retry of the save never reads the source again (see `Actions.finish_provision`)."""
+
+
+class _InformerNames:
+    """The PV names the volume informer holds, as a collection the pure core can test."""
+
+    def __init__(self, informer: Informer[VolumeRecord]) -> None:
+        self._informer = informer
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self._informer.get(name) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._informer.keys())
+
+    def __len__(self) -> int:
+        return len(self._informer)
+
+
+class _BookChecks:
+    """The path book behind its lock, as the helper pods ask it for its last look before a
+    pod is built (`pods.RunChecks`)."""
+
+    def __init__(self, book: PathBook, lock: threading.Lock) -> None:
+        self._book = book
+        self._lock = lock
+
+    def helper_run_problem(self, volume_name: str, *, teardown: bool) -> str | None:
+        with self._lock:
+            return self._book.helper_run_problem(volume_name, teardown=teardown)
+
+
+class LocalPathProvisioner:
+    def __init__(
+        self,
+        clients: KubeClients,
+        caches: Caches,
+        config: Callable[[], ConfigBundle],
+        actions: Actions,
+        metrics: Metrics,
+        *,
+        queue: KeyQueue[Key],
+        provisioner_name: str,
+        helper_pod: PodSettings,
+        batch: BatchSettings,
+        capacity_min_interval: float,
+    ) -> None:
+        self._caches = caches
+        self._config = config
+        self._actions = actions
+        self._queue = queue
+        self._provisioner_name = provisioner_name
+        self._volume_names = _InformerNames(caches.volumes)
+        self._clone_sources = InformerClaimSources(caches.claims, caches.volumes)
+        # The one picture of taken paths the core decides on: our PVs as the informer sees
+        # them, plus the provisions and teardowns in flight. Decisions and the bookkeeping that
+        # carries them out happen under one lock, so two workers never both think a path free.
+        self._paths = PathBook()
+        self._paths_lock = threading.Lock()
+        # Every helper pod of ours; the process's node scan runs its pods through it too.
+        self.helper_pods: HelperPods[Key] = HelperPods(
+            clients,
+            actions.recorder,
+            metrics,
+            helper_pod,
+            batch,
+            queue=queue,
+            checks=_BookChecks(self._paths, self._paths_lock),
+        )
+        # The only way to a helper step that removes a directory (see removal_gate).
+        self._removals = Removals(
+            clients,
+            actions.recorder,
+            self.helper_pods,
+            book=self._paths,
+            book_lock=self._paths_lock,
+            holds_lease=actions.holds_lease,
+        )
+        # Claims told to wait, by the volume they wait for: woken when it leaves the book.
+        self._waiting: dict[str, set[str]] = {}
+        # Claims whose expansion was refused for want of room: looked at again when a volume
+        # goes and gives its budget back.
+        self._expansions_waiting_for_room: set[str] = set()
+        # Setups and teardowns handed to the helper pods, by key: what their reconcile carries
+        # out once the helper run ended (see `_settle_claim` and `_settle_volume`).
+        self._handoffs: dict[Key, _Handoff] = {}
+        # Claims whose last setup failed, by UID, with that attempt: should the claim go before
+        # a retry, the directory the attempt left is removed (see `_clean_up_after`).
+        self._failed_attempts: dict[str, _Handoff] = {}
+        # Volumes whose teardown pod succeeded while their PV is still there (its DELETE or
+        # finalizer PATCH failed): a retry deletes the PV without a pod, even before the
+        # informer shows the PV's directory-removed annotation.
+        self._directories_removed: set[str] = set()
+        self._capacity = CapacityPublisher(
+            clients,
+            namespace=helper_pod.namespace,
+            provisioner_name=provisioner_name,
+            desired=self._desired_capacities,
+            metrics=metrics,
+            min_interval=capacity_min_interval,
+        )
+
+    # -- lifecycle, as the loop drives it ----------------------------------------------------
+
+    def start(self) -> None:
+        self._capacity.start()
+
+    def stop_starting(self) -> None:
+        """At a stop: publish nothing more, start no helper run more."""
+        self._capacity.stop()
+        self.helper_pods.stop()
+
+    def wait_for_runs(self, deadline: float) -> list[Key]:
+        """At a stop: the keys whose helper run ended by `deadline` (monotonic), to carry out
+        now that the workers are gone."""
+        return self.helper_pods.wait_idle(deadline)
+
+    def abandon_runs(self) -> None:
+        """At a stop, last: the helper pods still running are deleted (see `HelperPods`);
+        whoever leads next redoes their actions."""
+        self.helper_pods.delete_running_pods()
+
+    def liveness(self) -> str | None:
+        """None, or the helper runs and held volumes that outlived every bound."""
+        return self.helper_pods.liveness()
+
+    def helper_counts(self) -> str:
+        """ "ok", or the helper runs and held volumes there are (shown on /healthz)."""
+        counts = self.helper_pods.counts()
+        return f"ok; {counts}" if counts else "ok"
+
+    def poke_capacity(self) -> None:
+        """Something the CSIStorageCapacity set is drawn from changed: publish it again."""
+        self._capacity.poke()
+
+    # -- what the informers saw --------------------------------------------------------------
+
+    def volume_seen(self, volume: VolumeRecord) -> None:
+        """A PV of ours came or changed: the book records its path."""
+        with self._paths_lock:
+            record_volume(self._paths, volume, self._caches.nodes)
+
+    def volume_gone(self, volume_name: str) -> None:
+        """A PV went: its path and its budget are free, and whoever waited for them (a claim
+        for an overlapping path, an expansion refused for want of room) looks again."""
+        self._directories_removed.discard(volume_name)
+        with self._paths_lock:
+            freed = self._paths.forget(volume_name)
+            waiting = self._waiting.pop(volume_name, set()) if freed else set()
+            waiting |= self._expansions_waiting_for_room
+            self._expansions_waiting_for_room = set()
+        for uid in waiting:
+            self._queue.add((CLAIM, uid))
+
+    def helper_pod_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+        """A helper pod came, changed or went (see `HelperPods.observe`). Whether it finished
+        (then a worker collects it, see `collect_helper_pod`)."""
+        return self.helper_pods.observe(old, new)
+
+    # -- what a worker calls ---------------------------------------------------------------------
+
+    def collect_helper_pod(self, key: str) -> None:
+        """A finished helper pod no worker waits on is a leftover of a crashed run: delete it."""
+        self.helper_pods.collect_leftover(self._caches.helper_pods.get(key))
+
+    def _reconcile_expansion(self, claim: ClaimRecord) -> None:
+        bundle = self._config()
+        volume = self._caches.volumes.get(claim.volume_name)
+        with self._paths_lock:
+            decision = decide_expansion(
+                claim,
+                volume,
+                self._caches.classes.get(claim.storage_class_name or ""),
+                bundle.config,
+                provisioner_name=self._provisioner_name,
+                paths=self._paths,
+            )
+            if isinstance(decision, RefuseExpansion) and decision.waits_for_room:
+                self._expansions_waiting_for_room.add(claim.uid)
+            else:
+                self._expansions_waiting_for_room.discard(claim.uid)
+            if isinstance(decision, Expand):
+                # Counted at once, so no provision takes the room before the PV shows it; a
+                # failure below leaves it counted (see `PathBook.start_resize`).
+                self._paths.start_resize(decision.volume_name, decision.size_bytes)
+        match decision:
+            case Expand():
+                log.info(
+                    "claim %s/%s: expanding to %s", claim.namespace, claim.name, decision.capacity
+                )
+                try:
+                    self.helper_pods.raise_quota(decision, bundle)
+                    self._actions.expand(claim, decision)
+                finally:
+                    self._capacity.poke()
+                with self._paths_lock:
+                    self._paths.finish_resize(decision.volume_name, decision.size_bytes)
+            case FinishExpansion(capacity):
+                self._actions.finish_expansion(claim, capacity)
+            case RefuseExpansion(reason, _):
+                log.info("claim %s/%s: expansion refused: %s", claim.namespace, claim.name, reason)
+                self._actions.refuse_expansion(claim, reason)
+            case NoExpansion(reason):
+                log.debug("claim %s/%s: %s", claim.namespace, claim.name, reason)
+
+    def reconcile_claim(self, uid: str) -> bool:
+        key = (CLAIM, uid)
+        if key in self._handoffs:
+            return self._settle_claim(key)
+        claim = self._caches.claims.get(uid)
+        if claim is None or claim.being_deleted:
+            self._clean_up_after(uid)
+        if claim is None:
+            return True
+        if claim.volume_name:
+            self._reconcile_expansion(claim)
+            return True
+        bundle = self._config()
+        nodes = dict(self._caches.nodes.items())
+        storage_class = self._caches.classes.get(claim.storage_class_name or "")
+        with self._paths_lock:
+            decision = decide_claim_action(
+                claim,
+                storage_class,
+                bundle.config,
+                self._volume_names,
+                nodes,
+                provisioner_name=self._provisioner_name,
+                paths=self._paths,
+                sources=self._clone_sources,
+            )
+            match decision:
+                case Provision(plan):
+                    self._reserve(plan)
+                case WaitForPath(_, blockers):
+                    for blocker in blockers:
+                        self._waiting.setdefault(blocker, set()).add(uid)
+        match decision:
+            case Provision(plan):
+                try:
+                    if plan.record_base_path:
+                        self._actions.record_base_path(claim, plan.base_path)
+                    self._actions.begin_provision(plan)
+                    clean_up = self._removals.setup_clean_up_permit(plan)
+                    self._hand_over(
+                        key,
+                        "create",
+                        plan,
+                        bundle,
+                        plan.storage_class.name,
+                        reference=claim_reference(plan.claim),
+                        permit=clean_up,
+                    )
+                except BaseException:
+                    self._release(plan.volume_name)
+                    raise
+                finally:
+                    self._capacity.poke()
+                return False
+            case WaitForPath(reason):
+                log.info("claim %s/%s waits: %s", claim.namespace, claim.name, reason)
+                self._actions.wait_for_path(claim, reason)
+            case Reject(reason):
+                log.info("claim %s/%s refused: %s", claim.namespace, claim.name, reason)
+                self._actions.reject(claim, reason)
+            case Reschedule(reason):
+                self._actions.reschedule(claim, reason)
+            case Ignore(reason):
+                log.debug("claim %s/%s: %s", claim.namespace, claim.name, reason)
+        return True
+
+    def _reserve(self, plan: ProvisionPlan) -> None:
+        """The plan's path and size in the book (under _paths_lock), before its setup runs."""
+        self._paths.reserve(plan.volume_name, plan.disk_node, plan.path, size_bytes=plan.size_bytes)
+
+    def _hand_over(
+        self,
+        key: Key,
+        action: HelperAction,
+        plan: ProvisionPlan | TeardownPlan,
+        bundle: ConfigBundle,
+        class_name: str,
+        *,
+        reference: ObjectReference,
+        permit: RemovalPermit | None,
+    ) -> None:
+        """Give the helper run to the helper pods, with the removal gate's permit for what it
+        may remove, and the object a Warning about it goes on; the key comes back when it
+        ended."""
+        self._handoffs[key] = _Handoff(plan, bundle, time.monotonic(), class_name)
+        try:
+            self.helper_pods.submit(VolumeJob(key, action, plan, bundle, reference, permit))
+        except BaseException:
+            del self._handoffs[key]
+            raise
+
+    def _settle_claim(self, key: Key) -> bool:
+        """The setup handed over for the claim: carried out once its helper run ended (the PV
+        saved, or the failure reported and retried), whether or not the claim still exists:
+        its directory may exist, and a PV whose claim is gone is Released and torn down."""
+        handoff = self._handoffs[key]
+        result = handoff.result or self.helper_pods.take(key)
+        if result is None:
+            return False
+        del self._handoffs[key]
+        plan = handoff.plan
+        assert isinstance(plan, ProvisionPlan)
+        clone_problem = handoff.clone_problem
+        try:
+            if handoff.result is None and result.error is None and plan.clone_source is not None:
+                clone_problem = self._actions.clone_source_problem(plan.clone_source)
+            self._actions.finish_provision(
+                plan, handoff.bundle, result, handoff.started, clone_problem=clone_problem
+            )
+        except VolumeSaveUnsettled:
+            # The PV may exist and bind: the directory, the path and its budget stay, and
+            # the key's retry saves the same PV again (its directory is made) until a save
+            # or a read settles it, whether or not the claim is still there; with the
+            # clone's verdict as it was before the first save.
+            self._handoffs[key] = replace(handoff, result=result, clone_problem=clone_problem)
+            raise
+        except GiveBack as give_back:
+            # Still reserved in the book while the gate decides and the directory goes.
+            try:
+                self._removals.give_back(plan, handoff.bundle, give_back.kind, give_back.why)
+            finally:
+                self._release(plan.volume_name)
+        except BaseException:
+            try:
+                if self._leaves_a_directory(plan, result):
+                    claim = self._caches.claims.get(plan.claim.uid)
+                    if claim is None or claim.being_deleted:
+                        # Still reserved in the book: nothing can be set up there meanwhile.
+                        self._removals.clean_up_abandoned(plan, handoff.bundle)
+                    else:
+                        self._failed_attempts[plan.claim.uid] = handoff
+            finally:
+                self._release(plan.volume_name)
+            raise
+        finally:
+            self._capacity.poke()
+        self._failed_attempts.pop(plan.claim.uid, None)
+        return True
+
+    @staticmethod
+    def _leaves_a_directory(plan: ProvisionPlan, result: RunResult) -> bool:
+        """Whether a failed setup may have left a directory that only a retry of this claim
+        would use, and that is this attempt's own: `prepare` made it, or took it only as this
+        volume's earlier attempt or empty. Not so when the class hands over existing data
+        (`reuseExistingData`): that directory is never removed here."""
+        error = result.error
+        # A pod that never started (a missing base path, an image never pulled) made nothing.
+        started = isinstance(error, HelperPodError) and not isinstance(error, HelperPodNotStarted)
+        return started and not plan.reuse_existing_data
+
+    def _clean_up_after(self, uid: str) -> None:
+        """The claim went between a failed setup and its retry: remove what that setup left,
+        unless its path is in use again (then it is not this attempt's any more)."""
+        attempt = self._failed_attempts.pop(uid, None)
+        if attempt is None:
+            return
+        plan = attempt.plan
+        assert isinstance(plan, ProvisionPlan)
+        with self._paths_lock:
+            if plan.volume_name in self._paths or self._paths.overlapping(
+                plan.volume_name, plan.disk_node, plan.path
+            ):
+                return
+            self._reserve(plan)
+        try:
+            self._removals.clean_up_abandoned(plan, attempt.bundle)
+        finally:
+            self._release(plan.volume_name)
+
+    def _release(self, volume_name: str) -> None:
+        """A provision failed: its path is free again, and whoever waited for it looks again."""
+        waiting: set[str] = set()
+        with self._paths_lock:
+            self._paths.cancel_reservation(volume_name)
+            if volume_name not in self._paths:
+                waiting = self._waiting.pop(volume_name, set())
+        for uid in waiting:
+            self._queue.add((CLAIM, uid))
+
+    def reconcile_volume(self, name: str) -> bool:
+        key = (VOLUME, name)
+        if key in self._handoffs:
+            return self._settle_volume(key)
+        volume = self._caches.volumes.get(name)
+        if volume is None:
+            return True
+        bundle = self._config()
+        nodes = dict(self._caches.nodes.items())
+        # The decision is the teardown's last check: taken under the lock, with every live,
+        # Released and in-flight path in view, and marked in the book before the lock is let go,
+        # so no provision can take an overlapping path between the check and the helper.
+        with self._paths_lock:
+            decision = decide_volume_action(
+                volume,
+                bundle.config,
+                nodes,
+                provisioner_name=self._provisioner_name,
+                paths=self._paths,
+                directory_removed=name in self._directories_removed,
+            )
+            if isinstance(decision, Teardown):
+                self._paths.start_teardown(name)
+        match decision:
+            case Teardown(plan):
+                try:
+                    permit = self._removals.teardown_permit(plan)
+                    if isinstance(permit, RemovalRefused):
+                        self._teardown_ended(name, succeeded=False)
+                        return True
+                    self._hand_over(
+                        key,
+                        "delete",
+                        plan,
+                        bundle,
+                        volume.storage_class_name,
+                        reference=volume_reference(plan.volume_name),
+                        permit=permit,
+                    )
+                except BaseException:
+                    self._teardown_ended(name, succeeded=False)
+                    raise
+                return False
+            case DeleteRemovedVolume(_, delete_volume, remove_finalizer):
+                log.info("volume %s: its directory was removed already; deleting the PV", name)
+                self._actions.finish_removed_volume(
+                    name, delete_volume=delete_volume, remove_finalizer=remove_finalizer
+                )
+            case AddFinalizer():
+                self._actions.add_finalizer(name)
+            case RemoveFinalizer(reason):
+                log.info("volume %s: removing our finalizer: %s", name, reason)
+                self._actions.remove_finalizer(name)
+            case RefuseUnsafePath(reason):
+                log.warning("volume %s: refusing to delete: %s", name, reason)
+                self._actions.refuse(name, reason)
+            case NodeGone(reason, remove_finalizer):
+                log.warning("volume %s: %s", name, reason)
+                self._actions.refuse(name, reason)
+                if remove_finalizer:
+                    self._actions.remove_finalizer(name)
+            case Ignore(reason):
+                log.debug("volume %s: %s", name, reason)
+        return True
+
+    def _settle_volume(self, key: Key) -> bool:
+        """The teardown handed over for the volume: carried out once its helper run ended (the
+        PV deleted, or the failure reported and retried); the path stays in the book as torn
+        down only when all of it succeeded."""
+        result = self.helper_pods.take(key)
+        if result is None:
+            return False
+        handoff = self._handoffs.pop(key)
+        plan = handoff.plan
+        assert isinstance(plan, TeardownPlan)
+        # A teardown pod waits for a missing `Directory` hostPath until its deadline: an
+        # earlier teardown removed the directory (its process died before the PATCH that says
+        # so). What it was to remove is gone: the rest of the teardown goes on.
+        if isinstance(
+            result.error, (HelperPodNotStarted, HelperPodTimeout)
+        ) and self.helper_pods.directory_gone(plan, handoff.bundle):
+            log.info("volume %s: its directory %s is gone already", plan.volume_name, plan.path)
+            result = RunResult(result.seconds)
+        if result.error is None:
+            self._directories_removed.add(plan.volume_name)
+        succeeded = False
+        try:
+            self._actions.finish_teardown(plan, handoff.class_name, result, handoff.started)
+            succeeded = True
+        finally:
+            self._teardown_ended(plan.volume_name, succeeded=succeeded)
+        return True
+
+    def _teardown_ended(self, volume_name: str, *, succeeded: bool) -> None:
+        """A teardown ended (or never started): when its PV went meanwhile, the path is free
+        only now, and whoever waited for it looks again."""
+        waiting: set[str] = set()
+        with self._paths_lock:
+            if self._paths.finish_teardown(volume_name, succeeded=succeeded):
+                waiting = self._waiting.pop(volume_name, set()) | self._expansions_waiting_for_room
+                self._expansions_waiting_for_room = set()
+        for uid in waiting:
+            self._queue.add((CLAIM, uid))
+
+    def _desired_capacities(self, driver_wants_capacity: bool) -> dict[str, CapacityObject]:
+        """The CSIStorageCapacity set for the current config, nodes, classes and book."""
+        with self._paths_lock:
+            entries = self._paths.entries()
+        return desired_capacities(
+            self._config().config,
+            [record for _, record in self._caches.classes.items()],
+            dict(self._caches.nodes.items()),
+            entries,
+            provisioner_name=self._provisioner_name,
+            driver_wants_capacity=driver_wants_capacity,
+        )

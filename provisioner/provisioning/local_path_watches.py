@@ -1,0 +1,261 @@
+"""What the local-path provisioner watches, and the seam the generic loop (`controller`) drives
+it through.
+
+`watched_caches` builds the informers (claims, volumes, classes, nodes, our helper pods) as the
+`Caches` the decisions read. `LocalPathReconciler` is the loop's `Reconciler`: its watches
+filter each event cheaply on the informer's thread and say which keys to queue (an unbound claim
+of ours, a claim that may expand, a PV of ours, a finished helper pod, the claims a class or a
+node change affects), telling the provisioner what the book must record on the way (a PV came
+or went, the capacity set changed); its `reconcile` hands each key to the
+`LocalPathProvisioner` method for its kind. The provisioner itself is the loop's `Lifecycle`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import fields
+from typing import Any
+
+from provisioner.capacity.storage_capacity import HOSTNAME_LABEL
+from provisioner.helper_pods.pod_runner import HelperPodError
+from provisioner.helper_pods.pod_shapes import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
+from provisioner.kube.client import KubeClients
+from provisioner.kube.informer import Informer, namespaced_name_key
+from provisioner.kube.object_decoding import DictObjects, ObjectDecoding
+from provisioner.loop.controller import (
+    IN_BACKGROUND,
+    SETTLED,
+    Failed,
+    KeyQueue,
+    Outcome,
+    Watch,
+)
+from provisioner.objects.api_objects import (
+    Node,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    StorageClass,
+    object_name,
+    object_uid,
+)
+from provisioner.objects.records import (
+    ClaimRecord,
+    NodeRecord,
+    StorageClassRecord,
+    VolumeRecord,
+    claim_record,
+    node_record,
+    storage_class_record,
+    volume_record,
+)
+from provisioner.provisioning.actions import ActionFailed
+from provisioner.provisioning.caches import Caches
+from provisioner.provisioning.claims import PROVISIONED_BY, is_our_claim
+from provisioner.provisioning.clone_sources import CloneWaits
+from provisioner.provisioning.local_path_provisioner import LocalPathProvisioner
+from provisioner.provisioning.work_keys import CLAIM, HELPER_POD, VOLUME, Key
+
+WATCHED_INFORMERS = len(fields(Caches))
+"""The informers `watched_caches` builds (the loop stops each within its own second)."""
+
+
+def watched_caches(
+    clients: KubeClients, *, helper_namespace: str, resync_period: float = 900.0
+) -> Caches:
+    """The informers, not started: the loop starts them with the watches on them."""
+    informer = functools.partial(Informer, resync_period=resync_period)
+    lists = clients.list_function
+    return Caches(
+        claims=informer(
+            "claims",
+            lists("/api/v1/persistentvolumeclaims"),
+            objects=ObjectDecoding(PersistentVolumeClaim),
+            to_record=claim_record,
+            key=object_uid,
+        ),
+        volumes=informer(
+            "volumes",
+            lists("/api/v1/persistentvolumes"),
+            objects=ObjectDecoding(PersistentVolume),
+            to_record=volume_record,
+            key=object_name,
+        ),
+        classes=informer(
+            "classes",
+            lists("/apis/storage.k8s.io/v1/storageclasses"),
+            objects=ObjectDecoding(StorageClass),
+            to_record=storage_class_record,
+            key=object_name,
+        ),
+        nodes=informer(
+            "nodes",
+            lists("/api/v1/nodes"),
+            objects=ObjectDecoding(Node),
+            to_record=node_record,
+            key=object_name,
+        ),
+        helper_pods=informer(
+            "helper-pods",
+            lists(f"/api/v1/namespaces/{helper_namespace}/pods"),
+            objects=DictObjects(),
+            to_record=_helper_pod,
+            key=namespaced_name_key,
+            label_selector=f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}",
+        ),
+    )
+
+
+class LocalPathReconciler:
+    """The loop's `Reconciler` for the local-path provisioner."""
+
+    def __init__(
+        self,
+        caches: Caches,
+        local_path: LocalPathProvisioner,
+        queue: KeyQueue,
+        *,
+        provisioner_name: str,
+    ) -> None:
+        self._caches = caches
+        self._local_path = local_path
+        self._queue = queue
+        self._name = provisioner_name
+        self._clone_waits = CloneWaits()
+
+    def watches(self) -> Sequence[Watch[Any]]:
+        caches = self._caches
+        return [
+            Watch(caches.claims, self._claim_changed),
+            Watch(caches.claims, self._clone_source_changed),
+            Watch(caches.volumes, self._volume_changed),
+            Watch(caches.classes, self._class_changed),
+            Watch(caches.nodes, self._node_changed),
+            Watch(caches.helper_pods, self._helper_pod_changed),
+        ]
+
+    def reconcile(self, key: Key) -> Outcome:
+        kind, name = key
+        try:
+            if kind == CLAIM:
+                settled = self._local_path.reconcile_claim(name)
+            elif kind == VOLUME:
+                settled = self._local_path.reconcile_volume(name)
+            else:
+                self._local_path.collect_helper_pod(name)
+                settled = True
+        except (ActionFailed, HelperPodError) as error:
+            return Failed(str(error))
+        # Not settled: its helper run was handed over or still runs.
+        return SETTLED if settled else IN_BACKGROUND
+
+    def config_changed(self) -> None:
+        """After a config change every pending claim and our volumes get another look."""
+        self._local_path.poke_capacity()
+        for uid, claim in self._caches.claims.items():
+            if not claim.volume_name and is_our_claim(claim, self._name):
+                self._queue.add((CLAIM, uid))
+        for name, volume in self._caches.volumes.items():
+            if volume.annotations.get(PROVISIONED_BY) == self._name:
+                self._queue.add((VOLUME, name))
+
+    # -- the watches: cheap filters, then the keys to queue ----------------------------------
+
+    def _claim_changed(
+        self, key: str, old: ClaimRecord | None, new: ClaimRecord | None
+    ) -> list[Key]:
+        # A claim that went needs no key: a setup of it that runs comes back when its helper
+        # run ends (see `LocalPathProvisioner._settle_claim`).
+        if new is None:
+            return []
+        unbound_ours = not new.volume_name and is_our_claim(new, self._name)
+        if unbound_ours or (new.volume_name and self._may_expand(new)):
+            return [(CLAIM, key)]
+        return []
+
+    def _clone_source_changed(
+        self, key: str, old: ClaimRecord | None, new: ClaimRecord | None
+    ) -> list[Key]:
+        """A claim that just bound is a source its waiting clones may now be made from."""
+        return [(CLAIM, uid) for uid in self._clone_waits.update(old, new)]
+
+    def _volume_changed(
+        self, key: str, old: VolumeRecord | None, new: VolumeRecord | None
+    ) -> list[Key]:
+        keys: list[Key] = []
+        if new is None:
+            self._local_path.volume_gone(key)
+        elif new.annotations.get(PROVISIONED_BY) == self._name:
+            self._local_path.volume_seen(new)
+            keys.append((VOLUME, key))
+        if _budget_changed(old, new, self._name):
+            self._local_path.poke_capacity()
+        return keys
+
+    def _class_changed(
+        self, key: str, old: StorageClassRecord | None, new: StorageClassRecord | None
+    ) -> list[Key]:
+        if any(c is not None and c.provisioner == self._name for c in (old, new)):
+            self._local_path.poke_capacity()
+        if new is None or new.provisioner != self._name:
+            return []
+        return [
+            (CLAIM, uid)
+            for uid, claim in self._caches.claims.items()
+            if claim.storage_class_name == key and not claim.volume_name
+        ]
+
+    def _node_changed(self, key: str, old: NodeRecord | None, new: NodeRecord | None) -> list[Key]:
+        if new is not None and old is not None:
+            if new.labels.get(HOSTNAME_LABEL) != old.labels.get(HOSTNAME_LABEL):
+                self._local_path.poke_capacity()
+            return []
+        self._local_path.poke_capacity()
+        # A node came or went: claims waiting for it are affected, and so may be any of our
+        # volumes (with a custom nodeAffinityKey the label value is not the node name).
+        keys: list[Key] = [
+            (CLAIM, uid)
+            for uid, claim in self._caches.claims.items()
+            if claim.selected_node == key and not claim.volume_name
+        ]
+        keys += [
+            (VOLUME, name)
+            for name, volume in self._caches.volumes.items()
+            if volume.annotations.get(PROVISIONED_BY) == self._name
+        ]
+        return keys
+
+    def _helper_pod_changed(
+        self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None
+    ) -> list[Key]:
+        if self._local_path.helper_pod_changed(old, new):
+            # No API call on the informer's thread: a worker collects it.
+            return [(HELPER_POD, key)]
+        return []
+
+    def _may_expand(self, claim: ClaimRecord) -> bool:
+        """Cheap filter: the claim asks for more than its PV of ours has, or its status lags (a
+        claim with no status capacity yet is still being bound: not ours to act on, see
+        `decide_expansion`, so a fresh bind wakes no worker)."""
+        volume = self._caches.volumes.get(claim.volume_name)
+        if volume is None or volume.annotations.get(PROVISIONED_BY) != self._name:
+            return False
+        status = claim.status_capacity
+        return claim.requested_storage != volume.capacity or (
+            status is not None and status != volume.capacity
+        )
+
+
+def _budget_changed(old: VolumeRecord | None, new: VolumeRecord | None, name: str) -> bool:
+    """Whether a PV event can change what our paths have free: one of ours came, went, or
+    changed size."""
+    ours = [v for v in (old, new) if v is not None and v.annotations.get(PROVISIONED_BY) == name]
+    if not ours:
+        return False
+    return old is None or new is None or old.capacity != new.capacity
+
+
+def _helper_pod(obj: dict[str, Any]) -> dict[str, Any]:
+    """Helper pods are few and short-lived: keep them whole (the runs read their status; the
+    decoding drops managedFields)."""
+    return obj

@@ -1,0 +1,219 @@
+"""The shell side of the removal gate (provisioning/removal_gate.py): it gathers a removal's facts
+at the moment it is decided (the path book under its lock, the lease, and, for a give-back, a fresh
+read of the PV), asks the gate, and runs the removing helper step with the permit, or leaves
+the directory in place with a Warning that says what was not proven. The only place that asks
+the gate; every helper step that removes or empties a directory is built from its permit.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from urllib3.exceptions import HTTPError
+
+from provisioner.configuration.config import ConfigBundle
+from provisioner.helper_pods.pod_runner import HelperPodError
+from provisioner.helper_pods.pods import HelperPods
+from provisioner.kube.api_error import ApiError
+from provisioner.kube.client import KubeClients
+from provisioner.kube.events import EventRecorder
+from provisioner.provisioning.actions import (
+    HTTP_NOT_FOUND,
+    ActionFailed,
+    claim_reference,
+    volume_reference,
+)
+from provisioner.provisioning.claims import ProvisionPlan, TeardownPlan
+from provisioner.provisioning.paths import PathBook
+from provisioner.provisioning.removal_gate import (
+    RemovalKind,
+    RemovalPermit,
+    RemovalProof,
+    RemovalRefused,
+    decide_removal,
+)
+from provisioner.scans.orphans import Orphan, Owner, still_orphan
+
+log = logging.getLogger(__name__)
+
+
+class Removals:
+    """Asks the gate for every removal of this provisioner's volumes' directories."""
+
+    def __init__(
+        self,
+        clients: KubeClients,
+        recorder: EventRecorder,
+        pods: HelperPods[Any],
+        *,
+        book: PathBook,
+        book_lock: threading.Lock,
+        holds_lease: Callable[[], bool],
+    ) -> None:
+        self._clients = clients
+        self._recorder = recorder
+        self._pods = pods
+        self._book = book
+        self._book_lock = book_lock
+        self._holds_lease = holds_lease
+
+    def teardown_permit(self, plan: TeardownPlan) -> RemovalPermit | RemovalRefused:
+        """For a teardown decided from the informer and the book (no read: the book holds the
+        path as tearing down, so no provision can take it meanwhile); a refusal is reported on
+        the PV."""
+        proof = RemovalProof(
+            kind=RemovalKind.TEARDOWN,
+            volume_name=plan.volume_name,
+            path=plan.path,
+            base_path=plan.base_path,
+            sharing=self._sharing(plan.volume_name, plan.disk_node, plan.path),
+            holds_lease=self._holds_lease(),
+        )
+        decision = decide_removal(proof)
+        if isinstance(decision, RemovalRefused):
+            self._recorder.warning(
+                volume_reference(plan.volume_name),
+                "VolumeFailedDelete",
+                f"not removing: {decision.reason}; the directory is left in place",
+            )
+        return decision
+
+    def setup_clean_up_permit(self, plan: ProvisionPlan) -> RemovalPermit | None:
+        """For the clean-up after the setup's own failure, in its helper run (the directory
+        removed only when empty and made by this attempt); None: a failed setup leaves it."""
+        decision = decide_removal(self._clean_up_proof(RemovalKind.FAILED_SETUP_CLEAN_UP, plan))
+        if isinstance(decision, RemovalRefused):
+            log.info("claim %s: %s", plan.claim.uid, decision.reason)
+            return None
+        return decision
+
+    def clean_up_abandoned(self, plan: ProvisionPlan, bundle: ConfigBundle) -> None:
+        """The claim went while its setup failed (timed out, say: the pod was killed before
+        its `finish` step could remove the directory): no retry will come to use or remove
+        it. The fixed `finish` step alone removes it, if it is empty and this attempt made it:
+        never a teardown, never data. What is left is logged and left to the orphan scan."""
+        decision = decide_removal(self._clean_up_proof(RemovalKind.FAILED_SETUP_CLEAN_UP, plan))
+        claim = f"{plan.claim.namespace}/{plan.claim.name}"
+        if isinstance(decision, RemovalRefused):
+            log.warning("claim %s went while its setup failed; %s: left", claim, decision.reason)
+            return
+        try:
+            self._pods.finish(cleanup_target(plan), bundle, decision)
+        except HelperPodError as error:
+            log.warning(
+                "claim %s went while its setup failed; removing %s failed: %s",
+                claim,
+                plan.path,
+                error,
+            )
+            return
+        log.info("claim %s went while its setup failed; removed %s", claim, plan.path)
+
+    def give_back(
+        self, plan: ProvisionPlan, bundle: ConfigBundle, kind: RemovalKind, why: str
+    ) -> NoReturn:
+        """No PV will point at the directory the setup made (`why`): remove it if the gate
+        allows, and fail the provision either way. `kind` GIVE_BACK or CLONE_GIVE_BACK; a clone's
+        give-back comes only from the source's verdict taken before its first save."""
+        reference = claim_reference(plan.claim)
+        self._recorder.warning(reference, "ProvisioningFailed", f"{why}; giving {plan.path} back")
+        proof = self._clean_up_proof(
+            kind,
+            plan,
+            claim_volume_seen=self._claim_volume_exists(plan),
+            clone_verdict_before_save=kind is RemovalKind.CLONE_GIVE_BACK,
+        )
+        decision = decide_removal(proof)
+        if isinstance(decision, RemovalRefused):
+            self._recorder.warning(
+                reference,
+                "ProvisioningCleanupRefused",
+                f"{plan.path} is left in place: {decision.reason}",
+            )
+            raise ActionFailed(why)
+        try:
+            self._pods.run_alone("delete", cleanup_target(plan), bundle, decision)
+        except HelperPodError as error:
+            self._recorder.warning(
+                reference,
+                "ProvisioningCleanupFailed",
+                f"{why} and removing {plan.path} failed too: {error}; remove it by hand",
+            )
+        raise ActionFailed(why)
+
+    def _clean_up_proof(
+        self,
+        kind: RemovalKind,
+        plan: ProvisionPlan,
+        *,
+        claim_volume_seen: bool | None = None,
+        clone_verdict_before_save: bool | None = None,
+    ) -> RemovalProof:
+        return RemovalProof(
+            kind=kind,
+            volume_name=plan.volume_name,
+            path=plan.path,
+            base_path=plan.base_path,
+            sharing=self._sharing(plan.volume_name, plan.disk_node, plan.path),
+            holds_lease=self._holds_lease(),
+            reuses_existing_data=plan.reuse_existing_data,
+            claim_volume_seen=claim_volume_seen,
+            clone_verdict_before_save=clone_verdict_before_save,
+        )
+
+    def _sharing(self, volume_name: str, disk_node: str, path: str) -> tuple[str, ...]:
+        with self._book_lock:
+            return tuple(
+                entry.describe() for entry in self._book.overlapping(volume_name, disk_node, path)
+            )
+
+    def _claim_volume_exists(self, plan: ProvisionPlan) -> bool | None:
+        """Whether a fresh read finds a PV of this claim's (its name, bound or reserved for the
+        claim's UID); None when the read failed (then nothing is proven)."""
+        try:
+            found = self._clients.request_json(
+                "GET", f"/api/v1/persistentvolumes/{plan.volume_name}"
+            )
+        except ApiError as error:
+            return False if error.status == HTTP_NOT_FOUND else None
+        except (HTTPError, OSError):
+            return None
+        claim_ref = (found.get("spec") or {}).get("claimRef") or {}
+        return bool(claim_ref.get("uid") == plan.claim.uid)
+
+
+def orphan_removal_permit(
+    orphan: Orphan, owners: Sequence[Owner]
+) -> RemovalPermit | RemovalRefused:
+    """For `orphans --delete`: `owners` read after the listing, so that a path a PV or a
+    helper took since keeps it."""
+    holders = tuple(
+        owner.volume_name or owner.path for owner in owners if not still_orphan(orphan, [owner])
+    )
+    return decide_removal(
+        RemovalProof(
+            kind=RemovalKind.ORPHAN_REMOVAL,
+            volume_name="",
+            path=orphan.path,
+            base_path=orphan.base_path,
+            sharing=holders,
+            holds_lease=True,
+        )
+    )
+
+
+def cleanup_target(plan: ProvisionPlan) -> TeardownPlan:
+    """What a give-back or clean-up works on: the attempt's directory, no PV to delete."""
+    return TeardownPlan(
+        volume_name=plan.volume_name,
+        path=plan.path,
+        node_name=plan.node_name,
+        volume_mode=plan.volume_mode,
+        size_bytes=plan.size_bytes,
+        delete_volume=False,
+        remove_finalizer=False,
+        base_path=plan.base_path,
+    )

@@ -1,0 +1,266 @@
+"""The local-path provisioner's side of the path book, without a cluster: a path stays taken
+until the work on it ended, and a helper run is checked against the book once more just before
+its pod would be built. The helper runs are a fake the test holds and releases; the informers
+stay empty (no claim or PV is seen), which is all these paths need."""
+
+from __future__ import annotations
+
+import json
+import threading
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from provisioner.configuration.config import (
+    DEFAULT_HELPER_POD_YAML,
+    DEFAULT_SETUP_SCRIPT,
+    DEFAULT_TEARDOWN_SCRIPT,
+    load_config_bundle,
+)
+from provisioner.helper_pods.pod_shapes import HelperAction, HelperTarget
+from provisioner.helper_pods.pods import BatchSettings, PodSettings, RunRefused, RunResult
+from provisioner.kube.events import ObjectReference
+from provisioner.kube.metrics import Metrics
+from provisioner.kube.workqueue import WorkQueue
+from provisioner.objects.records import ClaimRecord, StorageClassRecord
+from provisioner.provisioning.actions import ActionFailed, VolumeSaveUnsettled
+from provisioner.provisioning.claims import ProvisionPlan, TeardownPlan
+from provisioner.provisioning.local_path_provisioner import LocalPathProvisioner
+from provisioner.provisioning.local_path_watches import watched_caches
+from provisioner.provisioning.paths import PROVISIONING, RELEASED, TEARING_DOWN
+from provisioner.provisioning.work_keys import CLAIM, VOLUME, Key
+from tests.provisioner.removal_permits import permit_for
+
+BUNDLE = load_config_bundle(
+    json.dumps(
+        {
+            "nodePathMap": [
+                {
+                    "node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",
+                    # Made where missing: such a path's volumes may share a batch pod.
+                    "paths": [{"path": "/data", "create": True}],
+                }
+            ]
+        }
+    ),
+    DEFAULT_SETUP_SCRIPT,
+    DEFAULT_TEARDOWN_SCRIPT,
+    DEFAULT_HELPER_POD_YAML,
+)
+HOST_N1 = ("kubernetes.io/hostname", "n1")
+REFERENCE = ObjectReference(kind="PersistentVolume", name="pvc")
+WAIT = 10.0
+
+
+class GatedRuns:
+    """Helper runs that wait while the gate is shut; records what ran."""
+
+    def __init__(self) -> None:
+        self.ran: list[tuple[HelperAction, str]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.waiting = threading.Semaphore(0)
+
+    def run(self, action: HelperAction, target: HelperTarget, bundle: Any, permit: Any) -> float:
+        self.ran.append((action, target.volume_name))
+        self.waiting.release()
+        assert self.gate.wait(WAIT)
+        return 1.0
+
+
+class FakeActions:
+    """The end of a setup or teardown fails as its helper did, or as `save_error` says; the
+    helper runs the test holds (installed in the controller's helper pods)."""
+
+    def __init__(self) -> None:
+        self.helper_runs = GatedRuns()
+        self.recorder = None
+        self.holds_lease = lambda: True
+        self.save_error: Exception | None = None
+        self.saves = 0
+
+    def finish_provision(
+        self, plan: Any, bundle: Any, result: RunResult, started: Any, **_: Any
+    ) -> None:
+        if result.error is not None:
+            raise result.error
+        self.saves += 1
+        if self.save_error is not None:
+            raise self.save_error
+
+    def finish_teardown(self, plan: Any, name: Any, result: RunResult, started: Any) -> None:
+        if result.error is not None:
+            raise result.error
+
+
+def provisioner() -> tuple[LocalPathProvisioner, WorkQueue[Key], FakeActions]:
+    """The provisioner, the loop's queue it wakes keys on, and its fake actions."""
+
+    def no_list(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("no API call expected")
+
+    actions = FakeActions()
+    clients = cast(Any, SimpleNamespace(list_function=lambda path: no_list))
+    queue: WorkQueue[Key] = WorkQueue("test")
+    made = LocalPathProvisioner(
+        clients,
+        watched_caches(clients, helper_namespace="ns"),
+        lambda: BUNDLE,
+        cast(Any, actions),
+        Metrics(),
+        queue=queue,
+        provisioner_name="p",
+        helper_pod=PodSettings("ns", "sa"),
+        batch=BatchSettings(pods_per_node=1),
+        capacity_min_interval=1.0,
+    )
+    # The helper pods' runs are the fake: the batcher and the one-off runs both use it.
+    pods = made.helper_pods
+    pods._runs = pods._batcher._runs = cast(Any, actions.helper_runs)
+    return made, queue, actions
+
+
+def teardown_plan(name: str, path: str) -> TeardownPlan:
+    return TeardownPlan(
+        volume_name=name,
+        path=path,
+        node_name="n1",
+        volume_mode="Filesystem",
+        size_bytes=1,
+        delete_volume=True,
+        remove_finalizer=True,
+        base_path="/data",
+    )
+
+
+def provision_plan(uid: str, path: str) -> ProvisionPlan:
+    claim = ClaimRecord(uid=uid, namespace="ns", name="c", requested_storage="1Gi")
+    return ProvisionPlan(
+        volume_name=f"pvc-{uid}",
+        provisioner_name="p",
+        claim=claim,
+        storage_class=StorageClassRecord("local", "p"),
+        node_name="n1",
+        node_affinity=HOST_N1,
+        base_path="/data",
+        path=path,
+        volume_type="hostPath",
+        size_bytes=1,
+    )
+
+
+def start_teardown(lp: LocalPathProvisioner, name: str, path: str) -> Key:
+    """A Released PV of ours whose teardown was decided and handed over."""
+    lp._paths.record_volume(name, "n1", path, RELEASED, size_bytes=1)
+    lp._paths.start_teardown(name)
+    key = (VOLUME, name)
+    plan = teardown_plan(name, path)
+    lp._hand_over(
+        key, "delete", plan, BUNDLE, "local", reference=REFERENCE, permit=permit_for(plan)
+    )
+    return key
+
+
+def next_key(queue: WorkQueue[Key]) -> Key | None:
+    """The next key the queue hands a worker (the batcher queues a key when its run ended)."""
+    key = queue.get(timeout=WAIT)
+    if key is not None:
+        queue.done(key)
+    return key
+
+
+def test_a_pv_gone_while_its_teardown_waits_keeps_its_path_and_its_waiters_until_it_ended() -> None:
+    lp, queue, actions = provisioner()
+    runs = actions.helper_runs
+    # The node is busy: one teardown runs, and holds the node's only slot.
+    runs.gate.clear()
+    busy = start_teardown(lp, "pvc-busy", "/data/ns/busy")
+    assert runs.waiting.acquire(timeout=WAIT)
+    old = start_teardown(lp, "pvc-old", "/data/ns/c")
+    # A recreated claim of the same name renders /data/ns/c and waits for pvc-old.
+    lp._waiting["pvc-old"] = {"uid-new"}
+    # An admin deletes the Released PV (no finalizer of ours held it).
+    lp.volume_gone("pvc-old")
+    entry = lp._paths.get("pvc-old")
+    assert entry is not None and entry.state == TEARING_DOWN
+    assert len(queue) == 0, "the waiting claim was woken while the rm -rf is still queued"
+    runs.gate.set()
+    ended = {next_key(queue), next_key(queue)}
+    assert ended == {busy, old}
+    assert runs.ran == [("delete", "pvc-busy"), ("delete", "pvc-old")]
+    lp.reconcile_volume("pvc-old")
+    assert "pvc-old" not in lp._paths
+    assert next_key(queue) == (CLAIM, "uid-new")
+    lp.helper_pods.stop()
+
+
+def test_a_queued_teardown_whose_path_came_to_be_shared_never_runs() -> None:
+    lp, queue, actions = provisioner()
+    runs = actions.helper_runs
+    runs.gate.clear()
+    start_teardown(lp, "pvc-busy", "/data/ns/busy")
+    assert runs.waiting.acquire(timeout=WAIT)
+    old = start_teardown(lp, "pvc-old", "/data/ns/c")
+    # While it queued, a PV of ours showed up inside its path (the informer records it).
+    lp._paths.record_volume("pvc-inner", "n1", "/data/ns/c/inner", "live")
+    runs.gate.set()
+    assert {next_key(queue), next_key(queue)} == {(VOLUME, "pvc-busy"), old}
+    assert ("delete", "pvc-old") not in runs.ran
+    with pytest.raises(RunRefused, match="pvc-inner"):
+        lp.reconcile_volume("pvc-old")
+    entry = lp._paths.get("pvc-old")
+    assert entry is not None and entry.state == RELEASED, "decided again on the next look"
+    lp.helper_pods.stop()
+
+
+def test_a_batch_with_a_refused_volume_is_not_built_and_each_volume_says_why() -> None:
+    lp, queue, actions = provisioner()
+    runs = actions.helper_runs
+    runs.gate.clear()
+    start_teardown(lp, "pvc-busy", "/data/ns/busy")
+    assert runs.waiting.acquire(timeout=WAIT)
+    shared = start_teardown(lp, "pvc-shared", "/data/ns/c")
+    other = start_teardown(lp, "pvc-other", "/data/ns/d")
+    lp._paths.record_volume("pvc-inner", "n1", "/data/ns/c/inner", "live")
+    runs.gate.set()
+    assert {next_key(queue), next_key(queue), next_key(queue)} == {
+        (VOLUME, "pvc-busy"),
+        shared,
+        other,
+    }
+    assert runs.ran == [("delete", "pvc-busy")], "the batch pod was built"
+    with pytest.raises(RunRefused, match="pvc-inner"):
+        lp.reconcile_volume("pvc-shared")
+    with pytest.raises(RunRefused, match="its batch was refused"):
+        lp.reconcile_volume("pvc-other")
+    lp.helper_pods.stop()
+
+
+@pytest.mark.parametrize(
+    ("error", "kept"),
+    [(VolumeSaveUnsettled("503 on the POST"), True), (ActionFailed("422 on the POST"), False)],
+    ids=["unsettled", "refused"],
+)
+def test_a_save_that_may_have_happened_keeps_its_path_and_is_retried_as_a_save(
+    error: Exception, kept: bool
+) -> None:
+    lp, queue, actions = provisioner()
+    plan = provision_plan("uid-1", "/data/ns/c")
+    lp._paths.reserve(plan.volume_name, plan.disk_node, plan.path, size_bytes=1)
+    key = (CLAIM, "uid-1")
+    lp._hand_over(key, "create", plan, BUNDLE, "local", reference=REFERENCE, permit=None)
+    assert next_key(queue) == key
+    actions.save_error = error
+    with pytest.raises(type(error)):
+        lp.reconcile_claim("uid-1")
+    entry = lp._paths.get(plan.volume_name)
+    assert (entry is not None and entry.state == PROVISIONING) is kept
+    assert (key in lp._handoffs) is kept
+    # The key's retry saves the same PV again, with no new helper run, claim or not (the
+    # informer has none here: a PV saved for a deleted claim is Released and torn down).
+    actions.save_error = None
+    assert lp.reconcile_claim("uid-1") is True
+    assert actions.saves == (2 if kept else 1)
+    assert actions.helper_runs.ran == [("create", plan.volume_name)]
+    lp.helper_pods.stop()

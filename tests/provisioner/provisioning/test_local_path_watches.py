@@ -1,0 +1,148 @@
+"""The local-path side of the loop's seam without a cluster: which keys an informer event
+queues, what the provisioner hears of it on the way, and what a reconcile's end becomes for the
+loop. The provisioner is a recording fake; the informers are never started."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from provisioner.helper_pods.pod_outcomes import HelperPodFailed
+from provisioner.kube.workqueue import WorkQueue
+from provisioner.loop.controller import IN_BACKGROUND, SETTLED, Failed, Key, Watch
+from provisioner.objects.records import ClaimRecord, VolumeRecord
+from provisioner.provisioning.actions import ActionFailed
+from provisioner.provisioning.claims import PROVISIONED_BY, STORAGE_PROVISIONER
+from provisioner.provisioning.local_path_watches import LocalPathReconciler, watched_caches
+from provisioner.provisioning.work_keys import CLAIM, HELPER_POD, VOLUME
+
+NAME = "p"
+OURS = {PROVISIONED_BY: NAME}
+
+
+class RecordingProvisioner:
+    """What the reconciler tells the provisioner, and scripted answers to its reconciles."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, Any]] = []
+        self.answer: bool | Exception = True
+
+    def _answer(self) -> bool:
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+    def reconcile_claim(self, uid: str) -> bool:
+        self.heard.append(("reconcile_claim", uid))
+        return self._answer()
+
+    def reconcile_volume(self, name: str) -> bool:
+        self.heard.append(("reconcile_volume", name))
+        return self._answer()
+
+    def collect_helper_pod(self, key: str) -> None:
+        self.heard.append(("collect_helper_pod", key))
+
+    def volume_seen(self, volume: VolumeRecord) -> None:
+        self.heard.append(("volume_seen", volume.name))
+
+    def volume_gone(self, name: str) -> None:
+        self.heard.append(("volume_gone", name))
+
+    def poke_capacity(self) -> None:
+        self.heard.append(("poke_capacity", None))
+
+    def helper_pod_changed(self, old: Any, new: Any) -> bool:
+        return new is not None and new["status"]["phase"] == "Succeeded"
+
+
+def reconciler() -> tuple[LocalPathReconciler, RecordingProvisioner, WorkQueue[Key]]:
+    clients = cast(Any, SimpleNamespace(list_function=lambda path: None))
+    provisioner = RecordingProvisioner()
+    queue: WorkQueue[Key] = WorkQueue("test")
+    made = LocalPathReconciler(
+        watched_caches(clients, helper_namespace="ns"),
+        cast(Any, provisioner),
+        queue,
+        provisioner_name=NAME,
+    )
+    return made, provisioner, queue
+
+
+def keys(made: LocalPathReconciler, informer_name: str, key: str, old: Any, new: Any) -> list[Key]:
+    """Every key the watches on the named informer queue for one event."""
+    watches: list[Watch[Any]] = [w for w in made.watches() if w.informer.name == informer_name]
+    assert watches, informer_name
+    return [queued for watch in watches for queued in watch.on_event(key, old, new)]
+
+
+def claim(**fields: Any) -> ClaimRecord:
+    return ClaimRecord(uid="u-1", namespace="ns", name="c", **fields)
+
+
+def test_an_unbound_claim_of_ours_is_queued_and_one_that_went_or_is_not_ours_is_not() -> None:
+    made, _, _ = reconciler()
+    mine = claim(annotations={STORAGE_PROVISIONER: NAME})
+    assert keys(made, "claims", "u-1", None, mine) == [(CLAIM, "u-1")]
+    assert keys(made, "claims", "u-1", mine, None) == []
+    assert keys(made, "claims", "u-1", None, claim(annotations={STORAGE_PROVISIONER: "x"})) == []
+
+
+def test_a_volume_of_ours_is_recorded_and_queued_and_its_going_frees_its_path() -> None:
+    made, provisioner, _ = reconciler()
+    volume = VolumeRecord("pvc-1", annotations=OURS, capacity="1Gi")
+    assert keys(made, "volumes", "pvc-1", None, volume) == [(VOLUME, "pvc-1")]
+    assert keys(made, "volumes", "pvc-1", volume, None) == []
+    assert provisioner.heard == [
+        ("volume_seen", "pvc-1"),
+        ("poke_capacity", None),
+        ("volume_gone", "pvc-1"),
+        ("poke_capacity", None),
+    ]
+    assert keys(made, "volumes", "other", None, VolumeRecord("other")) == []
+
+
+def test_a_finished_helper_pod_is_queued_for_a_worker_to_collect() -> None:
+    made, _, _ = reconciler()
+    pod = {"metadata": {"name": "h"}, "status": {"phase": "Succeeded"}}
+    assert keys(made, "helper-pods", "ns/h", None, pod) == [(HELPER_POD, "ns/h")]
+    running = {"metadata": {"name": "h"}, "status": {"phase": "Running"}}
+    assert keys(made, "helper-pods", "ns/h", None, running) == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "outcome"),
+    [
+        (True, SETTLED),
+        (False, IN_BACKGROUND),
+        (ActionFailed("PV create refused: 403"), Failed("PV create refused: 403")),
+        (
+            HelperPodFailed("h", 1, "Error", "no space"),
+            Failed("helper pod h: failed (Error, exit code 1): no space"),
+        ),
+    ],
+    ids=["settled", "in-background", "action-failed", "helper-failed"],
+)
+def test_what_a_reconcile_of_the_provisioner_becomes_for_the_loop(
+    answer: bool | Exception, outcome: Any
+) -> None:
+    made, provisioner, _ = reconciler()
+    provisioner.answer = answer
+    assert made.reconcile((CLAIM, "u-1")) == outcome
+    assert made.reconcile((VOLUME, "pvc-1")) == outcome
+    assert provisioner.heard == [("reconcile_claim", "u-1"), ("reconcile_volume", "pvc-1")]
+
+
+def test_an_unexpected_error_goes_to_the_loop_as_is() -> None:
+    made, provisioner, _ = reconciler()
+    provisioner.answer = KeyError("a bug")
+    with pytest.raises(KeyError):
+        made.reconcile((CLAIM, "u-1"))
+
+
+def test_a_helper_pod_key_is_collected_and_settled() -> None:
+    made, provisioner, _ = reconciler()
+    assert made.reconcile((HELPER_POD, "ns/h")) == SETTLED
+    assert provisioner.heard == [("collect_helper_pod", "ns/h")]

@@ -1,0 +1,167 @@
+"""The PersistentVolume built for a provisioning plan."""
+
+import json
+
+import msgspec
+
+from provisioner.configuration.config import parse_config_json
+from provisioner.objects.records import (
+    ClaimRecord,
+    NodeRecord,
+    StorageClassRecord,
+    volume_record,
+)
+from provisioner.provisioning.claims import (
+    NODE_ANNOTATION,
+    PROVISIONED_BY,
+    STORAGE_PROVISIONER,
+    VOLUME_FINALIZER,
+    Provision,
+    decide_claim_action,
+    decide_volume_action,
+)
+from provisioner.provisioning.volumes import build_persistent_volume, foreign_volume_problem
+
+ME = "local-path-storage.io/local-path"
+CONFIG = parse_config_json(
+    json.dumps(
+        {
+            "storageClassConfigs": {
+                "local": {
+                    "nodePathMap": [
+                        {"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/opt/lp"]}
+                    ]
+                },
+                "nfs": {"sharedFileSystemPath": "/mnt/nfs"},
+            }
+        }
+    )
+)
+NODES = {"n1": NodeRecord("n1", {"kubernetes.io/hostname": "n1-host", "disk": "d1"})}
+CLAIM = ClaimRecord(
+    uid="0b5c3f3e",
+    namespace="ns",
+    name="c",
+    resource_version="42",
+    annotations={STORAGE_PROVISIONER: ME},
+    storage_class_name="local",
+    selected_node="n1",
+    access_modes=("ReadWriteOncePod",),
+    requested_storage="5Gi",
+)
+LOCAL = StorageClassRecord(
+    "local", ME, binding_mode="WaitForFirstConsumer", mount_options=("noatime",)
+)
+
+
+def plan(claim: ClaimRecord = CLAIM, storage_class: StorageClassRecord = LOCAL) -> Provision:
+    decision = decide_claim_action(claim, storage_class, CONFIG, set(), NODES, provisioner_name=ME)
+    assert isinstance(decision, Provision), decision
+    return decision
+
+
+def test_node_local_hostpath_volume() -> None:
+    assert build_persistent_volume(plan().plan) == {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {
+            "name": "pvc-0b5c3f3e",
+            "annotations": {PROVISIONED_BY: ME, NODE_ANNOTATION: "n1"},
+            "finalizers": [VOLUME_FINALIZER],
+        },
+        "spec": {
+            "claimRef": {
+                "kind": "PersistentVolumeClaim",
+                "apiVersion": "v1",
+                "namespace": "ns",
+                "name": "c",
+                "uid": "0b5c3f3e",
+                "resourceVersion": "42",
+            },
+            "storageClassName": "local",
+            "capacity": {"storage": "5Gi"},
+            "accessModes": ["ReadWriteOncePod"],
+            "persistentVolumeReclaimPolicy": "Delete",
+            "volumeMode": "Filesystem",
+            "mountOptions": ["noatime"],
+            "hostPath": {"path": "/opt/lp/pvc-0b5c3f3e_ns_c", "type": "Directory"},
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": "kubernetes.io/hostname",
+                                    "operator": "In",
+                                    "values": ["n1-host"],
+                                }
+                            ]
+                        }
+                    ]
+                }
+            },
+        },
+    }
+
+
+def test_local_source_and_custom_affinity_key() -> None:
+    storage_class = msgspec.structs.replace(
+        LOCAL, parameters={"nodeAffinityKey": "disk"}, annotations={"defaultVolumeType": "local"}
+    )
+    pv = build_persistent_volume(plan(storage_class=storage_class).plan)
+    assert pv["spec"]["local"] == {"path": "/opt/lp/pvc-0b5c3f3e_ns_c"}
+    assert "hostPath" not in pv["spec"]
+    expression = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"]
+    assert expression == [{"key": "disk", "operator": "In", "values": ["d1"]}]
+
+
+def test_shared_retain_volume_has_no_affinity_and_no_finalizer() -> None:
+    nfs = StorageClassRecord("nfs", ME, reclaim_policy="Retain")
+    claim = msgspec.structs.replace(
+        CLAIM, storage_class_name="nfs", selected_node=None, access_modes=("ReadWriteMany",)
+    )
+    pv = build_persistent_volume(plan(claim, nfs).plan)
+    assert "nodeAffinity" not in pv["spec"]
+    assert "finalizers" not in pv["metadata"]
+    assert pv["metadata"]["annotations"] == {PROVISIONED_BY: ME}
+    assert pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    assert pv["spec"]["hostPath"]["path"] == "/mnt/nfs/pvc-0b5c3f3e_ns_c"
+    assert "mountOptions" not in pv["spec"]
+
+
+def test_built_volume_reads_back_as_ours_and_tears_down_where_it_was_made() -> None:
+    storage_class = msgspec.structs.replace(LOCAL, parameters={"nodeAffinityKey": "disk"})
+    pv = build_persistent_volume(plan(storage_class=storage_class).plan)
+    record = volume_record({**pv, "status": {"phase": "Released"}})
+    decision = decide_volume_action(record, CONFIG, NODES, provisioner_name=ME)
+    assert decision.plan.node_name == "n1"  # type: ignore[union-attr]
+    assert decision.plan.path == "/opt/lp/pvc-0b5c3f3e_ns_c"  # type: ignore[union-attr]
+    assert decision.plan.size_bytes == 5 * 1024**3  # type: ignore[union-attr]
+
+
+def test_an_existing_volume_counts_as_ours_only_for_this_claim_at_this_path() -> None:
+    decision = plan()
+    ours = build_persistent_volume(decision.plan)
+    assert foreign_volume_problem(ours, decision.plan) is None
+    forged = json.loads(json.dumps(ours))
+    forged["spec"]["claimRef"]["uid"] = "someone-else"
+    assert foreign_volume_problem(forged, decision.plan) == (
+        "PV pvc-0b5c3f3e exists for claim uid someone-else, not 0b5c3f3e"
+    )
+    elsewhere = json.loads(json.dumps(ours))
+    elsewhere["spec"]["hostPath"]["path"] = "/data/pvc-0b5c3f3e_ns_c"
+    assert foreign_volume_problem(elsewhere, decision.plan) == (
+        "PV pvc-0b5c3f3e exists at /data/pvc-0b5c3f3e_ns_c, not at /opt/lp/pvc-0b5c3f3e_ns_c"
+    )
+    theirs = json.loads(json.dumps(ours))
+    theirs["metadata"]["annotations"] = {}
+    assert foreign_volume_problem(theirs, decision.plan) == (
+        "PV pvc-0b5c3f3e exists, provisioned by nobody"
+    )
+    moved = json.loads(json.dumps(ours))
+    moved["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0][
+        "values"
+    ] = ["n2"]
+    assert foreign_volume_problem(moved, decision.plan) == (
+        "PV pvc-0b5c3f3e exists with another node affinity"
+    )
