@@ -4,10 +4,14 @@ SHELL := /bin/bash
 VENV = $(shell scripts/bootstrap-venv.sh)
 PY = $(VENV)/bin/python
 
-.PHONY: demo test lint unit test-slow test-real-node bench tools engine image node-tools
+.PHONY: demo test lint unit test-slow test-real-node bench tools reference engine image node-tools
 
 tools:
 	@scripts/build-go-tools.sh cluster
+
+# rancher/local-path-provisioner, run beside ours by the takeover tests and the benchmark.
+reference:
+	@scripts/build-go-tools.sh reference
 
 # What real nodes run beside the control plane: Debian's runc, CNI plugins, registry, skopeo,
 # umoci, busybox-static (installed once), kubelet and containerd from Go modules.
@@ -36,9 +40,8 @@ lint:
 	@$(VENV)/bin/mypy .
 	@$(VENV)/bin/lint-imports --config pyproject.toml
 
-# Real-node tests run with `make test-real-node` until they join this target.
-test: tools engine image lint
-	@$(PY) -m pytest -m "not slow and not realnode"
+test: tools reference node-tools engine image lint
+	@$(PY) -m pytest -m "not slow"
 
 unit:
 	@$(PY) -m pytest tests -m "not cluster and not engine and not slow and not image"
@@ -52,6 +55,5 @@ test-real-node: node-tools image
 # The full run: burst, lifted and scale, with the scaling table at 1k, 10k and 50k volumes.
 BENCH_ARGS ?= --scale-sizes 1000,50000
 
-bench: tools
-	@scripts/build-go-tools.sh reference
+bench: tools reference
 	@$(PY) -m bench $(BENCH_ARGS)
