@@ -121,6 +121,14 @@ def start_pair(
         "the second replica to report standby",
     )
     assert holder_pid(lease_holder(setup)) == leader.pid, "the Lease names the proxied replica"
+    # Its first write may have created the Lease (201): the tests measure from a renewal (200),
+    # so one must have gone through the proxy before any fault is armed.
+    wait_for(
+        lambda: proxy.lease_writes_answered(200) or None,
+        LEASE_DURATION,
+        "the leader's first renewal through the proxy",
+        interval=0.1,
+    )
     return leader, standby
 
 

@@ -74,10 +74,12 @@ class ProvisionerProcess:
     def __init__(self, command: list[str], env: dict[str, str], log_path: Path, port: int):
         self.log_path = log_path
         self.port = port
-        self._log = log_path.open("ab")
-        self.process = subprocess.Popen(
-            command, env=env, stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO
-        )
+        # The child holds its own copy of the log's descriptor: ours is closed at once, so a
+        # replica that exits on its own (a lost lease, say) leaves no file open in the tests.
+        with log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO
+            )
 
     @property
     def pid(self) -> int:
@@ -110,14 +112,12 @@ class ProvisionerProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             code = self.process.wait(10)
-        self._log.close()
         return code
 
     def kill(self) -> None:
         if self.alive():
             self.process.kill()
         self.process.wait(10)
-        self._log.close()
 
 
 class ProvisionerSetup:
