@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -35,7 +35,12 @@ from provisioner.helper_pods.batch_pod_shapes import (
 )
 from provisioner.helper_pods.pod_index import ServingPod
 from provisioner.helper_pods.pod_runner import HelperPodError
-from provisioner.helper_pods.pod_runs import BATCH_WAIT_MARGIN_SECONDS, PodRuns, RunResult
+from provisioner.helper_pods.pod_runs import (
+    BATCH_WAIT_MARGIN_SECONDS,
+    BatchResults,
+    PodRuns,
+    RunResult,
+)
 from provisioner.helper_pods.pod_shapes import (
     HELPER_STEPS,
     HelperAction,
@@ -407,53 +412,54 @@ class PodBatcher(Generic[K]):
         return None
 
     def _run(self, launch: Launch[VolumeJob[K]]) -> None:
-        """Runs the launch's pod; its results are reported as soon as it ended (before it is
-        deleted: nothing waits on that), its pod names released once it is gone."""
-        reported = False
+        """Runs the launch's pod; its results are reported as they come in (a batch pod's
+        settled volumes while it runs, the rest as soon as it ended, before it is deleted:
+        nothing waits on that), its pod names released once it is gone."""
         early: set[str] = set()
-
-        def report(results: Mapping[str, RunResult]) -> None:
-            nonlocal reported
-            if not reported:
-                reported = True
-                self._report(launch, results, skip=early)
-
-        def report_early(results: Mapping[str, RunResult]) -> None:
-            # Called on this thread, from inside run_batch: before `report`, which skips them.
-            if not reported:
-                early.update(results)
-                self._report_early(launch, results)
-
-        first = launch.jobs[0]
+        reported = False
         try:
-            refused = self._refusals(launch)
-            if refused:
-                report(refused)
-                return
-            runs = self._runs
-            if len(launch.jobs) > 1:
-                targets = [job.target for job in launch.jobs]
-                permits = {
-                    job.target.volume_name: job.permit
-                    for job in launch.jobs
-                    if job.permit is not None
-                }
-                runs.run_batch(
-                    first.action, targets, first.bundle, report, report_early, permits=permits
-                )
-            else:
-                seconds = runs.run(first.action, first.target, first.bundle, first.permit)
-                report({first.target.volume_name: RunResult(seconds)})
-        except HelperPodError as error:
-            report({first.target.volume_name: RunResult(error.duration or 0.0, error)})
+            for batch in self._outcomes(launch):
+                if batch.ended:
+                    self._report(launch, batch.results, skip=early)
+                    reported = True
+                else:
+                    early.update(batch.results)
+                    self._report_early(launch, batch.results)
         except Exception as error:
-            log.exception("running the helper of %s failed", first.target.volume_name)
-            report({job.target.volume_name: RunResult(0.0, error) for job in launch.jobs})
+            log.exception("running the helper of %s failed", _volume_names(launch))
+            if not reported:
+                failed = {job.target.volume_name: RunResult(0.0, error) for job in launch.jobs}
+                self._report(launch, failed, skip=early)
+                reported = True
         finally:
-            report({})
+            if not reported:
+                self._report(launch, {}, skip=early)
             self._release_pods(launch)
             with self._lock:
                 self._threads.pop(id(launch), None)
+
+    def _outcomes(self, launch: Launch[VolumeJob[K]]) -> Iterator[BatchResults]:
+        """The launch's results as they come in: a refusal, a batch pod's, or the volume's own
+        pods' (see `PodRuns`)."""
+        refused = self._refusals(launch)
+        if refused:
+            yield BatchResults(refused, ended=True)
+            return
+        first = launch.jobs[0]
+        if len(launch.jobs) > 1:
+            targets = [job.target for job in launch.jobs]
+            permits = {
+                job.target.volume_name: job.permit for job in launch.jobs if job.permit is not None
+            }
+            yield from self._runs.run_batch(first.action, targets, first.bundle, permits=permits)
+            return
+        try:
+            seconds = self._runs.run(first.action, first.target, first.bundle, first.permit)
+        except HelperPodError as error:
+            result = RunResult(error.duration or 0.0, error)
+        else:
+            result = RunResult(seconds)
+        yield BatchResults({first.target.volume_name: result}, ended=True)
 
     def _refusals(self, launch: Launch[VolumeJob[K]]) -> dict[str, RunResult]:
         """Each volume's result when any job of the launch may not run: the refused ones say

@@ -22,7 +22,7 @@ import hashlib
 import json
 import logging
 import math
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Generator, Mapping
 from typing import Any, cast
 
 from urllib3.exceptions import HTTPError
@@ -49,6 +49,8 @@ __all__ = [
     "HelperPodTimeout",
     "PodRunner",
     "PodState",
+    "PodStates",
+    "run_through",
     "spec_hash",
 ]
 
@@ -65,6 +67,21 @@ def spec_hash(manifest: Mapping[str, Any]) -> str:
     """A digest of the manifest as we were asked to create it."""
     canonical = json.dumps(manifest, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+PodStates = Generator[dict[str, Any], None, tuple[float, dict[str, Any]]]
+"""A helper pod's run as it is followed: each state of the pod seen, then its seconds and the
+pod as last seen."""
+
+
+def run_through(states: PodStates) -> tuple[float, dict[str, Any]]:
+    """A followed run to its end: its seconds and the pod as last seen."""
+    while True:
+        try:
+            next(states)
+        except StopIteration as end:
+            seconds, final = end.value
+            return float(seconds), dict(final)
 
 
 class _PodGoneError(Exception):
@@ -96,25 +113,21 @@ class PodRunner:
     def run_for_message(self, manifest: Mapping[str, Any], timeout: float) -> tuple[float, str]:
         """As `run`, and also the termination message the succeeded container left (what a
         helper that reports a result writes to its terminationMessagePath)."""
-        seconds, final = self._run(manifest, timeout, failed_ends=False)
+        seconds, final = run_through(self._run(manifest, timeout, failed_ends=False))
         return seconds, PodState.of(final).message
 
-    def run_to_end(
-        self,
-        manifest: Mapping[str, Any],
-        timeout: float,
-        on_seen: Callable[[Mapping[str, Any]], None] | None = None,
-    ) -> tuple[float, dict[str, Any]]:
-        """As `run`, for a pod whose containers report their own outcomes (a batch pod): the
-        pod as last seen once it succeeded or failed, not deleted yet: the caller reports its
-        outcomes first, then calls `delete` (on any error it is deleted here). Raises
-        `HelperPodNotStarted` or `HelperPodTimeout` (with the pod as last seen) and
-        `HelperPodFailed` only when the pod was deleted before it ended. `on_seen` is given
-        each state of the pod seen on the way (its containers' outcomes as they end)."""
-        return self._run(manifest, timeout, failed_ends=True, keep=True, on_seen=on_seen)
+    def follow_to_end(self, manifest: Mapping[str, Any], timeout: float) -> PodStates:
+        """As `run`, for a pod whose containers report their own outcomes (a batch pod): yields
+        each state of the pod seen on the way (its containers' outcomes as they end), and
+        returns its seconds and the pod as last seen once it succeeded or failed, not deleted
+        yet: the caller reports its outcomes first, then calls `delete` (on any error, or when
+        the caller stops following, it is deleted here). Raises `HelperPodNotStarted` or
+        `HelperPodTimeout` (with the pod as last seen) and `HelperPodFailed` only when the pod
+        was deleted before it ended."""
+        return self._run(manifest, timeout, failed_ends=True, keep=True)
 
     def delete(self, manifest: Mapping[str, Any]) -> None:
-        """Delete the pod a `run_to_end` left (NotFound is fine)."""
+        """Delete the pod a `follow_to_end` left (NotFound is fine)."""
         metadata = manifest["metadata"]
         self._delete(metadata["namespace"], metadata["name"])
 
@@ -125,8 +138,7 @@ class PodRunner:
         *,
         failed_ends: bool,
         keep: bool = False,
-        on_seen: Callable[[Mapping[str, Any]], None] | None = None,
-    ) -> tuple[float, dict[str, Any]]:
+    ) -> PodStates:
         started = self._clock.monotonic()
         deadline = started + timeout
         pod = copy.deepcopy(dict(manifest))
@@ -139,8 +151,8 @@ class PodRunner:
         ended = False
         try:
             current = self._create_or_adopt(pod, label, deadline, timeout)
-            final = self._wait_for_completion(
-                current, label, deadline, timeout, failed_ends=failed_ends, on_seen=on_seen
+            final = yield from self._states_until_done(
+                current, label, deadline, timeout, failed_ends=failed_ends
             )
             ended = True
             return self._clock.monotonic() - started, final
@@ -184,7 +196,7 @@ class PodRunner:
             self._wait_until_deleted(existing, label, deadline, timeout)
         raise HelperPodNotStarted(label, "a pod of that name keeps reappearing")
 
-    def _wait_for_completion(
+    def _states_until_done(
         self,
         pod: dict[str, Any],
         label: str,
@@ -192,33 +204,41 @@ class PodRunner:
         timeout: float,
         *,
         failed_ends: bool = False,
-        on_seen: Callable[[Mapping[str, Any]], None] | None = None,
-    ) -> dict[str, Any]:
-        """The pod as last seen, once it succeeded (or, with `failed_ends`, failed)."""
+    ) -> Generator[dict[str, Any], None, dict[str, Any]]:
+        """Each state of the pod seen; returns the pod as last seen, once it succeeded (or,
+        with `failed_ends`, failed)."""
         progress = PodProgress(label, deadline, timeout, self._grace, self._clock)
 
         def next_look(seen: dict[str, Any]) -> float | None:
-            if on_seen is not None:
-                on_seen(seen)
             if failed_ends and PodState.of(seen).phase == "Failed":
                 return None
             return progress.next_look(seen)
 
         try:
+            yield pod
             wake_at = next_look(pod)
             while wake_at is not None:
                 # Follow the watch while the pod's changes do not move the next look earlier
                 # (a start failure's grace ending before the overall deadline).
-                def keep_following(new: dict[str, Any], current: float = wake_at) -> bool:
-                    following = next_look(new)
-                    return following is not None and following >= current
-
+                states = self._follow(pod, wake_at)
                 try:
-                    pod = self._follow(pod, wake_at, keep_following)
+                    while True:
+                        try:
+                            pod = next(states)
+                        except StopIteration as end:
+                            pod = end.value
+                            break
+                        yield pod
+                        following = next_look(pod)
+                        if following is None or following < wake_at:
+                            break
                 except _PodGoneError as e:
                     raise HelperPodFailed(
                         label, None, "Deleted", "the pod was deleted before it finished"
                     ) from e
+                finally:
+                    states.close()
+                yield pod
                 wake_at = next_look(pod)
         except HelperPodError as error:
             error.last_seen = pod
@@ -230,22 +250,28 @@ class PodRunner:
     ) -> None:
         uid = pod["metadata"].get("uid")
         while self._clock.monotonic() < deadline:
+            states = self._follow(pod, deadline)
             try:
-                pod = self._follow(pod, deadline, lambda new: new["metadata"].get("uid") == uid)
+                while pod["metadata"].get("uid") == uid:
+                    try:
+                        pod = next(states)
+                    except StopIteration as end:
+                        pod = end.value
+                        break
             except _PodGoneError:
                 return
+            finally:
+                states.close()
             if pod["metadata"].get("uid") != uid:
                 return
         raise HelperPodTimeout(label, timeout, "an earlier pod of that name was still deleting")
 
     def _follow(
-        self,
-        pod: dict[str, Any],
-        until: float,
-        keep_following: Callable[[dict[str, Any]], bool],
-    ) -> dict[str, Any]:
-        """Watch the pod until `until` or until a new state of it makes `keep_following` say
-        False; return the last state seen. Raises _PodGoneError if it is deleted."""
+        self, pod: dict[str, Any], until: float
+    ) -> Generator[dict[str, Any], None, dict[str, Any]]:
+        """Yields each new state of the pod until `until` (the caller stops following when it
+        has seen enough); returns the last state seen, re-read when the watch broke. Raises
+        _PodGoneError if it is deleted."""
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         events = (
             self._watch(namespace, name, watch_stream.resource_version_of(pod), until)
@@ -263,8 +289,7 @@ class PodRunner:
                     )
                 elif event["type"] in ("ADDED", "MODIFIED"):
                     pod = dict(event["object"])
-                    if not keep_following(pod):
-                        return pod
+                    yield pod
         except _ExpiredError:
             return self._reread(pod)
         except (HTTPError, OSError, ApiError) as e:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +62,15 @@ class RunResult:
 
     seconds: float
     error: Exception | None = None
+
+
+@dataclass(frozen=True)
+class BatchResults:
+    """Volumes of a batch run whose results are in: while its pod runs, those it already
+    settled (`ended` False; the pod keeps running), then, once, the rest (`ended` True)."""
+
+    results: dict[str, RunResult]
+    ended: bool
 
 
 class PodRuns:
@@ -186,76 +195,74 @@ class PodRuns:
         action: HelperAction,
         targets: Sequence[HelperTarget],
         bundle: ConfigBundle,
-        report: Callable[[dict[str, RunResult]], None],
-        report_early: Callable[[dict[str, RunResult]], None] | None = None,
         *,
         permits: Mapping[str, RemovalPermit],
-    ) -> None:
-        """One batch pod for `targets` (see `batch_pod_shapes`): `report` gets each volume's result
-        by its name as soon as the pod ended, before the pod is deleted (nothing waits on
-        that). A volume the pod never got to fails with why (the pod's own failure or
-        deadline, or the error that ended the run). `report_early` gets, while the pod runs,
-        the results it already settled (`settled_before_the_end`), each once; `report` then
-        leaves them out."""
+    ) -> Iterator[BatchResults]:
+        """One batch pod for `targets` (see `batch_pod_shapes`), its volumes' results by name as
+        they come in: while the pod runs, those it already settled (`settled_before_the_end`),
+        each once; then the rest as soon as the pod ended, before the pod is deleted (nothing
+        waits on that). A volume the pod never got to fails with why (the pod's own failure or
+        deadline, or the error that ended the run)."""
         targets, manifest, refused = self._buildable_batch(action, targets, bundle, permits)
         if manifest is None:
-            report({**refused, **self._run_each(action, targets, bundle, permits)})
+            yield BatchResults(
+                {**refused, **self._run_each(action, targets, bundle, permits)}, ended=True
+            )
             return
         wait = float(manifest["spec"]["activeDeadlineSeconds"]) + BATCH_WAIT_MARGIN_SECONDS
         names = [target.volume_name for target in targets]
-        label = f"{self._helper.namespace}/{manifest['metadata']['name']}"
         started = time.monotonic()
         early: set[str] = set()
-
-        def on_seen(pod: Mapping[str, Any]) -> None:
-            assert report_early is not None
-            settled = settled_before_the_end(action, pod, names)
-            fresh = [outcome.volume_name for outcome in settled if outcome.volume_name not in early]
-            if not fresh:
-                return
-            seconds = time.monotonic() - started
-            try:
-                report_early(dict.fromkeys(fresh, RunResult(seconds)))
-            except Exception:
-                # Not the pod's fault: these volumes are reported with the rest at its end.
-                log.exception("reporting the volumes %s of %s early", fresh, label)
-                return
-            early.update(fresh)
-            for _ in fresh:
-                self._metrics.observe_helper_pod(action, "succeeded", seconds)
-
+        states = self._runner.follow_to_end(manifest, wait)
         kept = False
         try:
-            seconds, final = self._runner.run_to_end(
-                manifest, wait, None if report_early is None else on_seen
-            )
-            kept = True
-            results = self._results(
-                action,
-                manifest,
-                targets,
-                seconds=seconds,
-                final=final,
-                unfinished=f"the pod ended ({_pod_end(final)}) before this volume's turn",
-                ended=None,
-                early=early,
-            )
-            report({**refused, **results})
-        except HelperPodError as error:
-            results = self._results(
-                action,
-                manifest,
-                targets,
-                seconds=error.duration or 0.0,
-                final=error.last_seen or {},
-                unfinished=str(error),
-                ended=error,
-                early=early,
-            )
-            report({**refused, **results})
+            try:
+                while True:
+                    try:
+                        pod = next(states)
+                    except StopIteration as end:
+                        seconds, final = end.value
+                        break
+                    fresh = [
+                        outcome.volume_name
+                        for outcome in settled_before_the_end(action, pod, names)
+                        if outcome.volume_name not in early
+                    ]
+                    if fresh:
+                        done = time.monotonic() - started
+                        yield BatchResults(dict.fromkeys(fresh, RunResult(done)), ended=False)
+                        early.update(fresh)
+                        for _ in fresh:
+                            self._metrics.observe_helper_pod(action, "succeeded", done)
+                kept = True
+                results = self._results(
+                    action,
+                    manifest,
+                    targets,
+                    seconds=seconds,
+                    final=final,
+                    unfinished=f"the pod ended ({_pod_end(final)}) before this volume's turn",
+                    ended=None,
+                    early=early,
+                )
+            except HelperPodError as error:
+                results = self._results(
+                    action,
+                    manifest,
+                    targets,
+                    seconds=error.duration or 0.0,
+                    final=error.last_seen or {},
+                    unfinished=str(error),
+                    ended=error,
+                    early=early,
+                )
+            yield BatchResults({**refused, **results}, ended=True)
         finally:
+            # Kept for its outcomes once it ended; left early (the caller stopped), the
+            # runner deletes it as it closes.
             if kept:
                 self._runner.delete(manifest)
+            states.close()
 
     def _buildable_batch(
         self,

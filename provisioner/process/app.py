@@ -66,7 +66,7 @@ from provisioner.provisioning.local_path_watches import (
     LocalPathReconciler,
     watched_caches,
 )
-from provisioner.provisioning.work_keys import CLAIM, HELPER_POD, VOLUME
+from provisioner.provisioning.work_keys import CLAIM, EXPANSION, HELPER_POD, VOLUME
 from provisioner.scans.node_scan import NodeScanner
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,11 @@ class Provisioner:
             capacity_min_interval=CAPACITY_MIN_INTERVAL_SECONDS,
         )
         self.reconciler = LocalPathReconciler(
-            self.caches, self.local_path, queue, provisioner_name=options.provisioner_name
+            self.caches,
+            self.local_path,
+            self.local_path.helper_pods,
+            queue,
+            provisioner_name=options.provisioner_name,
         )
         self.controller = Controller(
             queue,
@@ -184,10 +188,11 @@ class Provisioner:
             self.local_path,
             ControllerSettings(
                 workers=options.workers,
-                # A claim's key retries its provisioning; a volume's its deletion, and so does
-                # a leftover helper pod's.
+                # A claim's key retries its provisioning (an expansion's key, its resize); a
+                # volume's its deletion, and so does a leftover helper pod's.
                 retry_limits={
                     CLAIM: options.provisioning_retry_count,
+                    EXPANSION: options.provisioning_retry_count,
                     VOLUME: options.deletion_retry_count,
                     HELPER_POD: options.deletion_retry_count,
                 },

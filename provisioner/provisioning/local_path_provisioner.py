@@ -19,7 +19,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
 
 from provisioner.capacity.capacity_publisher import CapacityPublisher
 from provisioner.capacity.storage_capacity import CapacityObject, desired_capacities
@@ -76,7 +75,7 @@ from provisioner.provisioning.expansion import (
 from provisioner.provisioning.paths import PathBook
 from provisioner.provisioning.removal_gate import RemovalPermit, RemovalRefused
 from provisioner.provisioning.removals import Removals
-from provisioner.provisioning.work_keys import CLAIM, VOLUME, Key
+from provisioner.provisioning.work_keys import CLAIM, EXPANSION, VOLUME, Key
 
 log = logging.getLogger(__name__)
 
@@ -242,74 +241,33 @@ class LocalPathProvisioner:
         with self._paths_lock:
             freed = self._paths.forget(volume_name)
             waiting = self._waiting.pop(volume_name, set()) if freed else set()
-            waiting |= self._expansions_waiting_for_room
-            self._expansions_waiting_for_room = set()
-        for uid in waiting:
-            self._queue.add((CLAIM, uid))
+            expansions, self._expansions_waiting_for_room = self._expansions_waiting_for_room, set()
+        self._wake(waiting, expansions)
 
-    def helper_pod_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
-        """A helper pod came, changed or went (see `HelperPods.observe`). Whether it finished
-        (then a worker collects it, see `collect_helper_pod`)."""
-        return self.helper_pods.observe(old, new)
-
-    # -- what a worker calls ---------------------------------------------------------------------
-
-    def collect_helper_pod(self, key: str) -> None:
-        """A finished helper pod no worker waits on is a leftover of a crashed run: delete it."""
-        self.helper_pods.collect_leftover(self._caches.helper_pods.get(key))
-
-    def _reconcile_expansion(self, claim: ClaimRecord) -> None:
-        bundle = self._config()
-        volume = self._caches.volumes.get(claim.volume_name)
-        with self._paths_lock:
-            decision = decide_expansion(
-                claim,
-                volume,
-                self._caches.classes.get(claim.storage_class_name or ""),
-                bundle.config,
-                provisioner_name=self._provisioner_name,
-                paths=self._paths,
-            )
-            if isinstance(decision, RefuseExpansion) and decision.waits_for_room:
-                self._expansions_waiting_for_room.add(claim.uid)
-            else:
-                self._expansions_waiting_for_room.discard(claim.uid)
-            if isinstance(decision, Expand):
-                # Counted at once, so no provision takes the room before the PV shows it; a
-                # failure below leaves it counted (see `PathBook.start_resize`).
-                self._paths.start_resize(decision.volume_name, decision.size_bytes)
-        match decision:
-            case Expand():
-                log.info(
-                    "claim %s/%s: expanding to %s", claim.namespace, claim.name, decision.capacity
-                )
-                try:
-                    self.helper_pods.raise_quota(decision, bundle)
-                    self._actions.expand(claim, decision)
-                finally:
-                    self._capacity.poke()
-                with self._paths_lock:
-                    self._paths.finish_resize(decision.volume_name, decision.size_bytes)
-            case FinishExpansion(capacity):
-                self._actions.finish_expansion(claim, capacity)
-            case RefuseExpansion(reason, _):
-                log.info("claim %s/%s: expansion refused: %s", claim.namespace, claim.name, reason)
-                self._actions.refuse_expansion(claim, reason)
-            case NoExpansion(reason):
-                log.debug("claim %s/%s: %s", claim.namespace, claim.name, reason)
+    # -- a claim's journey, as a worker carries it ------------------------------------------
 
     def reconcile_claim(self, uid: str) -> bool:
+        """A claim's key, in the order of its journey: an unbound claim of ours is decided and
+        its setup handed over (`_provision`); once that run ended, its PV is saved
+        (`_settle_claim`); a claim that went leaves nothing behind (`_clean_up_after`). Whether
+        the key is settled (False: a helper run was handed over or still runs, and the key
+        comes back when it ended). A bound claim that asks to grow has a key of its own
+        (`reconcile_expansion`)."""
         key = (CLAIM, uid)
-        if key in self._handoffs:
+        handed_over = key in self._handoffs
+        claim = None if handed_over else self._caches.claims.get(uid)
+        if claim is not None and not claim.volume_name and not claim.being_deleted:
+            return self._provision(key, claim)
+        if handed_over:
             return self._settle_claim(key)
-        claim = self._caches.claims.get(uid)
         if claim is None or claim.being_deleted:
             self._clean_up_after(uid)
-        if claim is None:
-            return True
-        if claim.volume_name:
-            self._reconcile_expansion(claim)
-            return True
+        return True
+
+    def _provision(self, key: Key, claim: ClaimRecord) -> bool:
+        """Decide what the claim calls for; a provision reserves its path in the book (under
+        the lock, with every live, Released and in-flight path in view) and hands its setup
+        over, with the gate's permit for the clean-up should the setup fail."""
         bundle = self._config()
         nodes = dict(self._caches.nodes.items())
         storage_class = self._caches.classes.get(claim.storage_class_name or "")
@@ -329,7 +287,7 @@ class LocalPathProvisioner:
                     self._reserve(plan)
                 case WaitForPath(_, blockers):
                     for blocker in blockers:
-                        self._waiting.setdefault(blocker, set()).add(uid)
+                        self._waiting.setdefault(blocker, set()).add(claim.uid)
         match decision:
             case Provision(plan):
                 try:
@@ -474,8 +432,56 @@ class LocalPathProvisioner:
             self._paths.cancel_reservation(volume_name)
             if volume_name not in self._paths:
                 waiting = self._waiting.pop(volume_name, set())
-        for uid in waiting:
-            self._queue.add((CLAIM, uid))
+        self._wake(waiting, set())
+
+    # -- a bound claim that grows ---------------------------------------------------------
+
+    def reconcile_expansion(self, uid: str) -> None:
+        """A bound claim of ours asks for more than its PV has: the quota raised, the PV and
+        the claim's status grown, or the refusal said (see `decide_expansion`)."""
+        claim = self._caches.claims.get(uid)
+        if claim is None or not claim.volume_name:
+            return
+        bundle = self._config()
+        volume = self._caches.volumes.get(claim.volume_name)
+        with self._paths_lock:
+            decision = decide_expansion(
+                claim,
+                volume,
+                self._caches.classes.get(claim.storage_class_name or ""),
+                bundle.config,
+                provisioner_name=self._provisioner_name,
+                paths=self._paths,
+            )
+            if isinstance(decision, RefuseExpansion) and decision.waits_for_room:
+                self._expansions_waiting_for_room.add(claim.uid)
+            else:
+                self._expansions_waiting_for_room.discard(claim.uid)
+            if isinstance(decision, Expand):
+                # Counted at once, so no provision takes the room before the PV shows it; a
+                # failure below leaves it counted (see `PathBook.start_resize`).
+                self._paths.start_resize(decision.volume_name, decision.size_bytes)
+        match decision:
+            case Expand():
+                log.info(
+                    "claim %s/%s: expanding to %s", claim.namespace, claim.name, decision.capacity
+                )
+                try:
+                    self.helper_pods.raise_quota(decision, bundle)
+                    self._actions.expand(claim, decision)
+                finally:
+                    self._capacity.poke()
+                with self._paths_lock:
+                    self._paths.finish_resize(decision.volume_name, decision.size_bytes)
+            case FinishExpansion(capacity):
+                self._actions.finish_expansion(claim, capacity)
+            case RefuseExpansion(reason, _):
+                log.info("claim %s/%s: expansion refused: %s", claim.namespace, claim.name, reason)
+                self._actions.refuse_expansion(claim, reason)
+            case NoExpansion(reason):
+                log.debug("claim %s/%s: %s", claim.namespace, claim.name, reason)
+
+    # -- a volume's end ---------------------------------------------------------------------
 
     def reconcile_volume(self, name: str) -> bool:
         key = (VOLUME, name)
@@ -574,12 +580,22 @@ class LocalPathProvisioner:
         """A teardown ended (or never started): when its PV went meanwhile, the path is free
         only now, and whoever waited for it looks again."""
         waiting: set[str] = set()
+        expansions: set[str] = set()
         with self._paths_lock:
             if self._paths.finish_teardown(volume_name, succeeded=succeeded):
-                waiting = self._waiting.pop(volume_name, set()) | self._expansions_waiting_for_room
-                self._expansions_waiting_for_room = set()
-        for uid in waiting:
+                waiting = self._waiting.pop(volume_name, set())
+                expansions, self._expansions_waiting_for_room = (
+                    self._expansions_waiting_for_room,
+                    set(),
+                )
+        self._wake(waiting, expansions)
+
+    def _wake(self, claims: set[str], expansions: set[str]) -> None:
+        """Claims that waited for a path, and expansions that waited for room, look again."""
+        for uid in claims:
             self._queue.add((CLAIM, uid))
+        for uid in expansions:
+            self._queue.add((EXPANSION, uid))
 
     def _desired_capacities(self, driver_wants_capacity: bool) -> dict[str, CapacityObject]:
         """The CSIStorageCapacity set for the current config, nodes, classes and book."""

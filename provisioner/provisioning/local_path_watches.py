@@ -4,10 +4,11 @@ it through.
 `watched_caches` builds the informers (claims, volumes, classes, nodes, our helper pods) as the
 `Caches` the decisions read. `LocalPathReconciler` is the loop's `Reconciler`: its watches
 filter each event cheaply on the informer's thread and say which keys to queue (an unbound claim
-of ours, a claim that may expand, a PV of ours, a finished helper pod, the claims a class or a
+of ours, a bound claim that may expand, a PV of ours, a finished helper pod, the claims a class or a
 node change affects), telling the provisioner what the book must record on the way (a PV came
-or went, the capacity set changed); its `reconcile` hands each key to the
-`LocalPathProvisioner` method for its kind. The provisioner itself is the loop's `Lifecycle`.
+or went, the capacity set changed) and the helper pods what their informer saw; its `reconcile`
+hands each key to the `LocalPathProvisioner` method for its kind (a finished helper pod's to
+the helper pods). The provisioner itself is the loop's `Lifecycle`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from provisioner.capacity.storage_capacity import HOSTNAME_LABEL
 from provisioner.helper_pods.pod_runner import HelperPodError
 from provisioner.helper_pods.pod_shapes import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
+from provisioner.helper_pods.pods import HelperPods
 from provisioner.kube.client import KubeClients
 from provisioner.kube.informer import Informer, namespaced_name_key
 from provisioner.kube.object_decoding import DictObjects, ObjectDecoding
@@ -54,7 +56,7 @@ from provisioner.provisioning.caches import Caches
 from provisioner.provisioning.claims import PROVISIONED_BY, is_our_claim
 from provisioner.provisioning.clone_sources import CloneWaits
 from provisioner.provisioning.local_path_provisioner import LocalPathProvisioner
-from provisioner.provisioning.work_keys import CLAIM, HELPER_POD, VOLUME, Key
+from provisioner.provisioning.work_keys import CLAIM, EXPANSION, HELPER_POD, VOLUME, Key
 
 WATCHED_INFORMERS = len(fields(Caches))
 """The informers `watched_caches` builds (the loop stops each within its own second)."""
@@ -113,12 +115,14 @@ class LocalPathReconciler:
         self,
         caches: Caches,
         local_path: LocalPathProvisioner,
+        helper_pods: HelperPods[Key],
         queue: KeyQueue,
         *,
         provisioner_name: str,
     ) -> None:
         self._caches = caches
         self._local_path = local_path
+        self._helper_pods = helper_pods
         self._queue = queue
         self._name = provisioner_name
         self._clone_waits = CloneWaits()
@@ -139,10 +143,13 @@ class LocalPathReconciler:
         try:
             if kind == CLAIM:
                 settled = self._local_path.reconcile_claim(name)
+            elif kind == EXPANSION:
+                self._local_path.reconcile_expansion(name)
+                settled = True
             elif kind == VOLUME:
                 settled = self._local_path.reconcile_volume(name)
             else:
-                self._local_path.collect_helper_pod(name)
+                self._helper_pods.collect_leftover(self._caches.helper_pods.get(name))
                 settled = True
         except (ActionFailed, HelperPodError) as error:
             return Failed(str(error))
@@ -168,9 +175,10 @@ class LocalPathReconciler:
         # run ends (see `LocalPathProvisioner._settle_claim`).
         if new is None:
             return []
-        unbound_ours = not new.volume_name and is_our_claim(new, self._name)
-        if unbound_ours or (new.volume_name and self._may_expand(new)):
+        if not new.volume_name and is_our_claim(new, self._name):
             return [(CLAIM, key)]
+        if new.volume_name and self._may_expand(new):
+            return [(EXPANSION, key)]
         return []
 
     def _clone_source_changed(
@@ -228,7 +236,7 @@ class LocalPathReconciler:
     def _helper_pod_changed(
         self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None
     ) -> list[Key]:
-        if self._local_path.helper_pod_changed(old, new):
+        if self._helper_pods.observe(old, new):
             # No API call on the informer's thread: a worker collects it.
             return [(HELPER_POD, key)]
         return []

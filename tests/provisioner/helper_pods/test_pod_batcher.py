@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 import pytest
@@ -27,7 +27,7 @@ from provisioner.helper_pods.pod_batcher import (
 )
 from provisioner.helper_pods.pod_index import ServingPod
 from provisioner.helper_pods.pod_outcomes import HelperPodFailed
-from provisioner.helper_pods.pod_runs import RunResult
+from provisioner.helper_pods.pod_runs import BatchResults, RunResult
 from provisioner.helper_pods.pod_shapes import HelperAction, HelperTarget
 from provisioner.kube.events import ObjectReference
 from provisioner.provisioning.claims import TeardownPlan
@@ -107,18 +107,21 @@ class FakeRuns:
         action: HelperAction,
         targets: Sequence[HelperTarget],
         bundle: Any,
-        report: Callable[[dict[str, RunResult]], None],
-        report_early: Callable[[dict[str, RunResult]], None],
         *,
         permits: Any,
-    ) -> None:
+    ) -> Iterator[BatchResults]:
         names = tuple(target.volume_name for target in targets)
         settled = {name: RunResult(1.0) for name in names if name in self.early}
         if settled:
-            report_early(settled)
+            yield BatchResults(settled, ended=False)
         self._wait("batch", names)
         failed = HelperPodFailed("lps/batch", 1, "Error", "no")
-        report({name: RunResult(2.0, failed if name in self.failing else None) for name in names})
+        results = {
+            name: RunResult(2.0, failed if name in self.failing else None)
+            for name in names
+            if name not in settled
+        }
+        yield BatchResults(results, ended=True)
         if self.slow_delete is not None:
             assert self.slow_delete.wait(WAIT)  # the pod's deletion, after the report
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, cast
 
 from provisioner.configuration.config import (
@@ -15,6 +15,7 @@ from provisioner.configuration.config import (
     load_config_bundle,
 )
 from provisioner.helper_pods.batch_pod_shapes import batch_volume_names
+from provisioner.helper_pods.pod_runner import PodStates
 from provisioner.helper_pods.pod_runs import (
     HelperPodNotBuilt,
     PodRuns,
@@ -69,23 +70,18 @@ class SucceedingRunner:
         self.singles.append(manifest["metadata"]["name"])
         return 1.0
 
-    def run_to_end(
-        self,
-        manifest: Mapping[str, Any],
-        timeout: float,
-        on_seen: Callable[[Mapping[str, Any]], None] | None = None,
-    ) -> tuple[float, dict[str, Any]]:
-        """The pod is seen once per ended init container (as a kubelet writes its status),
-        with the volumes in `messages` reporting that message instead of success."""
+    def follow_to_end(self, manifest: Mapping[str, Any], timeout: float) -> PodStates:
+        """The pod is seen twice per ended init container (as a kubelet writes its status, and
+        as a watch re-read shows it again), with the volumes in `messages` reporting that
+        message instead of success."""
         self.batches.append(batch_volume_names(manifest))
         inits: list[dict[str, Any]] = []
         for container in manifest["spec"]["initContainers"]:
             message = self.messages.get(container["name"], "lps-exit 0\n")
             state = {"terminated": {"exitCode": 0, "message": message}}
             inits.append({"name": container["name"], "state": state})
-            if on_seen is not None:
-                on_seen({"status": {"phase": "Pending", "initContainerStatuses": list(inits)}})
-                on_seen({"status": {"phase": "Pending", "initContainerStatuses": list(inits)}})
+            yield {"status": {"phase": "Pending", "initContainerStatuses": list(inits)}}
+            yield {"status": {"phase": "Pending", "initContainerStatuses": list(inits)}}
         final = {"status": {"phase": "Succeeded", "initContainerStatuses": inits}}
         done = {"terminated": {"exitCode": 0, "message": "lps-finish " + "s" * len(inits)}}
         final["status"]["containerStatuses"] = [{"name": "finish", "state": done}]
@@ -96,25 +92,25 @@ class SucceedingRunner:
 
 
 def run_batch(targets: list[TeardownPlan]) -> tuple[dict[str, RunResult], SucceedingRunner]:
-    """The results of a run whose runner shows nothing before the pod's end."""
+    """Every volume's result of a run, whether it came in while the pod ran or at its end."""
     runner = SucceedingRunner()
     runs = PodRuns(cast(Any, runner), Metrics(), PodSettings("lps", "helper"))
-    reported: list[dict[str, RunResult]] = []
-    runs.run_batch("create", targets, BUNDLE, reported.append, permits=permits_for(targets))
-    assert len(reported) == 1, "one report, with every volume"
-    return reported[0], runner
+    reported = list(runs.run_batch("create", targets, BUNDLE, permits=permits_for(targets)))
+    assert [batch.ended for batch in reported][-1:] == [True], "the pod's end comes last"
+    results = [name for batch in reported for name in batch.results]
+    assert sorted(results) == sorted(set(results)), "each volume is reported once"
+    return {name: result for batch in reported for name, result in batch.results.items()}, runner
 
 
 def test_each_setup_is_reported_once_as_its_own_container_ends_and_failures_at_the_end() -> None:
     runner = SucceedingRunner()
     runner.messages = {"setup-1": "lps-exit 3\nno room\n"}
     runs = PodRuns(cast(Any, runner), Metrics(), PodSettings("lps", "helper"))
-    early: list[dict[str, RunResult]] = []
-    final: list[dict[str, RunResult]] = []
     targets = [target(1), target(2), target(3)]
-    runs.run_batch(
-        "create", targets, BUNDLE, final.append, early.append, permits=permits_for(targets)
-    )
+    reported = list(runs.run_batch("create", targets, BUNDLE, permits=permits_for(targets)))
+    early = [batch.results for batch in reported if not batch.ended]
+    final = [batch.results for batch in reported if batch.ended]
+    assert reported[-1].ended and len(final) == 1, "the pod's end comes last, once"
     assert [list(results) for results in early] == [["pvc-1"], ["pvc-3"]]
     assert all(result.error is None for results in early for result in results.values())
     assert list(final[0]) == ["pvc-2"], "the early ones are not reported again"
@@ -124,18 +120,10 @@ def test_each_setup_is_reported_once_as_its_own_container_ends_and_failures_at_t
 def test_no_teardown_is_reported_before_its_pod_ends() -> None:
     runner = SucceedingRunner()
     runs = PodRuns(cast(Any, runner), Metrics(), PodSettings("lps", "helper"))
-    early: list[dict[str, RunResult]] = []
-    final: list[dict[str, RunResult]] = []
-    runs.run_batch(
-        "delete",
-        [target(1), target(2)],
-        BUNDLE,
-        final.append,
-        early.append,
-        permits=permits_for([target(1), target(2)]),
-    )
-    assert early == []
-    assert sorted(final[0]) == ["pvc-1", "pvc-2"]
+    targets = [target(1), target(2)]
+    reported = list(runs.run_batch("delete", targets, BUNDLE, permits=permits_for(targets)))
+    assert [batch.ended for batch in reported] == [True]
+    assert sorted(reported[0].results) == ["pvc-1", "pvc-2"]
 
 
 def test_a_volume_whose_part_cannot_be_built_fails_alone_and_the_batch_runs_without_it() -> None:

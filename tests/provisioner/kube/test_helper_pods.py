@@ -15,6 +15,7 @@ from provisioner.helper_pods.pod_runner import (
     HelperPodTimeout,
     PodRunner,
     PodState,
+    run_through,
     spec_hash,
 )
 from provisioner.kube.api_error import ApiError
@@ -367,7 +368,7 @@ def test_a_run_to_its_end_returns_a_failed_pod_and_leaves_it_for_the_caller(
     failed or not, and deleted only when the caller has read it."""
     api = FakePodApi(clock, [[RUNNING, FAILED]])
     helper = runner(api, clock)
-    seconds, final = helper.run_to_end(MANIFEST, 120)
+    seconds, final = run_through(helper.follow_to_end(MANIFEST, 120))
     assert seconds == pytest.approx(2)
     assert final["status"] == FAILED
     assert methods(api) == ["POST"]
@@ -380,7 +381,7 @@ def test_a_run_to_its_end_that_never_starts_keeps_the_pod_as_last_seen_and_delet
 ) -> None:
     api = FakePodApi(clock, [[PULL_BACKOFF]])
     with pytest.raises(HelperPodNotStarted) as not_started:
-        runner(api, clock).run_to_end(MANIFEST, 120)
+        run_through(runner(api, clock).follow_to_end(MANIFEST, 120))
     last_seen = not_started.value.last_seen
     assert last_seen is not None and last_seen["status"] == PULL_BACKOFF
     assert methods(api) == ["POST", "DELETE"]

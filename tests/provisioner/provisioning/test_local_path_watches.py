@@ -16,14 +16,15 @@ from provisioner.objects.records import ClaimRecord, VolumeRecord
 from provisioner.provisioning.actions import ActionFailed
 from provisioner.provisioning.claims import PROVISIONED_BY, STORAGE_PROVISIONER
 from provisioner.provisioning.local_path_watches import LocalPathReconciler, watched_caches
-from provisioner.provisioning.work_keys import CLAIM, HELPER_POD, VOLUME
+from provisioner.provisioning.work_keys import CLAIM, EXPANSION, HELPER_POD, VOLUME
 
 NAME = "p"
 OURS = {PROVISIONED_BY: NAME}
 
 
 class RecordingProvisioner:
-    """What the reconciler tells the provisioner, and scripted answers to its reconciles."""
+    """What the reconciler tells the provisioner and the helper pods (one recorder stands for
+    both), and scripted answers to its reconciles."""
 
     def __init__(self) -> None:
         self.heard: list[tuple[str, Any]] = []
@@ -38,12 +39,15 @@ class RecordingProvisioner:
         self.heard.append(("reconcile_claim", uid))
         return self._answer()
 
+    def reconcile_expansion(self, uid: str) -> None:
+        self.heard.append(("reconcile_expansion", uid))
+
     def reconcile_volume(self, name: str) -> bool:
         self.heard.append(("reconcile_volume", name))
         return self._answer()
 
-    def collect_helper_pod(self, key: str) -> None:
-        self.heard.append(("collect_helper_pod", key))
+    def collect_leftover(self, pod: Any) -> None:
+        self.heard.append(("collect_leftover", pod))
 
     def volume_seen(self, volume: VolumeRecord) -> None:
         self.heard.append(("volume_seen", volume.name))
@@ -54,7 +58,7 @@ class RecordingProvisioner:
     def poke_capacity(self) -> None:
         self.heard.append(("poke_capacity", None))
 
-    def helper_pod_changed(self, old: Any, new: Any) -> bool:
+    def observe(self, old: Any, new: Any) -> bool:
         return new is not None and new["status"]["phase"] == "Succeeded"
 
 
@@ -64,6 +68,7 @@ def reconciler() -> tuple[LocalPathReconciler, RecordingProvisioner, WorkQueue[K
     queue: WorkQueue[Key] = WorkQueue("test")
     made = LocalPathReconciler(
         watched_caches(clients, helper_namespace="ns"),
+        cast(Any, provisioner),
         cast(Any, provisioner),
         queue,
         provisioner_name=NAME,
@@ -88,6 +93,20 @@ def test_an_unbound_claim_of_ours_is_queued_and_one_that_went_or_is_not_ours_is_
     assert keys(made, "claims", "u-1", None, mine) == [(CLAIM, "u-1")]
     assert keys(made, "claims", "u-1", mine, None) == []
     assert keys(made, "claims", "u-1", None, claim(annotations={STORAGE_PROVISIONER: "x"})) == []
+
+
+def test_a_bound_claim_that_asks_to_grow_gets_an_expansion_key_and_one_that_does_not_none() -> None:
+    """Resizing has a key of its own: a claim's key is only ever its way to a PV."""
+    made, provisioner, _ = reconciler()
+    volume = VolumeRecord("pvc-1", annotations=OURS, capacity="1Gi")
+    # The informer's own store, as its watch would fill it (no handler is registered yet).
+    made._caches.volumes._store("pvc-1", volume)
+    grows = claim(volume_name="pvc-1", status_capacity="1Gi", requested_storage="2Gi")
+    stays = claim(volume_name="pvc-1", status_capacity="1Gi", requested_storage="1Gi")
+    assert keys(made, "claims", "u-1", None, grows) == [(EXPANSION, "u-1")]
+    assert keys(made, "claims", "u-1", None, stays) == []
+    assert made.reconcile((EXPANSION, "u-1")) == SETTLED
+    assert provisioner.heard == [("reconcile_expansion", "u-1")]
 
 
 def test_a_volume_of_ours_is_recorded_and_queued_and_its_going_frees_its_path() -> None:
@@ -143,6 +162,7 @@ def test_an_unexpected_error_goes_to_the_loop_as_is() -> None:
 
 
 def test_a_helper_pod_key_is_collected_and_settled() -> None:
+    """The pod as the informer holds it (none here: it never started) goes to the helper pods."""
     made, provisioner, _ = reconciler()
     assert made.reconcile((HELPER_POD, "ns/h")) == SETTLED
-    assert provisioner.heard == [("collect_helper_pod", "ns/h")]
+    assert provisioner.heard == [("collect_leftover", None)]
