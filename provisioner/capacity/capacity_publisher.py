@@ -17,7 +17,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from typing import Protocol
 
 from urllib3.exceptions import HTTPError
 
@@ -38,8 +39,15 @@ log = logging.getLogger(__name__)
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 MERGE = "application/merge-patch+json"
-DesiredCapacities = Callable[[bool], Mapping[str, CapacityObject]]
-"""Given whether our CSIDriver asks for capacity, the desired objects by name."""
+
+
+class CapacitySource(Protocol):
+    """Where the desired CSIStorageCapacity set is drawn from (the config, nodes, classes and
+    the path book), read on the publisher's thread."""
+
+    def desired(self, driver_wants_capacity: bool) -> Mapping[str, CapacityObject]:
+        """Given whether our CSIDriver asks for capacity, the desired objects by name."""
+        ...
 
 
 def next_window(window: float, waited: float, min_interval: float, max_interval: float) -> float:
@@ -58,7 +66,7 @@ class CapacityPublisher:
         *,
         namespace: str,
         provisioner_name: str,
-        desired: DesiredCapacities,
+        source: CapacitySource,
         metrics: Metrics,
         min_interval: float = 1.0,
         max_interval: float = 4.0,
@@ -67,7 +75,7 @@ class CapacityPublisher:
         self._clients = clients
         self._namespace = namespace
         self._provisioner_name = provisioner_name
-        self._desired = desired
+        self._source = source
         self._writes = metrics.csi_storage_capacity_writes_total
         self._min_interval = min_interval
         self._max_interval = max_interval
@@ -141,7 +149,7 @@ class CapacityPublisher:
                 str(item["metadata"]["name"]): capacity_object_from_api(item)
                 for item in listed.get("items") or ()
             }
-        desired = self._desired(self._driver_wants)
+        desired = self._source.desired(self._driver_wants)
         published = self._published
         changes = capacity_changes(desired, published)
         for name in changes.delete:

@@ -16,6 +16,7 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from provisioner.configuration.config import ConfigBundle, ConfigError, load_config_directory
 
@@ -38,6 +39,13 @@ def _fingerprint(paths: list[Path]) -> Fingerprint:
 
 class NoValidConfigError(RuntimeError):
     """The config was asked for before any valid version was loaded."""
+
+
+class ConfigSource(Protocol):
+    """The config in force, as whoever works on it reads it at each decision."""
+
+    @property
+    def current(self) -> ConfigBundle: ...
 
 
 class ConfigWatcher:

@@ -66,6 +66,7 @@ from provisioner.provisioning.local_path_watches import (
     LocalPathReconciler,
     watched_caches,
 )
+from provisioner.provisioning.removals import SoleInstance
 from provisioner.provisioning.work_keys import CLAIM, EXPANSION, HELPER_POD, VOLUME
 from provisioner.scans.node_scan import NodeScanner
 
@@ -144,13 +145,24 @@ class Provisioner:
             host=socket.gethostname(),
             spare_capacity=self.clients.spare_capacity,
         )
-        actions = Actions(
-            self.clients,
-            self.recorder,
-            self.metrics,
-            # Asked when a removal is decided, once the process leads (the elector exists).
-            holds_lease=lambda: self.elector is None or self.elector.holds_lease(),
-        )
+        self.elector: LeaderElector | None = None
+        self._lease_clients: KubeClients | None = None
+        if options.leader_election:
+            self._lease_clients = self.clients.leader_election_clients()
+            self.elector = LeaderElector(
+                self._lease_clients,
+                options.leader_election_namespace or options.namespace,
+                lease_name_for(options.provisioner_name),
+                config=LeaderElectionConfig(
+                    lease_duration=options.leader_election_lease_duration,
+                    renew_deadline=options.leader_election_renew_deadline,
+                    retry_period=options.leader_election_retry_period,
+                ),
+                on_started_leading=self._start_leading,
+                on_stopped_leading=self._stopped_leading,
+                on_lost_lease=self._lost_lease,
+            )
+        actions = Actions(self.clients, self.recorder, self.metrics)
         # The loop's queue: the local-path side adds the keys its helper runs and freed paths
         # wake, the loop's workers take them.
         queue: WorkQueue[Key] = WorkQueue(
@@ -161,9 +173,11 @@ class Provisioner:
         self.local_path = LocalPathProvisioner(
             self.clients,
             self.caches,
-            lambda: self.watcher.current,
+            self.watcher,
             actions,
             self.metrics,
+            # Asked by the removal gate each time it decides.
+            leadership=self.elector or SoleInstance(),
             queue=queue,
             provisioner_name=options.provisioner_name,
             helper_pod=PodSettings(options.namespace, options.helper_service_account),
@@ -201,7 +215,7 @@ class Provisioner:
         self.node_scanner = NodeScanner(
             self.local_path.helper_pods,
             self.caches,
-            lambda: self.watcher.current,
+            self.watcher,
             self.metrics,
             self.recorder,
             provisioner_name=options.provisioner_name,
@@ -219,23 +233,6 @@ class Provisioner:
                 on_returned=self._predecessor_returned,
             )
         self._api = _ApiReachability(self.clients)
-        self.elector: LeaderElector | None = None
-        self._lease_clients: KubeClients | None = None
-        if options.leader_election:
-            self._lease_clients = self.clients.leader_election_clients()
-            self.elector = LeaderElector(
-                self._lease_clients,
-                options.leader_election_namespace or options.namespace,
-                lease_name_for(options.provisioner_name),
-                config=LeaderElectionConfig(
-                    lease_duration=options.leader_election_lease_duration,
-                    renew_deadline=options.leader_election_renew_deadline,
-                    retry_period=options.leader_election_retry_period,
-                ),
-                on_started_leading=self._start_leading,
-                on_stopped_leading=self._stopped_leading,
-                on_lost_lease=self._lost_lease,
-            )
         self.server = ProbeServer(
             options.metrics_address,
             options.metrics_port,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 from urllib3.exceptions import HTTPError
@@ -92,13 +91,10 @@ class Actions:
         metrics: Metrics,
         *,
         pv_save_retry_delay: float = 2.0,
-        holds_lease: Callable[[], bool] = lambda: True,
     ) -> None:
-        """`holds_lease`: whether this process still leads (asked by the removal gate)."""
         self._clients = clients
         self.recorder = recorder
         self._recorder = recorder
-        self.holds_lease = holds_lease
         self._metrics = metrics
         self._pv_save_retry_delay = pv_save_retry_delay
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from provisioner.capacity.capacity_publisher import CapacityPublisher
 from provisioner.capacity.storage_capacity import CapacityObject, desired_capacities
 from provisioner.configuration.config import ConfigBundle
+from provisioner.configuration.config_watch import ConfigSource
 from provisioner.helper_pods.pod_runner import HelperPodError, HelperPodNotStarted, HelperPodTimeout
 from provisioner.helper_pods.pod_shapes import HelperAction
 from provisioner.helper_pods.pods import (
@@ -74,7 +75,7 @@ from provisioner.provisioning.expansion import (
 )
 from provisioner.provisioning.paths import PathBook
 from provisioner.provisioning.removal_gate import RemovalPermit, RemovalRefused
-from provisioner.provisioning.removals import Removals
+from provisioner.provisioning.removals import Leadership, Removals
 from provisioner.provisioning.work_keys import CLAIM, EXPANSION, VOLUME, Key
 
 log = logging.getLogger(__name__)
@@ -124,15 +125,48 @@ class _BookChecks:
             return self._book.helper_run_problem(volume_name, teardown=teardown)
 
 
+class _BookCapacities:
+    """The CSIStorageCapacity set for the current config, nodes, classes and book, as the
+    capacity publisher reads it on its thread (`CapacitySource`)."""
+
+    def __init__(
+        self,
+        config: ConfigSource,
+        caches: Caches,
+        book: PathBook,
+        lock: threading.Lock,
+        *,
+        provisioner_name: str,
+    ) -> None:
+        self._config = config
+        self._caches = caches
+        self._book = book
+        self._lock = lock
+        self._provisioner_name = provisioner_name
+
+    def desired(self, driver_wants_capacity: bool) -> dict[str, CapacityObject]:
+        with self._lock:
+            entries = self._book.entries()
+        return desired_capacities(
+            self._config.current.config,
+            [record for _, record in self._caches.classes.items()],
+            dict(self._caches.nodes.items()),
+            entries,
+            provisioner_name=self._provisioner_name,
+            driver_wants_capacity=driver_wants_capacity,
+        )
+
+
 class LocalPathProvisioner:
     def __init__(
         self,
         clients: KubeClients,
         caches: Caches,
-        config: Callable[[], ConfigBundle],
+        config: ConfigSource,
         actions: Actions,
         metrics: Metrics,
         *,
+        leadership: Leadership,
         queue: KeyQueue[Key],
         provisioner_name: str,
         helper_pod: PodSettings,
@@ -168,7 +202,7 @@ class LocalPathProvisioner:
             self.helper_pods,
             book=self._paths,
             book_lock=self._paths_lock,
-            holds_lease=actions.holds_lease,
+            leadership=leadership,
         )
         # Claims told to wait, by the volume they wait for: woken when it leaves the book.
         self._waiting: dict[str, set[str]] = {}
@@ -189,7 +223,9 @@ class LocalPathProvisioner:
             clients,
             namespace=helper_pod.namespace,
             provisioner_name=provisioner_name,
-            desired=self._desired_capacities,
+            source=_BookCapacities(
+                config, caches, self._paths, self._paths_lock, provisioner_name=provisioner_name
+            ),
             metrics=metrics,
             min_interval=capacity_min_interval,
         )
@@ -268,7 +304,7 @@ class LocalPathProvisioner:
         """Decide what the claim calls for; a provision reserves its path in the book (under
         the lock, with every live, Released and in-flight path in view) and hands its setup
         over, with the gate's permit for the clean-up should the setup fail."""
-        bundle = self._config()
+        bundle = self._config.current
         nodes = dict(self._caches.nodes.items())
         storage_class = self._caches.classes.get(claim.storage_class_name or "")
         with self._paths_lock:
@@ -442,7 +478,7 @@ class LocalPathProvisioner:
         claim = self._caches.claims.get(uid)
         if claim is None or not claim.volume_name:
             return
-        bundle = self._config()
+        bundle = self._config.current
         volume = self._caches.volumes.get(claim.volume_name)
         with self._paths_lock:
             decision = decide_expansion(
@@ -490,7 +526,7 @@ class LocalPathProvisioner:
         volume = self._caches.volumes.get(name)
         if volume is None:
             return True
-        bundle = self._config()
+        bundle = self._config.current
         nodes = dict(self._caches.nodes.items())
         # The decision is the teardown's last check: taken under the lock, with every live,
         # Released and in-flight path in view, and marked in the book before the lock is let go,
@@ -596,16 +632,3 @@ class LocalPathProvisioner:
             self._queue.add((CLAIM, uid))
         for uid in expansions:
             self._queue.add((EXPANSION, uid))
-
-    def _desired_capacities(self, driver_wants_capacity: bool) -> dict[str, CapacityObject]:
-        """The CSIStorageCapacity set for the current config, nodes, classes and book."""
-        with self._paths_lock:
-            entries = self._paths.entries()
-        return desired_capacities(
-            self._config().config,
-            [record for _, record in self._caches.classes.items()],
-            dict(self._caches.nodes.items()),
-            entries,
-            provisioner_name=self._provisioner_name,
-            driver_wants_capacity=driver_wants_capacity,
-        )

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from collections.abc import Sequence
+from typing import Any, NoReturn, Protocol
 
 from urllib3.exceptions import HTTPError
 
@@ -40,6 +40,19 @@ from provisioner.scans.orphans import Orphan, Owner, still_orphan
 log = logging.getLogger(__name__)
 
 
+class Leadership(Protocol):
+    """Whether this process still leads, as the gate asks it when it decides."""
+
+    def holds_lease(self) -> bool: ...
+
+
+class SoleInstance:
+    """Leadership without leader election: the one instance always leads."""
+
+    def holds_lease(self) -> bool:
+        return True
+
+
 class Removals:
     """Asks the gate for every removal of this provisioner's volumes' directories."""
 
@@ -51,14 +64,14 @@ class Removals:
         *,
         book: PathBook,
         book_lock: threading.Lock,
-        holds_lease: Callable[[], bool],
+        leadership: Leadership,
     ) -> None:
         self._clients = clients
         self._recorder = recorder
         self._pods = pods
         self._book = book
         self._book_lock = book_lock
-        self._holds_lease = holds_lease
+        self._leadership = leadership
 
     def teardown_permit(self, plan: TeardownPlan) -> RemovalPermit | RemovalRefused:
         """For a teardown decided from the informer and the book (no read: the book holds the
@@ -70,7 +83,7 @@ class Removals:
             path=plan.path,
             base_path=plan.base_path,
             sharing=self._sharing(plan.volume_name, plan.disk_node, plan.path),
-            holds_lease=self._holds_lease(),
+            holds_lease=self._leadership.holds_lease(),
         )
         decision = decide_removal(proof)
         if isinstance(decision, RemovalRefused):
@@ -158,7 +171,7 @@ class Removals:
             path=plan.path,
             base_path=plan.base_path,
             sharing=self._sharing(plan.volume_name, plan.disk_node, plan.path),
-            holds_lease=self._holds_lease(),
+            holds_lease=self._leadership.holds_lease(),
             reuses_existing_data=plan.reuse_existing_data,
             claim_volume_seen=claim_volume_seen,
             clone_verdict_before_save=clone_verdict_before_save,

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from provisioner.configuration.config import ConfigBundle
+from provisioner.configuration.config_watch import ConfigSource
 from provisioner.helper_pods.pod_runner import HelperPodError
 from provisioner.helper_pods.pods import HelperPods
 from provisioner.kube.events import EventRecorder, ObjectReference
@@ -46,7 +46,7 @@ class NodeScanner:
         self,
         pods: HelperPods[Any],
         caches: Caches,
-        config: Callable[[], ConfigBundle],
+        config: ConfigSource,
         metrics: Metrics,
         recorder: EventRecorder,
         *,
@@ -92,7 +92,7 @@ class NodeScanner:
                 log.exception("the node scan failed; trying again at the next interval")
 
     def scan_once(self) -> None:
-        bundle = self._config()
+        bundle = self._config.current
         volumes = [volume for _, volume in self._caches.volumes.items()]
         nodes = [node for _, node in self._caches.nodes.items()]
         pods = [pod for _, pod in self._caches.helper_pods.items()]

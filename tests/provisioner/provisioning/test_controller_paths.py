@@ -29,6 +29,7 @@ from provisioner.provisioning.claims import ProvisionPlan, TeardownPlan
 from provisioner.provisioning.local_path_provisioner import LocalPathProvisioner
 from provisioner.provisioning.local_path_watches import watched_caches
 from provisioner.provisioning.paths import PROVISIONING, RELEASED, TEARING_DOWN
+from provisioner.provisioning.removals import SoleInstance
 from provisioner.provisioning.work_keys import CLAIM, VOLUME, Key
 from tests.provisioner.removal_permits import permit_for
 
@@ -76,7 +77,6 @@ class FakeActions:
     def __init__(self) -> None:
         self.helper_runs = GatedRuns()
         self.recorder = None
-        self.holds_lease = lambda: True
         self.save_error: Exception | None = None
         self.saves = 0
 
@@ -106,9 +106,10 @@ def provisioner() -> tuple[LocalPathProvisioner, WorkQueue[Key], FakeActions]:
     made = LocalPathProvisioner(
         clients,
         watched_caches(clients, helper_namespace="ns"),
-        lambda: BUNDLE,
+        SimpleNamespace(current=BUNDLE),
         cast(Any, actions),
         Metrics(),
+        leadership=SoleInstance(),
         queue=queue,
         provisioner_name="p",
         helper_pod=PodSettings("ns", "sa"),
