@@ -25,7 +25,12 @@ def served_volumes(pod: Mapping[str, Any]) -> set[str]:
 
 
 def may_be_running(pod: Mapping[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") not in FINISHED_PHASES
+    return not is_finished(pod)
+
+
+def is_finished(pod: Mapping[str, Any]) -> bool:
+    """Succeeded or Failed: its containers run no more."""
+    return (pod.get("status") or {}).get("phase") in FINISHED_PHASES
 
 
 @dataclass(frozen=True)

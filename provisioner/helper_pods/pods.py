@@ -1,8 +1,8 @@
 """The helper pods, end to end, behind one object: a volume's setup or teardown is handed over
 (`submit`), its end is collected by its key (`take`), and the helper-pod informer's events come
-in (`observe`). Inside: the pod event hub the runs follow their pods through, the index of which
-pods serve which volume, the batcher that plans and runs the setups and teardowns, and the
-runner that creates, watches and deletes each pod.
+straight in (`observe`). Inside: the pod event hub the runs follow their pods through, the
+index of which pods serve which volume, the batcher that plans and runs the setups and
+teardowns, and the runner that creates, watches and deletes each pod.
 
 Nothing handed in leads back into a caller: a key whose run ended is put on the loop's work
 queue (`KeyQueue`, which the loop reads), a Warning goes to the event recorder on the object
@@ -32,11 +32,12 @@ from provisioner.helper_pods.pod_batcher import (
     WarningRecorder,
 )
 from provisioner.helper_pods.pod_events import ADDED, DELETED, MODIFIED, PodEventHub
-from provisioner.helper_pods.pod_index import FINISHED_PHASES, HelperPodIndex
+from provisioner.helper_pods.pod_index import HelperPodIndex, is_finished
 from provisioner.helper_pods.pod_runner import HelperPodError, PodRunner
 from provisioner.helper_pods.pod_runs import PodRuns, PodSettings, RunResult
 from provisioner.helper_pods.pod_shapes import HelperAction, HelperTarget
 from provisioner.kube.client import KubeClients
+from provisioner.kube.informer import Informer
 from provisioner.kube.metrics import Metrics
 from provisioner.provisioning.actions import ActionFailed
 from provisioner.provisioning.expansion import Expand
@@ -103,10 +104,16 @@ class HelperPods(Generic[K]):
         """The key's run once it ended (then forgotten); None while it has not."""
         return self._batcher.take(key)
 
-    def observe(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
-        """A helper pod came, changed or went (the informer's event, on its thread): the runs
-        following it and the volumes held for it hear of it. Whether it finished (then the
-        loop collects it, see `collect_leftover`: no API call on the informer's thread)."""
+    def observe(self, informer: Informer[dict[str, Any]]) -> None:
+        """Hear the helper-pod informer's events (before it starts): the runs follow their
+        pods through it, not through a watch each."""
+        informer.add_event_handler(self._pod_changed, self._pod_changed, self._pod_changed)
+
+    def _pod_changed(
+        self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None
+    ) -> None:
+        """A helper pod came, changed or went (on the informer's thread): the runs following it
+        and the volumes held for it hear of it."""
         if new is None:
             if old is not None:
                 self._events.publish(DELETED, old)
@@ -115,12 +122,11 @@ class HelperPods(Generic[K]):
         current = new if new is not None else old
         if current is not None and self._index.update(str(current["metadata"]["name"]), new):
             self._batcher.pods_changed(None if new is not None else current["metadata"]["name"])
-        return new is not None and (new.get("status") or {}).get("phase") in FINISHED_PHASES
 
     def collect_leftover(self, pod: Mapping[str, Any] | None) -> None:
         """A finished helper pod no run of ours follows is a leftover of a crashed run:
         delete it."""
-        if pod is None or (pod.get("status") or {}).get("phase") not in FINISHED_PHASES:
+        if pod is None or not is_finished(pod):
             return
         name = str(pod["metadata"]["name"])
         deleting = pod["metadata"].get("deletionTimestamp") is not None

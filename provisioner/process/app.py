@@ -189,6 +189,7 @@ class Provisioner:
             ),
             capacity_min_interval=CAPACITY_MIN_INTERVAL_SECONDS,
         )
+        self.local_path.helper_pods.observe(self.caches.helper_pods)
         self.reconciler = LocalPathReconciler(
             self.caches,
             self.local_path,

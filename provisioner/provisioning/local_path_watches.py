@@ -4,11 +4,11 @@ it through.
 `watched_caches` builds the informers (claims, volumes, classes, nodes, our helper pods) as the
 `Caches` the decisions read. `LocalPathReconciler` is the loop's `Reconciler`: its watches
 filter each event cheaply on the informer's thread and say which keys to queue (an unbound claim
-of ours, a bound claim that may expand, a PV of ours, a finished helper pod, the claims a class or a
-node change affects), telling the provisioner what the book must record on the way (a PV came
-or went, the capacity set changed) and the helper pods what their informer saw; its `reconcile`
-hands each key to the `LocalPathProvisioner` method for its kind (a finished helper pod's to
-the helper pods). The provisioner itself is the loop's `Lifecycle`.
+of ours, a bound claim that may expand, a PV of ours, a finished helper pod, the claims a class
+or a node change affects), telling the provisioner what the book must record on the way (a PV
+came or went, the capacity set changed); its `reconcile` hands each key to the
+`LocalPathProvisioner` method for its kind (a finished helper pod's to the helper pods). The
+provisioner itself is the loop's `Lifecycle`; the helper pods hear their informer themselves.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import fields
 from typing import Any
 
 from provisioner.capacity.storage_capacity import HOSTNAME_LABEL
+from provisioner.helper_pods.pod_index import is_finished
 from provisioner.helper_pods.pod_runner import HelperPodError
 from provisioner.helper_pods.pod_shapes import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
 from provisioner.helper_pods.pods import HelperPods
@@ -236,8 +237,10 @@ class LocalPathReconciler:
     def _helper_pod_changed(
         self, key: str, old: dict[str, Any] | None, new: dict[str, Any] | None
     ) -> list[Key]:
-        if self._helper_pods.observe(old, new):
-            # No API call on the informer's thread: a worker collects it.
+        # The helper pods hear the event themselves (`HelperPods.observe`); a finished pod is
+        # a leftover unless a run of ours follows it. No API call on the informer's thread: a
+        # worker collects it.
+        if new is not None and is_finished(new):
             return [(HELPER_POD, key)]
         return []
 

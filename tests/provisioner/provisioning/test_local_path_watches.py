@@ -58,9 +58,6 @@ class RecordingProvisioner:
     def poke_capacity(self) -> None:
         self.heard.append(("poke_capacity", None))
 
-    def observe(self, old: Any, new: Any) -> bool:
-        return new is not None and new["status"]["phase"] == "Succeeded"
-
 
 def reconciler() -> tuple[LocalPathReconciler, RecordingProvisioner, WorkQueue[Key]]:
     clients = cast(Any, SimpleNamespace(list_function=lambda path: None))
