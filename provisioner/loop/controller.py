@@ -1,10 +1,11 @@
 """The generic loop: informers -> work queue -> workers -> retries, as sig-storage-lib's
 `ProvisionController` is to the `Provisioner` it drives.
 
-The loop knows no kind of object. A `Reconciler` says what it watches (a `Watch` per informer
-handler: for each event, the keys to queue) and what a key calls for (`reconcile`: `Settled`,
-`InBackground` or `Failed`); its `Lifecycle` is the work it runs beside the workers, which the
-loop starts, checks and stops. Work that ends in the background comes back as a key the
+The loop knows no kind of object. It is given what to watch (a `Watch` per informer handler:
+for each event, the keys to queue), a `Reconciler` that says what a key calls for (`reconcile`:
+`Settled`, `InBackground` or `Failed`), and a `Lifecycle`, the work run beside the workers,
+which the loop starts, checks and stops (as controller-runtime's builder takes watches and a
+reconciler apart). Work that ends in the background comes back as a key the
 reconciler adds to the queue it was given (`KeyQueue`), never through a call into the loop.
 The queue guarantees one worker per key, so a key is never reconciled twice at once by this
 process. The loop also owns the process's side of it: start, the liveness heartbeat, and a stop
@@ -90,10 +91,6 @@ class Watch(Generic[R]):
 class Reconciler(Protocol):
     """What the loop drives: sig-storage-lib's `Provision`/`Delete` seam."""
 
-    def watches(self) -> Sequence[Watch[Any]]:
-        """What to watch, asked once when the loop is built (before any informer starts)."""
-        ...
-
     def reconcile(self, key: Key) -> Outcome:
         """Look at the key's object and do what it calls for; one worker per key at a time."""
         ...
@@ -138,15 +135,16 @@ class Controller:
     def __init__(
         self,
         queue: WorkQueue[Key],
+        watches: Sequence[Watch[Any]],
         reconciler: Reconciler,
         lifecycle: Lifecycle,
         settings: ControllerSettings,
     ) -> None:
+        """`watches`: what to watch, before any informer starts."""
         self._queue = queue
         self._reconciler = reconciler
         self._lifecycle = lifecycle
         self._settings = settings
-        watches = reconciler.watches()
         self.informers: list[Informer[Any]] = list(
             {id(watch.informer): watch.informer for watch in watches}.values()
         )

@@ -63,7 +63,7 @@ from provisioner.provisioning.actions import Actions
 from provisioner.provisioning.local_path_provisioner import LocalPathProvisioner
 from provisioner.provisioning.local_path_watches import (
     WATCHED_INFORMERS,
-    LocalPathReconciler,
+    LocalPathWatches,
     watched_caches,
 )
 from provisioner.provisioning.removals import SoleInstance
@@ -190,16 +190,13 @@ class Provisioner:
             capacity_min_interval=CAPACITY_MIN_INTERVAL_SECONDS,
         )
         self.local_path.helper_pods.observe(self.caches.helper_pods)
-        self.reconciler = LocalPathReconciler(
-            self.caches,
-            self.local_path,
-            self.local_path.helper_pods,
-            queue,
-            provisioner_name=options.provisioner_name,
+        self.watches = LocalPathWatches(
+            self.caches, self.local_path, queue, provisioner_name=options.provisioner_name
         )
         self.controller = Controller(
             queue,
-            self.reconciler,
+            self.watches.watches(),
+            self.local_path,
             self.local_path,
             ControllerSettings(
                 workers=options.workers,
@@ -292,7 +289,7 @@ class Provisioner:
             log.info("a valid configuration arrived: starting")
             self._begin()
         elif self._leading.is_set():
-            self.reconciler.config_changed()
+            self.watches.config_changed()
 
     def _config_refused(self, error: ConfigError) -> None:
         self.metrics.config_reload_total.labels("invalid").inc()

@@ -1,9 +1,15 @@
 """The local-path side of the controller, as sig-storage-lib's `Provisioner` is to its
 `ProvisionController`: what a claim or a volume of ours calls for, and the state those
 decisions depend on. The loop (`controller`) runs the informers, the work queue, the workers
-and their retries; `local_path_watches` tells this object what the informers saw and hands it
-one key at a time, and reads back whether the key is settled. This object is the loop's
-`Lifecycle`: its helper runs and its capacity publisher run beside the workers.
+and their retries; `local_path_watches` tells this object what the informers saw. This object
+is the loop's `Reconciler` (a worker hands it one key at a time, and reads back whether the key
+is settled) and its `Lifecycle` (its helper runs and its capacity publisher run beside the
+workers).
+
+Read in the order of a claim's journey: `reconcile_claim` -> `_provision` (decide, reserve the
+path, hand the setup over) -> `_settle_claim` (the run ended: save the PV, or give back, or
+clean up); then a bound claim that grows (`reconcile_expansion`) and a volume's end
+(`reconcile_volume` -> `_settle_volume`).
 
 Held here: the path book (our PVs as the informer sees them, plus the provisions, teardowns and
 resizes in flight), the claims waiting for a path or for room, the setups and teardowns handed
@@ -38,8 +44,10 @@ from provisioner.kube.client import KubeClients
 from provisioner.kube.events import ObjectReference
 from provisioner.kube.informer import Informer
 from provisioner.kube.metrics import Metrics
+from provisioner.loop.controller import IN_BACKGROUND, SETTLED, Failed, Outcome
 from provisioner.objects.records import ClaimRecord, VolumeRecord
 from provisioner.provisioning.actions import (
+    ActionFailed,
     Actions,
     GiveBack,
     VolumeSaveUnsettled,
@@ -280,7 +288,28 @@ class LocalPathProvisioner:
             expansions, self._expansions_waiting_for_room = self._expansions_waiting_for_room, set()
         self._wake(waiting, expansions)
 
-    # -- a claim's journey, as a worker carries it ------------------------------------------
+    # -- what a worker calls: the loop's `Reconciler` -----------------------------------------
+
+    def reconcile(self, key: Key) -> Outcome:
+        """The key's object, handed to what its kind calls for. Not settled: its helper run
+        was handed over or still runs (the key comes back when it ended)."""
+        kind, name = key
+        try:
+            if kind == CLAIM:
+                settled = self.reconcile_claim(name)
+            elif kind == EXPANSION:
+                self.reconcile_expansion(name)
+                settled = True
+            elif kind == VOLUME:
+                settled = self.reconcile_volume(name)
+            else:
+                self.helper_pods.collect_leftover(self._caches.helper_pods.get(name))
+                settled = True
+        except (ActionFailed, HelperPodError) as error:
+            return Failed(str(error))
+        return SETTLED if settled else IN_BACKGROUND
+
+    # -- a claim's journey ---------------------------------------------------------------------
 
     def reconcile_claim(self, uid: str) -> bool:
         """A claim's key, in the order of its journey: an unbound claim of ours is decided and

@@ -1,14 +1,12 @@
-"""What the local-path provisioner watches, and the seam the generic loop (`controller`) drives
-it through.
+"""What the local-path provisioner watches: the observation stage of a claim's journey.
 
 `watched_caches` builds the informers (claims, volumes, classes, nodes, our helper pods) as the
-`Caches` the decisions read. `LocalPathReconciler` is the loop's `Reconciler`: its watches
-filter each event cheaply on the informer's thread and say which keys to queue (an unbound claim
-of ours, a bound claim that may expand, a PV of ours, a finished helper pod, the claims a class
-or a node change affects), telling the provisioner what the book must record on the way (a PV
-came or went, the capacity set changed); its `reconcile` hands each key to the
-`LocalPathProvisioner` method for its kind (a finished helper pod's to the helper pods). The
-provisioner itself is the loop's `Lifecycle`; the helper pods hear their informer themselves.
+`Caches` the decisions read. `LocalPathWatches` gives the loop its watches: each filters an event
+cheaply on the informer's thread and says which keys to queue (an unbound claim of ours, a bound
+claim that may expand, a PV of ours, a finished helper pod, the claims a class or a node change
+affects), telling the provisioner what the book must record on the way (a PV came or went, the
+capacity set changed). The `LocalPathProvisioner` is the loop's `Reconciler` and `Lifecycle`;
+the helper pods hear their informer themselves.
 """
 
 from __future__ import annotations
@@ -20,18 +18,12 @@ from typing import Any
 
 from provisioner.capacity.storage_capacity import HOSTNAME_LABEL
 from provisioner.helper_pods.pod_index import is_finished
-from provisioner.helper_pods.pod_runner import HelperPodError
 from provisioner.helper_pods.pod_shapes import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
-from provisioner.helper_pods.pods import HelperPods
 from provisioner.kube.client import KubeClients
 from provisioner.kube.informer import Informer, namespaced_name_key
 from provisioner.kube.object_decoding import DictObjects, ObjectDecoding
 from provisioner.loop.controller import (
-    IN_BACKGROUND,
-    SETTLED,
-    Failed,
     KeyQueue,
-    Outcome,
     Watch,
 )
 from provisioner.objects.api_objects import (
@@ -52,7 +44,6 @@ from provisioner.objects.records import (
     storage_class_record,
     volume_record,
 )
-from provisioner.provisioning.actions import ActionFailed
 from provisioner.provisioning.caches import Caches
 from provisioner.provisioning.claims import PROVISIONED_BY, is_our_claim
 from provisioner.provisioning.clone_sources import CloneWaits
@@ -109,21 +100,19 @@ def watched_caches(
     )
 
 
-class LocalPathReconciler:
-    """The loop's `Reconciler` for the local-path provisioner."""
+class LocalPathWatches:
+    """The loop's watches for the local-path provisioner."""
 
     def __init__(
         self,
         caches: Caches,
         local_path: LocalPathProvisioner,
-        helper_pods: HelperPods[Key],
         queue: KeyQueue,
         *,
         provisioner_name: str,
     ) -> None:
         self._caches = caches
         self._local_path = local_path
-        self._helper_pods = helper_pods
         self._queue = queue
         self._name = provisioner_name
         self._clone_waits = CloneWaits()
@@ -138,24 +127,6 @@ class LocalPathReconciler:
             Watch(caches.nodes, self._node_changed),
             Watch(caches.helper_pods, self._helper_pod_changed),
         ]
-
-    def reconcile(self, key: Key) -> Outcome:
-        kind, name = key
-        try:
-            if kind == CLAIM:
-                settled = self._local_path.reconcile_claim(name)
-            elif kind == EXPANSION:
-                self._local_path.reconcile_expansion(name)
-                settled = True
-            elif kind == VOLUME:
-                settled = self._local_path.reconcile_volume(name)
-            else:
-                self._helper_pods.collect_leftover(self._caches.helper_pods.get(name))
-                settled = True
-        except (ActionFailed, HelperPodError) as error:
-            return Failed(str(error))
-        # Not settled: its helper run was handed over or still runs.
-        return SETTLED if settled else IN_BACKGROUND
 
     def config_changed(self) -> None:
         """After a config change every pending claim and our volumes get another look."""

@@ -80,9 +80,11 @@ def controller(
     reconciler: ScriptedReconciler | None = None, retry_limit: int = 0
 ) -> tuple[Controller, WorkQueue[Key]]:
     queue: WorkQueue[Key] = WorkQueue("test", base_delay=0.01, max_delay=0.01)
+    reconciler = reconciler or ScriptedReconciler()
     made = Controller(
         queue,
-        reconciler or ScriptedReconciler(),
+        reconciler.watches(),
+        reconciler,
         IdleLifecycle(),
         ControllerSettings(workers=1, retry_limits={"thing": retry_limit}),
     )

@@ -18,11 +18,13 @@ from provisioner.configuration.config import (
     DEFAULT_TEARDOWN_SCRIPT,
     load_config_bundle,
 )
+from provisioner.helper_pods.pod_outcomes import HelperPodFailed
 from provisioner.helper_pods.pod_shapes import HelperAction, HelperTarget
 from provisioner.helper_pods.pods import BatchSettings, PodSettings, RunRefused, RunResult
 from provisioner.kube.events import ObjectReference
 from provisioner.kube.metrics import Metrics
 from provisioner.kube.workqueue import WorkQueue
+from provisioner.loop.controller import IN_BACKGROUND, SETTLED, Failed
 from provisioner.objects.records import ClaimRecord, StorageClassRecord
 from provisioner.provisioning.actions import ActionFailed, VolumeSaveUnsettled
 from provisioner.provisioning.claims import ProvisionPlan, TeardownPlan
@@ -30,7 +32,7 @@ from provisioner.provisioning.local_path_provisioner import LocalPathProvisioner
 from provisioner.provisioning.local_path_watches import watched_caches
 from provisioner.provisioning.paths import PROVISIONING, RELEASED, TEARING_DOWN
 from provisioner.provisioning.removals import SoleInstance
-from provisioner.provisioning.work_keys import CLAIM, VOLUME, Key
+from provisioner.provisioning.work_keys import CLAIM, EXPANSION, HELPER_POD, VOLUME, Key
 from tests.provisioner.removal_permits import permit_for
 
 BUNDLE = load_config_bundle(
@@ -265,3 +267,61 @@ def test_a_save_that_may_have_happened_keeps_its_path_and_is_retried_as_a_save(
     assert actions.saves == (2 if kept else 1)
     assert actions.helper_runs.ran == [("create", plan.volume_name)]
     lp.helper_pods.stop()
+
+
+@pytest.mark.parametrize(
+    ("answer", "outcome"),
+    [
+        (True, SETTLED),
+        (False, IN_BACKGROUND),
+        (ActionFailed("PV create refused: 403"), Failed("PV create refused: 403")),
+        (
+            HelperPodFailed("h", 1, "Error", "no space"),
+            Failed("helper pod h: failed (Error, exit code 1): no space"),
+        ),
+    ],
+    ids=["settled", "in-background", "action-failed", "helper-failed"],
+)
+def test_what_a_reconcile_of_the_provisioner_becomes_for_the_loop(
+    answer: bool | Exception, outcome: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made, _, _ = provisioner()
+    heard: list[tuple[str, str]] = []
+
+    def answered(kind: str) -> Any:
+        def reconcile(name: str) -> bool:
+            heard.append((kind, name))
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+        return reconcile
+
+    monkeypatch.setattr(made, "reconcile_claim", answered(CLAIM))
+    monkeypatch.setattr(made, "reconcile_volume", answered(VOLUME))
+    assert made.reconcile((CLAIM, "u-1")) == outcome
+    assert made.reconcile((VOLUME, "pvc-1")) == outcome
+    assert heard == [(CLAIM, "u-1"), (VOLUME, "pvc-1")]
+
+
+def test_an_unexpected_error_goes_to_the_loop_as_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    made, _, _ = provisioner()
+
+    def broken(uid: str) -> bool:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(made, "reconcile_claim", broken)
+    with pytest.raises(KeyError):
+        made.reconcile((CLAIM, "u-1"))
+
+
+def test_an_expansion_key_of_a_claim_the_cache_has_not_is_settled_without_a_write() -> None:
+    """No claim, nothing to grow: the fake actions would fail on any call."""
+    made, _, _ = provisioner()
+    assert made.reconcile((EXPANSION, "u-1")) == SETTLED
+
+
+def test_a_helper_pod_key_the_cache_has_not_is_settled() -> None:
+    """A leftover that went already (the informer never started here): nothing to delete."""
+    made, _, _ = provisioner()
+    assert made.reconcile((HELPER_POD, "ns/h")) == SETTLED

@@ -1,21 +1,17 @@
-"""The local-path side of the loop's seam without a cluster: which keys an informer event
-queues, what the provisioner hears of it on the way, and what a reconcile's end becomes for the
-loop. The provisioner is a recording fake; the informers are never started."""
+"""The local-path watches without a cluster: which keys an informer event queues, and what the
+provisioner hears of it on the way. The provisioner is a recording fake; the informers are never
+started."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 from typing import Any, cast
 
-import pytest
-
-from provisioner.helper_pods.pod_outcomes import HelperPodFailed
 from provisioner.kube.workqueue import WorkQueue
-from provisioner.loop.controller import IN_BACKGROUND, SETTLED, Failed, Key, Watch
+from provisioner.loop.controller import Key, Watch
 from provisioner.objects.records import ClaimRecord, VolumeRecord
-from provisioner.provisioning.actions import ActionFailed
 from provisioner.provisioning.claims import PROVISIONED_BY, STORAGE_PROVISIONER
-from provisioner.provisioning.local_path_watches import LocalPathReconciler, watched_caches
+from provisioner.provisioning.local_path_watches import LocalPathWatches, watched_caches
 from provisioner.provisioning.work_keys import CLAIM, EXPANSION, HELPER_POD, VOLUME
 
 NAME = "p"
@@ -23,31 +19,10 @@ OURS = {PROVISIONED_BY: NAME}
 
 
 class RecordingProvisioner:
-    """What the reconciler tells the provisioner and the helper pods (one recorder stands for
-    both), and scripted answers to its reconciles."""
+    """What the watches tell the provisioner."""
 
     def __init__(self) -> None:
         self.heard: list[tuple[str, Any]] = []
-        self.answer: bool | Exception = True
-
-    def _answer(self) -> bool:
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        return self.answer
-
-    def reconcile_claim(self, uid: str) -> bool:
-        self.heard.append(("reconcile_claim", uid))
-        return self._answer()
-
-    def reconcile_expansion(self, uid: str) -> None:
-        self.heard.append(("reconcile_expansion", uid))
-
-    def reconcile_volume(self, name: str) -> bool:
-        self.heard.append(("reconcile_volume", name))
-        return self._answer()
-
-    def collect_leftover(self, pod: Any) -> None:
-        self.heard.append(("collect_leftover", pod))
 
     def volume_seen(self, volume: VolumeRecord) -> None:
         self.heard.append(("volume_seen", volume.name))
@@ -59,13 +34,12 @@ class RecordingProvisioner:
         self.heard.append(("poke_capacity", None))
 
 
-def reconciler() -> tuple[LocalPathReconciler, RecordingProvisioner, WorkQueue[Key]]:
+def watches_of() -> tuple[LocalPathWatches, RecordingProvisioner, WorkQueue[Key]]:
     clients = cast(Any, SimpleNamespace(list_function=lambda path: None))
     provisioner = RecordingProvisioner()
     queue: WorkQueue[Key] = WorkQueue("test")
-    made = LocalPathReconciler(
+    made = LocalPathWatches(
         watched_caches(clients, helper_namespace="ns"),
-        cast(Any, provisioner),
         cast(Any, provisioner),
         queue,
         provisioner_name=NAME,
@@ -73,7 +47,7 @@ def reconciler() -> tuple[LocalPathReconciler, RecordingProvisioner, WorkQueue[K
     return made, provisioner, queue
 
 
-def keys(made: LocalPathReconciler, informer_name: str, key: str, old: Any, new: Any) -> list[Key]:
+def keys(made: LocalPathWatches, informer_name: str, key: str, old: Any, new: Any) -> list[Key]:
     """Every key the watches on the named informer queue for one event."""
     watches: list[Watch[Any]] = [w for w in made.watches() if w.informer.name == informer_name]
     assert watches, informer_name
@@ -85,7 +59,7 @@ def claim(**fields: Any) -> ClaimRecord:
 
 
 def test_an_unbound_claim_of_ours_is_queued_and_one_that_went_or_is_not_ours_is_not() -> None:
-    made, _, _ = reconciler()
+    made, _, _ = watches_of()
     mine = claim(annotations={STORAGE_PROVISIONER: NAME})
     assert keys(made, "claims", "u-1", None, mine) == [(CLAIM, "u-1")]
     assert keys(made, "claims", "u-1", mine, None) == []
@@ -94,7 +68,7 @@ def test_an_unbound_claim_of_ours_is_queued_and_one_that_went_or_is_not_ours_is_
 
 def test_a_bound_claim_that_asks_to_grow_gets_an_expansion_key_and_one_that_does_not_none() -> None:
     """Resizing has a key of its own: a claim's key is only ever its way to a PV."""
-    made, provisioner, _ = reconciler()
+    made, _, _ = watches_of()
     volume = VolumeRecord("pvc-1", annotations=OURS, capacity="1Gi")
     # The informer's own store, as its watch would fill it (no handler is registered yet).
     made._caches.volumes._store("pvc-1", volume)
@@ -102,12 +76,10 @@ def test_a_bound_claim_that_asks_to_grow_gets_an_expansion_key_and_one_that_does
     stays = claim(volume_name="pvc-1", status_capacity="1Gi", requested_storage="1Gi")
     assert keys(made, "claims", "u-1", None, grows) == [(EXPANSION, "u-1")]
     assert keys(made, "claims", "u-1", None, stays) == []
-    assert made.reconcile((EXPANSION, "u-1")) == SETTLED
-    assert provisioner.heard == [("reconcile_expansion", "u-1")]
 
 
 def test_a_volume_of_ours_is_recorded_and_queued_and_its_going_frees_its_path() -> None:
-    made, provisioner, _ = reconciler()
+    made, provisioner, _ = watches_of()
     volume = VolumeRecord("pvc-1", annotations=OURS, capacity="1Gi")
     assert keys(made, "volumes", "pvc-1", None, volume) == [(VOLUME, "pvc-1")]
     assert keys(made, "volumes", "pvc-1", volume, None) == []
@@ -121,45 +93,8 @@ def test_a_volume_of_ours_is_recorded_and_queued_and_its_going_frees_its_path() 
 
 
 def test_a_finished_helper_pod_is_queued_for_a_worker_to_collect() -> None:
-    made, _, _ = reconciler()
+    made, _, _ = watches_of()
     pod = {"metadata": {"name": "h"}, "status": {"phase": "Succeeded"}}
     assert keys(made, "helper-pods", "ns/h", None, pod) == [(HELPER_POD, "ns/h")]
     running = {"metadata": {"name": "h"}, "status": {"phase": "Running"}}
     assert keys(made, "helper-pods", "ns/h", None, running) == []
-
-
-@pytest.mark.parametrize(
-    ("answer", "outcome"),
-    [
-        (True, SETTLED),
-        (False, IN_BACKGROUND),
-        (ActionFailed("PV create refused: 403"), Failed("PV create refused: 403")),
-        (
-            HelperPodFailed("h", 1, "Error", "no space"),
-            Failed("helper pod h: failed (Error, exit code 1): no space"),
-        ),
-    ],
-    ids=["settled", "in-background", "action-failed", "helper-failed"],
-)
-def test_what_a_reconcile_of_the_provisioner_becomes_for_the_loop(
-    answer: bool | Exception, outcome: Any
-) -> None:
-    made, provisioner, _ = reconciler()
-    provisioner.answer = answer
-    assert made.reconcile((CLAIM, "u-1")) == outcome
-    assert made.reconcile((VOLUME, "pvc-1")) == outcome
-    assert provisioner.heard == [("reconcile_claim", "u-1"), ("reconcile_volume", "pvc-1")]
-
-
-def test_an_unexpected_error_goes_to_the_loop_as_is() -> None:
-    made, provisioner, _ = reconciler()
-    provisioner.answer = KeyError("a bug")
-    with pytest.raises(KeyError):
-        made.reconcile((CLAIM, "u-1"))
-
-
-def test_a_helper_pod_key_is_collected_and_settled() -> None:
-    """The pod as the informer holds it (none here: it never started) goes to the helper pods."""
-    made, provisioner, _ = reconciler()
-    assert made.reconcile((HELPER_POD, "ns/h")) == SETTLED
-    assert provisioner.heard == [("collect_leftover", None)]
