@@ -47,7 +47,7 @@ from bench.workspace import (
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
 from provisioner.helper_pods.batch_pod_shapes import batch_volume_names, volume_container_name
 from provisioner.helper_pods.pod_shapes import HelperAction
-from provisioner.provisioning.claims import SELECTED_NODE
+from provisioner.provisioning.annotations import SELECTED_NODE
 
 SETTLE_SECONDS = 2.0
 _VOLUME_UID = re.compile(r"pvc-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")

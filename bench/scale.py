@@ -28,7 +28,7 @@ from bench.audit import AuditLog
 from bench.implementations import Implementation, RunningProvisioner
 from bench.process_stats import ProcessMonitor
 from bench.workspace import BASE_PATH, PROVISIONER_NAME, SCALE_CLASS, Workspace
-from provisioner.provisioning.claims import NODE_ANNOTATION, PROVISIONED_BY
+from provisioner.provisioning.annotations import NODE_ANNOTATION, PROVISIONED_BY
 
 SCALE_NAMESPACE = "bench-scale"
 SETTLE_SECONDS = 5.0

@@ -26,7 +26,7 @@ from urllib3.exceptions import HTTPError
 
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
-from provisioner.provisioning.claims import PROVISIONED_BY, VOLUME_FINALIZER
+from provisioner.provisioning.annotations import PROVISIONED_BY, VOLUME_FINALIZER
 
 log = logging.getLogger(__name__)
 

@@ -22,18 +22,18 @@ from provisioner.kube.client import KubeClients
 from provisioner.kube.events import EventRecorder, ObjectReference
 from provisioner.kube.metrics import Metrics
 from provisioner.objects.records import ClaimRecord, claim_record, volume_record
-from provisioner.provisioning.base_path_checks import missing_base_path_hint
-from provisioner.provisioning.claims import (
+from provisioner.provisioning.annotations import (
     BASE_PATH_ANNOTATION,
     DIRECTORY_REMOVED_ANNOTATION,
     SELECTED_NODE,
     VOLUME_FINALIZER,
-    ProvisionPlan,
-    TeardownPlan,
 )
+from provisioner.provisioning.base_path_checks import missing_base_path_hint
+from provisioner.provisioning.claims import ProvisionPlan
 from provisioner.provisioning.clones import CLAIM_KIND, CloneSource, source_changed
 from provisioner.provisioning.expansion import Expand
 from provisioner.provisioning.removal_gate import RemovalKind
+from provisioner.provisioning.volume_decisions import TeardownPlan
 from provisioner.provisioning.volumes import build_persistent_volume, foreign_volume_problem
 
 log = logging.getLogger(__name__)
@@ -322,7 +322,7 @@ class Actions:
             raise error
         # The PV says its directory is gone, in the write that lets it go (no write more): a
         # teardown redone because the DELETE below failed, or because this process died before
-        # it, deletes the PV without a helper pod (claims.decide_volume_action). A PV without
+        # it, deletes the PV without a helper pod (volume_decisions.decide_volume_action). A PV without
         # our finalizer gets no write for it: this process remembers (LocalPathProvisioner).
         if plan.remove_finalizer:
             self.remove_finalizer(plan.volume_name, directory_removed=True)

@@ -1,19 +1,13 @@
-"""Which claims and volumes are ours, and the one action each needs now.
+"""Which claims are ours, and the one action each needs now: the first step of a claim's
+journey.
 
-Pure functions over the compact records: the shell looks the objects up in its caches, calls
-`decide_claim_action` / `decide_volume_action`, and carries out what comes back. Each outcome
-carries its reason, which becomes the event or log line.
+Pure functions over the compact records: the provisioner looks the objects up in its caches,
+calls `decide_claim_action`, and carries out what comes back. Each outcome carries its reason,
+which becomes the event or log line. What a PV of ours says is in `volume_facts`; what it needs
+now, in `volume_decisions`.
 
 Decisions where we differ from rancher and the library (documented here, tested in
 tests/provisioner/provisioning/test_claims.py):
-- Deletion only removes a path written clean and strictly inside a base path configured for
-  the volume's node (or the shared path), and never one that another of our volumes also uses
-  (a recreated claim under a `{{.PVC.Namespace}}/{{.PVC.Name}}` pattern gets the same directory).
-- The volume's node is found by its label value (custom nodeAffinityKey included), checked
-  against the node name we record on the PV; rancher treats the label value as a node name.
-- Node gone: a Released volume keeps its PV (Warning, data untouched) so the admin sees it and
-  the teardown resumes if the node returns; a PV the admin deletes while its node is gone has
-  our finalizer removed without cleanup, as nothing can be cleaned.
 - A claim with a selector or volumeMode Block is rejected for shared paths too. One whose data
   source is another claim is a clone (see `clones`); any other data source is not ours to fill.
 - Budgets (`capacity` on a base path, see `budgets`): only paths with room for the claim are
@@ -24,9 +18,8 @@ tests/provisioner/provisioning/test_claims.py):
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 from provisioner.capacity.budgets import (
     committed_bytes,
@@ -51,8 +44,13 @@ from provisioner.objects.records import (
     DataSource,
     NodeRecord,
     StorageClassRecord,
-    VolumeRecord,
     quantity_to_bytes,
+)
+from provisioner.provisioning.annotations import (
+    BASE_PATH_ANNOTATION,
+    BETA_STORAGE_PROVISIONER,
+    PROVISIONED_BY,
+    STORAGE_PROVISIONER,
 )
 from provisioner.provisioning.clones import (
     ClaimSources,
@@ -65,13 +63,8 @@ from provisioner.provisioning.clones import (
 )
 from provisioner.provisioning.paths import (
     EVERY_NODE,
-    LIVE,
-    RELEASED,
-    TEARING_DOWN,
-    TORN_DOWN,
     PathBook,
     PathPatternError,
-    PathState,
     PatternFields,
     choose_base_path,
     is_deletable_path,
@@ -79,22 +72,12 @@ from provisioner.provisioning.paths import (
     render_pattern,
     resolve_volume_path,
 )
+from provisioner.provisioning.volume_facts import (
+    resolve_volume_node,
+    volume_name_for,
+    volume_size_bytes,
+)
 
-PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
-STORAGE_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
-BETA_STORAGE_PROVISIONER = "volume.beta.kubernetes.io/storage-provisioner"
-SELECTED_NODE = "volume.kubernetes.io/selected-node"
-VOLUME_FINALIZER = "external-provisioner.volume.kubernetes.io/finalizer"
-NODE_ANNOTATION = "local-path-storage.io/node"
-RANCHER_NODE_ANNOTATION = "local.path.provisioner/selected-node"
-BASE_PATH_ANNOTATION = "local-path-storage.io/base-path"
-"""On a claim: the base path chosen for it, so that every attempt (a retry, the next leader
-after a crash) works in the same place and never leaves a directory on another one."""
-DIRECTORY_REMOVED_ANNOTATION = "local-path-storage.io/directory-removed"
-"""On a PV: its teardown removed the directory (set in the write that removes our finalizer).
-A teardown redone after that (the PV's DELETE failed, or the process died before it) deletes
-the PV without a helper pod: a pod would wait for a directory that is not there, or, should a
-new volume's directory appear at the path meanwhile, start and remove it."""
 NODE_LOCAL_ACCESS_MODES = frozenset({"ReadWriteOnce", "ReadWriteOncePod"})
 
 
@@ -137,33 +120,6 @@ class ProvisionPlan:
 
 
 @dataclass(frozen=True, slots=True)
-class TeardownPlan:
-    """Run the teardown helper; once it succeeded, remove our finalizer (if remove_finalizer)
-    and then delete the PV object (if delete_volume), in the library's order, so that a
-    deleted PV never comes back to be torn down twice."""
-
-    volume_name: str
-    path: str
-    node_name: str | None
-    volume_mode: str
-    size_bytes: int
-    delete_volume: bool
-    """Then delete the PV object (it was Released); False when the user already deleted it."""
-    remove_finalizer: bool
-    vol_user: str = ""
-    vol_group: str = ""
-    vol_perm: str = ""
-    base_path: str = ""
-    """The configured base path holding `path`: what the helper pod mounts."""
-
-    @property
-    def disk_node(self) -> str:
-        """The node whose disk holds the path, as the path book tells paths apart; EVERY_NODE
-        on a shared filesystem (no node of its own)."""
-        return self.node_name or EVERY_NODE
-
-
-@dataclass(frozen=True, slots=True)
 class Ignore:
     reason: str
 
@@ -197,137 +153,7 @@ class Reschedule:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Teardown:
-    plan: TeardownPlan
-
-
-@dataclass(frozen=True, slots=True)
-class RefuseUnsafePath:
-    """Never run the teardown: Warning event (VolumeFailedDelete) on the PV."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class AddFinalizer:
-    reason: str = "Delete policy: the finalizer makes a directly deleted PV still get cleaned"
-
-
-@dataclass(frozen=True, slots=True)
-class RemoveFinalizer:
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class NodeGone:
-    """Warning event, data untouched; remove_finalizer lets a user-deleted PV go."""
-
-    reason: str
-    remove_finalizer: bool
-
-
 ClaimDecision = Ignore | Provision | Reject | Reschedule | WaitForPath
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteRemovedVolume:
-    """A teardown already removed the directory (DIRECTORY_REMOVED_ANNOTATION): the PV goes
-    (delete_volume) and our finalizer with it, without a helper pod."""
-
-    volume_name: str
-    delete_volume: bool
-    remove_finalizer: bool
-
-
-VolumeDecision = (
-    Ignore
-    | Teardown
-    | RefuseUnsafePath
-    | AddFinalizer
-    | RemoveFinalizer
-    | NodeGone
-    | DeleteRemovedVolume
-)
-
-
-def volume_name_for(claim: ClaimRecord) -> str:
-    return f"pvc-{claim.uid}"
-
-
-Location = tuple[str, str]
-"""The (label key, value) a PV's node affinity names, or ("", "") when it names none."""
-
-
-class NodeListing(Protocol):
-    """The nodes by name: a dict, or the node informer's cache."""
-
-    def items(self) -> Iterable[tuple[str, NodeRecord]]: ...
-
-
-def volume_location(volume: VolumeRecord) -> Location:
-    for key, values in volume.affinity:
-        if len(values) == 1:
-            return (key, values[0])
-    return ("", "")
-
-
-def volume_path_state(volume: VolumeRecord) -> PathState:
-    return RELEASED if volume.phase == "Released" else LIVE
-
-
-def volume_node_name(volume: VolumeRecord) -> str:
-    """The node we recorded on the PV; for older PVs, the hostname affinity's value."""
-    recorded = volume.annotations.get(NODE_ANNOTATION) or volume.annotations.get(
-        RANCHER_NODE_ANNOTATION
-    )
-    if recorded:
-        return recorded
-    key, value = volume_location(volume)
-    return value if key == DEFAULT_NODE_AFFINITY_KEY else ""
-
-
-def volume_disk_node(volume: VolumeRecord, nodes: NodeListing | None) -> str:
-    """The node whose disk holds the volume's path, for the path book: the node recorded on the
-    PV, else the one node carrying its affinity label (as `resolve_volume_node` finds it; the
-    hostname label names it); EVERY_NODE for a PV without a single-valued affinity (a shared
-    path) and for one whose node cannot be told, so that it overlaps every node's paths."""
-    key, value = volume_location(volume)
-    if not key:
-        return EVERY_NODE
-    if recorded := volume_node_name(volume):
-        return recorded
-    if nodes is None:
-        return EVERY_NODE
-    matches = [name for name, node in nodes.items() if _label(node, key) == value]
-    return matches[0] if len(matches) == 1 else EVERY_NODE
-
-
-def volume_size_bytes(volume: VolumeRecord) -> int:
-    try:
-        return quantity_to_bytes(volume.capacity or "0")
-    except ValueError:
-        return 0
-
-
-def record_volume(book: PathBook, volume: VolumeRecord, nodes: NodeListing | None = None) -> None:
-    """Puts one of our PVs into the book (one with no path holds no directory); `nodes` tell
-    the node of a PV that does not name it (see `volume_disk_node`)."""
-    if volume.path is not None:
-        book.record_volume(
-            volume.name,
-            volume_disk_node(volume, nodes),
-            volume.path,
-            volume_path_state(volume),
-            size_bytes=volume_size_bytes(volume),
-        )
-
-
-def volume_book(volumes: Iterable[VolumeRecord] = (), nodes: NodeListing | None = None) -> PathBook:
-    book = PathBook()
-    for volume in volumes:
-        record_volume(book, volume, nodes)
-    return book
 
 
 def is_our_claim(claim: ClaimRecord, provisioner_name: str) -> bool:
@@ -653,130 +479,4 @@ def _plan(
         vol_perm=rendered["perm"],
         record_base_path=record,
         reuse_existing_data=reuse_existing_data(parameters),
-    )
-
-
-def resolve_volume_node(
-    volume: VolumeRecord, nodes: Mapping[str, NodeRecord]
-) -> tuple[str | None, str | None]:
-    """(node name, None) or (None, why not); the why begins "gone:" when the node is missing."""
-    key, value = volume_location(volume)
-    if not key:
-        return None, "its node affinity has no single-valued In expression naming its node"
-    recorded = volume.annotations.get(NODE_ANNOTATION) or volume.annotations.get(
-        RANCHER_NODE_ANNOTATION
-    )
-    if recorded:
-        node = nodes.get(recorded)
-        if node is None:
-            return None, f"gone: node {recorded} no longer exists"
-        if _label(node, key) != value:
-            return None, f"node {recorded} no longer carries {key}={value}"
-        return recorded, None
-    matches = [name for name, node in nodes.items() if _label(node, key) == value]
-    if len(matches) == 1:
-        return matches[0], None
-    if not matches:
-        return None, f"gone: no node carries {key}={value}"
-    return None, f"{len(matches)} nodes carry {key}={value}: cannot tell which holds the data"
-
-
-def _label(node: NodeRecord, key: str) -> str | None:
-    return node.labels.get(key, node.name if key == DEFAULT_NODE_AFFINITY_KEY else None)
-
-
-def decide_volume_action(
-    volume: VolumeRecord,
-    config: ProvisionerConfig,
-    nodes: Mapping[str, NodeRecord],
-    *,
-    provisioner_name: str,
-    paths: PathBook | None = None,
-    directory_removed: bool = False,
-) -> VolumeDecision:
-    """`directory_removed`: this process saw the volume's teardown pod succeed (the PV may not
-    show DIRECTORY_REMOVED_ANNOTATION yet: the informer lags, or the PATCH failed)."""
-    if volume.annotations.get(PROVISIONED_BY) != provisioner_name:
-        return Ignore("not provisioned by us")
-    entry = paths.get(volume.name) if paths is not None else None
-    if entry is not None and entry.state in (TEARING_DOWN, TORN_DOWN):
-        return Ignore(f"{entry.describe()}: nothing more to do")
-    has_finalizer = VOLUME_FINALIZER in volume.finalizers
-    if volume.reclaim_policy != "Delete":
-        if has_finalizer:
-            return RemoveFinalizer(f"reclaim policy {volume.reclaim_policy}: the data is kept")
-        return Ignore(f"reclaim policy {volume.reclaim_policy}: the data is kept")
-    removed = directory_removed or volume.annotations.get(DIRECTORY_REMOVED_ANNOTATION) == "true"
-    if volume.being_deleted:
-        if not has_finalizer:
-            return Ignore("being deleted without our finalizer")
-        if volume.phase == "Bound":
-            return Ignore("deleted while bound: waiting until the claim lets go of it")
-        if removed:
-            return DeleteRemovedVolume(volume.name, delete_volume=False, remove_finalizer=True)
-        return _teardown(volume, config, nodes, paths, delete_volume=False)
-    if volume.phase == "Released":
-        if removed:
-            return DeleteRemovedVolume(
-                volume.name, delete_volume=True, remove_finalizer=has_finalizer
-            )
-        return _teardown(volume, config, nodes, paths, delete_volume=True)
-    if not has_finalizer and volume.phase != "Failed":
-        return AddFinalizer()
-    return Ignore(f"phase {volume.phase or 'unknown'}: nothing to do")
-
-
-def _teardown(
-    volume: VolumeRecord,
-    config: ProvisionerConfig,
-    nodes: Mapping[str, NodeRecord],
-    paths: PathBook | None,
-    *,
-    delete_volume: bool,
-) -> VolumeDecision:
-    fix = "; remove the data and the PV (and its finalizer) by hand once it is safe"
-    if volume.path is None:
-        return RefuseUnsafePath(f"the PV has neither a hostPath nor a local path{fix}")
-    storage = config.storage_for(volume.storage_class_name)
-    if storage is None:
-        return RefuseUnsafePath(
-            f"config.json has no entry for class {volume.storage_class_name}"
-            " (add it back to clean up)"
-        )
-    node_name: str | None = None
-    if storage.shared_filesystem_path is not None:
-        base_paths = [storage.shared_filesystem_path]
-    else:
-        node_name, problem = resolve_volume_node(volume, nodes)
-        if problem is not None and problem.startswith("gone: "):
-            return NodeGone(
-                f"{problem[6:]}: the data of {volume.name} was not removed; delete the"
-                " PV to let it go without cleanup",
-                remove_finalizer=volume.being_deleted,
-            )
-        if node_name is None:
-            return RefuseUnsafePath(f"cannot find the volume's node: {problem}{fix}")
-        base_paths = config.paths_for(volume.storage_class_name, node_name) or []
-    if not is_deletable_path(volume.path, base_paths):
-        return RefuseUnsafePath(
-            f"path {volume.path} is not clean and strictly inside a base path"
-            f" configured for this volume ({', '.join(base_paths) or 'none'}){fix}"
-        )
-    if paths is not None:
-        others = paths.overlapping(volume.name, node_name or EVERY_NODE, volume.path)
-        if others:
-            names = ", ".join(entry.volume_name for entry in others)
-            return RefuseUnsafePath(f"path {volume.path} is also used by {names}{fix}")
-    size = volume_size_bytes(volume)
-    return Teardown(
-        TeardownPlan(
-            volume_name=volume.name,
-            path=volume.path,
-            node_name=node_name,
-            volume_mode=volume.volume_mode,
-            size_bytes=size,
-            delete_volume=delete_volume,
-            remove_finalizer=VOLUME_FINALIZER in volume.finalizers,
-            base_path=next(base for base in base_paths if is_strictly_inside(volume.path, base)),
-        )
     )

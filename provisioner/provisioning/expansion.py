@@ -18,8 +18,9 @@ from provisioner.capacity.budgets import committed_bytes, no_room_reason, path_r
 from provisioner.configuration.config import ConfigError, ProvisionerConfig, size_range
 from provisioner.objects.quantities import QuantityTooLarge, format_bytes, quantity_to_bytes
 from provisioner.objects.records import ClaimRecord, StorageClassRecord, VolumeRecord
-from provisioner.provisioning.claims import PROVISIONED_BY, volume_node_name, volume_size_bytes
+from provisioner.provisioning.annotations import PROVISIONED_BY
 from provisioner.provisioning.paths import PathBook, is_strictly_inside
+from provisioner.provisioning.volume_facts import volume_node_name, volume_size_bytes
 
 
 @dataclass(frozen=True, slots=True)

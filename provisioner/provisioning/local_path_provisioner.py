@@ -56,22 +56,13 @@ from provisioner.provisioning.actions import (
 )
 from provisioner.provisioning.caches import Caches
 from provisioner.provisioning.claims import (
-    AddFinalizer,
-    DeleteRemovedVolume,
     Ignore,
-    NodeGone,
     Provision,
     ProvisionPlan,
-    RefuseUnsafePath,
     Reject,
-    RemoveFinalizer,
     Reschedule,
-    Teardown,
-    TeardownPlan,
     WaitForPath,
     decide_claim_action,
-    decide_volume_action,
-    record_volume,
 )
 from provisioner.provisioning.clone_sources import InformerClaimSources
 from provisioner.provisioning.expansion import (
@@ -84,6 +75,17 @@ from provisioner.provisioning.expansion import (
 from provisioner.provisioning.paths import PathBook
 from provisioner.provisioning.removal_gate import RemovalPermit, RemovalRefused
 from provisioner.provisioning.removals import Leadership, Removals
+from provisioner.provisioning.volume_decisions import (
+    AddFinalizer,
+    DeleteRemovedVolume,
+    NodeGone,
+    RefuseUnsafePath,
+    RemoveFinalizer,
+    Teardown,
+    TeardownPlan,
+    decide_volume_action,
+)
+from provisioner.provisioning.volume_facts import record_volume
 from provisioner.provisioning.work_keys import CLAIM, EXPANSION, VOLUME, Key
 
 log = logging.getLogger(__name__)

@@ -44,8 +44,9 @@ from provisioner.objects.records import (
     storage_class_record,
     volume_record,
 )
+from provisioner.provisioning.annotations import PROVISIONED_BY
 from provisioner.provisioning.caches import Caches
-from provisioner.provisioning.claims import PROVISIONED_BY, is_our_claim
+from provisioner.provisioning.claims import is_our_claim
 from provisioner.provisioning.clone_sources import CloneWaits
 from provisioner.provisioning.local_path_provisioner import LocalPathProvisioner
 from provisioner.provisioning.work_keys import CLAIM, EXPANSION, HELPER_POD, VOLUME, Key

@@ -26,7 +26,7 @@ from provisioner.provisioning.actions import (
     claim_reference,
     volume_reference,
 )
-from provisioner.provisioning.claims import ProvisionPlan, TeardownPlan
+from provisioner.provisioning.claims import ProvisionPlan
 from provisioner.provisioning.paths import PathBook
 from provisioner.provisioning.removal_gate import (
     RemovalKind,
@@ -35,6 +35,7 @@ from provisioner.provisioning.removal_gate import (
     RemovalRefused,
     decide_removal,
 )
+from provisioner.provisioning.volume_decisions import TeardownPlan
 from provisioner.scans.orphans import Orphan, Owner, still_orphan
 
 log = logging.getLogger(__name__)

@@ -17,12 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from provisioner.provisioning.claims import (
-    NODE_ANNOTATION,
-    PROVISIONED_BY,
-    VOLUME_FINALIZER,
-    ProvisionPlan,
-)
+from provisioner.provisioning.annotations import NODE_ANNOTATION, PROVISIONED_BY, VOLUME_FINALIZER
+from provisioner.provisioning.claims import ProvisionPlan
 
 
 def build_persistent_volume(plan: ProvisionPlan) -> dict[str, Any]:

@@ -22,8 +22,9 @@ from provisioner.helper_pods.pods import HelperPods
 from provisioner.kube.events import EventRecorder, ObjectReference
 from provisioner.kube.metrics import Metrics
 from provisioner.objects.records import NodeRecord, VolumeRecord
+from provisioner.provisioning.annotations import PROVISIONED_BY
 from provisioner.provisioning.caches import Caches
-from provisioner.provisioning.claims import PROVISIONED_BY, resolve_volume_node
+from provisioner.provisioning.volume_facts import resolve_volume_node
 from provisioner.scans.orphan_scan import OrphanScan, holdings_of
 from provisioner.scans.orphans import base_paths_by_node
 from provisioner.scans.usage import (

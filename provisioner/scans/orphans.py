@@ -20,13 +20,10 @@ from typing import Literal
 
 from provisioner.configuration.config import ProvisionerConfig
 from provisioner.objects.records import ClaimRecord, NodeRecord, StorageClassRecord, VolumeRecord
-from provisioner.provisioning.claims import (
-    PROVISIONED_BY,
-    Provision,
-    decide_claim_action,
-    resolve_volume_node,
-)
+from provisioner.provisioning.annotations import PROVISIONED_BY
+from provisioner.provisioning.claims import Provision, decide_claim_action
 from provisioner.provisioning.paths import is_strictly_inside
+from provisioner.provisioning.volume_facts import resolve_volume_node
 
 EntryKind = Literal["directory", "file", "symlink", "other"]
 ENTRY_KINDS: tuple[EntryKind, ...] = ("directory", "file", "symlink", "other")

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from localcluster import LocalCluster, wait_for
-from provisioner.provisioning.claims import PROVISIONED_BY
+from provisioner.provisioning.annotations import PROVISIONED_BY
 from tests.engine.support import (
     StackFactory,
     StackNames,

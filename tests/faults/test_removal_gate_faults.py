@@ -41,7 +41,8 @@ from provisioner.configuration.config import (
     load_config_bundle,
 )
 from provisioner.helper_pods.pod_shapes import build_helper_pod
-from provisioner.provisioning.claims import VOLUME_FINALIZER, TeardownPlan
+from provisioner.provisioning.annotations import VOLUME_FINALIZER
+from provisioner.provisioning.volume_decisions import TeardownPlan
 from provisioner.provisioning.work_keys import CLAIM
 from tests.faults.api_answer_faults import provisioner_with_faults
 from tests.faults.support import unique_base_path

@@ -29,8 +29,8 @@ from provisioner.configuration.config import (
 from provisioner.helper_pods.batch_pod_shapes import VolumePartError, build_batch_helper_pod
 from provisioner.helper_pods.clone_step import build_step_pod
 from provisioner.helper_pods.pod_shapes import build_helper_pod
-from provisioner.provisioning.claims import TeardownPlan
 from provisioner.provisioning.removal_gate import RemovalKind, RemovalProof, decide_removal
+from provisioner.provisioning.volume_decisions import TeardownPlan
 from provisioner.scans.node_scripts import build_orphan_removal_pod
 from tests.provisioner.removal_permits import permit_for, permits_for
 

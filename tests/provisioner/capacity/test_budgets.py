@@ -11,16 +11,10 @@ from provisioner.capacity.budgets import (
 )
 from provisioner.configuration.config import parse_config_json
 from provisioner.objects.records import ClaimRecord, NodeRecord, StorageClassRecord, VolumeRecord
-from provisioner.provisioning.claims import (
-    BASE_PATH_ANNOTATION,
-    STORAGE_PROVISIONER,
-    Provision,
-    Reject,
-    Reschedule,
-    decide_claim_action,
-    record_volume,
-)
+from provisioner.provisioning.annotations import BASE_PATH_ANNOTATION, STORAGE_PROVISIONER
+from provisioner.provisioning.claims import Provision, Reject, Reschedule, decide_claim_action
 from provisioner.provisioning.paths import LIVE, PathBook, PathEntry
+from provisioner.provisioning.volume_facts import record_volume
 
 GI = 1024**3
 NAME = "example.com/local"

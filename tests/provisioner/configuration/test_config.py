@@ -25,7 +25,8 @@ from provisioner.configuration.config import (
     validate_storage_class_parameters,
 )
 from provisioner.objects.records import ClaimRecord, NodeRecord, StorageClassRecord
-from provisioner.provisioning.claims import STORAGE_PROVISIONER, Provision, decide_claim_action
+from provisioner.provisioning.annotations import STORAGE_PROVISIONER
+from provisioner.provisioning.claims import Provision, decide_claim_action
 
 RANCHER_DEFAULT = {
     "nodePathMap": [{"node": DEFAULT_NODE, "paths": ["/opt/local-path-provisioner"]}]

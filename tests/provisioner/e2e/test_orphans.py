@@ -17,7 +17,7 @@ import pytest
 
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE, NEVER_STARTS_IMAGE
 from localcluster.raw_api import manifest
-from provisioner.provisioning.claims import STORAGE_PROVISIONER
+from provisioner.provisioning.annotations import STORAGE_PROVISIONER
 from tests.provisioner.e2e.support import (
     CONFIGMAP,
     HELPER_SERVICE_ACCOUNT,

@@ -17,7 +17,7 @@ from provisioner.helper_pods.pod_runner import PodRunner
 from provisioner.helper_pods.pod_shapes import BASE_VIEW
 from provisioner.helper_pods.resize import build_resize_helper_pod
 from provisioner.kube.client import create_clients
-from provisioner.provisioning.claims import TeardownPlan
+from provisioner.provisioning.volume_decisions import TeardownPlan
 from tests.provisioner.e2e.support import (
     HELPER_SERVICE_ACCOUNT,
     ConfigFiles,

@@ -24,7 +24,11 @@ from localcluster import NEVER_STARTS_IMAGE
 from localcluster.raw_api import call_json, manifest
 from provisioner.configuration.config import RANCHER_DEFAULT_PATH
 from provisioner.objects.quantities import format_bytes
-from provisioner.provisioning.claims import NODE_ANNOTATION, PROVISIONED_BY, RANCHER_NODE_ANNOTATION
+from provisioner.provisioning.annotations import (
+    NODE_ANNOTATION,
+    PROVISIONED_BY,
+    RANCHER_NODE_ANNOTATION,
+)
 from tests.localcluster.image_pods import IMAGE as SHELL_IMAGE
 from tests.provisioner.e2e.rancher_process import (
     RANCHER_SETUP,

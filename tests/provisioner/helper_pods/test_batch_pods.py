@@ -48,7 +48,7 @@ from provisioner.helper_pods.pod_shapes import (
     GUARD_SCRIPT,
     HELPER_POD_LABEL,
 )
-from provisioner.provisioning.claims import TeardownPlan
+from provisioner.provisioning.volume_decisions import TeardownPlan
 from tests.provisioner.removal_permits import permits_for
 
 BUNDLE = load_config_bundle(

@@ -33,7 +33,7 @@ from provisioner.helper_pods.pod_shapes import (
     helper_pod_name,
     helper_steps,
 )
-from provisioner.provisioning.claims import TeardownPlan
+from provisioner.provisioning.volume_decisions import TeardownPlan
 from tests.provisioner.removal_permits import permit_for
 
 HINT = "remove it, or start the provisioner with --allow-unsafe-helper-template"

@@ -30,7 +30,7 @@ from provisioner.helper_pods.pod_outcomes import HelperPodFailed
 from provisioner.helper_pods.pod_runs import BatchResults, RunResult
 from provisioner.helper_pods.pod_shapes import HelperAction, HelperTarget
 from provisioner.kube.events import ObjectReference
-from provisioner.provisioning.claims import TeardownPlan
+from provisioner.provisioning.volume_decisions import TeardownPlan
 
 BUNDLE = load_config_bundle(
     '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES",'

@@ -23,7 +23,7 @@ from provisioner.helper_pods.pod_runs import (
     RunResult,
 )
 from provisioner.kube.metrics import Metrics
-from provisioner.provisioning.claims import TeardownPlan
+from provisioner.provisioning.volume_decisions import TeardownPlan
 from tests.provisioner.removal_permits import permits_for
 
 BUNDLE = load_config_bundle(

@@ -22,7 +22,7 @@ from provisioner.configuration.config import (
 from provisioner.helper_pods.batch_pod_shapes import is_batchable
 from provisioner.helper_pods.pod_shapes import PREPARE_SCRIPT, build_helper_pod, helper_steps
 from provisioner.provisioning.base_path_checks import missing_base_path_hint, mountinfo_path
-from provisioner.provisioning.claims import TeardownPlan
+from provisioner.provisioning.volume_decisions import TeardownPlan
 from provisioner.scans.node_scripts import build_listing_pod
 from tests.provisioner.helper_pods.test_helper_scripts import make_base, run_script
 from tests.provisioner.removal_permits import permit_for

@@ -14,7 +14,7 @@ from provisioner.objects.records import (
     StorageClassRecord,
     VolumeRecord,
 )
-from provisioner.provisioning.claims import (
+from provisioner.provisioning.annotations import (
     BASE_PATH_ANNOTATION,
     DIRECTORY_REMOVED_ANNOTATION,
     NODE_ANNOTATION,
@@ -22,25 +22,27 @@ from provisioner.provisioning.claims import (
     RANCHER_NODE_ANNOTATION,
     STORAGE_PROVISIONER,
     VOLUME_FINALIZER,
-    AddFinalizer,
-    DeleteRemovedVolume,
+)
+from provisioner.provisioning.claims import (
     Ignore,
-    NodeGone,
     Provision,
-    RefuseUnsafePath,
     Reject,
-    RemoveFinalizer,
     Reschedule,
-    Teardown,
-    TeardownPlan,
     WaitForPath,
     decide_claim_action,
-    decide_volume_action,
-    record_volume,
-    resolve_volume_node,
-    volume_book,
 )
 from provisioner.provisioning.paths import PathBook
+from provisioner.provisioning.volume_decisions import (
+    AddFinalizer,
+    DeleteRemovedVolume,
+    NodeGone,
+    RefuseUnsafePath,
+    RemoveFinalizer,
+    Teardown,
+    TeardownPlan,
+    decide_volume_action,
+)
+from provisioner.provisioning.volume_facts import record_volume, resolve_volume_node, volume_book
 
 ME = "local-path-storage.io/local-path"
 HOST = "kubernetes.io/hostname"

@@ -35,18 +35,17 @@ from provisioner.objects.records import (
     StorageClassRecord,
     VolumeRecord,
 )
+from provisioner.provisioning.annotations import PROVISIONED_BY, STORAGE_PROVISIONER
 from provisioner.provisioning.claims import (
-    PROVISIONED_BY,
-    STORAGE_PROVISIONER,
     Ignore,
     Provision,
     Reject,
     Reschedule,
     decide_claim_action,
-    record_volume,
 )
 from provisioner.provisioning.clones import CloneSource, source_changed
 from provisioner.provisioning.paths import PathBook
+from provisioner.provisioning.volume_facts import record_volume
 
 ME = "local-path-storage.io/local-path"
 HOST = "kubernetes.io/hostname"

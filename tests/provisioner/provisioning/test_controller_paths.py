@@ -27,11 +27,12 @@ from provisioner.kube.workqueue import WorkQueue
 from provisioner.loop.controller import IN_BACKGROUND, SETTLED, Failed
 from provisioner.objects.records import ClaimRecord, StorageClassRecord
 from provisioner.provisioning.actions import ActionFailed, VolumeSaveUnsettled
-from provisioner.provisioning.claims import ProvisionPlan, TeardownPlan
+from provisioner.provisioning.claims import ProvisionPlan
 from provisioner.provisioning.local_path_provisioner import LocalPathProvisioner
 from provisioner.provisioning.local_path_watches import watched_caches
 from provisioner.provisioning.paths import PROVISIONING, RELEASED, TEARING_DOWN
 from provisioner.provisioning.removals import SoleInstance
+from provisioner.provisioning.volume_decisions import TeardownPlan
 from provisioner.provisioning.work_keys import CLAIM, EXPANSION, HELPER_POD, VOLUME, Key
 from tests.provisioner.removal_permits import permit_for
 

@@ -16,15 +16,12 @@ from provisioner.objects.records import (
     StorageClassRecord,
     VolumeRecord,
 )
-from provisioner.provisioning.claims import (
+from provisioner.provisioning.annotations import (
     NODE_ANNOTATION,
     PROVISIONED_BY,
     STORAGE_PROVISIONER,
-    Provision,
-    Reschedule,
-    decide_claim_action,
-    record_volume,
 )
+from provisioner.provisioning.claims import Provision, Reschedule, decide_claim_action
 from provisioner.provisioning.expansion import (
     Expand,
     FinishExpansion,
@@ -33,6 +30,7 @@ from provisioner.provisioning.expansion import (
     decide_expansion,
 )
 from provisioner.provisioning.paths import LIVE, PathBook, PathEntry
+from provisioner.provisioning.volume_facts import record_volume
 
 ME = "local-path-storage.io/local-path"
 GI = 1024**3

@@ -10,7 +10,7 @@ from typing import Any, cast
 from provisioner.kube.workqueue import WorkQueue
 from provisioner.loop.controller import Key, Watch
 from provisioner.objects.records import ClaimRecord, VolumeRecord
-from provisioner.provisioning.claims import PROVISIONED_BY, STORAGE_PROVISIONER
+from provisioner.provisioning.annotations import PROVISIONED_BY, STORAGE_PROVISIONER
 from provisioner.provisioning.local_path_watches import LocalPathWatches, watched_caches
 from provisioner.provisioning.work_keys import CLAIM, EXPANSION, HELPER_POD, VOLUME
 

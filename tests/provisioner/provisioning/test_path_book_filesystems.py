@@ -11,22 +11,21 @@ import pytest
 
 from provisioner.configuration.config import DEFAULT_NODE, parse_config_json
 from provisioner.objects.records import ClaimRecord, NodeRecord, StorageClassRecord, VolumeRecord
-from provisioner.provisioning.claims import (
+from provisioner.provisioning.annotations import (
     NODE_ANNOTATION,
     PROVISIONED_BY,
     RANCHER_NODE_ANNOTATION,
     STORAGE_PROVISIONER,
     VOLUME_FINALIZER,
-    Provision,
+)
+from provisioner.provisioning.claims import Provision, WaitForPath, decide_claim_action
+from provisioner.provisioning.paths import EVERY_NODE, LIVE, PROVISIONING, PathBook, PathEntry
+from provisioner.provisioning.volume_decisions import (
     RefuseUnsafePath,
     Teardown,
-    WaitForPath,
-    decide_claim_action,
     decide_volume_action,
-    volume_book,
-    volume_disk_node,
 )
-from provisioner.provisioning.paths import EVERY_NODE, LIVE, PROVISIONING, PathBook, PathEntry
+from provisioner.provisioning.volume_facts import volume_book, volume_disk_node
 
 ME = "local-path-storage.io/local-path"
 HOST = "kubernetes.io/hostname"

@@ -11,15 +11,14 @@ from provisioner.objects.records import (
     StorageClassRecord,
     volume_record,
 )
-from provisioner.provisioning.claims import (
+from provisioner.provisioning.annotations import (
     NODE_ANNOTATION,
     PROVISIONED_BY,
     STORAGE_PROVISIONER,
     VOLUME_FINALIZER,
-    Provision,
-    decide_claim_action,
-    decide_volume_action,
 )
+from provisioner.provisioning.claims import Provision, decide_claim_action
+from provisioner.provisioning.volume_decisions import decide_volume_action
 from provisioner.provisioning.volumes import build_persistent_volume, foreign_volume_problem
 
 ME = "local-path-storage.io/local-path"

@@ -1,0 +1,26 @@
+"""The annotations and the finalizer this provisioner reads and writes on claims and PVs: the
+names the external-provisioner library and rancher use, and those of our own."""
+
+PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
+
+STORAGE_PROVISIONER = "volume.kubernetes.io/storage-provisioner"
+
+BETA_STORAGE_PROVISIONER = "volume.beta.kubernetes.io/storage-provisioner"
+
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+
+VOLUME_FINALIZER = "external-provisioner.volume.kubernetes.io/finalizer"
+
+NODE_ANNOTATION = "local-path-storage.io/node"
+
+RANCHER_NODE_ANNOTATION = "local.path.provisioner/selected-node"
+
+BASE_PATH_ANNOTATION = "local-path-storage.io/base-path"
+"""On a claim: the base path chosen for it, so that every attempt (a retry, the next leader
+after a crash) works in the same place and never leaves a directory on another one."""
+
+DIRECTORY_REMOVED_ANNOTATION = "local-path-storage.io/directory-removed"
+"""On a PV: its teardown removed the directory (set in the write that removes our finalizer).
+A teardown redone after that (the PV's DELETE failed, or the process died before it) deletes
+the PV without a helper pod: a pod would wait for a directory that is not there, or, should a
+new volume's directory appear at the path meanwhile, start and remove it."""

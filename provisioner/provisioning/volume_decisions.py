@@ -1,0 +1,222 @@
+"""What a PV of ours needs now: a teardown, our finalizer added or removed, nothing, or a
+refusal that leaves the data alone.
+
+Pure functions over the compact records: the provisioner looks the PV up in its caches, calls
+`decide_volume_action`, and carries out what comes back; each outcome carries its reason, which
+becomes the event or log line. Decisions where we differ from rancher and the library
+(documented here, tested in tests/provisioner/provisioning/test_claims.py):
+- Deletion only removes a path written clean and strictly inside a base path configured for
+  the volume's node (or the shared path), and never one that another of our volumes also uses
+  (a recreated claim under a `{{.PVC.Namespace}}/{{.PVC.Name}}` pattern gets the same directory).
+- Node gone: a Released volume keeps its PV (Warning, data untouched) so the admin sees it and
+  the teardown resumes if the node returns; a PV the admin deletes while its node is gone has
+  our finalizer removed without cleanup, as nothing can be cleaned.
+- A teardown whose directory was removed already (DIRECTORY_REMOVED_ANNOTATION) deletes the PV
+  without a helper pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from provisioner.configuration.config import (
+    ProvisionerConfig,
+)
+from provisioner.objects.records import (
+    NodeRecord,
+    VolumeRecord,
+)
+from provisioner.provisioning.annotations import (
+    DIRECTORY_REMOVED_ANNOTATION,
+    PROVISIONED_BY,
+    VOLUME_FINALIZER,
+)
+from provisioner.provisioning.claims import Ignore
+from provisioner.provisioning.paths import (
+    EVERY_NODE,
+    TEARING_DOWN,
+    TORN_DOWN,
+    PathBook,
+    is_deletable_path,
+    is_strictly_inside,
+)
+from provisioner.provisioning.volume_facts import (
+    resolve_volume_node,
+    volume_size_bytes,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TeardownPlan:
+    """Run the teardown helper; once it succeeded, remove our finalizer (if remove_finalizer)
+    and then delete the PV object (if delete_volume), in the library's order, so that a
+    deleted PV never comes back to be torn down twice."""
+
+    volume_name: str
+    path: str
+    node_name: str | None
+    volume_mode: str
+    size_bytes: int
+    delete_volume: bool
+    """Then delete the PV object (it was Released); False when the user already deleted it."""
+    remove_finalizer: bool
+    vol_user: str = ""
+    vol_group: str = ""
+    vol_perm: str = ""
+    base_path: str = ""
+    """The configured base path holding `path`: what the helper pod mounts."""
+
+    @property
+    def disk_node(self) -> str:
+        """The node whose disk holds the path, as the path book tells paths apart; EVERY_NODE
+        on a shared filesystem (no node of its own)."""
+        return self.node_name or EVERY_NODE
+
+
+@dataclass(frozen=True, slots=True)
+class Teardown:
+    plan: TeardownPlan
+
+
+@dataclass(frozen=True, slots=True)
+class RefuseUnsafePath:
+    """Never run the teardown: Warning event (VolumeFailedDelete) on the PV."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class AddFinalizer:
+    reason: str = "Delete policy: the finalizer makes a directly deleted PV still get cleaned"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveFinalizer:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGone:
+    """Warning event, data untouched; remove_finalizer lets a user-deleted PV go."""
+
+    reason: str
+    remove_finalizer: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRemovedVolume:
+    """A teardown already removed the directory (DIRECTORY_REMOVED_ANNOTATION): the PV goes
+    (delete_volume) and our finalizer with it, without a helper pod."""
+
+    volume_name: str
+    delete_volume: bool
+    remove_finalizer: bool
+
+
+VolumeDecision = (
+    Ignore
+    | Teardown
+    | RefuseUnsafePath
+    | AddFinalizer
+    | RemoveFinalizer
+    | NodeGone
+    | DeleteRemovedVolume
+)
+
+
+def decide_volume_action(
+    volume: VolumeRecord,
+    config: ProvisionerConfig,
+    nodes: Mapping[str, NodeRecord],
+    *,
+    provisioner_name: str,
+    paths: PathBook | None = None,
+    directory_removed: bool = False,
+) -> VolumeDecision:
+    """`directory_removed`: this process saw the volume's teardown pod succeed (the PV may not
+    show DIRECTORY_REMOVED_ANNOTATION yet: the informer lags, or the PATCH failed)."""
+    if volume.annotations.get(PROVISIONED_BY) != provisioner_name:
+        return Ignore("not provisioned by us")
+    entry = paths.get(volume.name) if paths is not None else None
+    if entry is not None and entry.state in (TEARING_DOWN, TORN_DOWN):
+        return Ignore(f"{entry.describe()}: nothing more to do")
+    has_finalizer = VOLUME_FINALIZER in volume.finalizers
+    if volume.reclaim_policy != "Delete":
+        if has_finalizer:
+            return RemoveFinalizer(f"reclaim policy {volume.reclaim_policy}: the data is kept")
+        return Ignore(f"reclaim policy {volume.reclaim_policy}: the data is kept")
+    removed = directory_removed or volume.annotations.get(DIRECTORY_REMOVED_ANNOTATION) == "true"
+    if volume.being_deleted:
+        if not has_finalizer:
+            return Ignore("being deleted without our finalizer")
+        if volume.phase == "Bound":
+            return Ignore("deleted while bound: waiting until the claim lets go of it")
+        if removed:
+            return DeleteRemovedVolume(volume.name, delete_volume=False, remove_finalizer=True)
+        return _teardown(volume, config, nodes, paths, delete_volume=False)
+    if volume.phase == "Released":
+        if removed:
+            return DeleteRemovedVolume(
+                volume.name, delete_volume=True, remove_finalizer=has_finalizer
+            )
+        return _teardown(volume, config, nodes, paths, delete_volume=True)
+    if not has_finalizer and volume.phase != "Failed":
+        return AddFinalizer()
+    return Ignore(f"phase {volume.phase or 'unknown'}: nothing to do")
+
+
+def _teardown(
+    volume: VolumeRecord,
+    config: ProvisionerConfig,
+    nodes: Mapping[str, NodeRecord],
+    paths: PathBook | None,
+    *,
+    delete_volume: bool,
+) -> VolumeDecision:
+    fix = "; remove the data and the PV (and its finalizer) by hand once it is safe"
+    if volume.path is None:
+        return RefuseUnsafePath(f"the PV has neither a hostPath nor a local path{fix}")
+    storage = config.storage_for(volume.storage_class_name)
+    if storage is None:
+        return RefuseUnsafePath(
+            f"config.json has no entry for class {volume.storage_class_name}"
+            " (add it back to clean up)"
+        )
+    node_name: str | None = None
+    if storage.shared_filesystem_path is not None:
+        base_paths = [storage.shared_filesystem_path]
+    else:
+        node_name, problem = resolve_volume_node(volume, nodes)
+        if problem is not None and problem.startswith("gone: "):
+            return NodeGone(
+                f"{problem[6:]}: the data of {volume.name} was not removed; delete the"
+                " PV to let it go without cleanup",
+                remove_finalizer=volume.being_deleted,
+            )
+        if node_name is None:
+            return RefuseUnsafePath(f"cannot find the volume's node: {problem}{fix}")
+        base_paths = config.paths_for(volume.storage_class_name, node_name) or []
+    if not is_deletable_path(volume.path, base_paths):
+        return RefuseUnsafePath(
+            f"path {volume.path} is not clean and strictly inside a base path"
+            f" configured for this volume ({', '.join(base_paths) or 'none'}){fix}"
+        )
+    if paths is not None:
+        others = paths.overlapping(volume.name, node_name or EVERY_NODE, volume.path)
+        if others:
+            names = ", ".join(entry.volume_name for entry in others)
+            return RefuseUnsafePath(f"path {volume.path} is also used by {names}{fix}")
+    size = volume_size_bytes(volume)
+    return Teardown(
+        TeardownPlan(
+            volume_name=volume.name,
+            path=volume.path,
+            node_name=node_name,
+            volume_mode=volume.volume_mode,
+            size_bytes=size,
+            delete_volume=delete_volume,
+            remove_finalizer=VOLUME_FINALIZER in volume.finalizers,
+            base_path=next(base for base in base_paths if is_strictly_inside(volume.path, base)),
+        )
+    )
