@@ -322,8 +322,8 @@ class Actions:
             raise error
         # The PV says its directory is gone, in the write that lets it go (no write more): a
         # teardown redone because the DELETE below failed, or because this process died before
-        # it, deletes the PV without a helper pod (volume_decisions.decide_volume_action). A PV without
-        # our finalizer gets no write for it: this process remembers (LocalPathProvisioner).
+        # it, deletes the PV without a helper pod (`decide_volume_action`). A PV without our
+        # finalizer gets no write for it: this process remembers (LocalPathProvisioner).
         if plan.remove_finalizer:
             self.remove_finalizer(plan.volume_name, directory_removed=True)
         if plan.delete_volume:

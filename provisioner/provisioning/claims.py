@@ -41,7 +41,6 @@ from provisioner.configuration.config import (
 from provisioner.objects.quantities import QuantityTooLarge, format_bytes
 from provisioner.objects.records import (
     ClaimRecord,
-    DataSource,
     NodeRecord,
     StorageClassRecord,
     quantity_to_bytes,
@@ -49,16 +48,14 @@ from provisioner.objects.records import (
 from provisioner.provisioning.annotations import (
     BASE_PATH_ANNOTATION,
     BETA_STORAGE_PROVISIONER,
-    PROVISIONED_BY,
     STORAGE_PROVISIONER,
 )
 from provisioner.provisioning.clones import (
     ClaimSources,
     CloneSource,
     clone_node,
+    find_clone_source,
     is_served_source,
-    source_claim_refusal,
-    source_volume_refusal,
     wrong_node_reason,
 )
 from provisioner.provisioning.paths import (
@@ -67,15 +64,11 @@ from provisioner.provisioning.paths import (
     PathPatternError,
     PatternFields,
     choose_base_path,
-    is_deletable_path,
-    is_strictly_inside,
     render_pattern,
     resolve_volume_path,
 )
 from provisioner.provisioning.volume_facts import (
-    resolve_volume_node,
     volume_name_for,
-    volume_size_bytes,
 )
 
 NODE_LOCAL_ACCESS_MODES = frozenset({"ReadWriteOnce", "ReadWriteOncePod"})
@@ -208,7 +201,7 @@ def decide_claim_action(
     shared = storage.shared_filesystem_path is not None
     clone: CloneSource | None = None
     if claim.data_source is not None:
-        found = _clone_source(
+        found = find_clone_source(
             claim,
             claim.data_source,
             storage_class=storage_class,
@@ -272,66 +265,6 @@ def decide_claim_action(
             tuple(entry.volume_name for entry in blockers),
         )
     return Provision(plan)
-
-
-def _clone_source(
-    claim: ClaimRecord,
-    data_source: DataSource,
-    *,
-    storage_class: StorageClassRecord,
-    config: ProvisionerConfig,
-    sources: ClaimSources | None,
-    nodes: Mapping[str, NodeRecord],
-    provisioner_name: str,
-) -> CloneSource | str:
-    """The volume the claim is to be a copy of, or why it cannot be (see `clones`)."""
-    if sources is None:
-        return "cloning needs the claim and volume caches, which this caller has not"
-    source_claim = sources.claim(claim.namespace, data_source.name)
-    refusal = source_claim_refusal(claim, data_source, source_claim)
-    if refusal is not None:
-        return refusal
-    assert source_claim is not None and claim.requested_storage is not None
-    volume = sources.volume(source_claim.volume_name)
-    refusal = source_volume_refusal(
-        source_claim,
-        volume,
-        provisioned_by=volume.annotations.get(PROVISIONED_BY) if volume else None,
-        provisioner_name=provisioner_name,
-        requested_bytes=quantity_to_bytes(claim.requested_storage),
-        source_bytes=volume_size_bytes(volume) if volume else 0,
-    )
-    if refusal is not None:
-        return refusal
-    assert volume is not None and volume.path is not None
-    if reuse_existing_data(storage_class.parameters):
-        return (
-            f"StorageClass {storage_class.name} sets reuseExistingData: a clone needs a"
-            " directory of its own, never one with data already in it; use a class without it"
-        )
-    storage = config.storage_for(storage_class.name)
-    node_name: str | None = None
-    if storage is not None and storage.shared_filesystem_path is not None:
-        base_paths = [storage.shared_filesystem_path]
-    else:
-        node_name, problem = resolve_volume_node(volume, nodes)
-        if node_name is None:
-            return f"cannot tell which node holds volume {volume.name}: {problem}"
-        base_paths = config.paths_for(storage_class.name, node_name) or []
-    if not is_deletable_path(volume.path, base_paths):
-        return (
-            f"volume {volume.name}'s path {volume.path} is not clean and strictly inside a"
-            f" base path configured for it ({', '.join(base_paths) or 'none'}): not copied"
-        )
-    return CloneSource(
-        claim_namespace=source_claim.namespace,
-        claim_name=source_claim.name,
-        claim_uid=source_claim.uid,
-        volume_name=volume.name,
-        path=volume.path,
-        base_path=next(base for base in base_paths if is_strictly_inside(volume.path, base)),
-        node_name=node_name,
-    )
 
 
 class NoRoom(Exception):  # noqa: N818 (reads as a sentence at the raise site)

@@ -2,8 +2,8 @@
 ours gets a new volume holding a copy of that claim's data. rancher has no clones (its issue
 352), nor has kubevirt's hostpath-provisioner (411); OpenEBS LocalPV refuses any dataSource.
 
-What this module decides, on records (claims.decide_claim_action asks it; the fixed `clone`
-helper step in clone_step.py makes the copy):
+What this module decides, on records (claims.decide_claim_action asks `find_clone_source`;
+the fixed `clone` helper step in clone_step.py makes the copy):
 - Served: a source of kind PersistentVolumeClaim with an empty apiGroup. Any other kind (a
   VolumeSnapshot, a volume populator's resource) is left alone, without an event: another
   controller may fill such a claim, and it is none of ours.
@@ -24,10 +24,22 @@ helper step in clone_step.py makes the copy):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from provisioner.objects.records import ClaimRecord, DataSource, VolumeRecord
+from provisioner.configuration.config import ProvisionerConfig, reuse_existing_data
+from provisioner.objects.records import (
+    ClaimRecord,
+    DataSource,
+    NodeRecord,
+    StorageClassRecord,
+    VolumeRecord,
+    quantity_to_bytes,
+)
+from provisioner.provisioning.annotations import PROVISIONED_BY
+from provisioner.provisioning.paths import is_deletable_path, is_strictly_inside
+from provisioner.provisioning.volume_facts import resolve_volume_node, volume_size_bytes
 
 CLAIM_KIND = "PersistentVolumeClaim"
 
@@ -156,3 +168,63 @@ def source_changed(
     if volume.being_deleted or volume.phase != "Bound" or volume.path != source.path:
         return f"{named}: its volume was released or deleted during the copy"
     return None
+
+
+def find_clone_source(
+    claim: ClaimRecord,
+    data_source: DataSource,
+    *,
+    storage_class: StorageClassRecord,
+    config: ProvisionerConfig,
+    sources: ClaimSources | None,
+    nodes: Mapping[str, NodeRecord],
+    provisioner_name: str,
+) -> CloneSource | str:
+    """The volume the claim is to be a copy of, or why it cannot be (see `clones`)."""
+    if sources is None:
+        return "cloning needs the claim and volume caches, which this caller has not"
+    source_claim = sources.claim(claim.namespace, data_source.name)
+    refusal = source_claim_refusal(claim, data_source, source_claim)
+    if refusal is not None:
+        return refusal
+    assert source_claim is not None and claim.requested_storage is not None
+    volume = sources.volume(source_claim.volume_name)
+    refusal = source_volume_refusal(
+        source_claim,
+        volume,
+        provisioned_by=volume.annotations.get(PROVISIONED_BY) if volume else None,
+        provisioner_name=provisioner_name,
+        requested_bytes=quantity_to_bytes(claim.requested_storage),
+        source_bytes=volume_size_bytes(volume) if volume else 0,
+    )
+    if refusal is not None:
+        return refusal
+    assert volume is not None and volume.path is not None
+    if reuse_existing_data(storage_class.parameters):
+        return (
+            f"StorageClass {storage_class.name} sets reuseExistingData: a clone needs a"
+            " directory of its own, never one with data already in it; use a class without it"
+        )
+    storage = config.storage_for(storage_class.name)
+    node_name: str | None = None
+    if storage is not None and storage.shared_filesystem_path is not None:
+        base_paths = [storage.shared_filesystem_path]
+    else:
+        node_name, problem = resolve_volume_node(volume, nodes)
+        if node_name is None:
+            return f"cannot tell which node holds volume {volume.name}: {problem}"
+        base_paths = config.paths_for(storage_class.name, node_name) or []
+    if not is_deletable_path(volume.path, base_paths):
+        return (
+            f"volume {volume.name}'s path {volume.path} is not clean and strictly inside a"
+            f" base path configured for it ({', '.join(base_paths) or 'none'}): not copied"
+        )
+    return CloneSource(
+        claim_namespace=source_claim.namespace,
+        claim_name=source_claim.name,
+        claim_uid=source_claim.uid,
+        volume_name=volume.name,
+        path=volume.path,
+        base_path=next(base for base in base_paths if is_strictly_inside(volume.path, base)),
+        node_name=node_name,
+    )
