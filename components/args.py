@@ -234,6 +234,10 @@ class ProvisionerDeploymentArgs:
     pods only on nodes with room. The stack sets it when capacityAwareScheduling is true, a
     path declares a capacity and the provisioner name can name a CSIDriver
     (components/capacity_scheduling.py)."""
+    release_claims_on_node_loss: bool = False
+    """Grant the provisioner `delete` on claims (`rbac.NODE_LOSS_RULES`): it releases the claims
+    of a class with `nodeLossGracePeriod` whose node has gone. The stack sets it when a class
+    sets that parameter; no other class needs the right."""
     adopt: AdoptionArgs | None = None
     """The rancher installation taken over (its namespace, ConfigMap and Deployment); None for a
     fresh installation."""

@@ -382,7 +382,11 @@ class ProvisionerDeployment(pulumi.ComponentResource):
         cluster_role = access.ClusterRole(
             f"{name}-clusterrole",
             metadata=cluster_metadata,
-            rules=[_policy_rule(rule) for rule in rbac.CLUSTER_RULES],
+            rules=[
+                _policy_rule(rule)
+                for rule in rbac.CLUSTER_RULES
+                + (rbac.NODE_LOSS_RULES if args.release_claims_on_node_loss else ())
+            ],
             opts=child,
         )
         cluster_role_binding = access.ClusterRoleBinding(

@@ -52,6 +52,15 @@ CLUSTER_RULES: tuple[PolicyRule, ...] = (
 """Cluster-wide rights of the provisioner's service account (a ClusterRole)."""
 
 
+NODE_LOSS_RULES: tuple[PolicyRule, ...] = (
+    # A class with nodeLossGracePeriod: the claim of a volume whose node has been gone that long
+    # is deleted (by UID), so that its StatefulSet makes a new one elsewhere. Granted only when
+    # a class sets the parameter.
+    PolicyRule("", ("persistentvolumeclaims",), ("delete",)),
+)
+"""Cluster-wide rights added when a class releases claims for their node's loss."""
+
+
 NAMESPACE_RULES: tuple[PolicyRule, ...] = (
     # Helper pods: created, watched to completion and deleted by the provisioner. Their log
     # tail arrives in the termination message, so no pods/log.

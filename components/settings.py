@@ -189,6 +189,9 @@ def parse_settings(
         adopt=adoption,
     )
     classes = _storage_classes(values.get("storageClasses"), config)
+    # Releasing a claim for its node's loss deletes it: a right granted only when a class asks.
+    if any("nodeLossGracePeriod" in storage_class.parameters for storage_class in classes):
+        deployment = dataclasses.replace(deployment, release_claims_on_node_loss=True)
     if adoption is not None:
         check_adopted_classes(adoption, [storage_class.name for storage_class in classes])
     return StackSettings(

@@ -123,7 +123,11 @@ STORAGE_CLASS_PARAMETERS = (
     "minSize",
     "maxSize",
     "reuseExistingData",
+    "nodeLossGracePeriod",
 )
+MIN_NODE_LOSS_GRACE_SECONDS = 5
+"""A node that restarts or is re-registered must not cost its volumes' claims: below this, a
+`nodeLossGracePeriod` is refused."""
 SIZE_PARAMETERS = ("minSize", "maxSize")
 VOLUME_TYPES = {"hostpath": "hostPath", "local": "local"}
 _TOP_KEYS = (
@@ -730,6 +734,38 @@ def reuse_existing_data(parameters: Mapping[str, str]) -> bool:
     return value is not None and parse_go_bool(value, "parameters.reuseExistingData")
 
 
+_DURATION = re.compile(r"(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")
+
+
+def parse_duration(text: str) -> int:
+    """ "24h", "90m", "1d12h", "3600s" in seconds; raises ValueError naming the accepted forms."""
+    match = _DURATION.fullmatch(text.strip())
+    if not text.strip() or match is None or not any(match.groups()):
+        raise ValueError(f"{text!r} is not a duration: write it as 24h, 90m, 1d12h or 3600s")
+    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def node_loss_grace_seconds(parameters: Mapping[str, str]) -> int | None:
+    """The class's `nodeLossGracePeriod` in seconds: how long a node holding a volume of the
+    class may be gone before the volume's claim is released so that its workload gets a new
+    volume elsewhere; None (the default) when the class never releases a claim for that."""
+    value = parameters.get("nodeLossGracePeriod")
+    if value is None:
+        return None
+    try:
+        seconds = parse_duration(value)
+    except ValueError as error:
+        raise ConfigError("parameters.nodeLossGracePeriod", str(error)) from None
+    if seconds < MIN_NODE_LOSS_GRACE_SECONDS:
+        raise ConfigError(
+            "parameters.nodeLossGracePeriod",
+            f"{json.dumps(value)} is shorter than {MIN_NODE_LOSS_GRACE_SECONDS}s: a node that"
+            " restarts must not lose its volumes' claims; write a longer period such as 10m",
+        )
+    return seconds
+
+
 def is_label_key(key: str) -> bool:
     prefix, _, name = key.rpartition("/")
     if "/" in prefix or (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix))):
@@ -805,6 +841,12 @@ def validate_storage_class_parameters(
             if key == "permPattern" and "{{" not in parameters[key]:
                 check_perm(parameters[key], "parameters.permPattern")
     size_range(parameters)
+    if node_loss_grace_seconds(parameters) is not None and storage.shared_filesystem_path:
+        raise ConfigError(
+            "parameters.nodeLossGracePeriod",
+            f"class {json.dumps(class_name)} serves a sharedFileSystemPath, whose volumes no"
+            " node holds alone: drop the parameter",
+        )
     key_name = parameters.get("nodeAffinityKey")
     if key_name is not None and not is_label_key(key_name):
         raise ConfigError(

@@ -21,10 +21,16 @@ from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
 from provisioner.kube.events import EventRecorder, ObjectReference
 from provisioner.kube.metrics import Metrics
-from provisioner.objects.records import ClaimRecord, claim_record, volume_record
+from provisioner.objects.records import (
+    ClaimRecord,
+    ClaimReference,
+    claim_record,
+    volume_record,
+)
 from provisioner.provisioning.annotations import (
     BASE_PATH_ANNOTATION,
     DIRECTORY_REMOVED_ANNOTATION,
+    RELEASED_FOR_NODE_LOSS_ANNOTATION,
     SELECTED_NODE,
     VOLUME_FINALIZER,
 )
@@ -39,10 +45,13 @@ from provisioner.provisioning.volumes import build_persistent_volume, foreign_vo
 log = logging.getLogger(__name__)
 
 HTTP_NOT_FOUND = 404
+HTTP_FORBIDDEN = 403
 HTTP_CONFLICT = 409
 HTTP_TOO_MANY_REQUESTS = 429
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
+NODE_LOST = "NodeLost"
+CLAIM_RELEASED = "ClaimReleasedForNodeLoss"
 PV_SAVE_ATTEMPTS = 5
 """The library retries saving a PV 5 times before giving the storage back."""
 
@@ -79,6 +88,13 @@ def claim_reference(claim: ClaimRecord) -> ObjectReference:
 
 def volume_reference(name: str) -> ObjectReference:
     return ObjectReference(kind="PersistentVolume", name=name)
+
+
+def bound_claim_reference(claim: ClaimReference) -> ObjectReference:
+    """A PV's claim, as its claimRef names it."""
+    return ObjectReference(
+        kind="PersistentVolumeClaim", name=claim.name, namespace=claim.namespace, uid=claim.uid
+    )
 
 
 class Actions:
@@ -341,6 +357,55 @@ class Actions:
         if delete_volume:
             self._delete_volume(volume_name)
         log.info("deleted volume %s, whose directory a teardown removed before", volume_name)
+
+    def await_node(self, volume_name: str, claim: ClaimReference | None, reason: str) -> None:
+        """The volume's node is gone, within its class's grace period: said on both objects."""
+        self._recorder.warning(volume_reference(volume_name), NODE_LOST, reason)
+        if claim is not None:
+            self._recorder.warning(bound_claim_reference(claim), NODE_LOST, reason)
+
+    def release_claim(
+        self, volume_name: str, node_name: str, claim: ClaimReference, reason: str
+    ) -> None:
+        """The volume's node has been gone for its class's grace period: the PV is marked
+        first (so that, once its claim is gone, it is let go and never torn down on a node
+        that comes back), then that very claim (by UID) is deleted. Kubernetes keeps a claim
+        that a scheduled pod uses until that pod goes (its pvc-protection)."""
+        self._patch(
+            f"/api/v1/persistentvolumes/{volume_name}",
+            {"metadata": {"annotations": {RELEASED_FOR_NODE_LOSS_ANNOTATION: node_name}}},
+            MERGE,
+        )
+        self._recorder.warning(volume_reference(volume_name), CLAIM_RELEASED, reason)
+        self._recorder.warning(bound_claim_reference(claim), CLAIM_RELEASED, reason)
+        path = f"/api/v1/namespaces/{claim.namespace}/persistentvolumeclaims/{claim.name}"
+        try:
+            self._clients.request_json("DELETE", path, body={"preconditions": {"uid": claim.uid}})
+        except ApiError as error:
+            # Gone, or another claim of that name now: not ours to delete.
+            if error.status in (HTTP_NOT_FOUND, HTTP_CONFLICT):
+                return
+            hint = (
+                ": the stack grants it when a class sets nodeLossGracePeriod"
+                if error.status == HTTP_FORBIDDEN
+                else ""
+            )
+            raise ActionFailed(
+                f"deleting claim {claim.namespace}/{claim.name}: {error.status} {error.reason}"
+                + hint
+            ) from error
+        log.warning("volume %s: %s", volume_name, reason)
+
+    def let_go_of_volume(
+        self, volume_name: str, reason: str, *, delete_volume: bool, remove_finalizer: bool
+    ) -> None:
+        """A PV released for its node's loss goes without a helper pod; its data stays."""
+        self._recorder.normal(volume_reference(volume_name), "VolumeLetGo", reason)
+        if remove_finalizer:
+            self.remove_finalizer(volume_name)
+        if delete_volume:
+            self._delete_volume(volume_name)
+        log.info("let go of volume %s: %s", volume_name, reason)
 
     def refuse(self, volume_name: str, reason: str) -> None:
         self._recorder.warning(volume_reference(volume_name), "VolumeFailedDelete", reason)

@@ -24,3 +24,8 @@ DIRECTORY_REMOVED_ANNOTATION = "local-path-storage.io/directory-removed"
 A teardown redone after that (the PV's DELETE failed, or the process died before it) deletes
 the PV without a helper pod: a pod would wait for a directory that is not there, or, should a
 new volume's directory appear at the path meanwhile, start and remove it."""
+
+RELEASED_FOR_NODE_LOSS_ANNOTATION = "local-path-storage.io/released-for-node-loss"
+"""On a PV: the node it was on had been gone for its class's `nodeLossGracePeriod`, so its claim
+was released (set before the claim's DELETE). Such a PV is let go without a helper pod and its
+data left on that node, even should the node come back (the orphan report lists it then)."""

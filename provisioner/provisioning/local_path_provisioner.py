@@ -28,14 +28,13 @@ from dataclasses import dataclass, replace
 
 from provisioner.capacity.capacity_publisher import CapacityPublisher
 from provisioner.capacity.storage_capacity import CapacityObject, desired_capacities
-from provisioner.configuration.config import ConfigBundle
+from provisioner.configuration.config import ConfigBundle, ConfigError, node_loss_grace_seconds
 from provisioner.configuration.config_watch import ConfigSource
 from provisioner.helper_pods.pod_runner import HelperPodError, HelperPodNotStarted, HelperPodTimeout
 from provisioner.helper_pods.pod_shapes import HelperAction
 from provisioner.helper_pods.pods import (
     BatchSettings,
     HelperPods,
-    KeyQueue,
     PodSettings,
     RunResult,
     VolumeJob,
@@ -44,6 +43,7 @@ from provisioner.kube.client import KubeClients
 from provisioner.kube.events import ObjectReference
 from provisioner.kube.informer import Informer
 from provisioner.kube.metrics import Metrics
+from provisioner.kube.workqueue import WorkQueue
 from provisioner.loop.controller import IN_BACKGROUND, SETTLED, Failed, Outcome
 from provisioner.objects.records import ClaimRecord, VolumeRecord
 from provisioner.provisioning.actions import (
@@ -77,15 +77,19 @@ from provisioner.provisioning.removal_gate import RemovalPermit, RemovalRefused
 from provisioner.provisioning.removals import Leadership, Removals
 from provisioner.provisioning.volume_decisions import (
     AddFinalizer,
+    AwaitNode,
     DeleteRemovedVolume,
+    LetGoOfVolume,
     NodeGone,
+    NodeLoss,
     RefuseUnsafePath,
+    ReleaseClaim,
     RemoveFinalizer,
     Teardown,
     TeardownPlan,
     decide_volume_action,
 )
-from provisioner.provisioning.volume_facts import record_volume
+from provisioner.provisioning.volume_facts import record_volume, volume_node_name
 from provisioner.provisioning.work_keys import CLAIM, EXPANSION, VOLUME, Key
 
 log = logging.getLogger(__name__)
@@ -177,7 +181,7 @@ class LocalPathProvisioner:
         metrics: Metrics,
         *,
         leadership: Leadership,
-        queue: KeyQueue[Key],
+        queue: WorkQueue[Key],
         provisioner_name: str,
         helper_pod: PodSettings,
         batch: BatchSettings,
@@ -229,6 +233,10 @@ class LocalPathProvisioner:
         # finalizer PATCH failed): a retry deletes the PV without a pod, even before the
         # informer shows the PV's directory-removed annotation.
         self._directories_removed: set[str] = set()
+        # Nodes seen gone, by name, since when (monotonic): what a class's nodeLossGracePeriod
+        # is counted from. A node missing at this process's first look counts from then, so a
+        # new leader waits the whole period again rather than less.
+        self._nodes_gone_since: dict[str, float] = {}
         self._capacity = CapacityPublisher(
             clients,
             namespace=helper_pod.namespace,
@@ -289,6 +297,14 @@ class LocalPathProvisioner:
             waiting = self._waiting.pop(volume_name, set()) if freed else set()
             expansions, self._expansions_waiting_for_room = self._expansions_waiting_for_room, set()
         self._wake(waiting, expansions)
+
+    def node_gone(self, node_name: str) -> None:
+        """A node went: its volumes' grace period (for classes that opt in) starts now."""
+        self._nodes_gone_since.setdefault(node_name, time.monotonic())
+
+    def node_back(self, node_name: str) -> None:
+        """A node came (back): nothing of it counts as gone any more."""
+        self._nodes_gone_since.pop(node_name, None)
 
     # -- what a worker calls: the loop's `Reconciler` -----------------------------------------
 
@@ -570,6 +586,7 @@ class LocalPathProvisioner:
                 provisioner_name=self._provisioner_name,
                 paths=self._paths,
                 directory_removed=name in self._directories_removed,
+                node_loss=self._node_loss(volume),
             )
             if isinstance(decision, Teardown):
                 self._paths.start_teardown(name)
@@ -611,9 +628,38 @@ class LocalPathProvisioner:
                 self._actions.refuse(name, reason)
                 if remove_finalizer:
                     self._actions.remove_finalizer(name)
+            case AwaitNode(_, _, reason, remaining, claim):
+                log.warning("volume %s: %s", name, reason)
+                self._actions.await_node(name, claim, reason)
+                self._queue.add_after((VOLUME, name), remaining)
+            case ReleaseClaim(_, node_name, claim, reason):
+                self._actions.release_claim(name, node_name, claim, reason)
+            case LetGoOfVolume(_, reason, delete_volume, remove_finalizer):
+                self._actions.let_go_of_volume(
+                    name, reason, delete_volume=delete_volume, remove_finalizer=remove_finalizer
+                )
             case Ignore(reason):
                 log.debug("volume %s: %s", name, reason)
         return True
+
+    def _node_loss(self, volume: VolumeRecord) -> NodeLoss | None:
+        """For a volume of a class that opts in (`nodeLossGracePeriod`): the period, and how
+        long its node has been seen gone. None for any other class, and for a class whose
+        value is not valid (never release a claim on a value we cannot read)."""
+        storage_class = self._caches.classes.get(volume.storage_class_name)
+        if storage_class is None:
+            return None
+        try:
+            grace = node_loss_grace_seconds(storage_class.parameters)
+        except ConfigError:
+            return None
+        if grace is None:
+            return None
+        node = volume_node_name(volume)
+        if not node or self._caches.nodes.get(node) is not None:
+            return NodeLoss(grace, 0.0)
+        now = time.monotonic()
+        return NodeLoss(grace, now - self._nodes_gone_since.setdefault(node, now))
 
     def _settle_volume(self, key: Key) -> bool:
         """The teardown handed over for the volume: carried out once its helper run ended (the

@@ -187,6 +187,10 @@ class LocalPathWatches:
         ]
 
     def _node_changed(self, key: str, old: NodeRecord | None, new: NodeRecord | None) -> list[Key]:
+        if new is None:
+            self._local_path.node_gone(key)
+        elif old is None:
+            self._local_path.node_back(key)
         if new is not None and old is not None:
             if new.labels.get(HOSTNAME_LABEL) != old.labels.get(HOSTNAME_LABEL):
                 self._local_path.poke_capacity()

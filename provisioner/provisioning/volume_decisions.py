@@ -13,6 +13,11 @@ becomes the event or log line. Decisions where we differ from rancher and the li
   our finalizer removed without cleanup, as nothing can be cleaned.
 - A teardown whose directory was removed already (DIRECTORY_REMOVED_ANNOTATION) deletes the PV
   without a helper pod.
+- Node loss, for a class that opts in (`nodeLossGracePeriod`): once the volume's node has been
+  gone that long, its bound claim is released (deleted, so that a StatefulSet makes a new one
+  elsewhere; Kubernetes keeps a claim that a scheduled pod still uses until that pod goes), and
+  the PV then goes without a helper pod, its data left on that node; a node back within the
+  period keeps its volumes untouched. Without the parameter, as above.
 """
 
 from __future__ import annotations
@@ -24,12 +29,14 @@ from provisioner.configuration.config import (
     ProvisionerConfig,
 )
 from provisioner.objects.records import (
+    ClaimReference,
     NodeRecord,
     VolumeRecord,
 )
 from provisioner.provisioning.annotations import (
     DIRECTORY_REMOVED_ANNOTATION,
     PROVISIONED_BY,
+    RELEASED_FOR_NODE_LOSS_ANNOTATION,
     VOLUME_FINALIZER,
 )
 from provisioner.provisioning.claims import Ignore
@@ -43,6 +50,7 @@ from provisioner.provisioning.paths import (
 )
 from provisioner.provisioning.volume_facts import (
     resolve_volume_node,
+    volume_node_name,
     volume_size_bytes,
 )
 
@@ -114,6 +122,50 @@ class DeleteRemovedVolume:
     remove_finalizer: bool
 
 
+@dataclass(frozen=True, slots=True)
+class NodeLoss:
+    """What the provisioner knows of a volume's node having gone, for a class that opts in."""
+
+    grace_seconds: int
+    """The class's `nodeLossGracePeriod`."""
+    gone_for_seconds: float
+    """How long the volume's node has been seen gone (0 while it is there)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitNode:
+    """The volume's node is gone, for less than its class's grace period: Warning events on the
+    PV and its claim; looked at again once the period is over (`remaining_seconds`)."""
+
+    volume_name: str
+    node_name: str
+    reason: str
+    remaining_seconds: float
+    claim: ClaimReference | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseClaim:
+    """The volume's node has been gone for its class's grace period: mark the PV, then delete
+    its claim (that very claim: its UID), with Warning events on both."""
+
+    volume_name: str
+    node_name: str
+    claim: ClaimReference
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LetGoOfVolume:
+    """A PV released for its node's loss: our finalizer removed and the PV deleted (when
+    `delete_volume`) without a helper pod; its data stays where it was."""
+
+    volume_name: str
+    reason: str
+    delete_volume: bool
+    remove_finalizer: bool
+
+
 VolumeDecision = (
     Ignore
     | Teardown
@@ -122,6 +174,9 @@ VolumeDecision = (
     | RemoveFinalizer
     | NodeGone
     | DeleteRemovedVolume
+    | AwaitNode
+    | ReleaseClaim
+    | LetGoOfVolume
 )
 
 
@@ -133,9 +188,11 @@ def decide_volume_action(
     provisioner_name: str,
     paths: PathBook | None = None,
     directory_removed: bool = False,
+    node_loss: NodeLoss | None = None,
 ) -> VolumeDecision:
     """`directory_removed`: this process saw the volume's teardown pod succeed (the PV may not
-    show DIRECTORY_REMOVED_ANNOTATION yet: the informer lags, or the PATCH failed)."""
+    show DIRECTORY_REMOVED_ANNOTATION yet: the informer lags, or the PATCH failed).
+    `node_loss`: the class releases claims whose node is gone (None: it never does)."""
     if volume.annotations.get(PROVISIONED_BY) != provisioner_name:
         return Ignore("not provisioned by us")
     entry = paths.get(volume.name) if paths is not None else None
@@ -147,6 +204,15 @@ def decide_volume_action(
             return RemoveFinalizer(f"reclaim policy {volume.reclaim_policy}: the data is kept")
         return Ignore(f"reclaim policy {volume.reclaim_policy}: the data is kept")
     removed = directory_removed or volume.annotations.get(DIRECTORY_REMOVED_ANNOTATION) == "true"
+    lost_node = volume.annotations.get(RELEASED_FOR_NODE_LOSS_ANNOTATION)
+    if lost_node and (volume.being_deleted or volume.phase == "Released"):
+        return LetGoOfVolume(
+            volume.name,
+            f"its claim was released when node {lost_node} had gone: the PV goes, and its data"
+            f" stays on {lost_node} (the orphan report lists it should the node come back)",
+            delete_volume=not volume.being_deleted,
+            remove_finalizer=has_finalizer,
+        )
     if volume.being_deleted:
         if not has_finalizer:
             return Ignore("being deleted without our finalizer")
@@ -161,9 +227,45 @@ def decide_volume_action(
                 volume.name, delete_volume=True, remove_finalizer=has_finalizer
             )
         return _teardown(volume, config, nodes, paths, delete_volume=True)
+    if volume.phase == "Bound" and node_loss is not None and volume.claim_ref is not None:
+        lost = _node_loss(volume, nodes, node_loss, volume.claim_ref)
+        if lost is not None:
+            return lost
     if not has_finalizer and volume.phase != "Failed":
         return AddFinalizer()
     return Ignore(f"phase {volume.phase or 'unknown'}: nothing to do")
+
+
+def _node_loss(
+    volume: VolumeRecord,
+    nodes: Mapping[str, NodeRecord],
+    node_loss: NodeLoss,
+    claim: ClaimReference,
+) -> AwaitNode | ReleaseClaim | None:
+    """For a bound volume of a class that opts in: None while its node is there (or cannot be
+    named); else wait out the grace period, then release the claim."""
+    node = volume_node_name(volume)
+    if not node or node in nodes:
+        return None
+    grace = node_loss.grace_seconds
+    remaining = grace - node_loss.gone_for_seconds
+    if remaining > 0:
+        return AwaitNode(
+            volume.name,
+            node,
+            f"node {node} is gone: claim {claim.namespace}/{claim.name} is released in"
+            f" {remaining:.0f}s (nodeLossGracePeriod {grace}s) unless the node comes back",
+            remaining,
+            claim,
+        )
+    return ReleaseClaim(
+        volume.name,
+        node,
+        claim,
+        f"node {node} has been gone for {grace}s (nodeLossGracePeriod): releasing claim"
+        f" {claim.namespace}/{claim.name} so that its workload gets a new volume; the data"
+        f" stays on {node}",
+    )
 
 
 def _teardown(

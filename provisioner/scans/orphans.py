@@ -300,15 +300,3 @@ def find_missing(listing: NodeListing, owners: Sequence[Owner]) -> list[MissingD
 
 def removable_orphans(orphans: Iterable[Orphan], older_than_seconds: int) -> list[Orphan]:
     return [o for o in orphans if o.removable and o.age_seconds >= older_than_seconds]
-
-
-_DURATION = re.compile(r"(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?")
-
-
-def parse_duration(text: str) -> int:
-    """ "24h", "90m", "1d12h", "3600s" in seconds; raises ValueError naming the accepted forms."""
-    match = _DURATION.fullmatch(text.strip())
-    if not text.strip() or match is None or not any(match.groups()):
-        raise ValueError(f"{text!r} is not a duration: write it as 24h, 90m, 1d12h or 3600s")
-    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
-    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds

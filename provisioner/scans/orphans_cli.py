@@ -25,13 +25,14 @@ from provisioner.configuration.config import (
     ConfigError,
     load_config_bundle,
     load_config_directory,
+    parse_duration,
 )
 from provisioner.configuration.options import DEFAULT_PROVISIONER_NAME
 from provisioner.helper_pods.pod_runner import PodRunner
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients, KubeConfigError, create_clients
 from provisioner.scans.orphan_scan import OrphanScan, Report, orphan_key, read_holdings
-from provisioner.scans.orphans import MINIMUM_AGE_SECONDS, parse_duration
+from provisioner.scans.orphans import MINIMUM_AGE_SECONDS
 
 EXIT_BAD_SETUP = 2
 

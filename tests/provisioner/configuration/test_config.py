@@ -21,7 +21,9 @@ from provisioner.configuration.config import (
     check_affinity_key_agrees,
     load_config_bundle,
     load_config_directory,
+    node_loss_grace_seconds,
     parse_config_json,
+    parse_duration,
     validate_storage_class_parameters,
 )
 from provisioner.objects.records import ClaimRecord, NodeRecord, StorageClassRecord
@@ -519,7 +521,28 @@ BAD_PARAMETERS: list[tuple[ProvisionerConfig, dict[str, str], dict[str, str], st
         {},
         "parameters.nodepath: unknown parameter (known: nodePath, pathPattern, nodeAffinityKey,"
         " allowUnsafePathPattern, userPattern, groupPattern, permPattern, minSize, maxSize,"
-        " reuseExistingData)",
+        " reuseExistingData, nodeLossGracePeriod)",
+    ),
+    (
+        LOCAL,
+        {"nodeLossGracePeriod": "soon"},
+        {},
+        "parameters.nodeLossGracePeriod: 'soon' is not a duration: write it as 24h, 90m, 1d12h"
+        " or 3600s",
+    ),
+    (
+        LOCAL,
+        {"nodeLossGracePeriod": "2s"},
+        {},
+        'parameters.nodeLossGracePeriod: "2s" is shorter than 5s: a node that restarts must not'
+        " lose its volumes' claims; write a longer period such as 10m",
+    ),
+    (
+        SHARED,
+        {"nodeLossGracePeriod": "10m"},
+        {},
+        'parameters.nodeLossGracePeriod: class "c" serves a sharedFileSystemPath, whose volumes'
+        " no node holds alone: drop the parameter",
     ),
     (
         parse_config_json('{"storageClassConfigs": {"other": {"sharedFileSystemPath": "/n"}}}'),
@@ -548,6 +571,7 @@ def test_bad_storage_class_parameters_are_refused(
     ("config", "parameters", "annotations"),
     [
         (LOCAL, {}, {}),
+        (LOCAL, {"nodeLossGracePeriod": "10m"}, {}),
         (LOCAL, {"nodePath": "/ssd", "nodeAffinityKey": "topology.example.com/host"}, {}),
         (LOCAL, {"pathPattern": "{{ .PVC.Namespace }}/{{ .PVC.Name }}/"}, {}),
         (
@@ -752,3 +776,18 @@ def test_default_scripts_refuse_a_path_through_a_symbolic_link(tmp_path: Path) -
     assert (victim / "x" / "keep").read_text() == "data"
     # already gone: done
     assert run_script(DEFAULT_TEARDOWN_SCRIPT, tenant) == (0, "")
+
+
+def test_durations() -> None:
+    assert parse_duration("24h") == 86_400
+    assert parse_duration("1d12h") == 129_600
+    assert parse_duration("90m") == 5_400
+    for bad in ("", "24", "h", "1w"):
+        with pytest.raises(ValueError, match="24h, 90m"):
+            parse_duration(bad)
+
+
+def test_a_class_releases_claims_for_node_loss_only_when_it_says_how_long_to_wait() -> None:
+    assert node_loss_grace_seconds({}) is None
+    assert node_loss_grace_seconds({"nodeLossGracePeriod": "10m"}) == 600
+    assert node_loss_grace_seconds({"nodeLossGracePeriod": "5s"}) == 5

@@ -9,6 +9,7 @@ import pytest
 from provisioner.configuration.config import DEFAULT_NODE, parse_config_json
 from provisioner.objects.records import (
     ClaimRecord,
+    ClaimReference,
     DataSource,
     NodeRecord,
     StorageClassRecord,
@@ -20,6 +21,7 @@ from provisioner.provisioning.annotations import (
     NODE_ANNOTATION,
     PROVISIONED_BY,
     RANCHER_NODE_ANNOTATION,
+    RELEASED_FOR_NODE_LOSS_ANNOTATION,
     STORAGE_PROVISIONER,
     VOLUME_FINALIZER,
 )
@@ -34,9 +36,13 @@ from provisioner.provisioning.claims import (
 from provisioner.provisioning.paths import PathBook
 from provisioner.provisioning.volume_decisions import (
     AddFinalizer,
+    AwaitNode,
     DeleteRemovedVolume,
+    LetGoOfVolume,
     NodeGone,
+    NodeLoss,
     RefuseUnsafePath,
+    ReleaseClaim,
     RemoveFinalizer,
     Teardown,
     TeardownPlan,
@@ -498,6 +504,82 @@ VOLUME_TABLE: list[tuple[VolumeRecord, Any]] = [
 @pytest.mark.parametrize(("v", "expected"), VOLUME_TABLE)
 def test_volume_decision_table(v: VolumeRecord, expected: Any) -> None:
     assert decide_volume(v) == expected
+
+
+CLAIM_REF = ClaimReference(namespace="ns", name="data-web-0", uid="c-1")
+BOUND = {"phase": "Bound", "claim_ref": CLAIM_REF}
+NO_N1 = {name: node for name, node in NODES.items() if name != "n1"}
+RELEASED_FOR_N1 = {
+    PROVISIONED_BY: ME,
+    NODE_ANNOTATION: "n1",
+    RELEASED_FOR_NODE_LOSS_ANNOTATION: "n1",
+}
+
+
+def test_a_bound_volume_whose_node_is_gone_waits_out_the_grace_then_its_claim_is_released() -> None:
+    waiting = decide_volume(volume(**BOUND), nodes=NO_N1, node_loss=NodeLoss(60, 20.0))
+    assert isinstance(waiting, AwaitNode)
+    assert (waiting.node_name, waiting.remaining_seconds, waiting.claim) == ("n1", 40.0, CLAIM_REF)
+    assert waiting.reason == (
+        "node n1 is gone: claim ns/data-web-0 is released in 40s (nodeLossGracePeriod 60s)"
+        " unless the node comes back"
+    )
+    released = decide_volume(volume(**BOUND), nodes=NO_N1, node_loss=NodeLoss(60, 60.0))
+    assert released == ReleaseClaim(
+        "pvc-u-1",
+        "n1",
+        CLAIM_REF,
+        "node n1 has been gone for 60s (nodeLossGracePeriod): releasing claim ns/data-web-0 so"
+        " that its workload gets a new volume; the data stays on n1",
+    )
+
+
+@pytest.mark.parametrize(
+    ("nodes", "node_loss"),
+    [(NODES, NodeLoss(60, 0.0)), (NO_N1, None)],
+    ids=["node-there", "class-without-the-parameter"],
+)
+def test_a_bound_volume_is_left_bound_while_its_node_is_there_or_its_class_never_releases(
+    nodes: dict[str, NodeRecord], node_loss: NodeLoss | None
+) -> None:
+    assert decide_volume(volume(**BOUND), nodes=nodes, node_loss=node_loss) == Ignore(
+        "phase Bound: nothing to do"
+    )
+
+
+@pytest.mark.parametrize("nodes", [NODES, NO_N1], ids=["node-back", "node-gone"])
+def test_a_volume_released_for_node_loss_goes_without_a_helper_and_keeps_its_data(
+    nodes: dict[str, NodeRecord],
+) -> None:
+    """Even with its node back: the claim was let go, and with it the data on that node."""
+    marked = volume(
+        annotations={
+            PROVISIONED_BY: ME,
+            NODE_ANNOTATION: "n1",
+            RELEASED_FOR_NODE_LOSS_ANNOTATION: "n1",
+        }
+    )
+    decision = decide_volume(marked, nodes=nodes)
+    assert isinstance(decision, LetGoOfVolume)
+    assert (decision.delete_volume, decision.remove_finalizer) == (True, True)
+    assert "its data stays on n1" in decision.reason
+    deleted = decide_volume(msgspec.structs.replace(marked, being_deleted=True), nodes=nodes)
+    assert isinstance(deleted, LetGoOfVolume) and not deleted.delete_volume
+
+
+def test_a_marked_volume_still_bound_is_released_again_not_let_go() -> None:
+    """The claim's DELETE failed after the mark: the claim is asked to go again."""
+    marked = volume(
+        annotations={
+            PROVISIONED_BY: ME,
+            NODE_ANNOTATION: "n1",
+            RELEASED_FOR_NODE_LOSS_ANNOTATION: "n1",
+        },
+        **BOUND,
+    )
+    assert isinstance(
+        decide_volume(marked, nodes=NO_N1, node_loss=NodeLoss(60, 61.0)), ReleaseClaim
+    )
 
 
 def test_shared_volume_teardown_has_no_node() -> None:

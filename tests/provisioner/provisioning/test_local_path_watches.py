@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from provisioner.kube.workqueue import WorkQueue
 from provisioner.loop.controller import Key, Watch
-from provisioner.objects.records import ClaimRecord, VolumeRecord
+from provisioner.objects.records import ClaimRecord, NodeRecord, VolumeRecord
 from provisioner.provisioning.annotations import PROVISIONED_BY, STORAGE_PROVISIONER
 from provisioner.provisioning.local_path_watches import LocalPathWatches, watched_caches
 from provisioner.provisioning.work_keys import CLAIM, EXPANSION, HELPER_POD, VOLUME
@@ -32,6 +32,12 @@ class RecordingProvisioner:
 
     def poke_capacity(self) -> None:
         self.heard.append(("poke_capacity", None))
+
+    def node_gone(self, name: str) -> None:
+        self.heard.append(("node_gone", name))
+
+    def node_back(self, name: str) -> None:
+        self.heard.append(("node_back", name))
 
 
 def watches_of() -> tuple[LocalPathWatches, RecordingProvisioner, WorkQueue[Key]]:
@@ -98,3 +104,13 @@ def test_a_finished_helper_pod_is_queued_for_a_worker_to_collect() -> None:
     assert keys(made, "helper-pods", "ns/h", None, pod) == [(HELPER_POD, "ns/h")]
     running = {"metadata": {"name": "h"}, "status": {"phase": "Running"}}
     assert keys(made, "helper-pods", "ns/h", None, running) == []
+
+
+def test_a_node_that_goes_and_comes_back_is_told_to_the_provisioner() -> None:
+    """What a class's nodeLossGracePeriod is counted from (and stopped by)."""
+    made, provisioner, _ = watches_of()
+    node = NodeRecord(name="n1")
+    keys(made, "nodes", "n1", node, None)
+    keys(made, "nodes", "n1", None, node)
+    told = [heard for heard in provisioner.heard if heard[0].startswith("node_")]
+    assert told == [("node_gone", "n1"), ("node_back", "n1")]

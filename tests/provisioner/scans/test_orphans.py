@@ -24,7 +24,6 @@ from provisioner.scans.orphans import (
     find_orphans,
     helper_pod_owners,
     owned_relative_paths,
-    parse_duration,
     parse_listing,
     removable_orphans,
     still_orphan,
@@ -210,15 +209,6 @@ def test_a_listing_must_be_complete_and_stay_inside_its_base_path() -> None:
     for bad in ("now 1\ndirectory 1 a\n", "now 1\ndirectory 1 ../etc\nend", "now 1\nweird\nend"):
         with pytest.raises(ListingError):
             parse_listing("n1", "/data", bad)
-
-
-def test_durations() -> None:
-    assert parse_duration("24h") == 86_400
-    assert parse_duration("1d12h") == 129_600
-    assert parse_duration("90m") == 5_400
-    for bad in ("", "24", "h", "1w"):
-        with pytest.raises(ValueError, match="24h, 90m"):
-            parse_duration(bad)
 
 
 def run(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
