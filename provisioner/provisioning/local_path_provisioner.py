@@ -237,6 +237,8 @@ class LocalPathProvisioner:
         # is counted from. A node missing at this process's first look counts from then, so a
         # new leader waits the whole period again rather than less.
         self._nodes_gone_since: dict[str, float] = {}
+        # Claims this process released for their node's loss, by UID.
+        self._released_claims: set[str] = set()
         self._capacity = CapacityPublisher(
             clients,
             namespace=helper_pod.namespace,
@@ -633,7 +635,11 @@ class LocalPathProvisioner:
                 self._actions.await_node(name, claim, reason)
                 self._queue.add_after((VOLUME, name), remaining)
             case ReleaseClaim(_, node_name, claim, reason):
-                self._actions.release_claim(name, node_name, claim, reason)
+                # Once per claim: the PV's next events (its mark, its claim going) come before
+                # it shows Released.
+                if claim.uid not in self._released_claims:
+                    self._actions.release_claim(name, node_name, claim, reason)
+                    self._released_claims.add(claim.uid)
             case LetGoOfVolume(_, reason, delete_volume, remove_finalizer):
                 self._actions.let_go_of_volume(
                     name, reason, delete_volume=delete_volume, remove_finalizer=remove_finalizer

@@ -1,0 +1,201 @@
+"""Nodes that go away, for a class that opts in (`nodeLossGracePeriod`): a StatefulSet's claim
+on a deleted node is released once the node has been gone that long, and the StatefulSet gets a
+new volume on another node; the old PV goes without a helper pod and its data stays on the lost
+node. A class without the parameter keeps its claim and PV; a node back within the period keeps
+its volumes untouched."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from localcluster import LocalCluster, wait_for
+from localcluster.raw_api import call_json, manifest
+from tests.faults.support import events_with_reason, helper_pods, unique_base_path
+from tests.provisioner.e2e.support import (
+    ConfigFiles,
+    ProvisionerSetup,
+    default_config,
+    volume_node,
+    volume_path,
+    wait_gone,
+)
+
+pytestmark = pytest.mark.cluster
+
+ZONE = "faults.lps.io/zone"
+HTTP_NOT_FOUND = 404
+GRACE_SECONDS = 10
+
+
+@pytest.fixture
+def node_names(cluster: LocalCluster) -> Iterator[Callable[[str], str]]:
+    """Names for nodes the test adds; whichever of them still exist are deleted afterwards."""
+    made: list[str] = []
+
+    def name(prefix: str) -> str:
+        made.append(f"{prefix}-{uuid.uuid4().hex[:6]}")
+        return made[-1]
+
+    yield name
+    existing = {
+        node["metadata"]["name"] for node in call_json(cluster.core_v1().list_node)["items"]
+    }
+    for node in made:
+        if node in existing:
+            with contextlib.suppress(Exception):
+                cluster.delete_node(node)
+
+
+def create_stateful_set(
+    setup: ProvisionerSetup, name: str, storage_class: str, zone: dict[str, str]
+) -> None:
+    """One replica with one claim from `storage_class`, on the nodes of `zone`."""
+    labels = {"app": name}
+    body = {
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "serviceName": name,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeSelector": zone,
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": "registry.invalid/app:1",
+                            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                        }
+                    ],
+                },
+            },
+            "volumeClaimTemplates": [
+                {
+                    "metadata": {"name": "data"},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": storage_class,
+                        "resources": {"requests": {"storage": "1Mi"}},
+                    },
+                }
+            ],
+        },
+    }
+    apps = client.AppsV1Api(setup.cluster.admin_client)
+    apps.create_namespaced_stateful_set(setup.namespace, manifest(body))
+
+
+def bound_volume(setup: ProvisionerSetup, claim: str, not_uid: str = "") -> dict[str, Any] | None:
+    """The PV bound to the claim of that name (but for one of UID `not_uid`), once it is Bound;
+    None while there is no such claim."""
+    try:
+        current = setup.claim(claim)
+    except client.ApiException as error:
+        if error.status == HTTP_NOT_FOUND:
+            return None
+        raise
+    if current["metadata"]["uid"] == not_uid or current.get("status", {}).get("phase") != "Bound":
+        return None
+    return setup.volume(current["spec"]["volumeName"])
+
+
+def test_a_statefulsets_claim_on_a_lost_node_is_released_and_made_again_elsewhere(
+    make_setup: Callable[..., ProvisionerSetup], node_names: Callable[[str], str]
+) -> None:
+    base = unique_base_path("nodeloss")
+    setup = make_setup(ConfigFiles(config=default_config(base)))
+    cluster = setup.cluster
+    zone = {ZONE: setup.suffix}
+    lost, spare = node_names("lost"), node_names("spare")
+    cluster.add_node(lost, zone)
+    setup.start()
+    releasing = setup.create_class(
+        "release", parameters={"nodeLossGracePeriod": f"{GRACE_SECONDS}s"}
+    )
+    keeping = setup.create_class("keep")
+    create_stateful_set(setup, "web", releasing, zone)
+    create_stateful_set(setup, "db", keeping, zone)
+    first = {
+        claim: wait_for(partial(bound_volume, setup, claim), 120, f"{claim} bound")
+        for claim in ("data-web-0", "data-db-0")
+    }
+    data = {}
+    for claim, volume in first.items():
+        assert volume_node(volume) == lost
+        data[claim] = cluster.node_dir(lost) / volume_path(volume).lstrip("/") / "data.txt"
+        data[claim].write_text(f"data of {claim}")
+    old_uid = setup.claim("data-web-0")["metadata"]["uid"]
+
+    cluster.add_node(spare, zone)
+    cluster.delete_node(lost)
+    gone_at = time.monotonic()
+    # The lost node's pods are deleted as the pod garbage collector does once their node is
+    # gone (after its quarantine; a drain does it at once): the StatefulSet makes them again,
+    # Pending, for the scheduler.
+    for pod in ("web-0", "db-0"):
+        setup.core.delete_namespaced_pod(pod, setup.namespace, grace_period_seconds=0)
+
+    remade = wait_for(
+        partial(bound_volume, setup, "data-web-0", old_uid),
+        GRACE_SECONDS + 60,
+        "data-web-0 made again and bound",
+    )
+    took = time.monotonic() - gone_at
+    assert volume_node(remade) == spare
+    assert GRACE_SECONDS <= took <= GRACE_SECONDS + 20, f"made again after {took:.1f}s"
+    old_pv = first["data-web-0"]["metadata"]["name"]
+    wait_gone(lambda: setup.volume(old_pv), 60, f"{old_pv} to be let go")
+    assert data["data-web-0"].read_text() == "data of data-web-0", "the data stays on the node"
+    released = events_with_reason(setup, "data-web-0", "ClaimReleasedForNodeLoss")
+    assert released, "the released claim says why"
+    message = released[0]["message"]
+    assert lost in message and f"{GRACE_SECONDS}s" in message, message
+
+    # The class without the parameter keeps today's behaviour: claim and PV stay, untouched.
+    db = setup.claim("data-db-0")
+    assert db["status"]["phase"] == "Bound"
+    assert db["spec"]["volumeName"] == first["data-db-0"]["metadata"]["name"]
+    assert setup.volume(first["data-db-0"]["metadata"]["name"]) is not None
+    assert data["data-db-0"].read_text() == "data of data-db-0"
+    assert not [pod for pod in helper_pods(setup) if pod["spec"].get("nodeName") == lost], (
+        "no helper pod is sent to a node that is gone"
+    )
+
+
+def test_a_node_back_within_the_grace_period_keeps_its_volumes(
+    make_setup: Callable[..., ProvisionerSetup], node_names: Callable[[str], str]
+) -> None:
+    base = unique_base_path("nodeback")
+    setup = make_setup(ConfigFiles(config=default_config(base)))
+    cluster = setup.cluster
+    zone = {ZONE: setup.suffix}
+    flaky = node_names("flaky")
+    cluster.add_node(flaky, zone)
+    setup.start()
+    releasing = setup.create_class("release", parameters={"nodeLossGracePeriod": "15s"})
+    create_stateful_set(setup, "web", releasing, zone)
+    volume = wait_for(lambda: bound_volume(setup, "data-web-0"), 120, "data-web-0 bound")
+    uid = setup.claim("data-web-0")["metadata"]["uid"]
+    data = cluster.node_dir(flaky) / volume_path(volume).lstrip("/") / "data.txt"
+    data.write_text("kept")
+
+    cluster.delete_node(flaky)
+    time.sleep(3)
+    cluster.add_node(flaky, zone)
+    time.sleep(15 + 5)  # past the period counted from the node's deletion
+    claim = setup.claim("data-web-0")
+    assert claim["metadata"]["uid"] == uid and claim["metadata"].get("deletionTimestamp") is None
+    assert claim["spec"]["volumeName"] == volume["metadata"]["name"]
+    current = setup.volume(volume["metadata"]["name"])
+    assert current is not None and current["status"]["phase"] == "Bound"
+    assert data.read_text() == "kept"
+    assert not events_with_reason(setup, "data-web-0", "ClaimReleasedForNodeLoss")
