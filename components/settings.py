@@ -86,6 +86,7 @@ from components.stack_values import (
     yaml_text,
 )
 from provisioner.configuration import defaults
+from provisioner.configuration.class_parameters import validate_storage_class_parameters
 from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
@@ -95,7 +96,6 @@ from provisioner.configuration.config import (
     ProvisionerConfig,
     check_affinity_key_agrees,
     parse_config_json,
-    validate_storage_class_parameters,
 )
 
 Part = TypeVar("Part", bound=BaseModel)

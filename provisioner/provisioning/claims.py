@@ -27,16 +27,18 @@ from provisioner.capacity.budgets import (
     path_rooms,
     paths_with_room,
 )
-from provisioner.configuration.config import (
-    DEFAULT_NODE_AFFINITY_KEY,
-    ConfigError,
-    ProvisionerConfig,
+from provisioner.configuration.class_parameters import (
     allow_unsafe_path_pattern,
     check_perm,
     reuse_existing_data,
     size_range,
     validate_storage_class_parameters,
     volume_type_of,
+)
+from provisioner.configuration.config import (
+    DEFAULT_NODE_AFFINITY_KEY,
+    ConfigError,
+    ProvisionerConfig,
 )
 from provisioner.objects.quantities import QuantityTooLarge, format_bytes
 from provisioner.objects.records import (

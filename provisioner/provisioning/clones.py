@@ -28,7 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from provisioner.configuration.config import ProvisionerConfig, reuse_existing_data
+from provisioner.configuration.class_parameters import reuse_existing_data
+from provisioner.configuration.config import ProvisionerConfig
 from provisioner.objects.records import (
     ClaimRecord,
     DataSource,

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from provisioner.capacity.budgets import committed_bytes, no_room_reason, path_rooms
-from provisioner.configuration.config import ConfigError, ProvisionerConfig, size_range
+from provisioner.configuration.class_parameters import size_range
+from provisioner.configuration.config import ConfigError, ProvisionerConfig
 from provisioner.objects.quantities import QuantityTooLarge, format_bytes, quantity_to_bytes
 from provisioner.objects.records import ClaimRecord, StorageClassRecord, VolumeRecord
 from provisioner.provisioning.annotations import PROVISIONED_BY

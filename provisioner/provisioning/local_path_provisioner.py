@@ -28,7 +28,8 @@ from dataclasses import dataclass, replace
 
 from provisioner.capacity.capacity_publisher import CapacityPublisher
 from provisioner.capacity.storage_capacity import CapacityObject, desired_capacities
-from provisioner.configuration.config import ConfigBundle, ConfigError, node_loss_grace_seconds
+from provisioner.configuration.class_parameters import node_loss_grace_seconds
+from provisioner.configuration.config import ConfigBundle, ConfigError
 from provisioner.configuration.config_watch import ConfigSource
 from provisioner.helper_pods.pod_runner import HelperPodError, HelperPodNotStarted, HelperPodTimeout
 from provisioner.helper_pods.pod_shapes import HelperAction

@@ -25,9 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from provisioner.configuration.config import (
-    ProvisionerConfig,
-)
+from provisioner.configuration.config import ProvisionerConfig
 from provisioner.objects.records import (
     ClaimReference,
     NodeRecord,

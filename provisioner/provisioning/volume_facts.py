@@ -10,9 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from provisioner.configuration.config import (
-    DEFAULT_NODE_AFFINITY_KEY,
-)
+from provisioner.configuration.config import DEFAULT_NODE_AFFINITY_KEY
 from provisioner.objects.records import (
     ClaimRecord,
     NodeRecord,

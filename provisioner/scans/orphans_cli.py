@@ -20,12 +20,12 @@ from typing import TextIO
 
 from urllib3.exceptions import HTTPError
 
+from provisioner.configuration.class_parameters import parse_duration
 from provisioner.configuration.config import (
     ConfigBundle,
     ConfigError,
     load_config_bundle,
     load_config_directory,
-    parse_duration,
 )
 from provisioner.configuration.options import DEFAULT_PROVISIONER_NAME
 from provisioner.helper_pods.pod_runner import PodRunner

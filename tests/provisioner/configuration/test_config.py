@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from provisioner.configuration.class_parameters import (
+    node_loss_grace_seconds,
+    parse_duration,
+    validate_storage_class_parameters,
+)
 from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_NODE,
@@ -21,10 +26,7 @@ from provisioner.configuration.config import (
     check_affinity_key_agrees,
     load_config_bundle,
     load_config_directory,
-    node_loss_grace_seconds,
     parse_config_json,
-    parse_duration,
-    validate_storage_class_parameters,
 )
 from provisioner.objects.records import ClaimRecord, NodeRecord, StorageClassRecord
 from provisioner.provisioning.annotations import STORAGE_PROVISIONER

@@ -5,13 +5,12 @@ import json
 
 import pytest
 
+from provisioner.configuration.class_parameters import size_range, validate_storage_class_parameters
 from provisioner.configuration.config import (
     BasePath,
     ConfigError,
     NodePathMapEntry,
     parse_config_json,
-    size_range,
-    validate_storage_class_parameters,
 )
 
 

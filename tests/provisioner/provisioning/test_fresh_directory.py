@@ -11,6 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from provisioner.configuration.class_parameters import (
+    reuse_existing_data,
+    validate_storage_class_parameters,
+)
 from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
@@ -18,8 +22,6 @@ from provisioner.configuration.config import (
     ConfigError,
     load_config_bundle,
     parse_config_json,
-    reuse_existing_data,
-    validate_storage_class_parameters,
 )
 from provisioner.helper_pods.pod_shapes import (
     FINISH_SCRIPT,
