@@ -23,11 +23,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from provisioner.capacity.capacity_publisher import CapacityPublisher
-from provisioner.capacity.storage_capacity import CapacityObject, desired_capacities
 from provisioner.configuration.class_parameters import node_loss_grace_seconds
 from provisioner.configuration.config import ConfigBundle, ConfigError
 from provisioner.configuration.config_watch import ConfigSource
@@ -42,7 +40,6 @@ from provisioner.helper_pods.pods import (
 )
 from provisioner.kube.client import KubeClients
 from provisioner.kube.events import ObjectReference
-from provisioner.kube.informer import Informer
 from provisioner.kube.metrics import Metrics
 from provisioner.kube.workqueue import WorkQueue
 from provisioner.loop.controller import IN_BACKGROUND, SETTLED, Failed, Outcome
@@ -55,6 +52,7 @@ from provisioner.provisioning.actions import (
     claim_reference,
     volume_reference,
 )
+from provisioner.provisioning.book_views import BookCapacities, BookRunChecks, InformerVolumeNames
 from provisioner.provisioning.caches import Caches
 from provisioner.provisioning.claims import (
     Ignore,
@@ -111,67 +109,6 @@ class _Handoff:
     a retry of the save never reads the source again (see `Actions.finish_provision`)."""
 
 
-class _InformerNames:
-    """The PV names the volume informer holds, as a collection the pure core can test."""
-
-    def __init__(self, informer: Informer[VolumeRecord]) -> None:
-        self._informer = informer
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self._informer.get(name) is not None
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._informer.keys())
-
-    def __len__(self) -> int:
-        return len(self._informer)
-
-
-class _BookChecks:
-    """The path book behind its lock, as the helper pods ask it for its last look before a
-    pod is built (`pods.RunChecks`)."""
-
-    def __init__(self, book: PathBook, lock: threading.Lock) -> None:
-        self._book = book
-        self._lock = lock
-
-    def helper_run_problem(self, volume_name: str, *, teardown: bool) -> str | None:
-        with self._lock:
-            return self._book.helper_run_problem(volume_name, teardown=teardown)
-
-
-class _BookCapacities:
-    """The CSIStorageCapacity set for the current config, nodes, classes and book, as the
-    capacity publisher reads it on its thread (`CapacitySource`)."""
-
-    def __init__(
-        self,
-        config: ConfigSource,
-        caches: Caches,
-        book: PathBook,
-        lock: threading.Lock,
-        *,
-        provisioner_name: str,
-    ) -> None:
-        self._config = config
-        self._caches = caches
-        self._book = book
-        self._lock = lock
-        self._provisioner_name = provisioner_name
-
-    def desired(self, driver_wants_capacity: bool) -> dict[str, CapacityObject]:
-        with self._lock:
-            entries = self._book.entries()
-        return desired_capacities(
-            self._config.current.config,
-            [record for _, record in self._caches.classes.items()],
-            dict(self._caches.nodes.items()),
-            entries,
-            provisioner_name=self._provisioner_name,
-            driver_wants_capacity=driver_wants_capacity,
-        )
-
-
 class LocalPathProvisioner:
     def __init__(
         self,
@@ -193,7 +130,7 @@ class LocalPathProvisioner:
         self._actions = actions
         self._queue = queue
         self._provisioner_name = provisioner_name
-        self._volume_names = _InformerNames(caches.volumes)
+        self._volume_names = InformerVolumeNames(caches.volumes)
         self._clone_sources = InformerClaimSources(caches.claims, caches.volumes)
         # The one picture of taken paths the core decides on: our PVs as the informer sees
         # them, plus the provisions and teardowns in flight. Decisions and the bookkeeping that
@@ -208,7 +145,7 @@ class LocalPathProvisioner:
             helper_pod,
             batch,
             queue=queue,
-            checks=_BookChecks(self._paths, self._paths_lock),
+            checks=BookRunChecks(self._paths, self._paths_lock),
         )
         # The only way to a helper step that removes a directory (see removal_gate).
         self._removals = Removals(
@@ -244,7 +181,7 @@ class LocalPathProvisioner:
             clients,
             namespace=helper_pod.namespace,
             provisioner_name=provisioner_name,
-            source=_BookCapacities(
+            source=BookCapacities(
                 config, caches, self._paths, self._paths_lock, provisioner_name=provisioner_name
             ),
             metrics=metrics,
