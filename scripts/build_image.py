@@ -36,11 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from components import naming
 from scripts.pulumi_engine import cache_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "scripts" / "image-requirements.txt"
-REPOSITORY = "local-path-storage/provisioner"
+REPOSITORY = naming.IMAGE_REPOSITORY
 ENTRYPOINT = "local-path-storage-provisioner"
 RUN_AS = 65532  # distroless' `nonroot`, the uid the Deployment runs as (components/deployment.py)
 # Every file gets this mtime and the config this creation time: the image says nothing of when
