@@ -93,6 +93,18 @@ def test_the_document_scan_finds_tags() -> None:
     ]
 
 
+def test_the_newest_changelog_entry_is_this_version() -> None:
+    """Keep a Changelog: `## [Unreleased]` on top, then `## [x.y.z] - YYYY-MM-DD`, newest first."""
+    headings = re.findall(
+        r"^## \[([^\]]+)\](.*)$", (ROOT / "CHANGELOG.md").read_text("utf-8"), re.M
+    )
+    releases = [(version, rest) for version, rest in headings if version != "Unreleased"]
+    assert releases, "CHANGELOG.md has no release entry"
+    newest, dated = releases[0]
+    assert newest == PYPROJECT_VERSION
+    assert re.fullmatch(r" - \d{4}-\d{2}-\d{2}", dated), dated
+
+
 def test_version_flag_prints_the_version_and_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         parse_options(["--version"], {})
