@@ -207,6 +207,21 @@ def test_help_runs_from_the_image_root(bundle: Path, spec: dict[str, Any]) -> No
     assert "--provisioner-name" in result.stdout
 
 
+def test_version_from_the_image_is_its_tag(
+    built: BuiltImage, bundle: Path, spec: dict[str, Any]
+) -> None:
+    """The project's wheel carries its metadata into the image: --version reads it there."""
+    result = subprocess.run(
+        run_in_image(bundle / "rootfs", spec, ["--version"]),
+        env=image_env(spec),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stdout) == (0, f"{ENTRYPOINT} {built.tag}\n"), result.stderr
+
+
 # Asked of the image's own interpreter: the distributions it finds, and the versions its
 # libraries report at run time, each under the Debian package that ships the library.
 CONTENTS = """
