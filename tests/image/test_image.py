@@ -129,6 +129,20 @@ def image_env(spec: dict[str, Any], **extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+def run_from_image(
+    bundle: Path, spec: dict[str, Any], arguments: list[str]
+) -> subprocess.CompletedProcess[str]:
+    """The image's process with these arguments, to its end, with its environment."""
+    return subprocess.run(
+        run_in_image(bundle / "rootfs", spec, arguments),
+        env=image_env(spec),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def test_archive_is_the_layout_a_registry_would_get(built: BuiltImage) -> None:
     """skopeo (what pushes it) reads the archive and sees the build's digest and config."""
     inspected = json.loads(
@@ -195,14 +209,7 @@ def test_nothing_in_the_image_is_writable_by_its_user(bundle: Path) -> None:
 
 def test_help_runs_from_the_image_root(bundle: Path, spec: dict[str, Any]) -> None:
     """The image's own interpreter and packages, nothing from the host."""
-    result = subprocess.run(
-        run_in_image(bundle / "rootfs", spec, ["--help"]),
-        env=image_env(spec),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_from_image(bundle, spec, ["--help"])
     assert result.returncode == 0, result.stderr
     assert "--provisioner-name" in result.stdout
 
@@ -211,14 +218,7 @@ def test_version_from_the_image_is_its_tag(
     built: BuiltImage, bundle: Path, spec: dict[str, Any]
 ) -> None:
     """The project's wheel carries its metadata into the image: --version reads it there."""
-    result = subprocess.run(
-        run_in_image(bundle / "rootfs", spec, ["--version"]),
-        env=image_env(spec),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_from_image(bundle, spec, ["--version"])
     assert (result.returncode, result.stdout) == (0, f"{ENTRYPOINT} {built.tag}\n"), result.stderr
 
 
@@ -281,21 +281,8 @@ def test_sbom_lists_the_images_packages(
     }
     assert len(wheels) + len(debian) == len(document["components"])
 
-    result = subprocess.run(
-        [
-            CHROOT,
-            f"--userspec={RUN_AS_USER}:{RUN_AS_USER}",
-            str(bundle / "rootfs"),
-            PYTHON,
-            "-c",
-            CONTENTS,
-        ],
-        env=image_env(spec),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    # The image's interpreter instead of its entrypoint, as its user, in its root.
+    result = run_from_image(bundle, {**spec, "args": [PYTHON]}, ["-c", CONTENTS])
     assert result.returncode == 0, result.stderr
     contents = json.loads(result.stdout)
     assert wheels == contents["wheels"]
