@@ -7,6 +7,7 @@ helper service account by name, and users find the namespace and classes by name
 from __future__ import annotations
 
 from provisioner.configuration import defaults
+from provisioner.version import VERSION
 
 CONFIG_NAMESPACE = "local-path-storage"
 """The Pulumi config namespace: the project name, so `pulumi config set --path nodePathMap...`
@@ -18,7 +19,10 @@ rancher/local-path-provisioner (the migration path) instead of failing with Alre
 its namespace. Rancher's other names are namespaced (its ConfigMap, service account) or
 distinct (ClusterRole `local-path-provisioner-role`); the stacks' class names avoid its
 `local-path`."""
-DEFAULT_IMAGE = "local-path-storage/provisioner:0.1.0"
+IMAGE_REPOSITORY = "local-path-storage/provisioner"
+"""The provisioner image's name, as `make image` (scripts/build_image.py) tags it."""
+DEFAULT_IMAGE = f"{IMAGE_REPOSITORY}:{VERSION}"
+"""The image of this release: its tag is pyproject.toml's version, as `make image` writes it."""
 DEFAULT_PROVISIONER_NAME = defaults.PROVISIONER_NAME
 
 CONFIG_MAP_NAME = defaults.CONFIG_MAP_NAME

@@ -19,10 +19,11 @@ from components import naming
 from components.deployment import ProvisionerDeployment
 from components.package_args import LocalPathStorageArgs, settings_from_resolved_args
 from components.storage_classes import StorageClasses
+from provisioner.version import VERSION
 
 TYPE_TOKEN = f"{naming.CONFIG_NAMESPACE}:index:LocalPathStorage"
-PACKAGE_VERSION = "0.1.0"
-"""The schema's version, which the generated SDKs carry; pyproject.toml's version."""
+PACKAGE_VERSION = VERSION
+"""The schema's version, which the generated SDKs carry: the product's (pyproject.toml's)."""
 
 
 class LocalPathStorage(pulumi.ComponentResource):

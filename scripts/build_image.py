@@ -36,17 +36,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from components import naming
+from scripts import sbom
 from scripts.pulumi_engine import cache_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "scripts" / "image-requirements.txt"
-REPOSITORY = "local-path-storage/provisioner"
+REPOSITORY = naming.IMAGE_REPOSITORY
 ENTRYPOINT = "local-path-storage-provisioner"
 RUN_AS = 65532  # distroless' `nonroot`, the uid the Deployment runs as (components/deployment.py)
 # Every file gets this mtime and the config this creation time: the image says nothing of when
 # it was built, so two builds are byte for byte the same.
 SOURCE_DATE_EPOCH = 0
 DEBIAN_SUITE = "bookworm"
+DEBIAN_DISTRO = "debian-12"  # the suite's release, as package URLs (the SBOM's) name it
+ARCHITECTURE = "amd64"
 DEBIAN_MIRRORS = (
     f"deb http://deb.debian.org/debian {DEBIAN_SUITE} main",
     f"deb http://deb.debian.org/debian {DEBIAN_SUITE}-updates main",
@@ -57,6 +61,7 @@ DEBIAN_MIRRORS = (
 DEBIAN_PACKAGES = ("python3.11-minimal", "libpython3.11-stdlib")
 PYTHON = "/usr/bin/python3.11"
 SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"
+APT_ARCHIVES = "var/cache/apt/archives"
 # The build backend for the project's wheel (pyproject.toml [build-system]), pinned and
 # hash-checked like the runtime's wheels, so its metadata files do not vary with the newest one.
 BUILD_BACKEND = (
@@ -87,7 +92,7 @@ REMOVED = (
     "usr/share/polkit-1",
     "var",
 )
-TOOLS = {"mmdebstrap": "mmdebstrap", "umoci": "umoci", "skopeo": "skopeo"}
+TOOLS = {"mmdebstrap": "mmdebstrap", "umoci": "umoci", "skopeo": "skopeo", "dpkg-deb": "dpkg"}
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
 LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
@@ -114,6 +119,11 @@ class BuiltImage:
     @property
     def archive(self) -> Path:
         return self.directory / "provisioner.oci.tar"
+
+    @property
+    def sbom(self) -> Path:
+        """The CycloneDX JSON of the image's Debian packages and wheels (scripts/sbom.py)."""
+        return self.directory / "provisioner.cdx.json"
 
     @property
     def reference(self) -> str:
@@ -165,9 +175,9 @@ def tracked_package_files() -> list[Path]:
 
 
 def input_key() -> str:
-    """The hash of everything that goes into the image: the cache key."""
+    """The hash of everything that goes into the image and its SBOM: the cache key."""
     digest = hashlib.sha256()
-    own = [Path(__file__).resolve(), LOCK, ROOT / "pyproject.toml"]
+    own = [Path(__file__).resolve(), Path(sbom.__file__).resolve(), LOCK, ROOT / "pyproject.toml"]
     for path in [*own, *tracked_package_files()]:
         digest.update(str(path.relative_to(ROOT)).encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
@@ -198,8 +208,9 @@ def _normalise(name: str) -> str:
 
 
 def ensure_tools() -> None:
-    """mmdebstrap builds the root filesystem; umoci and skopeo check and push the result;
-    chroot (coreutils) compiles the bytecode with the image's interpreter."""
+    """mmdebstrap builds the root filesystem; dpkg-deb reads its packages for the SBOM; umoci
+    and skopeo check and push the result; chroot (coreutils) compiles the bytecode with the
+    image's interpreter."""
     missing = sorted(package for tool, package in TOOLS.items() if shutil.which(tool) is None)
     if not missing:
         return
@@ -235,7 +246,9 @@ def run(step: str, command: list[str], logs: Path, env: dict[str, str] | None = 
 
 
 def build_root_filesystem(rootfs: Path, logs: Path) -> None:
-    """Debian's interpreter and libraries, extracted only: no maintainer script runs."""
+    """Debian's interpreter and libraries, extracted only: no maintainer script runs. The
+    downloaded .deb files are kept in the root's apt cache (which strip() removes) for the SBOM:
+    with no dpkg database in the image, they are the record of what was extracted."""
     env = {**os.environ, "SOURCE_DATE_EPOCH": str(SOURCE_DATE_EPOCH)}
     command = [
         "mmdebstrap",
@@ -243,6 +256,7 @@ def build_root_filesystem(rootfs: Path, logs: Path) -> None:
         "--mode=root",
         f"--include={','.join(DEBIAN_PACKAGES)}",
         "--skip=output/dev",
+        "--skip=cleanup/apt/cache",
         DEBIAN_SUITE,
         str(rootfs),
         *DEBIAN_MIRRORS,
@@ -456,7 +470,7 @@ def write_layout(rootfs: Path, layout: Path, tag: str) -> tuple[str, int, int]:
     staged.unlink()
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(SOURCE_DATE_EPOCH))
     config = {
-        "architecture": "amd64",
+        "architecture": ARCHITECTURE,
         "os": "linux",
         "created": created,
         "config": {
@@ -514,6 +528,29 @@ def write_archive(layout: Path, archive: Path) -> None:
                 tar.addfile(info)
 
 
+def extracted_debian_packages(rootfs: Path) -> list[sbom.DebianPackage]:
+    try:
+        return sbom.debian_packages(rootfs / APT_ARCHIVES)
+    except sbom.SbomError as error:
+        raise ImageBuildError(f"the SBOM: {error}") from error
+
+
+def write_sbom(image: BuiltImage, rootfs: Path, debian: list[sbom.DebianPackage]) -> None:
+    """The image's SBOM beside its archive: the Debian packages extracted into it that left a
+    file in the finished root, and the wheels in its site-packages."""
+    bill = sbom.document(
+        repository=REPOSITORY,
+        tag=image.tag,
+        digest=image.digest,
+        architecture=ARCHITECTURE,
+        distro=DEBIAN_DISTRO,
+        debian=sbom.kept_in(rootfs, debian),
+        wheels=sbom.installed_wheels(rootfs / SITE_PACKAGES),
+        tool_version=image.tag,
+    )
+    sbom.write(image.sbom, bill)
+
+
 def build(directory: Path) -> BuiltImage:
     """Build the image into `directory` (which must not exist); atomic: a failed build
     leaves nothing there."""
@@ -526,6 +563,7 @@ def build(directory: Path) -> BuiltImage:
         rootfs = work / "rootfs"
         progress(f"root filesystem from Debian {DEBIAN_SUITE}: {', '.join(DEBIAN_PACKAGES)}")
         build_root_filesystem(rootfs, logs)
+        debian = extracted_debian_packages(rootfs)
         progress("installing the locked wheels and the project's wheel")
         install_python_packages(rootfs, work, logs)
         check_entry_point(rootfs)
@@ -539,6 +577,7 @@ def build(directory: Path) -> BuiltImage:
         digest, compressed, rootfs_bytes = write_layout(rootfs, result / "oci", tag)
         write_archive(result / "oci", result / "provisioner.oci.tar")
         image = BuiltImage(result, digest, tag, compressed, rootfs_bytes)
+        write_sbom(image, rootfs, debian)
         (result / "image.json").write_text(json.dumps(image.summary(), indent=2) + "\n")
         result.rename(directory)
     finally:
@@ -611,6 +650,7 @@ def describe(built: BuiltImage) -> None:
         file=sys.stderr,
     )
     print(f"image: archive {built.archive}", file=sys.stderr)
+    print(f"image: SBOM (CycloneDX {sbom.SPEC_VERSION}) {built.sbom}", file=sys.stderr)
 
 
 def reproducible(built: BuiltImage) -> bool:

@@ -16,3 +16,8 @@ def test_the_harness_runs_exactly_the_pods_the_provisioner_marks_as_helpers() ->
 def test_the_orphans_command_looks_where_the_stacks_install_by_default() -> None:
     assert orphans_cli.DEFAULT_STACK_NAMESPACE == naming.DEFAULT_NAMESPACE
     assert orphans_cli.parse_orphan_options([], environ={}).namespace == naming.DEFAULT_NAMESPACE
+
+
+def test_the_harness_runs_the_image_the_stack_deploys() -> None:
+    """The harness cannot import the components' names (it stands in for any cluster)."""
+    assert localcluster.image_table.PROVISIONER_IMAGE_REPOSITORY == naming.IMAGE_REPOSITORY

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from provisioner.configuration import defaults
 from provisioner.helper_pods.batch_pod_shapes import MAX_BATCH_VOLUMES
+from provisioner.version import VERSION
 
 DEFAULT_PROVISIONER_NAME = defaults.PROVISIONER_NAME
 ORPHANS_COMMAND = "orphans"
@@ -116,6 +117,8 @@ def parse_options(
         description="Local-path storage provisioner for Kubernetes (rancher-compatible config).",
     )
     add = parser.add_argument
+    # Which release runs: the image tag says so only until someone retags it.
+    add("--version", action="version", version=f"%(prog)s {VERSION}")
     add(
         "--provisioner-name",
         default=env("PROVISIONER_NAME", DEFAULT_PROVISIONER_NAME),

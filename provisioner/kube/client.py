@@ -36,12 +36,13 @@ from provisioner.kube.credentials import (
 from provisioner.kube.kubeconfig import kubeconfig_credentials, read_kubeconfig
 from provisioner.kube.rate_limit import TokenBucket
 from provisioner.kube.transport import RateLimitedApiClient, Timeout
+from provisioner.version import VERSION
 
 __all__ = ["RateLimitedApiClient", "Timeout"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_USER_AGENT = "local-path-storage-provisioner/0.1.0"
+DEFAULT_USER_AGENT = f"local-path-storage-provisioner/{VERSION}"
 DEFAULT_QPS = 20.0
 DEFAULT_BURST = 30
 # Informers hold one long-lived watch connection each and helper-pod runs one per worker: the

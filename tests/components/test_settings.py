@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from components.args import LabelExpression, ProvisionerDeploymentArgs
+from components.deployment import pod_template
 from components.naming import CONFIG_NAMESPACE
 from components.settings import SCALAR_DEFAULTS, parse_settings
 from components.stack_values import SettingsError
@@ -522,3 +523,18 @@ def test_an_unknown_key_is_named_before_a_secret_one() -> None:
     with pytest.raises(SettingsError) as caught:
         parse_settings(raw, secret_keys=frozenset({"setupScript"}))
     assert caught.value.key_path == "nodePathmap"
+
+
+@pytest.mark.parametrize(
+    "pinned",
+    [
+        "registry.example/local-path-storage/provisioner@sha256:" + "0" * 64,
+        "registry.example:5000/local-path-storage/provisioner:0.1.0@sha256:" + "0" * 64,
+    ],
+    ids=["digest", "tag-and-digest"],
+)
+def test_the_image_may_be_pinned_by_digest(pinned: str) -> None:
+    """README's "Pinning the image by digest": the reference reaches the pod as given."""
+    deployment = parse_settings(dev_with(image=pinned)).deployment
+    template: Any = pod_template(deployment, "lps")
+    assert [container["image"] for container in template["spec"]["containers"]] == [pinned]

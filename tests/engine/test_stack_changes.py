@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from pulumi import automation as auto
 
+from components import naming
 from localcluster import LocalCluster
+from scripts import build_image
 from tests.engine.support import READER, EngineStack, StackFactory, api_get, base_config
 
 INSTANCE = "local-path-storage"
@@ -160,6 +162,22 @@ def test_image_or_flag_change_updates_the_deployment_only(
         "containers"
     ][0]
     assert check in [container["image"], *container["args"]]
+
+
+def test_image_pinned_by_digest_is_rolled_out(stacks: StackFactory, cluster: LocalCluster) -> None:
+    """README's "Pinning the image by digest": the stack key takes `repository@sha256:...` (here
+    the built image's own digest, which the cluster runs), and `up` waits for the rollout."""
+    pinned = f"{naming.IMAGE_REPOSITORY}@{build_image.image().digest}"
+    stack = stacks.create()
+    stack.up()
+
+    stack.set_config("image", pinned)
+    expected = [("update", "kubernetes:apps/v1:Deployment")]
+    assert [(c.op, c.type) for c in stack.preview().changed()] == expected
+    assert [(c.op, c.type) for c in stack.up().changed()] == expected
+    found = deployment(cluster, stack.names.namespace)
+    assert found["spec"]["template"]["spec"]["containers"][0]["image"] == pinned
+    assert found["status"].get("updatedReplicas") == found["status"].get("readyReplicas") == 1
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -34,7 +35,14 @@ from provisioner.configuration.config import (
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
 )
-from scripts.build_image import ENTRYPOINT, BuiltImage, image
+from scripts.build_image import (
+    DEBIAN_PACKAGES,
+    ENTRYPOINT,
+    PYTHON,
+    REPOSITORY,
+    BuiltImage,
+    image,
+)
 from tests.provisioner.e2e.support import (
     ConfigFiles,
     ProvisionerProcess,
@@ -121,6 +129,20 @@ def image_env(spec: dict[str, Any], **extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+def run_from_image(
+    bundle: Path, spec: dict[str, Any], arguments: list[str]
+) -> subprocess.CompletedProcess[str]:
+    """The image's process with these arguments, to its end, with its environment."""
+    return subprocess.run(
+        run_in_image(bundle / "rootfs", spec, arguments),
+        env=image_env(spec),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def test_archive_is_the_layout_a_registry_would_get(built: BuiltImage) -> None:
     """skopeo (what pushes it) reads the archive and sees the build's digest and config."""
     inspected = json.loads(
@@ -187,16 +209,90 @@ def test_nothing_in_the_image_is_writable_by_its_user(bundle: Path) -> None:
 
 def test_help_runs_from_the_image_root(bundle: Path, spec: dict[str, Any]) -> None:
     """The image's own interpreter and packages, nothing from the host."""
-    result = subprocess.run(
-        run_in_image(bundle / "rootfs", spec, ["--help"]),
-        env=image_env(spec),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_from_image(bundle, spec, ["--help"])
     assert result.returncode == 0, result.stderr
     assert "--provisioner-name" in result.stdout
+
+
+def test_version_from_the_image_is_its_tag(
+    built: BuiltImage, bundle: Path, spec: dict[str, Any]
+) -> None:
+    """The project's wheel carries its metadata into the image: --version reads it there."""
+    result = run_from_image(bundle, spec, ["--version"])
+    assert (result.returncode, result.stdout) == (0, f"{ENTRYPOINT} {built.tag}\n"), result.stderr
+
+
+# Asked of the image's own interpreter: the distributions it finds, and the versions its
+# libraries report at run time, each under the Debian package that ships the library.
+CONTENTS = """
+import importlib.metadata, json, os, platform, pyexpat, re, sqlite3, ssl, zlib
+number = lambda text: re.search(r"[0-9]+(?:[.][0-9]+)+", text).group(0)
+print(json.dumps({
+    "wheels": sorted([d.metadata["Name"], d.version] for d in importlib.metadata.distributions()),
+    "libraries": {
+        "python3.11-minimal": platform.python_version(),
+        "libc6": number(os.confstr("CS_GNU_LIBC_VERSION")),
+        "libssl3": number(ssl.OPENSSL_VERSION),
+        "libsqlite3-0": sqlite3.sqlite_version,
+        "zlib1g": zlib.ZLIB_RUNTIME_VERSION,
+        "libexpat1": number(pyexpat.EXPAT_VERSION),
+    },
+}))
+"""
+
+
+def upstream_version(debian_version: str) -> str:
+    """`1:1.2.13.dfsg-1` -> `1.2.13`: no epoch, no Debian revision, no repack suffix."""
+    without_epoch = debian_version.split(":", 1)[-1]
+    upstream = without_epoch.rpartition("-")[0] or without_epoch
+    match = re.match(r"[0-9]+(?:\.[0-9]+)*", upstream)
+    assert match is not None, debian_version
+    return match.group(0)
+
+
+def test_upstream_version_of_debian_versions() -> None:
+    assert upstream_version("1:1.2.13.dfsg-1") == "1.2.13"
+    assert upstream_version("3.0.17-1~deb12u2") == "3.0.17"
+    assert upstream_version("10.0.0") == "10.0.0"
+
+
+def test_sbom_lists_the_images_packages(
+    built: BuiltImage, bundle: Path, spec: dict[str, Any]
+) -> None:
+    """`make image`'s SBOM against the image itself: the same digest skopeo reads, exactly the
+    wheels the image's interpreter finds, and the Debian packages whose libraries it runs at
+    the versions they report."""
+    document = json.loads(built.sbom.read_text(encoding="utf-8"))
+    assert (document["bomFormat"], document["specVersion"]) == ("CycloneDX", "1.5")
+    image_component = document["metadata"]["component"]
+    assert (image_component["name"], image_component["version"]) == (REPOSITORY, built.tag)
+    assert image_component["hashes"] == [
+        {"alg": "SHA-256", "content": built.digest.removeprefix("sha256:")}
+    ]
+    wheels = sorted(
+        [component["name"], component["version"]]
+        for component in document["components"]
+        if component["purl"].startswith("pkg:pypi/")
+    )
+    debian = {
+        component["name"]: component["version"]
+        for component in document["components"]
+        if component["purl"].startswith("pkg:deb/debian/")
+    }
+    assert len(wheels) + len(debian) == len(document["components"])
+
+    # The image's interpreter instead of its entrypoint, as its user, in its root.
+    result = run_from_image(bundle, {**spec, "args": [PYTHON]}, ["-c", CONTENTS])
+    assert result.returncode == 0, result.stderr
+    contents = json.loads(result.stdout)
+    assert wheels == contents["wheels"]
+    assert ["local-path-storage", built.tag] in wheels
+    assert set(DEBIAN_PACKAGES) <= set(debian)
+    assert {
+        package: upstream_version(debian[package]) for package in contents["libraries"]
+    } == contents["libraries"]
+    # Extracted, then dropped whole (it ships only documentation): not in the image, nor listed.
+    assert "gcc-12-base" not in debian
 
 
 @pytest.fixture

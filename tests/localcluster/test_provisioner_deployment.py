@@ -96,7 +96,7 @@ class Installation:
             DEFAULT_TEARDOWN_SCRIPT,
             DEFAULT_HELPER_POD_YAML,
         )
-        # The default image, local-path-storage/provisioner:0.1.0: the image table's entry.
+        # The default image (naming.DEFAULT_IMAGE): the image table's entry.
         self.args = ProvisionerDeploymentArgs(
             config_files=files,
             namespace=self.namespace,
