@@ -155,6 +155,8 @@ class Controller:
         self._busy: dict[str, tuple[Key, float]] = {}
         self._workers: list[threading.Thread] = []
         self._started = False
+        self._informers_started = False
+        self._informers_lock = threading.Lock()
 
     def _handler(self, watch: Watch[R]) -> Callable[[str, R | None, R | None], None]:
         def enqueue(key: str, old: R | None, new: R | None) -> None:
@@ -169,12 +171,15 @@ class Controller:
         """None while the work loop and the informers are alive; otherwise what is wedged. A
         worker on one key for longer than `stall_after` (more than any reconcile can take) is
         stuck."""
-        if not self._started or self._queue.shutting_down:
+        if self._queue.shutting_down:
             return None
-        for informer in self.informers:
-            problem = informer.liveness()
-            if problem is not None:
-                return problem
+        if self._informers_started:
+            for informer in self.informers:
+                problem = informer.liveness()
+                if problem is not None:
+                    return problem
+        if not self._started:
+            return None
         dead = [worker.name for worker in self._workers if not worker.is_alive()]
         if dead:
             return f"worker threads ended: {', '.join(dead)}"
@@ -190,9 +195,23 @@ class Controller:
     def has_synced(self) -> bool:
         return self._started and all(informer.has_synced for informer in self.informers)
 
-    def start(self, sync_timeout: float = 120.0) -> None:
+    def caches_warm(self) -> bool:
+        """Whether the informers run and synced, workers or not (a warm standby's)."""
+        return self._informers_started and all(informer.has_synced for informer in self.informers)
+
+    def start_informers(self) -> None:
+        """Start the informers, once: a standby keeps its caches in sync (lists and watches,
+        nothing written) so that leading costs the lease hand-over, not a cold start. Their
+        events queue keys that no worker takes until `start`."""
+        with self._informers_lock:
+            if self._informers_started:
+                return
+            self._informers_started = True
         for informer in self.informers:
             informer.start()
+
+    def start(self, sync_timeout: float = 120.0) -> None:
+        self.start_informers()
         for informer in self.informers:
             if not informer.wait_for_sync(sync_timeout):
                 raise RuntimeError(f"informer {informer.name} did not sync in {sync_timeout:g}s")

@@ -247,7 +247,11 @@ class Provisioner:
         if not self._api.reachable():
             return False, "the Kubernetes API is not reachable"
         if self.elector is not None and not self.elector.is_leader:
-            return True, f"standby: {self.elector.observed_holder or 'nobody'} leads"
+            caches = "warm" if self.controller.caches_warm() else "syncing"
+            return (
+                True,
+                f"standby: {self.elector.observed_holder or 'nobody'} leads; caches {caches}",
+            )
         if self.predecessors is not None and not self._leading.is_set():
             waiting_for = self.predecessors.waiting_for
             if waiting_for:
@@ -408,6 +412,8 @@ class Provisioner:
                 return
             self._began.set()
             if self.elector is not None:
+                # A warm standby: its caches sync while it waits for the lease.
+                self.controller.start_informers()
                 self.elector.start()
             else:
                 self._start_leading()
