@@ -29,9 +29,8 @@ from provisioner.provisioning.fresh_directory import (
     CLAIM_DIRECTORY,
     FORGET_DIRECTORY,
     OWNER_CHECK,
-    is_named_for_volume,
 )
-from provisioner.provisioning.paths import is_strictly_inside
+from provisioner.provisioning.paths import is_named_for_volume, is_strictly_inside
 from provisioner.provisioning.removal_gate import RemovalPermit
 
 HELPER_POD_LABEL = "local-path-storage.io/helper-pod"

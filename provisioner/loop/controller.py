@@ -173,7 +173,7 @@ class Controller:
         stuck."""
         if self._queue.shutting_down:
             return None
-        if self._informers_started:
+        if self._informers_started or self._started:
             for informer in self.informers:
                 problem = informer.liveness()
                 if problem is not None:

@@ -38,8 +38,6 @@ holds the claim's UID.
 
 from __future__ import annotations
 
-import posixpath
-
 OWNERS_DIR = ".local-path-storage-owners"
 """In every base path: one marker per volume directory a `prepare` made (see the docstring)."""
 MARKER_REUSED_SUFFIX = " reused"
@@ -53,13 +51,6 @@ the API side whatever the marker says (removal_gate)."""
 REUSE_PARAMETER = "reuseExistingData"
 """The StorageClass parameter (a boolean, default false) that hands an existing directory,
 with its data, to a new claim whose path renders to it."""
-
-
-def is_named_for_volume(path: str, base_path: str, volume_name: str) -> bool:
-    """Whether the directory sits directly in the base path under a name holding the volume's
-    name (so no other claim's directory can be there)."""
-    parent, folder = posixpath.split(path)
-    return parent == base_path and (folder == volume_name or folder.startswith(f"{volume_name}_"))
 
 
 # Part of PREPARE_SCRIPT, after its parents are made: $fresh is "yes" when its `mkdir` made

@@ -464,3 +464,10 @@ class PathBook:
             and entry.state != TORN_DOWN
             and is_strictly_inside(entry.path, base_path)
         )
+
+
+def is_named_for_volume(path: str, base_path: str, volume_name: str) -> bool:
+    """Whether the directory sits directly in the base path under a name holding the volume's
+    name (so no other claim's directory can be there)."""
+    parent, folder = posixpath.split(path)
+    return parent == base_path and (folder == volume_name or folder.startswith(f"{volume_name}_"))

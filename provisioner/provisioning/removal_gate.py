@@ -55,7 +55,7 @@ from __future__ import annotations
 from dataclasses import InitVar, dataclass
 from enum import Enum
 
-from provisioner.provisioning.fresh_directory import is_named_for_volume
+from provisioner.provisioning.paths import is_named_for_volume
 
 
 class RemovalKind(Enum):

@@ -117,6 +117,17 @@ def test_a_dead_worker_or_informer_thread_is_wedged() -> None:
     assert c.liveness(stall_after=60.0) == "informer things: its thread has ended"
 
 
+def test_a_warm_standbys_dead_informer_thread_is_wedged_though_no_worker_runs() -> None:
+    """A standby's informers keep its caches warm: one that ended fails /healthz there too."""
+    c, _ = controller()
+    c._informers_started = True
+    finished = threading.Thread(target=lambda: None, name="informer")
+    finished.start()
+    finished.join()
+    c.informers[0]._thread = finished
+    assert c.liveness(stall_after=60.0) == "informer things: its thread has ended"
+
+
 def test_an_informer_watched_twice_runs_once_and_its_events_queue_the_keys_the_watch_says() -> None:
     reconciler = ScriptedReconciler()
     c, queue = controller(reconciler)

@@ -30,8 +30,8 @@ from provisioner.helper_pods.pod_shapes import (
     build_helper_pod,
     helper_steps,
 )
-from provisioner.provisioning.fresh_directory import OWNERS_DIR, is_named_for_volume
-from provisioner.provisioning.paths import PathPatternError, check_volume_path
+from provisioner.provisioning.fresh_directory import OWNERS_DIR
+from provisioner.provisioning.paths import PathPatternError, check_volume_path, is_named_for_volume
 from provisioner.provisioning.volume_decisions import TeardownPlan
 from provisioner.scans.node_scripts import LIST_SCRIPT
 from tests.provisioner.helper_pods.test_helper_scripts import make_base, run_script
