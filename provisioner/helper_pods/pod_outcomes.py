@@ -77,10 +77,12 @@ class PodState:
         terminated = state.get("terminated")
         waiting = state.get("waiting") or {}
         if terminated:
+            # A pod-level reason (the kubelet's DeadlineExceeded, Evicted) says why the pod's
+            # container was ended; the container's own reason then is only "Error".
             return cls(
                 phase=phase,
                 exit_code=terminated.get("exitCode"),
-                reason=str(terminated.get("reason") or ""),
+                reason=str(status.get("reason") or terminated.get("reason") or ""),
                 message=str(terminated.get("message") or ""),
             )
         return cls(

@@ -9,12 +9,14 @@ from typing import Any, cast
 import pytest
 
 from provisioner.helper_pods.pod_runner import (
+    KUBELET_SYNC_MARGIN_SECONDS,
     SPEC_HASH_ANNOTATION,
     HelperPodFailed,
     HelperPodNotStarted,
     HelperPodTimeout,
     PodRunner,
     PodState,
+    run_timeout,
     spec_hash,
 )
 from provisioner.kube.api_error import ApiError
@@ -218,6 +220,38 @@ def test_timeout_when_nothing_happens(clock: FakeClock) -> None:
     assert methods(api) == ["POST", "DELETE"]
     # The watch itself was bounded by the remaining time, not a fixed poll interval.
     assert api.watches[-1]["timeout_seconds"] == 29
+
+
+def test_a_pod_with_its_own_deadline_is_followed_until_its_kubelet_enforced_it(
+    clock: FakeClock,
+) -> None:
+    """A kubelet acts on activeDeadlineSeconds, counted from the pod's start on the node, at its
+    next sync, and reports the pod Failed only after the containers' grace: the run waits that
+    long, so that the kubelet's verdict is what it reports."""
+    manifest = copy.deepcopy(MANIFEST)
+    manifest["spec"].update(activeDeadlineSeconds=10, terminationGracePeriodSeconds=5)
+    assert run_timeout(manifest, 10) == 10 + 5 + KUBELET_SYNC_MARGIN_SECONDS
+    assert run_timeout(MANIFEST, 10) == 10
+    api = FakePodApi(clock, [[RUNNING]])
+    with pytest.raises(HelperPodTimeout) as timeout:
+        run(api, clock, timeout=10, manifest=manifest)
+    assert timeout.value.duration == pytest.approx(10 + 5 + KUBELET_SYNC_MARGIN_SECONDS)
+
+
+def test_a_pod_ended_at_its_deadline_fails_with_the_kubelet_s_reason(clock: FakeClock) -> None:
+    killed = {
+        "phase": "Failed",
+        "reason": "DeadlineExceeded",
+        "message": "Pod was active on the node longer than the specified deadline",
+        "containerStatuses": [
+            {"state": {"terminated": {"exitCode": 137, "reason": "Error", "message": "hung\n"}}}
+        ],
+    }
+    api = FakePodApi(clock, [[RUNNING, killed]])
+    with pytest.raises(HelperPodFailed) as failure:
+        run(api, clock)
+    assert (failure.value.exit_code, failure.value.reason) == (137, "DeadlineExceeded")
+    assert "failed (DeadlineExceeded, exit code 137): hung" in str(failure.value)
 
 
 def test_an_image_pull_failure_is_reported_after_the_grace(clock: FakeClock) -> None:
