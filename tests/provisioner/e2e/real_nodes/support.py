@@ -1,7 +1,7 @@
 """The provisioner serving claims on real nodes: its helper pods and the claims' pods are run by
 a real kubelet (containerd, runc), every image pulled from the cluster's local registry.
 
-A test module overrides the session's `cluster` fixture with `real_node_cluster()`, so the
+This package's conftest overrides the session's `cluster` with `real_node_cluster()`, so the
 end-to-end fixtures (`make_setup`, `record_helper_pods`) work unchanged against real-1 and
 real-2. The provisioner itself runs as a process beside the cluster, as in the other
 end-to-end tests.
@@ -16,11 +16,13 @@ from typing import Any
 from localcluster import ClusterOptions, LocalCluster
 from localcluster.raw_api import manifest
 from localcluster.real_nodes import RealNodes
-from provisioner.configuration.config import DEFAULT_HELPER_POD_YAML
+from provisioner.configuration.config import DEFAULT_HELPER_POD_YAML, DEFAULT_SETUP_SCRIPT
 from scripts import build_image
 from tests.faults.support import HelperPodRecorder, HelperPodSeen
 from tests.provisioner.e2e.support import ConfigFiles, ProvisionerSetup, default_config
 
+Serve = Callable[..., tuple[ProvisionerSetup, HelperPodRecorder]]
+"""The `serving` fixture: `serve` on the package's cluster, given the base path and files."""
 REAL_NODES = ("real-1", "real-2")
 HOSTNAME = "kubernetes.io/hostname"
 POD_TIMEOUT_SECONDS = 90.0
@@ -59,17 +61,27 @@ def helper_pod_yaml(cluster: LocalCluster) -> str:
     )
 
 
+def setup_script(prelude: str) -> str:
+    """The default setup script with `prelude` run first (after its `set -eu`)."""
+    return DEFAULT_SETUP_SCRIPT.replace("set -eu\n", f"set -eu\n{prelude}", 1)
+
+
 def serve(
     cluster: LocalCluster,
     make_setup: Callable[[ConfigFiles], ProvisionerSetup],
     record_helper_pods: Callable[[ProvisionerSetup], HelperPodRecorder],
     base: str,
+    *,
+    create: bool = True,
     **files: Any,
 ) -> tuple[ProvisionerSetup, HelperPodRecorder]:
-    """A provisioner leading with `base` as every node's base path and helper pods pulled from
-    the local registry, recorded from the start; `files` sets ConfigFiles' scripts, and its
-    `config` adds to the base path's (cmdTimeoutSeconds, say)."""
-    config = {**default_config(base), **files.pop("config", {})}
+    """A provisioner leading with `base` as every node's base path (made by the helpers unless
+    `create` is false) and helper pods pulled from the local registry, recorded from the start;
+    `files` sets ConfigFiles' scripts, and its `config` adds keys (cmdTimeoutSeconds, say)."""
+    config = default_config(base)
+    if not create:
+        config["nodePathMap"][0]["paths"] = [base]
+    config.update(files.pop("config", {}))
     setup = make_setup(ConfigFiles(config=config, helper_pod=helper_pod_yaml(cluster), **files))
     setup.start()
     return setup, record_helper_pods(setup)

@@ -9,13 +9,10 @@ registry.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-
 import pytest
 
 from localcluster import LocalCluster
 from tests.faults.support import (
-    HelperPodRecorder,
     assert_each_claim_bound_once,
     assert_no_orphan_directories,
     overlapping_runs,
@@ -23,11 +20,10 @@ from tests.faults.support import (
     wait_all_bound,
     wait_no_helper_pods,
 )
-from tests.provisioner.e2e.real_nodes import (
+from tests.provisioner.e2e.real_nodes.support import (
+    Serve,
     assert_ran_under_containerd_from_the_registry,
     create_writer,
-    real_node_cluster,
-    serve,
     wait_succeeded,
 )
 from tests.provisioner.e2e.support import (
@@ -40,14 +36,6 @@ from tests.provisioner.e2e.support import (
 pytestmark = [pytest.mark.realnode, pytest.mark.cluster]
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    """This module's cluster: real-1 and real-2 only (it replaces the session's kwok cluster
-    for the end-to-end fixtures)."""
-    with real_node_cluster() as started:
-        yield started
-
-
 def release(setup: ProvisionerSetup, claim: str, pod: str) -> None:
     setup.core.delete_namespaced_pod(pod, setup.namespace, grace_period_seconds=0)
     setup.core.delete_namespaced_persistent_volume_claim(claim, setup.namespace)
@@ -55,11 +43,10 @@ def release(setup: ProvisionerSetup, claim: str, pod: str) -> None:
 
 def test_a_claim_binds_on_a_real_node_and_its_release_removes_only_that_node_s_directory(
     cluster: LocalCluster,
-    make_setup: Callable[..., ProvisionerSetup],
-    record_helper_pods: Callable[[ProvisionerSetup], HelperPodRecorder],
+    serving: Serve,
 ) -> None:
     base = unique_base_path("real-single")
-    setup, recorder = serve(cluster, make_setup, record_helper_pods, base)
+    setup, recorder = serving(base)
     storage_class = setup.create_class("single")
     setup.create_claim("data", storage_class)
     create_writer(setup, "writer", "data", "real-1", "echo written on $(hostname) > /data/file")
@@ -90,14 +77,13 @@ def test_a_claim_binds_on_a_real_node_and_its_release_removes_only_that_node_s_d
 
 def test_a_burst_on_a_real_node_shares_batch_pods_and_a_kept_volume_survives_the_teardowns(
     cluster: LocalCluster,
-    make_setup: Callable[..., ProvisionerSetup],
-    record_helper_pods: Callable[[ProvisionerSetup], HelperPodRecorder],
+    serving: Serve,
 ) -> None:
     """Six claims for real-1 at once: the first gets the node's pod to itself, the others
     queue behind it and share the next (one init container each). Four are released at once
     (a teardown batch); the two kept, under the same base path, keep their data."""
     base = unique_base_path("real-batch")
-    setup, recorder = serve(cluster, make_setup, record_helper_pods, base)
+    setup, recorder = serving(base)
     storage_class = setup.create_class("batch")
     names = [f"burst-{number}" for number in range(6)]
     for name in names:
