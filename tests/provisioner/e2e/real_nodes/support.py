@@ -76,13 +76,15 @@ def serve(
     **files: Any,
 ) -> tuple[ProvisionerSetup, HelperPodRecorder]:
     """A provisioner leading with `base` as every node's base path (made by the helpers unless
-    `create` is false) and helper pods pulled from the local registry, recorded from the start;
-    `files` sets ConfigFiles' scripts, and its `config` adds keys (cmdTimeoutSeconds, say)."""
+    `create` is false) and helper pods pulled from the local registry (unless `files` gives a
+    helper_pod), recorded from the start; `files` sets ConfigFiles' scripts and helper_pod,
+    and its `config` adds keys (cmdTimeoutSeconds, say)."""
     config = default_config(base)
     if not create:
         config["nodePathMap"][0]["paths"] = [base]
     config.update(files.pop("config", {}))
-    setup = make_setup(ConfigFiles(config=config, helper_pod=helper_pod_yaml(cluster), **files))
+    files.setdefault("helper_pod", helper_pod_yaml(cluster))
+    setup = make_setup(ConfigFiles(config=config, **files))
     setup.start()
     return setup, record_helper_pods(setup)
 
