@@ -16,7 +16,7 @@ from typing import Any
 from localcluster import ClusterOptions, LocalCluster
 from localcluster.raw_api import manifest
 from localcluster.real_nodes import RealNodes
-from provisioner.configuration.config import DEFAULT_HELPER_POD_YAML, DEFAULT_SETUP_SCRIPT
+from provisioner.configuration.config import DEFAULT_HELPER_POD_YAML
 from scripts import build_image
 from tests.faults.support import HelperPodRecorder, HelperPodSeen
 from tests.provisioner.e2e.support import ConfigFiles, ProvisionerSetup, default_config
@@ -61,9 +61,11 @@ def helper_pod_yaml(cluster: LocalCluster) -> str:
     )
 
 
-def setup_script(prelude: str) -> str:
-    """The default setup script with `prelude` run first (after its `set -eu`)."""
-    return DEFAULT_SETUP_SCRIPT.replace("set -eu\n", f"set -eu\n{prelude}", 1)
+def with_prelude(script: str, prelude: str) -> str:
+    """A default script (DEFAULT_SETUP_SCRIPT, DEFAULT_TEARDOWN_SCRIPT) with `prelude` run
+    first, after its `set -eu`."""
+    assert "set -eu\n" in script
+    return script.replace("set -eu\n", f"set -eu\n{prelude}", 1)
 
 
 def serve(

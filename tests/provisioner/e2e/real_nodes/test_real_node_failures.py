@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from localcluster import LocalCluster
+from provisioner.configuration.config import DEFAULT_SETUP_SCRIPT
 from tests.faults.support import (
     assert_each_claim_bound_once,
     event_count,
@@ -22,7 +23,7 @@ from tests.provisioner.e2e.real_nodes.support import (
     Serve,
     assert_ran_under_containerd_from_the_registry,
     create_writer,
-    setup_script,
+    with_prelude,
 )
 from tests.provisioner.e2e.support import ProvisionerSetup, eventually
 
@@ -84,8 +85,9 @@ def test_a_setup_exiting_non_zero_is_reported_with_its_exit_code_and_output(
 
 
 # Hangs far beyond cmdTimeoutSeconds for claims named slow-*.
-HANGING_SETUP = setup_script(
-    'case "$VOL_DIR" in *_slow-*) echo "hanging on $VOL_DIR"; sleep 300 ;; esac\n'
+HANGING_SETUP = with_prelude(
+    DEFAULT_SETUP_SCRIPT,
+    'case "$VOL_DIR" in *_slow-*) echo "hanging on $VOL_DIR"; sleep 300 ;; esac\n',
 )
 
 
@@ -109,9 +111,10 @@ def test_a_setup_past_cmd_timeout_seconds_is_ended_by_the_kubelet_and_reported(
 
 
 # Every volume's setup says which directory it works on; claims named broken-* fail.
-FAILING_SETUP = setup_script(
+FAILING_SETUP = with_prelude(
+    DEFAULT_SETUP_SCRIPT,
     'echo "setup of $VOL_DIR"\n'
-    'case "$VOL_DIR" in *_broken-*) echo "no room for $VOL_DIR on purpose" >&2; exit 1 ;; esac\n'
+    'case "$VOL_DIR" in *_broken-*) echo "no room for $VOL_DIR on purpose" >&2; exit 1 ;; esac\n',
 )
 
 

@@ -9,9 +9,13 @@ registry.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from localcluster import LocalCluster
+from provisioner.configuration.config import DEFAULT_TEARDOWN_SCRIPT
 from tests.faults.support import (
     assert_each_claim_bound_once,
     assert_no_orphan_directories,
@@ -25,6 +29,7 @@ from tests.provisioner.e2e.real_nodes.support import (
     assert_ran_under_containerd_from_the_registry,
     create_writer,
     wait_succeeded,
+    with_prelude,
 )
 from tests.provisioner.e2e.support import (
     ProvisionerSetup,
@@ -34,6 +39,24 @@ from tests.provisioner.e2e.support import (
 )
 
 pytestmark = [pytest.mark.realnode, pytest.mark.cluster]
+
+
+def bind_on_real_1(
+    setup: ProvisionerSetup, names: list[str]
+) -> tuple[dict[str, dict[str, Any]], dict[str, Path]]:
+    """Claims created at once, each with a pod on real-1 writing its name into the volume:
+    their PVs and their directories on real-1's disk, once Bound and written."""
+    storage_class = setup.create_class("batch")
+    for name in names:
+        setup.create_claim(name, storage_class)
+        create_writer(setup, name, name, "real-1", f"echo {name} > /data/file")
+    claims = wait_all_bound(setup, names, timeout=180)
+    wait_succeeded(setup, names)
+    volumes = {name: setup.volume(claims[name]["spec"]["volumeName"]) or {} for name in names}
+    paths = {name: setup.node_path("real-1", volume_path(volumes[name])) for name in names}
+    for name in names:
+        assert (paths[name] / "file").read_text() == f"{name}\n", name
+    return volumes, paths
 
 
 def release(setup: ProvisionerSetup, claim: str, pod: str) -> None:
@@ -84,18 +107,8 @@ def test_a_burst_on_a_real_node_shares_batch_pods_and_a_kept_volume_survives_the
     (a teardown batch); the two kept, under the same base path, keep their data."""
     base = unique_base_path("real-batch")
     setup, recorder = serving(base)
-    storage_class = setup.create_class("batch")
     names = [f"burst-{number}" for number in range(6)]
-    for name in names:
-        setup.create_claim(name, storage_class)
-        create_writer(setup, name, name, "real-1", f"echo {name} > /data/file")
-
-    claims = wait_all_bound(setup, names, timeout=180)
-    wait_succeeded(setup, names)
-    volumes = {name: setup.volume(claims[name]["spec"]["volumeName"]) or {} for name in names}
-    paths = {name: setup.node_path("real-1", volume_path(volumes[name])) for name in names}
-    for name in names:
-        assert (paths[name] / "file").read_text() == f"{name}\n", name
+    volumes, paths = bind_on_real_1(setup, names)
     created = [pod for pod in recorder.pods() if pod.action == "create"]
     assert any(len(pod.volumes) == 1 for pod in created), created
     assert any(len(pod.volumes) > 1 for pod in created), "no setup pod served several volumes"
@@ -120,3 +133,50 @@ def test_a_burst_on_a_real_node_shares_batch_pods_and_a_kept_volume_survives_the
     assert_ran_under_containerd_from_the_registry(cluster, pods)
     kept_volumes = assert_each_claim_bound_once(setup, kept)
     assert_no_orphan_directories(cluster, [base], kept_volumes)
+
+
+# Fails while the volume holds a marker the test puts there (and takes away to let it pass).
+STUCK_MARKER = ".teardown-fails"
+FAILING_TEARDOWN = with_prelude(
+    DEFAULT_TEARDOWN_SCRIPT,
+    f'if [ -e "$VOL_DIR/{STUCK_MARKER}" ]; then\n'
+    '  echo "cannot remove $VOL_DIR yet" >&2; exit 1\n'
+    "fi\n",
+)
+
+
+def test_a_volume_whose_teardown_fails_in_a_batch_pod_keeps_its_data_as_its_neighbours_go(
+    cluster: LocalCluster,
+    serving: Serve,
+) -> None:
+    """gone-0 is released first and gets the node's pod to itself; the others, stuck among
+    them, queue behind it and share the next teardown pod, in which stuck's teardown fails:
+    its neighbours' directories go, its data stays with its PV, until the marker goes."""
+    base = unique_base_path("real-batch-keep")
+    setup, recorder = serving(base, teardown=FAILING_TEARDOWN)
+    names = [f"gone-{number}" for number in range(5)]
+    volumes, paths = bind_on_real_1(setup, names)
+    stuck = "gone-3"
+    (paths[stuck] / STUCK_MARKER).write_text("keep me a while")
+    for name in names:
+        release(setup, name, name)
+
+    for name in names:
+        if name != stuck:
+            volume = volumes[name]["metadata"]["name"]
+            wait_gone(lambda: setup.volume(volume), 120, f"the volume of {name}")  # noqa: B023
+            assert not paths[name].exists(), name
+    stuck_volume = volumes[stuck]["metadata"]["name"]
+    failed = setup.wait_event(stuck_volume, "VolumeFailedDelete", timeout=60)
+    assert f"cannot remove {volume_path(volumes[stuck])} yet" in failed["message"], failed
+    assert "helper-batch-delete-" in failed["message"], "it failed inside a batch"
+    assert setup.volume(stuck_volume) is not None, "its PV stays while its data does"
+    assert (paths[stuck] / "file").read_text() == f"{stuck}\n"
+    shared = [p for p in recorder.pods() if p.action == "delete" and stuck_volume in p.volumes]
+    assert any(len(pod.volumes) > 1 for pod in shared), shared
+    assert_ran_under_containerd_from_the_registry(cluster, shared)
+
+    (paths[stuck] / STUCK_MARKER).unlink()
+    wait_gone(lambda: setup.volume(stuck_volume), 120, "the stuck volume, once it may go")
+    assert not paths[stuck].exists()
+    assert not overlapping_runs(recorder.stop())
