@@ -58,6 +58,21 @@ class HelperPodNotStarted(HelperPodError):  # noqa: N818 (the contract's name)
         self.reason = reason
 
 
+def never_ran(error: HelperPodError) -> bool:
+    """Whether the helper's code never ran: its pod did not start, did not finish in time, or
+    was ended by its kubelet at its deadline before any container ran. A kubelet keeps a pod
+    whose hostPath cannot be mounted (a base path that must exist and does not) in
+    ContainerCreating for its mount wait (about two minutes), then fails it DeadlineExceeded
+    with no exit code: with a long cmdTimeoutSeconds that comes before the run's own timeout."""
+    if isinstance(error, (HelperPodTimeout, HelperPodNotStarted)):
+        return True
+    return (
+        isinstance(error, HelperPodFailed)
+        and error.exit_code is None
+        and error.reason == "DeadlineExceeded"
+    )
+
+
 @dataclass(frozen=True)
 class PodState:
     """What matters of a pod's status, read from the raw object."""

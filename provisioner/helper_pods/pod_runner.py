@@ -35,6 +35,7 @@ from provisioner.helper_pods.pod_outcomes import (
     HelperPodTimeout,
     PodProgress,
     PodState,
+    never_ran,
 )
 from provisioner.kube import watch_stream
 from provisioner.kube.api_error import ApiError
@@ -49,6 +50,7 @@ __all__ = [
     "HelperPodTimeout",
     "PodRunner",
     "PodState",
+    "never_ran",
     "spec_hash",
 ]
 

@@ -16,6 +16,7 @@ from provisioner.helper_pods.pod_runner import (
     HelperPodTimeout,
     PodRunner,
     PodState,
+    never_ran,
     run_timeout,
     spec_hash,
 )
@@ -252,6 +253,18 @@ def test_a_pod_ended_at_its_deadline_fails_with_the_kubelet_s_reason(clock: Fake
         run(api, clock)
     assert (failure.value.exit_code, failure.value.reason) == (137, "DeadlineExceeded")
     assert "failed (DeadlineExceeded, exit code 137): hung" in str(failure.value)
+
+
+def test_a_helper_whose_code_never_ran_is_told_from_one_that_failed() -> None:
+    """What the missing-base-path hint hangs on: a pod that never started or never finished,
+    or that its kubelet failed at its deadline before any container ran (a hostPath that
+    could not be mounted), against a script that ran and failed, timed out or not."""
+    assert never_ran(HelperPodTimeout("p", 10, "Pending, waiting: ContainerCreating"))
+    assert never_ran(HelperPodNotStarted("p", "ImagePullBackOff"))
+    assert never_ran(HelperPodFailed("p", None, "DeadlineExceeded", "Pod was active ..."))
+    assert not never_ran(HelperPodFailed("p", 137, "DeadlineExceeded", "hanging"))
+    assert not never_ran(HelperPodFailed("p", 7, "Error", "disk on fire"))
+    assert not never_ran(HelperPodFailed("p", None, "Deleted", "the pod was deleted"))
 
 
 def test_an_image_pull_failure_is_reported_after_the_grace(clock: FakeClock) -> None:
