@@ -23,6 +23,10 @@ START_FAILURE_REASONS = frozenset(
 )
 
 
+NEVER_CREATED_REASON = "ContainerStatusUnknown"
+"""A terminated container's reason when its kubelet never found it (it was never created)."""
+
+
 class HelperPodError(Exception):
     """A helper pod did not succeed. `duration` is set when the run ends (for metrics)."""
 
@@ -62,8 +66,9 @@ def never_ran(error: HelperPodError) -> bool:
     """Whether the helper's code never ran: its pod did not start, did not finish in time, or
     was ended by its kubelet at its deadline before any container ran. A kubelet keeps a pod
     whose hostPath cannot be mounted (a base path that must exist and does not) in
-    ContainerCreating for its mount wait (about two minutes), then fails it DeadlineExceeded
-    with no exit code: with a long cmdTimeoutSeconds that comes before the run's own timeout."""
+    ContainerCreating for its mount wait (about two minutes), then fails it DeadlineExceeded,
+    its container never created (no exit code, see `PodState.of`): with a long
+    cmdTimeoutSeconds that comes before the run's own timeout."""
     if isinstance(error, (HelperPodTimeout, HelperPodNotStarted)):
         return True
     return (
@@ -93,10 +98,13 @@ class PodState:
         waiting = state.get("waiting") or {}
         if terminated:
             # A pod-level reason (the kubelet's DeadlineExceeded, Evicted) says why the pod's
-            # container was ended; the container's own reason then is only "Error".
+            # container was ended; the container's own reason then is only "Error". A
+            # container the kubelet never created (its pod failed while still waiting for its
+            # volumes) is reported ContainerStatusUnknown with a made-up exit code 137.
+            never_created = terminated.get("reason") == NEVER_CREATED_REASON
             return cls(
                 phase=phase,
-                exit_code=terminated.get("exitCode"),
+                exit_code=None if never_created else terminated.get("exitCode"),
                 reason=str(status.get("reason") or terminated.get("reason") or ""),
                 message=str(terminated.get("message") or ""),
             )

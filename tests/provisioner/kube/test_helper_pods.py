@@ -255,6 +255,30 @@ def test_a_pod_ended_at_its_deadline_fails_with_the_kubelet_s_reason(clock: Fake
     assert "failed (DeadlineExceeded, exit code 137): hung" in str(failure.value)
 
 
+def test_a_container_its_kubelet_never_created_has_no_exit_code() -> None:
+    """What a real kubelet reports for a pod failed at its deadline while its hostPath could
+    not be mounted: the container terminated with a made-up 137, ContainerStatusUnknown."""
+    unmounted = {
+        "phase": "Failed",
+        "reason": "DeadlineExceeded",
+        "message": "Pod was active on the node longer than the specified deadline",
+        "containerStatuses": [
+            {
+                "state": {
+                    "terminated": {
+                        "exitCode": 137,
+                        "reason": "ContainerStatusUnknown",
+                        "message": "The container could not be located when the pod was terminated",
+                        "startedAt": None,
+                    }
+                }
+            }
+        ],
+    }
+    state = PodState.of({"status": unmounted})
+    assert (state.exit_code, state.reason) == (None, "DeadlineExceeded")
+
+
 def test_a_helper_whose_code_never_ran_is_told_from_one_that_failed() -> None:
     """What the missing-base-path hint hangs on: a pod that never started or never finished,
     or that its kubelet failed at its deadline before any container ran (a hostPath that
