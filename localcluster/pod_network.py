@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from localcluster.processes import signal_group
+from localcluster.tcp_relay import TcpRelay
 
 T = TypeVar("T")
 CLONE_NEWNET = 0x40000000
@@ -40,7 +41,6 @@ SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
 IFF_UP = 0x1
 NAMESPACE_WAIT_SECONDS = 10.0
-RELAY_BUFFER = 65536
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
@@ -95,9 +95,7 @@ class PodNetwork:
         self.api_port = api_port
         self._pause: subprocess.Popen[bytes] | None = None
         self._descriptor: int | None = None
-        self._listener: socket.socket | None = None
-        self._connections: set[socket.socket] = set()
-        self._lock = threading.Lock()
+        self._relay: TcpRelay | None = None
 
     @property
     def pause_pid(self) -> int | None:
@@ -122,11 +120,12 @@ class PodNetwork:
         )
         self._descriptor = self._open_namespace()
         _in_namespace(self._descriptor, _bring_loopback_up)
-        self._listener = self.new_socket()
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", self.api_port))
-        self._listener.listen(64)
-        threading.Thread(target=self._accept, name="pod-api-relay", daemon=True).start()
+        listener = self.new_socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.api_port))
+        listener.listen(64)
+        self._relay = TcpRelay(listener, self.api_port, name="pod-api-relay")
+        self._relay.start()
 
     def _open_namespace(self) -> int:
         """Waits until `unshare` has made the new namespace (it differs from ours)."""
@@ -148,62 +147,14 @@ class PodNetwork:
             raise PodNetworkError("the pod's network is not started")
         return _in_namespace(self._descriptor, _tcp_socket)
 
-    def _accept(self) -> None:
-        listener = self._listener
-        while listener is not None:
-            try:
-                inside, _ = listener.accept()
-            except OSError:
-                return  # closed by stop()
-            threading.Thread(
-                target=self._pipe, args=(inside,), name="pod-api-connection", daemon=True
-            ).start()
-
-    def _pipe(self, inside: socket.socket) -> None:
-        try:
-            outside = socket.create_connection(("127.0.0.1", self.api_port), timeout=10)
-        except OSError:
-            inside.close()
-            return
-        outside.settimeout(None)
-        with self._lock:
-            self._connections.update((inside, outside))
-        forward = threading.Thread(
-            target=_copy, args=(outside, inside), name="pod-api-connection", daemon=True
-        )
-        forward.start()
-        _copy(inside, outside)
-        forward.join()
-        with self._lock:
-            self._connections.difference_update((inside, outside))
-        inside.close()
-        outside.close()
-
     def stop(self) -> None:
         """Closes the relay and its connections and kills the pause process."""
-        if self._listener is not None:
-            with contextlib.suppress(OSError):
-                self._listener.shutdown(socket.SHUT_RDWR)
-            self._listener.close()
-            self._listener = None
-        with self._lock:
-            for connection in self._connections:
-                with contextlib.suppress(OSError):
-                    connection.shutdown(socket.SHUT_RDWR)
+        if self._relay is not None:
+            self._relay.stop()
+            self._relay = None
         if self._descriptor is not None:
             os.close(self._descriptor)
             self._descriptor = None
         if self._pause is not None and self._pause.returncode is None:
             signal_group(self._pause.pid, signal.SIGKILL)
             self._pause.wait()
-
-
-def _copy(source: socket.socket, target: socket.socket) -> None:
-    """Copies one direction until end of stream, then passes the end on."""
-    try:
-        while chunk := source.recv(RELAY_BUFFER):
-            target.sendall(chunk)
-    except OSError:
-        pass
-    with contextlib.suppress(OSError):
-        target.shutdown(socket.SHUT_WR)

@@ -28,6 +28,9 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 registry under this name (scripts/build-node-images.sh)."""
 BUSYBOX_IMAGE = "docker.io/library/busybox:1.37.0"
 """The default helperImage, likewise built and pushed."""
+COREUTILS_IMAGE_PATH = "local-path-storage/helper-coreutils:1.37.0"
+"""Busybox with GNU cp, likewise built, pushed under the local registry's own address: a helper
+image that can clone volumes (busybox's cp cannot, see provisioner/helper_pods/clone_step.py)."""
 MIRRORED_REGISTRIES = ("docker.io", "registry.k8s.io")
 """Registries whose names pods use and whose content the local registry serves instead:
 nothing is ever pulled from outside this machine."""

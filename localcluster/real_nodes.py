@@ -26,7 +26,12 @@ from localcluster.node_binaries import NodeBinaries
 from localcluster.ports import pick_free_ports
 from localcluster.processes import ManagedProcess
 from localcluster.real_node import RealNode
-from localcluster.real_node_config import BUSYBOX_IMAGE, PAUSE_IMAGE, RealNodePlan
+from localcluster.real_node_config import (
+    BUSYBOX_IMAGE,
+    COREUTILS_IMAGE_PATH,
+    PAUSE_IMAGE,
+    RealNodePlan,
+)
 from localcluster.service_relay import ServiceRelay
 from scripts import build_image
 
@@ -88,6 +93,7 @@ class RealNodes:
         self.relay: ServiceRelay | None = None
         self.provisioner: PushedImage | None = None
         self.busybox: PushedImage | None = None
+        self.coreutils: PushedImage | None = None
 
     @property
     def names(self) -> list[str]:
@@ -120,13 +126,19 @@ class RealNodes:
         self.relay.start()
 
     def start_registry(self, provisioner_image: Path) -> None:
-        """The registry, with the pause, busybox and provisioner images pushed to it."""
+        """The registry, with the pause, busybox (and its GNU cp variant) and provisioner images
+        pushed to it."""
         self.registry.start()
         layouts = build_node_images()
         self.registry.push(f"oci:{layouts / 'pause'}:latest", _without_registry(PAUSE_IMAGE))
         self.registry.push(f"oci:{layouts / 'busybox'}:latest", _without_registry(BUSYBOX_IMAGE))
         busybox_digest = _layout_digest(layouts / "busybox")
         self.busybox = PushedImage(BUSYBOX_IMAGE, busybox_digest)
+        self.registry.push(f"oci:{layouts / 'coreutils'}:latest", COREUTILS_IMAGE_PATH)
+        self.coreutils = PushedImage(
+            f"{self.registry.address}/{COREUTILS_IMAGE_PATH}",
+            _layout_digest(layouts / "coreutils"),
+        )
         # As README.md tells users: skopeo copy "oci-archive:$archive" docker://REGISTRY/...
         built = build_image.BuiltImage.load(provisioner_image)
         repository_and_tag = f"{build_image.REPOSITORY}:{built.tag}"

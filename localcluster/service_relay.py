@@ -12,14 +12,12 @@ bridge; pods reach it through the route to the Service range their CNI configura
 
 from __future__ import annotations
 
-import contextlib
 import socket
-import threading
 
 from localcluster.errors import ClusterError
+from localcluster.tcp_relay import TcpRelay
 
 SERVICE_PORT = 443
-RELAY_BUFFER = 65536
 
 
 class ServiceRelay:
@@ -28,9 +26,7 @@ class ServiceRelay:
     def __init__(self, address: str, target_port: int) -> None:
         self.address = address
         self.target_port = target_port
-        self._listener: socket.socket | None = None
-        self._connections: set[socket.socket] = set()
-        self._lock = threading.Lock()
+        self._relay: TcpRelay | None = None
 
     def start(self) -> None:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -44,58 +40,10 @@ class ServiceRelay:
                 f"nodes' pods: {error}"
             ) from error
         listener.listen(64)
-        self._listener = listener
-        threading.Thread(target=self._accept, name="service-relay", daemon=True).start()
-
-    def _accept(self) -> None:
-        listener = self._listener
-        while listener is not None:
-            try:
-                inside, _ = listener.accept()
-            except OSError:
-                return  # closed by stop()
-            threading.Thread(
-                target=self._pipe, args=(inside,), name="service-relay-connection", daemon=True
-            ).start()
-
-    def _pipe(self, inside: socket.socket) -> None:
-        try:
-            outside = socket.create_connection(("127.0.0.1", self.target_port), timeout=10)
-        except OSError:
-            inside.close()
-            return
-        outside.settimeout(None)
-        with self._lock:
-            self._connections.update((inside, outside))
-        forward = threading.Thread(
-            target=_copy, args=(outside, inside), name="service-relay-connection", daemon=True
-        )
-        forward.start()
-        _copy(inside, outside)
-        forward.join()
-        with self._lock:
-            self._connections.difference_update((inside, outside))
-        inside.close()
-        outside.close()
+        self._relay = TcpRelay(listener, self.target_port, name="service-relay")
+        self._relay.start()
 
     def stop(self) -> None:
-        if self._listener is not None:
-            with contextlib.suppress(OSError):
-                self._listener.shutdown(socket.SHUT_RDWR)
-            self._listener.close()
-            self._listener = None
-        with self._lock:
-            for connection in self._connections:
-                with contextlib.suppress(OSError):
-                    connection.shutdown(socket.SHUT_RDWR)
-
-
-def _copy(source: socket.socket, target: socket.socket) -> None:
-    """Copies one direction until end of stream, then passes the end on."""
-    try:
-        while chunk := source.recv(RELAY_BUFFER):
-            target.sendall(chunk)
-    except OSError:
-        pass
-    with contextlib.suppress(OSError):
-        target.shutdown(socket.SHUT_WR)
+        if self._relay is not None:
+            self._relay.stop()
+            self._relay = None

@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# Builds the two images a real node needs besides the provisioner's, from Debian packages only
+# Builds the images a real node needs besides the provisioner's, from Debian packages only
 # (nothing may be pulled from outside this machine), as OCI layouts in the cache:
 #   pause    registry.k8s.io/pause:3.10 (containerd's pinned sandbox image): a static `pause`
 #            of a few lines, like kubernetes' build/pause/linux/pause.c
 #   busybox  docker.io/library/busybox:1.37.0 (the default helperImage): Debian's
 #            busybox-static (really busybox 1.35), one link per applet, an /etc/passwd
+#   coreutils  busybox with Debian's GNU cp (coreutils) in /usr/bin, first on PATH, and dash
+#            as sh: a helper image that can clone volumes (the clone step needs GNU cp, as the
+#            README tells users), without a distribution's whole root
 # The cache key covers this script and the packages' versions, so a second run builds nothing.
 # Prints the cache directory on stdout (OCI layouts `pause` and `busybox`, tag `latest`) (progress on stderr). Needs scripts/install-node-packages.sh.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${LPS_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/local-path-storage}"
-versions=$(dpkg-query -W -f '${Package}=${Version} ' busybox-static gcc libc6-dev umoci)
+versions=$(dpkg-query -W -f '${Package}=${Version} ' busybox-static coreutils dash gcc libc6-dev umoci)
 key=$({ cat "$here/scripts/build-node-images.sh"; echo "$versions"; } | sha256sum | cut -c1-16)
 out="$CACHE/node-images-$key"
 if [ -f "$out/.complete" ]; then echo "$out"; exit 0; fi
-echo "build-node-images: building pause and busybox images from Debian packages" >&2
+echo "build-node-images: building pause, busybox and coreutils images from Debian packages" >&2
 mkdir -p "$CACHE"
 work=$(mktemp -d "$CACHE/node-images-build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -57,9 +60,28 @@ printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
 umoci repack --image busybox-oci:latest busybox-oci-bundle
 umoci config --image busybox-oci:latest --config.cmd sh \
   --config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+new_image coreutils-oci
+cp -a busybox-oci-bundle/rootfs/. coreutils-oci-bundle/rootfs/
+root=coreutils-oci-bundle/rootfs
+# install_binary FROM TO: a host binary into the image, with its shared libraries and loader
+# at the paths ldd names
+install_binary() {
+  mkdir -p "$root$(dirname "$2")"; rm -f "$root$2"; cp "$1" "$root$2"
+  for library in $(ldd "$1" | grep -o '/[^ ]*'); do
+    mkdir -p "$root$(dirname "$library")"; cp -L "$library" "$root$library"
+  done
+}
+install_binary /usr/bin/cp /usr/bin/cp
+# Debian's busybox sh runs its own applets before anything on PATH: dash as sh, so that `cp`
+# is GNU cp (the other commands stay busybox's, through their links)
+install_binary /bin/dash /bin/sh
+umoci repack --image coreutils-oci:latest coreutils-oci-bundle
+umoci config --image coreutils-oci:latest --config.cmd sh \
+  --config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 # umoci config leaves the superseded manifests behind: keep only the final one
-umoci gc --layout pause-oci; umoci gc --layout busybox-oci
+umoci gc --layout pause-oci; umoci gc --layout busybox-oci; umoci gc --layout coreutils-oci
 mkdir result; mv pause-oci result/pause; mv busybox-oci result/busybox
+mv coreutils-oci result/coreutils
 rm -rf "$out"; mv result "$out"; touch "$out/.complete"
 echo "build-node-images: done ($out)" >&2
 echo "$out"

@@ -7,13 +7,15 @@ component dies) the tests that need it fail with the harness's one-line reason.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from localcluster import ClusterError, ClusterOptions, LocalCluster
 from scripts import build_image
+from tests.faults.support import HelperPodRecorder
 from tests.localcluster.image_pods import host_images
+from tests.provisioner.e2e.support import ProvisionerSetup
 
 _started: list[LocalCluster] = []
 
@@ -48,6 +50,21 @@ def cluster_namespace(cluster: LocalCluster) -> Iterator[str]:
     cluster.create_namespace(name)
     yield name
     cluster.core_v1().delete_namespace(name)
+
+
+@pytest.fixture
+def record_helper_pods() -> Iterator[Callable[[ProvisionerSetup], HelperPodRecorder]]:
+    """Starts a recorder of a setup's helper pods; every one is stopped after the test, however
+    it ended (a recorder left running would outlive its cluster's API server)."""
+    started: list[HelperPodRecorder] = []
+
+    def start(setup: ProvisionerSetup) -> HelperPodRecorder:
+        started.append(HelperPodRecorder(setup).start())
+        return started[-1]
+
+    yield start
+    for recorder in started:
+        recorder.stop()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

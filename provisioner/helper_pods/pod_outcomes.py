@@ -23,6 +23,10 @@ START_FAILURE_REASONS = frozenset(
 )
 
 
+NEVER_CREATED_REASON = "ContainerStatusUnknown"
+"""A terminated container's reason when its kubelet never found it (it was never created)."""
+
+
 class HelperPodError(Exception):
     """A helper pod did not succeed. `duration` is set when the run ends (for metrics)."""
 
@@ -58,6 +62,22 @@ class HelperPodNotStarted(HelperPodError):  # noqa: N818 (the contract's name)
         self.reason = reason
 
 
+def never_ran(error: HelperPodError) -> bool:
+    """Whether the helper's code never ran: its pod did not start, did not finish in time, or
+    was ended by its kubelet at its deadline before any container ran. A kubelet keeps a pod
+    whose hostPath cannot be mounted (a base path that must exist and does not) in
+    ContainerCreating for its mount wait (about two minutes), then fails it DeadlineExceeded,
+    its container never created (no exit code, see `PodState.of`): with a long
+    cmdTimeoutSeconds that comes before the run's own timeout."""
+    if isinstance(error, (HelperPodTimeout, HelperPodNotStarted)):
+        return True
+    return (
+        isinstance(error, HelperPodFailed)
+        and error.exit_code is None
+        and error.reason == "DeadlineExceeded"
+    )
+
+
 @dataclass(frozen=True)
 class PodState:
     """What matters of a pod's status, read from the raw object."""
@@ -77,10 +97,15 @@ class PodState:
         terminated = state.get("terminated")
         waiting = state.get("waiting") or {}
         if terminated:
+            # A pod-level reason (the kubelet's DeadlineExceeded, Evicted) says why the pod's
+            # container was ended; the container's own reason then is only "Error". A
+            # container the kubelet never created (its pod failed while still waiting for its
+            # volumes) is reported ContainerStatusUnknown with a made-up exit code 137.
+            never_created = terminated.get("reason") == NEVER_CREATED_REASON
             return cls(
                 phase=phase,
-                exit_code=terminated.get("exitCode"),
-                reason=str(terminated.get("reason") or ""),
+                exit_code=None if never_created else terminated.get("exitCode"),
+                reason=str(status.get("reason") or terminated.get("reason") or ""),
                 message=str(terminated.get("message") or ""),
             )
         return cls(

@@ -35,6 +35,7 @@ from provisioner.helper_pods.pod_outcomes import (
     HelperPodTimeout,
     PodProgress,
     PodState,
+    never_ran,
 )
 from provisioner.kube import watch_stream
 from provisioner.kube.api_error import ApiError
@@ -50,6 +51,7 @@ __all__ = [
     "PodRunner",
     "PodState",
     "PodStates",
+    "never_ran",
     "run_through",
     "spec_hash",
 ]
@@ -61,6 +63,32 @@ DEFAULT_START_FAILURE_GRACE = 20.0
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 CONNECT_TIMEOUT = 10.0
+KUBELET_SYNC_MARGIN_SECONDS = 5.0
+"""How long past a pod's own deadline and grace its run waits for the kubelet to report it."""
+DEFAULT_GRACE_SECONDS = 30.0
+"""Kubernetes' terminationGracePeriodSeconds when a pod sets none."""
+
+
+def kubelet_deadline_wait(deadline: float, grace: float) -> float:
+    """How long after its creation a pod with `activeDeadlineSeconds` `deadline` and
+    `terminationGracePeriodSeconds` `grace` may still be running before its kubelet has
+    reported it ended. A kubelet counts the deadline from the pod's start on the node, acts on
+    it at its next sync of the pod and reports the pod Failed (DeadlineExceeded) only once its
+    containers stopped, after their grace."""
+    return deadline + grace + KUBELET_SYNC_MARGIN_SECONDS
+
+
+def run_timeout(manifest: Mapping[str, Any], timeout: float) -> float:
+    """How long a run of `manifest` waits: `timeout`, and for a pod with its own deadline (every
+    helper pod) at least until the kubelet has enforced it. Waiting only the deadline, the run
+    gave up first, deleted the pod and reported only that it still ran, never the kubelet's
+    verdict nor the script's output."""
+    spec = manifest.get("spec") or {}
+    own = spec.get("activeDeadlineSeconds")
+    if own is None:
+        return timeout
+    grace = float(spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS))
+    return max(timeout, kubelet_deadline_wait(float(own), grace))
 
 
 def spec_hash(manifest: Mapping[str, Any]) -> str:
@@ -140,6 +168,7 @@ class PodRunner:
         keep: bool = False,
     ) -> PodStates:
         started = self._clock.monotonic()
+        timeout = run_timeout(manifest, timeout)
         deadline = started + timeout
         pod = copy.deepcopy(dict(manifest))
         metadata = pod.setdefault("metadata", {})

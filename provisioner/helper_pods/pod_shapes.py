@@ -37,6 +37,9 @@ HELPER_POD_LABEL = "local-path-storage.io/helper-pod"
 HELPER_POD_LABEL_VALUE = "true"
 HELPER_ACTION_LABEL = "local-path-storage.io/helper-action"
 HELPER_VOLUME_LABEL = "local-path-storage.io/volume"
+HELPER_GRACE_SECONDS = 5
+"""A helper pod's terminationGracePeriodSeconds unless helperPod.yaml sets one: a custom
+command that handles TERM has that long to stop."""
 DATA_VOLUME = "data"
 
 HelperAction = Literal["create", "delete"]
@@ -374,6 +377,12 @@ def step_container(
     return container
 
 
+def helper_grace_seconds(bundle: ConfigBundle) -> int:
+    """The helper pods' terminationGracePeriodSeconds: helperPod.yaml's, else ours."""
+    spec = bundle.helper_pod_template.get("spec") or {}
+    return int(spec.get("terminationGracePeriodSeconds", HELPER_GRACE_SECONDS))
+
+
 def helper_pod_frame(
     bundle: ConfigBundle,
     namespace: str,
@@ -407,6 +416,11 @@ def helper_pod_frame(
     spec["automountServiceAccountToken"] = False
     spec["restartPolicy"] = "Never"
     spec["activeDeadlineSeconds"] = bundle.config.cmd_timeout_seconds
+    # A kubelet ends a pod past its deadline as it ends a deleted one: TERM, then KILL after
+    # this grace, and reports the pod Failed only once its containers stopped. The helper's
+    # `sh -c` runs as the container's first process, which ignores TERM, so Kubernetes' default
+    # of 30 s held every timed-out (or deleted) helper, and its report, that much longer.
+    spec["terminationGracePeriodSeconds"] = helper_grace_seconds(bundle)
     if spec.get("tolerations") is None:
         spec["tolerations"] = [
             {

@@ -40,6 +40,8 @@ from urllib3.exceptions import HTTPError
 from provisioner.configuration.config import ConfigBundle, ConfigError
 from provisioner.configuration.config_watch import ConfigWatcher
 from provisioner.configuration.options import Options
+from provisioner.helper_pods.pod_runner import kubelet_deadline_wait
+from provisioner.helper_pods.pod_shapes import helper_grace_seconds
 from provisioner.helper_pods.pods import POD_CLEANUP_SECONDS, BatchSettings, PodSettings
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients, KubeConfigError, create_clients
@@ -95,8 +97,9 @@ STOP_BUDGET_SECONDS = (
 CAPACITY_MIN_INTERVAL_SECONDS = 1.0
 """The CSIStorageCapacity publisher writes at most once per this many seconds."""
 STALL_MARGIN_SECONDS = 120.0
-"""Beyond two helper runs (setup and its cleanup, each cmdTimeoutSeconds at most): PV saves
-with their retries and API calls. A worker on one key for longer is wedged."""
+"""Beyond two helper runs (setup and its cleanup, each cmdTimeoutSeconds at most, and then the
+time its kubelet takes to stop it): PV saves with their retries and API calls. A worker on one
+key for longer is wedged."""
 
 
 class _ApiReachability:
@@ -270,7 +273,11 @@ class Provisioner:
             return True, "waiting for a valid configuration"
         if self.elector is not None and not self._stopping.is_set() and not self.elector.running:
             return False, "the leader election has stopped"
-        stall_after = 2 * self.watcher.current.config.cmd_timeout_seconds + STALL_MARGIN_SECONDS
+        bundle = self.watcher.current
+        helper_run = kubelet_deadline_wait(
+            bundle.config.cmd_timeout_seconds, helper_grace_seconds(bundle)
+        )
+        stall_after = 2 * helper_run + STALL_MARGIN_SECONDS
         problem = self.controller.liveness(stall_after)
         if problem is None and self.predecessors is not None:
             problem = self.predecessors.liveness()

@@ -15,7 +15,7 @@ from typing import Any
 from urllib3.exceptions import HTTPError
 
 from provisioner.configuration.config import ConfigBundle
-from provisioner.helper_pods.pod_runner import HelperPodError, HelperPodNotStarted, HelperPodTimeout
+from provisioner.helper_pods.pod_runner import HelperPodError, never_ran
 from provisioner.helper_pods.pod_runs import RunResult
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
@@ -143,7 +143,7 @@ class Actions:
         if isinstance(error, HelperPodError):
             self._metrics.provision_failed_total.labels(class_name, _source_label(plan)).inc()
             hint = ""
-            if isinstance(error, (HelperPodTimeout, HelperPodNotStarted)):
+            if never_ran(error):
                 # Its pod waits for a base path that is missing and may not be made.
                 rules = bundle.config.base_path_rules(plan.base_path)
                 hint = missing_base_path_hint(plan.base_path, where, rules)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from localcluster import LocalCluster
-from tests.faults.support import HelperPodRecorder, purge
+from tests.faults.support import purge
 from tests.provisioner.e2e.support import ConfigFiles, ProvisionerSetup
 
 
@@ -39,18 +39,3 @@ def make_setup(
                 print(f"--- provisioner log {replica.log_path} ---\n{replica.log()[-6000:]}")
         setup.cleanup()
         purge(setup, files)
-
-
-@pytest.fixture
-def record_helper_pods() -> Iterator[Callable[[ProvisionerSetup], HelperPodRecorder]]:
-    """Starts a recorder of a setup's helper pods; every one is stopped after the test, however
-    it ended (a recorder left running would outlive its cluster's API server)."""
-    started: list[HelperPodRecorder] = []
-
-    def start(setup: ProvisionerSetup) -> HelperPodRecorder:
-        started.append(HelperPodRecorder(setup).start())
-        return started[-1]
-
-    yield start
-    for recorder in started:
-        recorder.stop()

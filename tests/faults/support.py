@@ -345,14 +345,17 @@ BATCH_VOLUMES = "local-path-storage.io/batch-volumes"
 
 @dataclass(frozen=True)
 class HelperPodSeen:
-    """One helper pod as a watch saw it: the volumes it served (by name), and the positions
-    (in the watch's order) of its creation and of its end (finished or gone; None: never)."""
+    """One helper pod as a watch saw it: the volumes it served (by name), the positions (in
+    the watch's order) of its creation and of its end (finished or gone; None: never), and its
+    status as last seen (the provisioner deletes a finished pod: this is what a test can still
+    read of its containers, their IDs and images)."""
 
     name: str
     action: str
     volumes: tuple[str, ...]
     created: int
     ended: int | None
+    status: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
 
 
 class HelperPodRecorder:
@@ -440,6 +443,7 @@ class HelperPodRecorder:
                 )
             if lives[-1].ended is None and (kind == "DELETED" or phase in ("Succeeded", "Failed")):
                 lives[-1] = dataclasses.replace(lives[-1], ended=self._position)
+            lives[-1] = dataclasses.replace(lives[-1], status=pod.get("status") or {})
 
 
 def overlapping_runs(pods: Iterable[HelperPodSeen]) -> list[str]:

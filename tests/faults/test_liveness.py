@@ -114,8 +114,9 @@ def test_a_worker_stuck_on_one_claim_fails_healthz_and_recovers_when_it_moves_on
             }
         )
     )
-    # A worker may take 2 x cmdTimeoutSeconds (a setup helper and its clean-up) plus API calls;
-    # the production margin for those calls is two minutes.
+    # A worker may take two helper runs (a setup helper and its clean-up), each cmdTimeoutSeconds
+    # and the time its kubelet takes to stop it (5 s grace, 5 s margin), plus API calls; the
+    # production margin for those calls is two minutes.
     monkeypatch.setattr(app_module, "STALL_MARGIN_SECONDS", 0.0)
     with running(setup, cluster, lambda _: None) as (provisioner, wedge):
         assert healthz(provisioner) == (200, "ok")
@@ -127,7 +128,7 @@ def test_a_worker_stuck_on_one_claim_fails_healthz_and_recovers_when_it_moves_on
 
         # Busy but within its bound: still alive.
         assert healthz(provisioner)[0] == 200
-        reason = wait_healthz(provisioner, 500, 30)
+        reason = wait_healthz(provisioner, 500, 2 * (5 + 5 + 5) + 30)
         uid = setup.claim("data")["metadata"]["uid"]
         assert reason.startswith("worker-") and f"has been on claim {uid}" in reason, reason
 

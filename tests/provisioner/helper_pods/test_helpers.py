@@ -25,6 +25,7 @@ from provisioner.helper_pods.pod_shapes import (
     BASE_VIEW,
     FINISH_SCRIPT,
     GUARD_SCRIPT,
+    HELPER_GRACE_SECONDS,
     HELPER_POD_LABEL,
     HELPER_POD_LABEL_VALUE,
     PREPARE_SCRIPT,
@@ -412,6 +413,15 @@ def test_template_env_survives_but_cannot_override_ours() -> None:
     env = build(bundle=bundle)["spec"]["containers"][0]["env"]
     assert env[0] == {"name": "TZ", "value": "UTC"}
     assert [e["value"] for e in env if e["name"] == "VOL_DIR"] == ["/opt/lp/ns/claim"]
+
+
+def test_a_helper_is_given_a_short_grace_unless_its_template_sets_one() -> None:
+    """A kubelet ends a pod past its deadline with TERM, then KILL after the grace, which the
+    helper's `sh` (the container's first process, deaf to TERM) always waits out."""
+    assert build()["spec"]["terminationGracePeriodSeconds"] == HELPER_GRACE_SECONDS
+    template = with_("spec.terminationGracePeriodSeconds", 20)
+    bundle = type(BUNDLE)(BUNDLE.config, "x", "x", template)
+    assert build(bundle=bundle)["spec"]["terminationGracePeriodSeconds"] == 20
 
 
 def test_shared_path_helper_is_left_to_the_scheduler() -> None:

@@ -9,13 +9,16 @@ from typing import Any, cast
 import pytest
 
 from provisioner.helper_pods.pod_runner import (
+    KUBELET_SYNC_MARGIN_SECONDS,
     SPEC_HASH_ANNOTATION,
     HelperPodFailed,
     HelperPodNotStarted,
     HelperPodTimeout,
     PodRunner,
     PodState,
+    never_ran,
     run_through,
+    run_timeout,
     spec_hash,
 )
 from provisioner.kube.api_error import ApiError
@@ -219,6 +222,74 @@ def test_timeout_when_nothing_happens(clock: FakeClock) -> None:
     assert methods(api) == ["POST", "DELETE"]
     # The watch itself was bounded by the remaining time, not a fixed poll interval.
     assert api.watches[-1]["timeout_seconds"] == 29
+
+
+def test_a_pod_with_its_own_deadline_is_followed_until_its_kubelet_enforced_it(
+    clock: FakeClock,
+) -> None:
+    """A kubelet acts on activeDeadlineSeconds, counted from the pod's start on the node, at its
+    next sync, and reports the pod Failed only after the containers' grace: the run waits that
+    long, so that the kubelet's verdict is what it reports."""
+    manifest = copy.deepcopy(MANIFEST)
+    manifest["spec"].update(activeDeadlineSeconds=10, terminationGracePeriodSeconds=5)
+    assert run_timeout(manifest, 10) == 10 + 5 + KUBELET_SYNC_MARGIN_SECONDS
+    assert run_timeout(MANIFEST, 10) == 10
+    api = FakePodApi(clock, [[RUNNING]])
+    with pytest.raises(HelperPodTimeout) as timeout:
+        run(api, clock, timeout=10, manifest=manifest)
+    assert timeout.value.duration == pytest.approx(10 + 5 + KUBELET_SYNC_MARGIN_SECONDS)
+
+
+def test_a_pod_ended_at_its_deadline_fails_with_the_kubelet_s_reason(clock: FakeClock) -> None:
+    killed = {
+        "phase": "Failed",
+        "reason": "DeadlineExceeded",
+        "message": "Pod was active on the node longer than the specified deadline",
+        "containerStatuses": [
+            {"state": {"terminated": {"exitCode": 137, "reason": "Error", "message": "hung\n"}}}
+        ],
+    }
+    api = FakePodApi(clock, [[RUNNING, killed]])
+    with pytest.raises(HelperPodFailed) as failure:
+        run(api, clock)
+    assert (failure.value.exit_code, failure.value.reason) == (137, "DeadlineExceeded")
+    assert "failed (DeadlineExceeded, exit code 137): hung" in str(failure.value)
+
+
+def test_a_container_its_kubelet_never_created_has_no_exit_code() -> None:
+    """What a real kubelet reports for a pod failed at its deadline while its hostPath could
+    not be mounted: the container terminated with a made-up 137, ContainerStatusUnknown."""
+    unmounted = {
+        "phase": "Failed",
+        "reason": "DeadlineExceeded",
+        "message": "Pod was active on the node longer than the specified deadline",
+        "containerStatuses": [
+            {
+                "state": {
+                    "terminated": {
+                        "exitCode": 137,
+                        "reason": "ContainerStatusUnknown",
+                        "message": "The container could not be located when the pod was terminated",
+                        "startedAt": None,
+                    }
+                }
+            }
+        ],
+    }
+    state = PodState.of({"status": unmounted})
+    assert (state.exit_code, state.reason) == (None, "DeadlineExceeded")
+
+
+def test_a_helper_whose_code_never_ran_is_told_from_one_that_failed() -> None:
+    """What the missing-base-path hint hangs on: a pod that never started or never finished,
+    or that its kubelet failed at its deadline before any container ran (a hostPath that
+    could not be mounted), against a script that ran and failed, timed out or not."""
+    assert never_ran(HelperPodTimeout("p", 10, "Pending, waiting: ContainerCreating"))
+    assert never_ran(HelperPodNotStarted("p", "ImagePullBackOff"))
+    assert never_ran(HelperPodFailed("p", None, "DeadlineExceeded", "Pod was active ..."))
+    assert not never_ran(HelperPodFailed("p", 137, "DeadlineExceeded", "hanging"))
+    assert not never_ran(HelperPodFailed("p", 7, "Error", "disk on fire"))
+    assert not never_ran(HelperPodFailed("p", None, "Deleted", "the pod was deleted"))
 
 
 def test_an_image_pull_failure_is_reported_after_the_grace(clock: FakeClock) -> None:
