@@ -7,12 +7,15 @@ provisioner should not have to list them.
 
 from __future__ import annotations
 
+import contextlib
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from localcluster import LocalCluster
+from localcluster.raw_api import call_json
 from tests.faults.support import purge
 from tests.provisioner.e2e.support import ConfigFiles, ProvisionerSetup
 
@@ -39,3 +42,22 @@ def make_setup(
                 print(f"--- provisioner log {replica.log_path} ---\n{replica.log()[-6000:]}")
         setup.cleanup()
         purge(setup, files)
+
+
+@pytest.fixture
+def node_names(cluster: LocalCluster) -> Iterator[Callable[[str], str]]:
+    """Names for nodes the test adds; whichever of them still exist are deleted afterwards."""
+    made: list[str] = []
+
+    def name(prefix: str) -> str:
+        made.append(f"{prefix}-{uuid.uuid4().hex[:6]}")
+        return made[-1]
+
+    yield name
+    existing = {
+        node["metadata"]["name"] for node in call_json(cluster.core_v1().list_node)["items"]
+    }
+    for node in made:
+        if node in existing:
+            with contextlib.suppress(Exception):
+                cluster.delete_node(node)

@@ -9,17 +9,14 @@ the teardown of a still-Released volume resumes.
 
 from __future__ import annotations
 
-import contextlib
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import pytest
 
-from localcluster import LocalCluster, wait_for
-from localcluster.raw_api import call_json
+from localcluster import wait_for
 from tests.faults.support import (
     assert_each_claim_bound_once,
     assert_no_orphan_directories,
@@ -54,25 +51,6 @@ if [ -e "$LPS_BASE_VIEW/.broken" ]; then
 fi
 mkdir -m 0777 -p "$VOL_DIR"
 """
-
-
-@pytest.fixture
-def node_names(cluster: LocalCluster) -> Iterator[Callable[[str], str]]:
-    """Names for nodes the test adds; whichever of them still exist are deleted afterwards."""
-    made: list[str] = []
-
-    def name(prefix: str) -> str:
-        made.append(f"{prefix}-{uuid.uuid4().hex[:6]}")
-        return made[-1]
-
-    yield name
-    existing = {
-        node["metadata"]["name"] for node in call_json(cluster.core_v1().list_node)["items"]
-    }
-    for node in made:
-        if node in existing:
-            with contextlib.suppress(Exception):
-                cluster.delete_node(node)
 
 
 def test_claims_waiting_for_a_deleted_node_are_rescheduled_and_bound_elsewhere(

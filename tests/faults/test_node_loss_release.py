@@ -6,18 +6,16 @@ its volumes untouched."""
 
 from __future__ import annotations
 
-import contextlib
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from localcluster import LocalCluster, wait_for
-from localcluster.raw_api import call_json, manifest
+from localcluster import wait_for
+from localcluster.raw_api import manifest
 from tests.faults.support import events_with_reason, helper_pods, unique_base_path
 from tests.provisioner.e2e.support import (
     ConfigFiles,
@@ -33,25 +31,6 @@ pytestmark = pytest.mark.cluster
 ZONE = "faults.lps.io/zone"
 HTTP_NOT_FOUND = 404
 GRACE_SECONDS = 10
-
-
-@pytest.fixture
-def node_names(cluster: LocalCluster) -> Iterator[Callable[[str], str]]:
-    """Names for nodes the test adds; whichever of them still exist are deleted afterwards."""
-    made: list[str] = []
-
-    def name(prefix: str) -> str:
-        made.append(f"{prefix}-{uuid.uuid4().hex[:6]}")
-        return made[-1]
-
-    yield name
-    existing = {
-        node["metadata"]["name"] for node in call_json(cluster.core_v1().list_node)["items"]
-    }
-    for node in made:
-        if node in existing:
-            with contextlib.suppress(Exception):
-                cluster.delete_node(node)
 
 
 def create_stateful_set(
