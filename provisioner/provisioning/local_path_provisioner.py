@@ -29,7 +29,7 @@ from provisioner.capacity.capacity_publisher import CapacityPublisher
 from provisioner.configuration.class_parameters import node_loss_grace_seconds
 from provisioner.configuration.config import ConfigBundle, ConfigError
 from provisioner.configuration.config_watch import ConfigSource
-from provisioner.helper_pods.pod_runner import HelperPodError, HelperPodNotStarted, HelperPodTimeout
+from provisioner.helper_pods.pod_runner import HelperPodError, HelperPodNotStarted, never_ran
 from provisioner.helper_pods.pod_shapes import HelperAction
 from provisioner.helper_pods.pods import (
     BatchSettings,
@@ -615,12 +615,16 @@ class LocalPathProvisioner:
         handoff = self._handoffs.pop(key)
         plan = handoff.plan
         assert isinstance(plan, TeardownPlan)
-        # A teardown pod waits for a missing `Directory` hostPath until its deadline: an
-        # earlier teardown removed the directory (its process died before the PATCH that says
-        # so). What it was to remove is gone: the rest of the teardown goes on.
-        if isinstance(
-            result.error, (HelperPodNotStarted, HelperPodTimeout)
-        ) and self.helper_pods.directory_gone(plan, handoff.bundle):
+        # A teardown pod waits for a missing `Directory` hostPath until its deadline (a real
+        # kubelet then fails it DeadlineExceeded, its container never made): an earlier
+        # teardown removed the directory (its process died before the PATCH that says so).
+        # What it was to remove is gone: the rest of the teardown goes on.
+        error = result.error
+        if (
+            isinstance(error, HelperPodError)
+            and never_ran(error)
+            and self.helper_pods.directory_gone(plan, handoff.bundle)
+        ):
             log.info("volume %s: its directory %s is gone already", plan.volume_name, plan.path)
             result = RunResult(result.seconds)
         if result.error is None:
