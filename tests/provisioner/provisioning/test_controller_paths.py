@@ -65,11 +65,15 @@ class GatedRuns:
         self.gate = threading.Event()
         self.gate.set()
         self.waiting = threading.Semaphore(0)
+        self.failures: dict[str, Exception] = {}
+        """The volumes whose run fails, with what."""
 
     def run(self, action: HelperAction, target: HelperTarget, bundle: Any, permit: Any) -> float:
         self.ran.append((action, target.volume_name))
         self.waiting.release()
         assert self.gate.wait(WAIT)
+        if target.volume_name in self.failures:
+            raise self.failures[target.volume_name]
         return 1.0
 
 
@@ -196,6 +200,44 @@ def test_a_pv_gone_while_its_teardown_waits_keeps_its_path_and_its_waiters_until
     lp.reconcile_volume("pvc-old")
     assert "pvc-old" not in lp._paths
     assert next_key(queue) == (CLAIM, "uid-new")
+    lp.helper_pods.stop()
+
+
+@pytest.mark.parametrize(
+    ("error", "looked"),
+    [
+        (
+            HelperPodFailed("ns/helper-delete-pvc-old", None, "DeadlineExceeded", "no container"),
+            True,
+        ),
+        (HelperPodFailed("ns/helper-delete-pvc-old", 1, "Error", "rm: busy"), False),
+    ],
+    ids=["failed-at-its-deadline-before-running", "its-script-failed"],
+)
+def test_a_teardown_whose_pod_never_ran_goes_on_once_its_directory_is_gone(
+    error: HelperPodFailed, looked: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real kubelet fails a pod whose hostPath is missing at its deadline, its container never
+    made (no exit code): a redone teardown (the directory went with an earlier one) then looks
+    for the directory, and goes on when it is gone; a script that ran and failed is a failure."""
+    lp, queue, actions = provisioner()
+    actions.helper_runs.failures["pvc-old"] = error
+    looked_for: list[str] = []
+
+    def directory_gone(target: HelperTarget, bundle: Any) -> bool:
+        looked_for.append(target.volume_name)
+        return True
+
+    monkeypatch.setattr(lp.helper_pods, "directory_gone", directory_gone)
+    key = start_teardown(lp, "pvc-old", "/data/ns/c")
+    assert next_key(queue) == key
+    if looked:
+        assert lp.reconcile_volume("pvc-old")
+        assert "pvc-old" in lp._directories_removed
+    else:
+        with pytest.raises(HelperPodFailed):
+            lp.reconcile_volume("pvc-old")
+    assert looked_for == (["pvc-old"] if looked else [])
     lp.helper_pods.stop()
 
 
