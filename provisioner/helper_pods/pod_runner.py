@@ -61,6 +61,8 @@ DEFAULT_START_FAILURE_GRACE = 20.0
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 CONNECT_TIMEOUT = 10.0
+CREATING_REASON = "ContainerCreating"
+"""A container's waiting reason while its kubelet sets up the pod (its volumes, say)."""
 KUBELET_SYNC_MARGIN_SECONDS = 5.0
 """How long past a pod's own deadline and grace its run waits for the kubelet to report it."""
 DEFAULT_GRACE_SECONDS = 30.0
@@ -249,10 +251,39 @@ class PodRunner:
                         label, None, "Deleted", "the pod was deleted before it finished"
                     ) from e
                 wake_at = next_look(pod)
+        except HelperPodTimeout as error:
+            # Still waiting to create its container (a hostPath the kubelet cannot mount, say):
+            # why is only in the kubelet's Warning events on the pod.
+            warning = ""
+            if PodState.of(pod).waiting_reason == CREATING_REASON:
+                warning = self._kubelet_warning(pod)
+            if not warning:
+                error.last_seen = pod
+                raise
+            said = HelperPodTimeout(label, error.timeout, f"{error.last_state}; {warning}")
+            said.last_seen = pod
+            raise said from error
         except HelperPodError as error:
             error.last_seen = pod
             raise
         return pod
+
+    def _kubelet_warning(self, pod: Mapping[str, Any]) -> str:
+        """The newest Warning event on the pod as `reason: message` (a kubelet's FailedMount:
+        `hostPath type check failed: ... is not a directory`), "" when none or unreadable."""
+        metadata = pod.get("metadata") or {}
+        path = f"/api/v1/namespaces/{metadata.get('namespace')}/events"
+        selector = f"involvedObject.uid={metadata.get('uid')}"
+        try:
+            listed = self._clients.request_json("GET", path, query={"fieldSelector": selector})
+        except (ApiError, HTTPError, OSError) as e:
+            log.debug("reading the events of helper pod %s: %s", metadata.get("name"), e)
+            return ""
+        warnings = [event for event in listed.get("items") or () if event.get("type") == "Warning"]
+        if not warnings:
+            return ""
+        newest = max(warnings, key=_event_time)
+        return f"{newest.get('reason', '')}: {str(newest.get('message', '')).strip()}"
 
     def _wait_until_deleted(
         self, pod: dict[str, Any], label: str, deadline: float, timeout: float
@@ -375,6 +406,11 @@ class PodRunner:
 
 class _ExpiredError(Exception):
     pass
+
+
+def _event_time(event: Mapping[str, Any]) -> str:
+    """When an event last happened, as its RFC 3339 text (which sorts in time order)."""
+    return str(event.get("lastTimestamp") or event.get("eventTime") or "")
 
 
 def _pods(namespace: str, name: str = "") -> str:
