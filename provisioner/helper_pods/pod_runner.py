@@ -251,22 +251,34 @@ class PodRunner:
                         label, None, "Deleted", "the pod was deleted before it finished"
                     ) from e
                 wake_at = next_look(pod)
-        except HelperPodTimeout as error:
-            # Still waiting to create its container (a hostPath the kubelet cannot mount, say):
-            # why is only in the kubelet's Warning events on the pod.
-            warning = ""
-            if PodState.of(pod).waiting_reason == CREATING_REASON:
-                warning = self._kubelet_warning(pod)
-            if not warning:
-                error.last_seen = pod
-                raise
-            said = HelperPodTimeout(label, error.timeout, f"{error.last_state}; {warning}")
-            said.last_seen = pod
-            raise said from error
         except HelperPodError as error:
-            error.last_seen = pod
-            raise
+            said = self._with_kubelet_warning(error, pod, label)
+            said.last_seen = pod
+            if said is error:
+                raise
+            raise said from error
         return pod
+
+    def _with_kubelet_warning(
+        self, error: HelperPodError, pod: Mapping[str, Any], label: str
+    ) -> HelperPodError:
+        """`error` with the kubelet's newest Warning event on the pod added, for a pod whose
+        container was never created (still waiting in ContainerCreating, or failed at its
+        deadline before it was): why (a hostPath it cannot mount, say) is only in such an
+        event. Else, or with no such event to be read, `error` itself."""
+        creating = PodState.of(pod).waiting_reason == CREATING_REASON
+        if not (isinstance(error, HelperPodTimeout) and creating) and not (
+            isinstance(error, HelperPodFailed) and never_ran(error)
+        ):
+            return error
+        warning = self._kubelet_warning(pod)
+        if not warning:
+            return error
+        if isinstance(error, HelperPodTimeout):
+            return HelperPodTimeout(label, error.timeout, f"{error.last_state}; {warning}")
+        assert isinstance(error, HelperPodFailed)
+        said = "; ".join(part for part in (error.log_tail.strip(), warning) if part)
+        return HelperPodFailed(label, error.exit_code, error.reason, said)
 
     def _kubelet_warning(self, pod: Mapping[str, Any]) -> str:
         """The newest Warning event on the pod as `reason: message` (a kubelet's FailedMount:

@@ -262,27 +262,29 @@ def test_a_pod_ended_at_its_deadline_fails_with_the_kubelet_s_reason(clock: Fake
     assert "failed (DeadlineExceeded, exit code 137): hung" in str(failure.value)
 
 
+UNMOUNTED: Pod = {
+    "phase": "Failed",
+    "reason": "DeadlineExceeded",
+    "message": "Pod was active on the node longer than the specified deadline",
+    "containerStatuses": [
+        {
+            "state": {
+                "terminated": {
+                    "exitCode": 137,
+                    "reason": "ContainerStatusUnknown",
+                    "message": "The container could not be located when the pod was terminated",
+                    "startedAt": None,
+                }
+            }
+        }
+    ],
+}
+
+
 def test_a_container_its_kubelet_never_created_has_no_exit_code() -> None:
     """What a real kubelet reports for a pod failed at its deadline while its hostPath could
     not be mounted: the container terminated with a made-up 137, ContainerStatusUnknown."""
-    unmounted = {
-        "phase": "Failed",
-        "reason": "DeadlineExceeded",
-        "message": "Pod was active on the node longer than the specified deadline",
-        "containerStatuses": [
-            {
-                "state": {
-                    "terminated": {
-                        "exitCode": 137,
-                        "reason": "ContainerStatusUnknown",
-                        "message": "The container could not be located when the pod was terminated",
-                        "startedAt": None,
-                    }
-                }
-            }
-        ],
-    }
-    state = PodState.of({"status": unmounted})
+    state = PodState.of({"status": UNMOUNTED})
     assert (state.exit_code, state.reason) == (None, "DeadlineExceeded")
 
 
@@ -335,6 +337,22 @@ def test_a_pod_stuck_creating_its_container_times_out_with_its_kubelet_s_warning
         f"(last seen: Pending, waiting: ContainerCreating; FailedMount: {failed_mount})"
     )
     assert timeout.value.last_seen is not None
+
+
+def test_a_pod_failed_at_its_deadline_before_its_container_existed_says_why(
+    clock: FakeClock,
+) -> None:
+    """After its mount wait a real kubelet fails such a pod DeadlineExceeded, its container
+    ContainerStatusUnknown: the report adds the FailedMount it recorded."""
+    api = FakePodApi(clock, [[CREATING, UNMOUNTED]])
+    api.events = [event("uid-0", "Warning", "FailedMount", "2026-01-01T00:02:00Z", "no /opt/x")]
+    with pytest.raises(HelperPodFailed) as failure:
+        run(api, clock, timeout=300)
+    assert (failure.value.exit_code, failure.value.reason) == (None, "DeadlineExceeded")
+    assert str(failure.value).endswith(
+        "failed (DeadlineExceeded, no exit code): The container could not be located when the"
+        " pod was terminated; FailedMount: no /opt/x"
+    )
 
 
 def test_without_its_events_a_pod_stuck_creating_times_out_saying_what_it_saw(
