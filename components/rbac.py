@@ -65,6 +65,9 @@ NAMESPACE_RULES: tuple[PolicyRule, ...] = (
     # Helper pods: created, watched to completion and deleted by the provisioner. Their log
     # tail arrives in the termination message, so no pods/log.
     PolicyRule("", ("pods",), ("create", "get", "list", "watch", "delete")),
+    # A helper pod that never starts its container is reported with why, which the kubelet
+    # says only in Warning events on the pod (FailedMount: a base path that is missing).
+    PolicyRule("", ("events",), ("list",)),
     # Leader election. Leases cannot be limited by name: `create` is never checked against
     # resourceNames.
     PolicyRule("coordination.k8s.io", ("leases",), ("get", "create", "update")),

@@ -97,7 +97,8 @@ def waiting_status(
 ) -> dict[str, Any]:
     """Pending with a container waiting (e.g. ImagePullBackOff): the main container, or with
     `init_index` that init container (after the `init_done` ones succeeded)."""
-    waiting = {"waiting": {"reason": reason, "message": message}}
+    # A kubelet leaves out an empty message (ContainerCreating has none).
+    waiting = {"waiting": {"reason": reason, "message": message} if message else {"reason": reason}}
     if init_index is None:
         status = _container_status(pod, waiting, ready=False, started=False)
         del status["containerID"]

@@ -43,7 +43,12 @@ from localcluster.helper_pods import (
 )
 from localcluster.pod_api import PodRunnerBase
 from localcluster.pod_start import FAST, PodStartModel
-from localcluster.pod_volumes import VolumeMaterializer, VolumeNotReadyError, prepare_host_paths
+from localcluster.pod_volumes import (
+    HostPathTypeError,
+    VolumeMaterializer,
+    VolumeNotReadyError,
+    prepare_host_paths,
+)
 from localcluster.resource_watch import ResourceWatch
 from localcluster.sandbox_process import SandboxOutcome, run_sandbox
 
@@ -193,7 +198,7 @@ class HelperPodRunner(PodRunnerBase):
                 for index, container in enumerate(containers)
             ]
         except VolumeNotReadyError as error:
-            self._report_waiting(pod, "ContainerCreating", f"volume not ready: {error}")
+            self._report_volume_not_ready(pod, error)
             with self._lock:  # forgotten, so the next resync tries again
                 self._runs.pop(run.uid, None)
             return
@@ -380,14 +385,24 @@ class HelperPodRunner(PodRunnerBase):
             ),
         )
 
+    def _report_volume_not_ready(self, pod: dict[str, Any], error: VolumeNotReadyError) -> None:
+        if isinstance(error, HostPathTypeError):
+            # As a kubelet: no message on the waiting container, a FailedMount event instead.
+            if self._report_waiting(pod, "ContainerCreating", ""):
+                self.api.warn(pod, "FailedMount", error.event_message)
+            return
+        self._report_waiting(pod, "ContainerCreating", f"volume not ready: {error}")
+
     def _report_waiting(
         self, pod: dict[str, Any], reason: str, message: str, *, init_index: int | None = None
-    ) -> None:
+    ) -> bool:
+        """Whether this was news (not what the pod was last reported waiting with)."""
         uid = pod["metadata"]["uid"]
         with self._lock:
             if self._waiting_reported.get(uid) == message:
-                return
+                return False
             self._waiting_reported[uid] = message
         self.api.patch_status(
             pod, status.waiting_status(pod, utc_now(), reason, message, init_index=init_index)
         )
+        return True

@@ -35,6 +35,16 @@ class VolumeNotReadyError(Exception):
     """A volume cannot be set up yet (its ConfigMap or hostPath is missing); retried later."""
 
 
+class HostPathTypeError(VolumeNotReadyError):
+    """A hostPath volume whose path is not of its declared type (a `Directory` that is
+    missing). A kubelet leaves the container waiting in ContainerCreating with no message and
+    says why only in a FailedMount event on the pod: `event_message` is that event's text."""
+
+    def __init__(self, volume: str, problem: str) -> None:
+        super().__init__(problem)
+        self.event_message = f'MountVolume.SetUp failed for volume "{volume}" : {problem}'
+
+
 def prepare_host_paths(pod: Mapping[str, Any], node_dir: Path) -> None:
     """Creates or checks each hostPath volume's directory or file under the node's directory."""
     for volume in pod["spec"].get("volumes") or []:
@@ -50,11 +60,11 @@ def prepare_host_paths(pod: Mapping[str, Any], node_dir: Path) -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.touch(exist_ok=True)
         elif kind == "Directory" and not path.is_dir():
-            raise VolumeNotReadyError(
-                f"hostPath {host_path['path']} is not a directory on the node"
-            )
+            problem = f"hostPath type check failed: {host_path['path']} is not a directory"
+            raise HostPathTypeError(volume["name"], problem)
         elif kind == "File" and not path.is_file():
-            raise VolumeNotReadyError(f"hostPath {host_path['path']} is not a file on the node")
+            problem = f"hostPath type check failed: {host_path['path']} is not a file"
+            raise HostPathTypeError(volume["name"], problem)
         elif kind not in ("Directory", "File") and not path.exists():
             raise VolumeNotReadyError(f"hostPath {host_path['path']} ({kind}) does not exist")
 

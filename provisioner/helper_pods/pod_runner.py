@@ -63,6 +63,8 @@ DEFAULT_START_FAILURE_GRACE = 20.0
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 CONNECT_TIMEOUT = 10.0
+CREATING_REASON = "ContainerCreating"
+"""A container's waiting reason while its kubelet sets up the pod (its volumes, say)."""
 KUBELET_SYNC_MARGIN_SECONDS = 5.0
 """How long past a pod's own deadline and grace its run waits for the kubelet to report it."""
 DEFAULT_GRACE_SECONDS = 30.0
@@ -270,9 +272,50 @@ class PodRunner:
                 yield pod
                 wake_at = next_look(pod)
         except HelperPodError as error:
-            error.last_seen = pod
-            raise
+            said = self._with_kubelet_warning(error, pod, label)
+            said.last_seen = pod
+            if said is error:
+                raise
+            raise said from error
         return pod
+
+    def _with_kubelet_warning(
+        self, error: HelperPodError, pod: Mapping[str, Any], label: str
+    ) -> HelperPodError:
+        """`error` with the kubelet's newest Warning event on the pod added, for a pod whose
+        container was never created (still waiting in ContainerCreating, or failed at its
+        deadline before it was): why (a hostPath it cannot mount, say) is only in such an
+        event. Else, or with no such event to be read, `error` itself."""
+        creating = PodState.of(pod).waiting_reason == CREATING_REASON
+        if not (isinstance(error, HelperPodTimeout) and creating) and not (
+            isinstance(error, HelperPodFailed) and never_ran(error)
+        ):
+            return error
+        warning = self._kubelet_warning(pod)
+        if not warning:
+            return error
+        if isinstance(error, HelperPodTimeout):
+            return HelperPodTimeout(label, error.timeout, f"{error.last_state}; {warning}")
+        assert isinstance(error, HelperPodFailed)
+        said = "; ".join(part for part in (error.log_tail.strip(), warning) if part)
+        return HelperPodFailed(label, error.exit_code, error.reason, said)
+
+    def _kubelet_warning(self, pod: Mapping[str, Any]) -> str:
+        """The newest Warning event on the pod as `reason: message` (a kubelet's FailedMount:
+        `hostPath type check failed: ... is not a directory`), "" when none or unreadable."""
+        metadata = pod.get("metadata") or {}
+        path = f"/api/v1/namespaces/{metadata.get('namespace')}/events"
+        selector = f"involvedObject.uid={metadata.get('uid')}"
+        try:
+            listed = self._clients.request_json("GET", path, query={"fieldSelector": selector})
+        except (ApiError, HTTPError, OSError) as e:
+            log.debug("reading the events of helper pod %s: %s", metadata.get("name"), e)
+            return ""
+        warnings = [event for event in listed.get("items") or () if event.get("type") == "Warning"]
+        if not warnings:
+            return ""
+        newest = max(warnings, key=_event_time)
+        return f"{newest.get('reason', '')}: {str(newest.get('message', '')).strip()}"
 
     def _wait_until_deleted(
         self, pod: dict[str, Any], label: str, deadline: float, timeout: float
@@ -400,6 +443,11 @@ class PodRunner:
 
 class _ExpiredError(Exception):
     pass
+
+
+def _event_time(event: Mapping[str, Any]) -> str:
+    """When an event last happened, as its RFC 3339 text (which sorts in time order)."""
+    return str(event.get("lastTimestamp") or event.get("eventTime") or "")
 
 
 def _pods(namespace: str, name: str = "") -> str:

@@ -59,6 +59,11 @@ def test_in_its_namespace_it_writes_only_helper_pods_its_lease_and_capacities() 
     assert not own & {r for rule in CLUSTER_RULES for r in rule.resources}
 
 
+def test_events_are_written_for_claims_anywhere_and_read_in_its_own_namespace_only() -> None:
+    assert verbs(NAMESPACE_RULES, "events") == {"list"}, "its helper pods' kubelet warnings"
+    assert verbs(CLUSTER_RULES, "events") == {"create", "patch"}
+
+
 def test_nothing_is_deleted_in_bulk() -> None:
     for rule in (*CLUSTER_RULES, *NAMESPACE_RULES):
         assert "deletecollection" not in rule.verbs

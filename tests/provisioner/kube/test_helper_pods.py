@@ -85,6 +85,8 @@ class FakePodApi:
         self.version = 0
         self.forbid_create = False
         self.fail_reads = 0
+        self.events: list[dict[str, Any]] | None = None
+        """The namespace's events; None: reading them is forbidden (no such right)."""
 
     def _stamp(self, pod: Pod) -> Pod:
         self.version += 1
@@ -113,6 +115,11 @@ class FakePodApi:
             pod["status"] = {"phase": "Pending"}
             self.pods[name] = pod
             return self._stamp(pod)
+        if method == "GET" and path.endswith("/events"):
+            if self.events is None:
+                raise ApiError(status=403, reason="Forbidden")
+            uid = str((query or {})["fieldSelector"]).removeprefix("involvedObject.uid=")
+            return {"items": [e for e in self.events if e["involvedObject"]["uid"] == uid]}
         name = path.rsplit("/", 1)[1]
         if name not in self.pods:
             raise ApiError(status=404, reason="Not Found")
@@ -256,27 +263,29 @@ def test_a_pod_ended_at_its_deadline_fails_with_the_kubelet_s_reason(clock: Fake
     assert "failed (DeadlineExceeded, exit code 137): hung" in str(failure.value)
 
 
+UNMOUNTED: Pod = {
+    "phase": "Failed",
+    "reason": "DeadlineExceeded",
+    "message": "Pod was active on the node longer than the specified deadline",
+    "containerStatuses": [
+        {
+            "state": {
+                "terminated": {
+                    "exitCode": 137,
+                    "reason": "ContainerStatusUnknown",
+                    "message": "The container could not be located when the pod was terminated",
+                    "startedAt": None,
+                }
+            }
+        }
+    ],
+}
+
+
 def test_a_container_its_kubelet_never_created_has_no_exit_code() -> None:
     """What a real kubelet reports for a pod failed at its deadline while its hostPath could
     not be mounted: the container terminated with a made-up 137, ContainerStatusUnknown."""
-    unmounted = {
-        "phase": "Failed",
-        "reason": "DeadlineExceeded",
-        "message": "Pod was active on the node longer than the specified deadline",
-        "containerStatuses": [
-            {
-                "state": {
-                    "terminated": {
-                        "exitCode": 137,
-                        "reason": "ContainerStatusUnknown",
-                        "message": "The container could not be located when the pod was terminated",
-                        "startedAt": None,
-                    }
-                }
-            }
-        ],
-    }
-    state = PodState.of({"status": unmounted})
+    state = PodState.of({"status": UNMOUNTED})
     assert (state.exit_code, state.reason) == (None, "DeadlineExceeded")
 
 
@@ -290,6 +299,70 @@ def test_a_helper_whose_code_never_ran_is_told_from_one_that_failed() -> None:
     assert not never_ran(HelperPodFailed("p", 137, "DeadlineExceeded", "hanging"))
     assert not never_ran(HelperPodFailed("p", 7, "Error", "disk on fire"))
     assert not never_ran(HelperPodFailed("p", None, "Deleted", "the pod was deleted"))
+
+
+CREATING: Pod = {
+    "phase": "Pending",
+    "containerStatuses": [{"state": {"waiting": {"reason": "ContainerCreating"}}}],
+}
+
+
+def event(uid: str, kind: str, reason: str, at: str, message: str) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "reason": reason,
+        "message": message,
+        "lastTimestamp": at,
+        "involvedObject": {"kind": "Pod", "uid": uid},
+    }
+
+
+def test_a_pod_stuck_creating_its_container_times_out_with_its_kubelet_s_warning(
+    clock: FakeClock,
+) -> None:
+    """A real kubelet says why a hostPath cannot be mounted only in a FailedMount event."""
+    api = FakePodApi(clock, [[CREATING]])
+    failed_mount = (
+        'MountVolume.SetUp failed for volume "base" : hostPath type check failed:'
+        " /opt/absent is not a directory"
+    )
+    api.events = [
+        event("uid-0", "Normal", "Scheduled", "2026-01-01T00:00:01Z", "assigned"),
+        event("uid-0", "Warning", "FailedMount", "2026-01-01T00:00:02Z", "an older one"),
+        event("uid-0", "Warning", "FailedMount", "2026-01-01T00:00:09Z", failed_mount),
+        event("uid-9", "Warning", "BackOff", "2026-01-01T00:00:10Z", "another pod's"),
+    ]
+    with pytest.raises(HelperPodTimeout) as timeout:
+        run(api, clock, timeout=30)
+    assert str(timeout.value).endswith(
+        f"(last seen: Pending, waiting: ContainerCreating; FailedMount: {failed_mount})"
+    )
+    assert timeout.value.last_seen is not None
+
+
+def test_a_pod_failed_at_its_deadline_before_its_container_existed_says_why(
+    clock: FakeClock,
+) -> None:
+    """After its mount wait a real kubelet fails such a pod DeadlineExceeded, its container
+    ContainerStatusUnknown: the report adds the FailedMount it recorded."""
+    api = FakePodApi(clock, [[CREATING, UNMOUNTED]])
+    api.events = [event("uid-0", "Warning", "FailedMount", "2026-01-01T00:02:00Z", "no /opt/x")]
+    with pytest.raises(HelperPodFailed) as failure:
+        run(api, clock, timeout=300)
+    assert (failure.value.exit_code, failure.value.reason) == (None, "DeadlineExceeded")
+    assert str(failure.value).endswith(
+        "failed (DeadlineExceeded, no exit code): The container could not be located when the"
+        " pod was terminated; FailedMount: no /opt/x"
+    )
+
+
+def test_without_its_events_a_pod_stuck_creating_times_out_saying_what_it_saw(
+    clock: FakeClock,
+) -> None:
+    api = FakePodApi(clock, [[CREATING]])  # no right to read events: a 403
+    with pytest.raises(HelperPodTimeout) as timeout:
+        run(api, clock, timeout=30)
+    assert str(timeout.value).endswith("(last seen: Pending, waiting: ContainerCreating)")
 
 
 def test_an_image_pull_failure_is_reported_after_the_grace(clock: FakeClock) -> None:

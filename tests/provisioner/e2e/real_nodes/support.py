@@ -15,7 +15,8 @@ from typing import Any
 
 from localcluster import ClusterOptions, LocalCluster
 from localcluster.raw_api import manifest
-from localcluster.real_nodes import RealNodes
+from localcluster.real_node_config import BUSYBOX_IMAGE
+from localcluster.real_nodes import PushedImage, RealNodes
 from provisioner.configuration.config import DEFAULT_HELPER_POD_YAML
 from scripts import build_image
 from tests.faults.support import HelperPodRecorder, HelperPodSeen
@@ -28,7 +29,8 @@ HOSTNAME = "kubernetes.io/hostname"
 POD_TIMEOUT_SECONDS = 90.0
 # What the default helper template names, as the local registry holds it (real_nodes.py
 # pushes Debian's busybox there under docker.io's path).
-REGISTRY_BUSYBOX_PATH = "library/busybox:1.37.0"
+REGISTRY_BUSYBOX_PATH = BUSYBOX_IMAGE.split("/", 1)[1]
+DEFAULT_HELPER_IMAGE = "image: busybox:1.37.0"
 
 
 @contextmanager
@@ -54,10 +56,11 @@ def registry_busybox(cluster: LocalCluster) -> str:
     return f"{real_nodes(cluster).registry.address}/{REGISTRY_BUSYBOX_PATH}"
 
 
-def helper_pod_yaml(cluster: LocalCluster) -> str:
-    """The default helper template, its image taken from the local registry."""
+def helper_pod_yaml(cluster: LocalCluster, image: str | None = None) -> str:
+    """The default helper template, its image `image`, else busybox from the local registry."""
+    assert DEFAULT_HELPER_IMAGE in DEFAULT_HELPER_POD_YAML
     return DEFAULT_HELPER_POD_YAML.replace(
-        "image: busybox:1.37.0", f"image: {registry_busybox(cluster)}"
+        DEFAULT_HELPER_IMAGE, f"image: {image or registry_busybox(cluster)}"
     )
 
 
@@ -127,14 +130,18 @@ def container_statuses(pod: HelperPodSeen) -> list[Mapping[str, Any]]:
 
 
 def assert_ran_under_containerd_from_the_registry(
-    cluster: LocalCluster, pods: Iterable[HelperPodSeen]
+    cluster: LocalCluster, pods: Iterable[HelperPodSeen], image: PushedImage | None = None
 ) -> None:
-    """Every container of every pod has a containerd ID and the image ID of the busybox the
-    local registry holds, by its address and digest: the real kubelet pulled and ran it."""
+    """Every container of every pod has a containerd ID and the image ID of `image` (else the
+    busybox) the local registry holds, by its address and digest: the real kubelet pulled it
+    from there and ran it."""
     real = real_nodes(cluster)
-    assert real.busybox is not None
-    image_id = f"{real.registry.address}/library/busybox@{real.busybox.digest}"
-    assert real.busybox.digest.startswith("sha256:")
+    if image is None:
+        assert real.busybox is not None
+        image = PushedImage(registry_busybox(cluster), real.busybox.digest)
+    assert image.digest.startswith("sha256:")
+    assert image.by_tag.startswith(f"{real.registry.address}/")
+    image_id = image.by_digest
     seen = 0
     for pod in pods:
         statuses = container_statuses(pod)

@@ -52,12 +52,10 @@ def create_clone(setup: ProvisionerSetup, name: str, source: str, storage_class:
 
 
 def with_coreutils(cluster: LocalCluster) -> str:
+    """The default helper template with the registry's busybox that has GNU cp."""
     coreutils = real_nodes(cluster).coreutils
     assert coreutils is not None
-    return helper_pod_yaml(cluster).replace(
-        f"image: {real_nodes(cluster).registry.address}/library/busybox:1.37.0",
-        f"image: {coreutils.by_tag}",
-    )
+    return helper_pod_yaml(cluster, coreutils.by_tag)
 
 
 def test_a_clone_on_a_real_node_holds_what_the_source_s_pod_wrote(
@@ -83,14 +81,7 @@ def test_a_clone_on_a_real_node_holds_what_the_source_s_pod_wrote(
     assert not setup.node_path("real-1", volume_path(clone)).exists()
     clones = [pod for pod in recorder.pods() if pod.action == "clone"]
     assert clones, [pod.action for pod in recorder.pods()]
-    coreutils = real_nodes(cluster).coreutils
-    assert coreutils is not None
-    for status in [
-        *clones[0].status["initContainerStatuses"],
-        *clones[0].status["containerStatuses"],
-    ]:
-        assert status["containerID"].startswith("containerd://"), status
-        assert status["imageID"] == coreutils.by_digest, status
+    assert_ran_under_containerd_from_the_registry(cluster, clones, real_nodes(cluster).coreutils)
 
 
 def test_cloning_with_busybox_fails_saying_the_helper_image_needs_gnu_cp(serving: Serve) -> None:
