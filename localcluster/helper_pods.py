@@ -7,7 +7,9 @@ afterwards are decisions worth testing without a cluster, so they live here, fre
 
 from __future__ import annotations
 
+import dataclasses
 import marshal
+import os
 import posixpath
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -56,6 +58,8 @@ class Mount:
     source: str
     target: str
     read_only: bool = False
+    volume_root: str = ""
+    """For a subPath mount: its volume's directory, inside which the subPath must resolve."""
 
 
 @dataclass(frozen=True)
@@ -171,13 +175,16 @@ def plan_sandbox(
                 "the local cluster's helper runner",
             )
         sub_path = volume_mount.get("subPath")
+        volume_root = ""
         if sub_path:
+            volume_root = str(source)
             source = source / posixpath.normpath(sub_path).lstrip("/")
         mounts.append(
             Mount(
                 source=str(source),
                 target=posixpath.normpath(volume_mount["mountPath"]),
                 read_only=bool(volume_mount.get("readOnly", False)),
+                volume_root=volume_root,
             )
         )
     # Parents before children, so a mount nested in another volume is not hidden by it.
@@ -191,6 +198,36 @@ def plan_sandbox(
         image_root=image_root,
         hostname=pod_hostname(pod),
     )
+
+
+class SubPathError(Exception):
+    """A subPath a kubelet would refuse: it resolves outside its volume."""
+
+
+def resolve_sub_path(mount: Mount) -> Mount:
+    """A subPath mount as a kubelet makes it when it starts the container (subpath_linux.go):
+    the path with its symbolic links resolved, which must stay inside the volume's own
+    directory (else SubPathError), made first if it is missing; the bind then mounts that
+    resolved directory, so a link planted after this look changes nothing."""
+    if not mount.volume_root:
+        return mount
+    root = os.path.realpath(mount.volume_root)
+    source = Path(mount.source)
+    if not os.path.lexists(source):
+        existing = source.parent
+        while not os.path.lexists(existing):
+            existing = existing.parent
+        if not _inside(os.path.realpath(existing), root):
+            raise SubPathError(f"subpath {mount.source!r} not within volume path {root!r}")
+        source.mkdir(parents=True, exist_ok=True)
+    resolved = os.path.realpath(source)
+    if not _inside(resolved, root):
+        raise SubPathError(f"subpath {resolved!r} not within volume path {root!r}")
+    return dataclasses.replace(mount, source=resolved)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def termination_message_mount(container: Mapping[str, Any], source: Path) -> Mount | None:

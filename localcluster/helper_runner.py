@@ -35,9 +35,11 @@ from localcluster.helper_pods import (
     NEVER_STARTS_IMAGE,
     START_ERROR_EXIT_CODE,
     SandboxPlan,
+    SubPathError,
     UnsupportedPodError,
     helper_containers,
     plan_sandbox,
+    resolve_sub_path,
     termination_file_message,
     termination_message_mount,
 )
@@ -223,7 +225,19 @@ class HelperPodRunner(PodRunnerBase):
                     self.cluster_dir, run.namespace, run.name, run.uid, container["name"]
                 )
             )
-            plan = self._with_termination_file(planned, container, container_dir)
+            try:
+                plan = self._with_termination_file(planned, container, container_dir)
+            except SubPathError as error:
+                # As a kubelet: the container is not created, the pod waits (its deadline or
+                # its deletion ends it).
+                self._report_waiting(
+                    pod,
+                    "CreateContainerConfigError",
+                    f"failed to prepare subPath for volumeMount of container "
+                    f"{container['name']!r}: {error}",
+                    init_index=None if main else index,
+                )
+                return
             plan_path = container_dir / "plan"
             plan_path.write_bytes(plan.encode())
             if not self._pod_start.wait_container(run.cancelled):
@@ -293,11 +307,13 @@ class HelperPodRunner(PodRunnerBase):
             Path(message_mount.source).touch()
             mounts = sorted([*plan.mounts, message_mount], key=lambda m: m.target.count("/"))
             plan = dataclasses.replace(plan, mounts=mounts)
-        for mount in plan.mounts:  # subPath directories are created on demand, as kubelet does
+        # A subPath is resolved (and made when missing) as its container starts, as by a kubelet.
+        mounts = [resolve_sub_path(mount) for mount in plan.mounts]
+        for mount in mounts:
             source = Path(mount.source)
             if not source.exists():
                 source.mkdir(parents=True)
-        return plan
+        return dataclasses.replace(plan, mounts=mounts)
 
     @staticmethod
     def _init_outcome(

@@ -278,7 +278,7 @@ def build_batch_helper_pod(
             "name": f"data-{index}",
             "hostPath": {
                 "path": t.path,
-                "type": volume_host_path_type(rules(t.base_path), made_before=False),
+                "type": volume_host_path_type(rules(t.base_path)),
             },
         }
         for index, t in enumerate(targets)

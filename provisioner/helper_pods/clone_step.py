@@ -1,18 +1,21 @@
-"""The fixed `clone` step: the pod that copies a clone's source volume into its new directory.
+"""The fixed `clone` step: what copies a clone's source volume into its new directory, in the
+clone's setup pod after the setup.
 
 A fixed script of ours, never the setup code in force: it is what stands between a tenant's
 volume contents and everything else on the node, so it is not the admin's to replace.
 
-Why two containers. The source's contents are hostile: a consumer of the source keeps running
-during the copy (the source stays usable, mounted read-only here) and can swap a directory for
-a symbolic link between the copy's look at it and its reads below it. GNU `cp -a` copies links
-as links and never follows one, but a path it reads through such a swapped parent resolves in
-the copy's own mount namespace. So the copying container sees nothing worth reading: the helper
-image, the source read-only and the new directory, no base path, no token. The checks that
-need the base paths (every directory is the one its PV names: reached without a symbolic link
-through its base path, and the very directory mounted, device and inode) run before it, in an
-init container that copies nothing. Both containers mount the same pod volumes, so what the
-check saw is what the copy reads and writes, whatever happens to the host's paths meanwhile.
+Why two containers of its own. The source's contents are hostile: a consumer of the source
+keeps running during the copy (the source stays usable, mounted read-only here) and can swap a
+directory for a symbolic link between the copy's look at it and its reads below it. GNU `cp -a`
+copies links as links and never follows one, but a path it reads through such a swapped parent
+resolves in the copy's own mount namespace. So the copying container sees nothing worth
+reading: the helper image, the source read-only and the new directory, no base path, no token.
+The checks that need the base paths (every directory is the one its PV names: reached without a
+symbolic link through its base path, and the very directory mounted, device and inode) run
+before it, in an init container that copies nothing. A kubelet resolves each container's mounts
+when it starts that container, so the copy mounts what the check saw as long as no path above
+either directory changed in between: every one is a base path or a parent `prepare` made,
+never a tenant's.
 
 The copy: `cp -a` keeps owners, modes, times, hard links (among the copied files), symbolic
 links as links, extended attributes where it can; `--reflink=auto` clones extents on a
@@ -36,16 +39,10 @@ from provisioner.configuration.config import ConfigBundle
 from provisioner.helper_pods.pod_shapes import (
     BASE_VIEW,
     BASE_VOLUME,
-    DATA_VOLUME,
-    HELPER_ACTION_LABEL,
-    HELPER_VOLUME_LABEL,
-    HelperStep,
+    HelperAction,
     HelperTarget,
     build_helper_pod,
     clone_source_of,
-    helper_pod_frame,
-    helper_pod_name,
-    label_value,
 )
 from provisioner.provisioning.base_path_checks import base_host_path
 from provisioner.provisioning.clones import CloneSource
@@ -98,8 +95,8 @@ echo "copied $LPS_SOURCE_DIR into $VOL_DIR"
 """
 
 
-def build_step_pod(
-    step: HelperStep,
+def build_action_pod(
+    action: HelperAction,
     target: HelperTarget,
     bundle: ConfigBundle,
     namespace: str,
@@ -107,65 +104,56 @@ def build_step_pod(
     *,
     permit: RemovalPermit | None = None,
 ) -> dict[str, Any]:
-    """The pod of any step of a volume's own helper run (`permit`: see `build_helper_pod`)."""
-    if step == "clone":
-        return build_clone_pod(target, bundle, namespace, service_account)
-    return build_helper_pod(step, target, bundle, namespace, service_account, permit=permit)
+    """The one pod of a volume's own helper run (`permit`: see `build_helper_pod`): a clone's
+    setup pod goes on, after the setup, with the clone's check and copy."""
+    pod = build_helper_pod(action, target, bundle, namespace, service_account, permit=permit)
+    if action == "create" and clone_source_of(target) is not None:
+        add_clone(pod, target, bundle)
+    return pod
 
 
-def build_clone_pod(
-    target: HelperTarget, bundle: ConfigBundle, namespace: str, service_account: str
-) -> dict[str, Any]:
+def add_clone(pod: dict[str, Any], target: HelperTarget, bundle: ConfigBundle) -> None:
+    """The setup pod `pod` made a clone's: its setup becomes an init container, followed by
+    the check (init) and the copy (main). Both see the new directory as the setup does."""
     source = clone_source_of(target)
     if source is None:
         raise ValueError(f"volume {target.volume_name} is not a clone")
-    for path, base in ((target.path, target.base_path), (source.path, source.base_path)):
-        if not base or not is_strictly_inside(path, base):
-            raise ValueError(f"path {path!r} is not strictly inside its base path {base!r}")
-    pod = helper_pod_frame(
-        bundle,
-        namespace,
-        service_account,
-        name=helper_pod_name("clone", target.volume_name),
-        labels={
-            HELPER_ACTION_LABEL: "clone",
-            HELPER_VOLUME_LABEL: label_value(target.volume_name),
-        },
-        node_name=target.node_name,
-    )
+    if not source.base_path or not is_strictly_inside(source.path, source.base_path):
+        raise ValueError(
+            f"path {source.path!r} is not strictly inside its base path {source.base_path!r}"
+        )
     spec = pod["spec"]
+    (setup,) = spec["containers"]
+    (data_mount,) = [m for m in setup["volumeMounts"] if m["mountPath"] == target.path]
     config = bundle.config
     spec["volumes"] = [
-        {
-            "name": "base",
-            "hostPath": base_host_path(target.base_path, config.base_path_rules(target.base_path)),
-        },
+        *spec["volumes"],
         {
             "name": "source-base",
             "hostPath": base_host_path(source.base_path, config.base_path_rules(source.base_path)),
         },
-        {"name": DATA_VOLUME, "hostPath": {"path": target.path, "type": "Directory"}},
         {"name": "source", "hostPath": {"path": source.path, "type": "Directory"}},
     ]
     copy_mounts: list[dict[str, Any]] = [
         {"name": "source", "mountPath": SOURCE_MOUNT, "readOnly": True},
-        {"name": DATA_VOLUME, "mountPath": target.path},
+        dict(data_mount),
     ]
     check_mounts: list[dict[str, Any]] = [
         *copy_mounts,
         {"name": BASE_VOLUME, "mountPath": BASE_VIEW, "readOnly": True},
         {"name": "source-base", "mountPath": SOURCE_BASE_VIEW, "readOnly": True},
     ]
-    template = spec["containers"][0]
+    template = bundle.helper_pod_template["spec"]["containers"][0]
     spec["initContainers"] = [
+        *(spec.get("initContainers") or ()),
+        setup,
         _container(
             template, CHECK_CONTAINER, CHECK_SCRIPT, check_mounts, target=target, source=source
-        )
+        ),
     ]
     spec["containers"] = [
         _container(template, COPY_CONTAINER, COPY_SCRIPT, copy_mounts, target=target, source=source)
     ]
-    return pod
 
 
 def _container(

@@ -40,13 +40,17 @@ class HelperPodError(Exception):
 
 
 class HelperPodFailed(HelperPodError):  # noqa: N818 (the contract's name)
-    def __init__(self, pod: str, exit_code: int | None, reason: str, log_tail: str) -> None:
+    def __init__(
+        self, pod: str, exit_code: int | None, reason: str, log_tail: str, container: str = ""
+    ) -> None:
         code = "no exit code" if exit_code is None else f"exit code {exit_code}"
         detail = f": {log_tail.strip()}" if log_tail.strip() else ""
         super().__init__(pod, f"failed ({reason}, {code}){detail}")
         self.exit_code = exit_code
         self.reason = reason
         self.log_tail = log_tail
+        self.container = container
+        """The container whose end failed the pod ("" when not known): which step failed."""
 
 
 class HelperPodTimeout(HelperPodError):  # noqa: N818 (the contract's name)
@@ -88,12 +92,16 @@ class PodState:
     message: str = ""
     waiting_reason: str = ""
     waiting_message: str = ""
+    container: str = ""
+    """The container the state is read from (see `_current_container`)."""
 
     @classmethod
     def of(cls, pod: Mapping[str, Any]) -> PodState:
         status = pod.get("status") or {}
         phase = str(status.get("phase") or "Pending")
-        state = _current_container_state(status)
+        current = _current_container(status)
+        state = current.get("state") or {}
+        container = str(current.get("name") or "")
         terminated = state.get("terminated")
         waiting = state.get("waiting") or {}
         if terminated:
@@ -107,6 +115,7 @@ class PodState:
                 exit_code=None if never_created else terminated.get("exitCode"),
                 reason=str(status.get("reason") or terminated.get("reason") or ""),
                 message=str(terminated.get("message") or ""),
+                container=container,
             )
         return cls(
             phase=phase,
@@ -114,6 +123,7 @@ class PodState:
             message=str(status.get("message") or ""),
             waiting_reason=str(waiting.get("reason") or ""),
             waiting_message=str(waiting.get("message") or ""),
+            container=container,
         )
 
     def describe(self) -> str:
@@ -122,16 +132,17 @@ class PodState:
         return self.phase
 
 
-def _current_container_state(status: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The state of the container the pod is at: the first init container that has not
+def _current_container(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The status of the container the pod is at: the first init container that has not
     succeeded (running, waiting, or the one whose failure failed the pod), else the main one.
-    A teardown pod runs the user's code in an init container, so its failure is read there."""
+    A teardown pod runs the user's code in an init container, a setup pod `prepare`, so their
+    failures are read there."""
     for init in status.get("initContainerStatuses") or ():
         state = init.get("state") or {}
         if (state.get("terminated") or {}).get("exitCode") != 0:
-            return dict(state)
+            return dict(init)
     statuses = status.get("containerStatuses") or []
-    return dict(statuses[0].get("state") or {}) if statuses else {}
+    return dict(statuses[0]) if statuses else {}
 
 
 class PodProgress:
@@ -155,7 +166,11 @@ class PodProgress:
             return None
         if state.phase == "Failed":
             raise HelperPodFailed(
-                self._label, state.exit_code, state.reason or "Failed", state.message
+                self._label,
+                state.exit_code,
+                state.reason or "Failed",
+                state.message,
+                container=state.container,
             )
         now = self._clock.monotonic()
         if state.waiting_reason in START_FAILURE_REASONS:

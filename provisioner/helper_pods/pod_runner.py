@@ -298,7 +298,9 @@ class PodRunner:
             return HelperPodTimeout(label, error.timeout, f"{error.last_state}; {warning}")
         assert isinstance(error, HelperPodFailed)
         said = "; ".join(part for part in (error.log_tail.strip(), warning) if part)
-        return HelperPodFailed(label, error.exit_code, error.reason, said)
+        return HelperPodFailed(
+            label, error.exit_code, error.reason, said, container=error.container
+        )
 
     def _kubelet_warning(self, pod: Mapping[str, Any]) -> str:
         """The newest Warning event on the pod as `reason: message` (a kubelet's FailedMount:

@@ -1,6 +1,6 @@
-"""Running the helper pods of setups and teardowns: a volume's own pods (one per step) or one
-batch pod for several volumes of a node, each volume's result reported on its own, with the
-helper-pod metrics per volume."""
+"""Running the helper pods of setups and teardowns: a volume's own pod (its steps in sequence)
+or one batch pod for several volumes of a node, each volume's result reported on its own, with
+the helper-pod metrics per volume."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from provisioner.helper_pods.batch_pod_shapes import (
     batch_pod_name,
     build_batch_helper_pod,
 )
-from provisioner.helper_pods.clone_step import build_step_pod
+from provisioner.helper_pods.clone_step import build_action_pod
 from provisioner.helper_pods.pod_runner import (
     HelperPodError,
     HelperPodFailed,
@@ -25,10 +25,10 @@ from provisioner.helper_pods.pod_runner import (
     PodState,
 )
 from provisioner.helper_pods.pod_shapes import (
+    PREPARE_CONTAINER,
     HelperAction,
     HelperTarget,
     build_helper_pod,
-    helper_steps,
 )
 from provisioner.helper_pods.resize import build_resize_helper_pod
 from provisioner.kube.metrics import Metrics
@@ -86,29 +86,30 @@ class PodRuns:
         bundle: ConfigBundle,
         permit: RemovalPermit | None,
     ) -> float:
-        """The volume's own pods, one step after another; raises the first `HelperPodError`.
-        `permit`: the removal gate's, for a teardown (required) or for the clean-up after a
-        failed setup (without it, a failed setup leaves its directory)."""
-        seconds = 0.0
-        for step in helper_steps(action, target, bundle.config):
-            manifest = build_step_pod(
-                step,
-                target,
-                bundle,
-                self._helper.namespace,
-                self._helper.service_account,
-                permit=permit,
+        """The volume's own pod, its steps one after another; raises `HelperPodError` when
+        it fails. `permit`: the removal gate's, for a teardown (required) or for the clean-up
+        after a failed setup (without it, a failed setup leaves its directory)."""
+        manifest = build_action_pod(
+            action,
+            target,
+            bundle,
+            self._helper.namespace,
+            self._helper.service_account,
+            permit=permit,
+        )
+        try:
+            seconds = self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
+        except HelperPodError as error:
+            self._metrics.observe_helper_pod(action, "failed", error.duration or 0.0)
+            # Not after `prepare`: it made nothing this attempt can call its own.
+            failed_setup = (
+                action == "create"
+                and isinstance(error, HelperPodFailed)
+                and error.container != PREPARE_CONTAINER
             )
-            try:
-                seconds += self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
-            except HelperPodError as error:
-                self._metrics.observe_helper_pod(
-                    action, "failed", seconds + (error.duration or 0.0)
-                )
-                failed_setup = step in ("create", "clone") and isinstance(error, HelperPodFailed)
-                if failed_setup and permit is not None:
-                    self._remove_empty_directory(target, bundle, permit)
-                raise
+            if failed_setup and permit is not None:
+                self._remove_empty_directory(target, bundle, permit)
+            raise
         self._metrics.observe_helper_pod(action, "succeeded", seconds)
         return seconds
 

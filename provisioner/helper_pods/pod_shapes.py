@@ -52,10 +52,13 @@ HELPER_STEPS: dict[HelperAction, tuple[HelperStep, ...]] = {
     "create": ("prepare", "create", "clone", "finish"),
     "delete": ("delete",),
 }
-"""Every step an action may take, each its own pod (see `helper_steps` for those a given volume
-takes; a `create` whose setup failed takes `finish` to remove the directory it left empty). The
-`delete` pod also runs the fixed `finish` script, in its main container (see
-`build_helper_pod`)."""
+"""Every step an action may take (see `helper_steps` for those a given volume takes; a
+`create` whose setup failed takes `finish` to remove the directory it left empty). An action
+runs in one pod, its steps containers in sequence: `prepare` and the setup, then a clone's
+check and copy (clone_step.py); the teardown, then `finish` (see `build_helper_pod`). A kubelet
+starts each container after the one before it ended, about a second later, but a pod costs
+more: its sandbox, its scheduling, its status round trips."""
+PREPARE_CONTAINER = "prepare"
 TEARDOWN_CONTAINER = "teardown"
 FINISH_CONTAINER = "finish"
 
@@ -273,7 +276,11 @@ def build_helper_pod(
     base path; `create` and `delete`, the setup and teardown code in force, only VOL_DIR (the
     base path is read-only at BASE_VIEW, for the guard). A `delete` pod runs the teardown code
     in an init container and `finish` after it in the main container, each with its own
-    mounts. rancher mounts the volume's parent read-write for all of it."""
+    mounts. A `create` whose directory `prepare` makes runs `prepare` in an init container
+    before the setup, and the setup sees the directory as a subPath of the base path: a kubelet
+    resolves a subPath when it starts the container, after `prepare` made it, and only inside
+    its volume (a hostPath volume of the directory itself would be checked at the pod's start,
+    before anything made it). rancher mounts the volume's parent read-write for all of it."""
     if not target.base_path or not is_strictly_inside(target.path, target.base_path):
         raise ValueError(
             f"volume path {target.path!r} is not strictly inside its base path {target.base_path!r}"
@@ -296,6 +303,15 @@ def build_helper_pod(
     spec["volumes"] = [v for v in spec.get("volumes") or () if v.get("name") not in ours] + volumes
     template_container = spec["containers"][0]
     container = step_container(step, target, bundle, template_container, mounts, removal=removal)
+    if step == "create" and "prepare" in helper_steps("create", target, bundle.config):
+        _, prepare_mounts = _mounts("prepare", target, bundle.config)
+        prepare = step_container(
+            "prepare", target, bundle, template_container, prepare_mounts, removal={}
+        )
+        spec["initContainers"] = [
+            *(spec.get("initContainers") or ()),
+            {**prepare, "name": PREPARE_CONTAINER},
+        ]
     if step != "delete":
         spec["containers"][0] = container
         return pod
@@ -447,15 +463,21 @@ def _mounts(
     if step in ("prepare", "finish"):
         volumes = [{"name": BASE_VOLUME, "hostPath": base}]
         mounts = [{"name": BASE_VOLUME, "mountPath": target.base_path}]
+    elif step == "create" and "prepare" in helper_steps("create", target, config):
+        # Made by `prepare` in the same pod: a subPath, resolved when the setup starts.
+        volumes = [{"name": BASE_VOLUME, "hostPath": base}]
+        mounts = [
+            {"name": BASE_VOLUME, "mountPath": BASE_VIEW, "readOnly": True},
+            data_sub_path_mount(target),
+        ]
     else:
-        made_by_prepare = step == "create" and "prepare" in helper_steps("create", target, config)
         volumes = [
             {"name": BASE_VOLUME, "hostPath": base},
             {
                 "name": DATA_VOLUME,
                 "hostPath": {
                     "path": target.path,
-                    "type": volume_host_path_type(rules, made_before=made_by_prepare),
+                    "type": volume_host_path_type(rules),
                 },
             },
         ]
@@ -464,6 +486,16 @@ def _mounts(
             {"name": DATA_VOLUME, "mountPath": target.path},
         ]
     return volumes, mounts
+
+
+def data_sub_path_mount(target: HelperTarget) -> dict[str, Any]:
+    """VOL_DIR, read-write at its own path, as a subPath of the base path's volume: for a
+    directory an earlier container of the pod makes."""
+    return {
+        "name": BASE_VOLUME,
+        "mountPath": target.path,
+        "subPath": target.path[len(target.base_path) :].strip("/"),
+    }
 
 
 def _command(

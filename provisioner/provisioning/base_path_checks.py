@@ -43,10 +43,11 @@ def base_host_path(path: str, rules: BasePathRules) -> dict[str, Any]:
     return {"path": path, "type": "DirectoryOrCreate" if rules.create else "Directory"}
 
 
-def volume_host_path_type(rules: BasePathRules, *, made_before: bool) -> str:
-    """The hostPath type of a volume's own directory: `Directory` when a step before made it,
-    or when its base path may not be made on the way."""
-    return "Directory" if made_before or not rules.create else "DirectoryOrCreate"
+def volume_host_path_type(rules: BasePathRules) -> str:
+    """The hostPath type of a volume's own directory: `Directory` when its base path may not
+    be made on the way. (A directory `prepare` makes is a subPath instead: a hostPath volume is
+    checked when its pod starts, before the pod's `prepare` ran.)"""
+    return "DirectoryOrCreate" if rules.create else "Directory"
 
 
 def needs_prepare(rules: BasePathRules) -> bool:

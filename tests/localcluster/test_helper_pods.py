@@ -9,10 +9,13 @@ import pytest
 
 from localcluster import helper_pod_status as status
 from localcluster.helper_pods import (
+    Mount,
+    SubPathError,
     UnsupportedPodError,
     is_helper_pod,
     node_host_path,
     plan_sandbox,
+    resolve_sub_path,
     termination_message,
 )
 from localcluster.image_table import ImageRuntime
@@ -59,6 +62,45 @@ def test_nested_mounts_are_ordered_parent_first(tmp_path: Path) -> None:
     )
     assert [m.target for m in plan.mounts] == ["/opt/lps", "/opt/lps/script"]
     assert plan.mounts[1].read_only
+
+
+def test_a_sub_path_is_resolved_at_the_start_inside_its_volume_only(tmp_path: Path) -> None:
+    """As a kubelet's subpath_linux.go: the subPath's links resolved, the result inside the
+    volume or refused, made when missing, and the resolved directory is what is mounted."""
+    pod = _with_uid(helper_pod("p", "node-1", "true"))
+    pod["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "data", "mountPath": "/v", "subPath": "ns/claim"}
+    ]
+    pod["spec"]["volumes"] = [{"name": "data", "hostPath": {"path": "/opt/lps"}}]
+    plan = plan_sandbox(pod, root=tmp_path / "root", node_dir=tmp_path / "n", materialized={})
+    (mount,) = plan.mounts
+    volume = tmp_path / "n" / "opt" / "lps"
+    assert (mount.source, mount.volume_root) == (str(volume / "ns" / "claim"), str(volume))
+
+    volume.mkdir(parents=True)
+    assert resolve_sub_path(mount).source == str(volume / "ns" / "claim")
+    assert (volume / "ns" / "claim").is_dir()  # made, as a kubelet makes a missing subPath
+
+    # A link inside the volume is followed; one out of it is refused, never mounted.
+    (volume / "other").mkdir()
+    (volume / "ns" / "claim").rmdir()
+    (volume / "ns" / "claim").symlink_to(volume / "other")
+    assert resolve_sub_path(mount).source == str(volume / "other")
+    (volume / "ns" / "claim").unlink()
+    (volume / "ns" / "claim").symlink_to(tmp_path)
+    with pytest.raises(SubPathError, match="not within volume path"):
+        resolve_sub_path(mount)
+    # Nor made through a link out of the volume.
+    (volume / "ns" / "claim").unlink()
+    (volume / "ns").rmdir()
+    (volume / "ns").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere").mkdir()
+    with pytest.raises(SubPathError, match="not within volume path"):
+        resolve_sub_path(mount)
+    assert not (tmp_path / "elsewhere" / "claim").exists()
+    # Any other mount is left as it is.
+    plain = Mount(source=str(volume), target="/v")
+    assert resolve_sub_path(plain) is plain
 
 
 def test_unsupported_volumes_and_missing_command_are_refused(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from provisioner.helper_pods.pod_shapes import (
     HELPER_GRACE_SECONDS,
     HELPER_POD_LABEL,
     HELPER_POD_LABEL_VALUE,
+    PREPARE_CONTAINER,
     PREPARE_SCRIPT,
     REMOVING_STEPS,
     build_helper_pod,
@@ -281,15 +282,20 @@ def test_helper_pod_forces_what_the_template_may_not_choose() -> None:
     assert spec["priorityClassName"] == "system-node-critical"  # kept from the template
     # The setup code writes only VOL_DIR; it sees the base path read-only, for the guard. Never
     # the volume's parent: a hostPath is resolved on the host, so a parent reached through a
-    # planted symlink would mount whatever it points at.
+    # planted symlink would mount whatever it points at. VOL_DIR is nested, so `prepare` makes
+    # it first, in the same pod, and the setup mounts it as a subPath of the base path (which
+    # the kubelet resolves when the setup starts, inside the base path only).
     assert spec["volumes"] == [
         {"name": "base", "hostPath": {"path": "/opt/lp", "type": "DirectoryOrCreate"}},
-        {"name": "data", "hostPath": {"path": "/opt/lp/ns/claim", "type": "Directory"}},
     ]
     assert container["volumeMounts"] == [
         {"name": "base", "mountPath": BASE_VIEW, "readOnly": True},
-        {"name": "data", "mountPath": "/opt/lp/ns/claim"},
+        {"name": "base", "mountPath": "/opt/lp/ns/claim", "subPath": "ns/claim"},
     ]
+    [prepare] = spec["initContainers"]
+    assert prepare["name"] == PREPARE_CONTAINER
+    assert prepare["command"] == ["/bin/sh", "-c", PREPARE_SCRIPT, "prepare"]
+    assert prepare["volumeMounts"] == [{"name": "base", "mountPath": "/opt/lp"}]
     # The validated script in force, inline (never the ConfigMap's current file), called by the
     # guard in rancher's shape.
     assert container["command"] == ["/bin/sh", "-c", GUARD_SCRIPT, "setup"]

@@ -24,9 +24,9 @@ from provisioner.helper_pods.clone_step import (
     COPY_CONTAINER,
     COPY_SCRIPT,
     SOURCE_MOUNT,
-    build_step_pod,
+    build_action_pod,
 )
-from provisioner.helper_pods.pod_shapes import BASE_VIEW, helper_steps
+from provisioner.helper_pods.pod_shapes import BASE_VIEW, PREPARE_CONTAINER, helper_steps
 from provisioner.objects.records import (
     ClaimRecord,
     ClaimReference,
@@ -291,29 +291,37 @@ def test_a_source_that_went_during_the_copy_is_seen() -> None:
     assert "lost its volume" in str(source_changed(SOURCE, SOURCE_CLAIM, None))
 
 
-def test_the_copy_is_a_fixed_step_after_the_setup_in_a_pod_that_sees_only_the_two_volumes() -> None:
+def test_the_copy_is_a_fixed_step_after_the_setup_in_its_pod_and_sees_only_the_two_volumes() -> (
+    None
+):
     decision = decide()
     assert isinstance(decision, Provision)
     plan = decision.plan
     assert helper_steps("create", plan, BUNDLE.config) == ("prepare", "create", "clone")
-    pod = build_step_pod("clone", plan, BUNDLE, "lps", "helper-sa")
+    pod = build_action_pod("create", plan, BUNDLE, "lps", "helper-sa")
     spec = pod["spec"]
-    assert pod["metadata"]["name"] == "helper-clone-pvc-u-clone"
+    # One pod for the whole action: prepare, the setup, the check, then the copy.
+    assert pod["metadata"]["name"] == "helper-create-pvc-u-clone"
     assert spec["nodeName"] == "n1"
     assert spec["automountServiceAccountToken"] is False
     volumes = {v["name"]: v["hostPath"] for v in spec["volumes"]}
-    assert volumes["data"] == {"path": plan.path, "type": "Directory"}
+    assert set(volumes) == {"base", "source-base", "source"}
     assert volumes["source"] == {"path": SOURCE.path, "type": "Directory"}
-    [check] = spec["initContainers"]
+    [prepare, setup, check] = spec["initContainers"]
     [copier] = spec["containers"]
+    assert prepare["name"] == PREPARE_CONTAINER
+    assert setup["args"][-2:] == ["-a", "create"]
     assert check["name"] == CHECK_CONTAINER
     assert check["command"] == ["/bin/sh", "-c", CHECK_SCRIPT, CHECK_CONTAINER]
     assert copier["name"] == COPY_CONTAINER
     assert copier["command"] == ["/bin/sh", "-c", COPY_SCRIPT, COPY_CONTAINER]
-    # The copy sees the source read-only and its own directory, nothing of the base paths.
+    # The copy sees the source read-only and its own directory (the subPath `prepare` made,
+    # as the setup sees it), nothing of the base paths.
+    data = {"name": "base", "mountPath": plan.path, "subPath": "pvc-u-clone_ns_copy"}
+    assert data in setup["volumeMounts"]
     assert copier["volumeMounts"] == [
         {"name": "source", "mountPath": SOURCE_MOUNT, "readOnly": True},
-        {"name": "data", "mountPath": plan.path},
+        data,
     ]
     assert {m["mountPath"]: m.get("readOnly", False) for m in check["volumeMounts"]} == {
         SOURCE_MOUNT: True,

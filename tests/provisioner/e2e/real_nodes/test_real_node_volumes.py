@@ -12,6 +12,8 @@ import pytest
 
 from localcluster import LocalCluster
 from localcluster.raw_api import call_json, manifest
+from provisioner.helper_pods.clone_step import CHECK_CONTAINER, COPY_CONTAINER
+from provisioner.helper_pods.pod_shapes import PREPARE_CONTAINER
 from tests.faults.support import unique_base_path
 from tests.provisioner.e2e.real_nodes.support import (
     Serve,
@@ -79,8 +81,19 @@ def test_a_clone_on_a_real_node_holds_what_the_source_s_pod_wrote(
     assert (copied / "dir" / "file").read_text() == "source data\n"
     assert (copied / "sparse").stat().st_blocks * 512 < (32 << 20) // 4, "holes kept"
     assert not setup.node_path("real-1", volume_path(clone)).exists()
-    clones = [pod for pod in recorder.pods() if pod.action == "clone"]
-    assert clones, [pod.action for pod in recorder.pods()]
+    # The copy runs in the clone's one setup pod, after `prepare`, the setup and the check.
+    clones = [
+        pod
+        for pod in recorder.pods()
+        if [c["name"] for c in pod.status.get("containerStatuses") or ()] == [COPY_CONTAINER]
+    ]
+    assert len(clones) == 1, [pod.action for pod in recorder.pods()]
+    (clone_pod,) = clones
+    assert [c["name"] for c in clone_pod.status["initContainerStatuses"]] == [
+        PREPARE_CONTAINER,
+        "helper-pod",
+        CHECK_CONTAINER,
+    ]
     assert_ran_under_containerd_from_the_registry(cluster, clones, real_nodes(cluster).coreutils)
 
 
