@@ -30,7 +30,7 @@ engine:
 image:
 	@$(PY) -m scripts.build_image
 
-demo: tools engine image
+demo: tools node-tools engine image
 	@$(PY) -m scripts.demo
 
 lint:

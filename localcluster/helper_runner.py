@@ -402,12 +402,15 @@ class HelperPodRunner(PodRunnerBase):
         )
 
     def _report_volume_not_ready(self, pod: dict[str, Any], error: VolumeNotReadyError) -> None:
+        # As a kubelet: every container of a pod with init containers waits PodInitializing.
+        first_init = 0 if pod["spec"].get("initContainers") else None
+        reason = "ContainerCreating" if first_init is None else "PodInitializing"
         if isinstance(error, HostPathTypeError):
             # As a kubelet: no message on the waiting container, a FailedMount event instead.
-            if self._report_waiting(pod, "ContainerCreating", ""):
+            if self._report_waiting(pod, reason, "", init_index=first_init):
                 self.api.warn(pod, "FailedMount", error.event_message)
             return
-        self._report_waiting(pod, "ContainerCreating", f"volume not ready: {error}")
+        self._report_waiting(pod, reason, f"volume not ready: {error}", init_index=first_init)
 
     def _report_waiting(
         self, pod: dict[str, Any], reason: str, message: str, *, init_index: int | None = None

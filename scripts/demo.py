@@ -1,11 +1,13 @@
-"""The demo, as a user lives through it: the provisioner's image, a local cluster, `pulumi up`
-of the dev stack's config, a claim bound by the provisioner that `up` deployed (its pod runs
-from that image's root filesystem, the very artifact a user pushes), its directory on the
-pod's node, the release that removes it again, `pulumi destroy`, and a clean stop; a time per step.
+"""The demo, as a user lives through it: the provisioner's image pushed to a registry, a local
+cluster with two real nodes, `pulumi up` of the dev stack's config with that image by digest,
+a claim bound by the provisioner that `up` deployed (its pod pulled from the registry and run
+by a kubelet under containerd), the claim's pod running with the volume mounted, its directory
+on that node's disk only, the release that removes it again, `pulumi destroy`, and a clean
+stop; a time per step.
 
-Why: it shows the whole product path with nothing but this repository: a real control plane
-with fake nodes whose provisioner pod the harness runs as a kubelet would, the real Pulumi
-engine, and helper pods whose node paths land in that node's own directory.
+Why: it shows the whole product path with nothing but this repository: a real control plane,
+real nodes (kubelet, containerd, runc, each with a disk of its own), the real Pulumi engine,
+and the image as a user ships it.
 
 Run from the repository root: `python -m scripts.demo` (or `make demo`).
 """
@@ -26,13 +28,13 @@ import yaml
 
 from components.naming import DEFAULT_NAMESPACE
 from localcluster import (
-    PROVISIONER_IMAGE_REPOSITORY,
     ClusterError,
     ClusterOptions,
     LocalCluster,
     wait_for,
 )
 from localcluster.raw_api import call_json, manifest
+from localcluster.real_node_config import BUSYBOX_IMAGE
 from scripts import build_image
 from scripts.pulumi_engine import ROOT, EngineUnavailableError, find_engine, project_copy
 
@@ -61,11 +63,16 @@ def _poll(probe: Callable[[], T | None], description: str) -> T:
 class Pulumi:
     """The `pulumi` CLI on a copy of this project, with its output shown as it runs."""
 
-    def __init__(self, cluster: LocalCluster) -> None:
+    def __init__(self, cluster: LocalCluster, image: str) -> None:
         engine = find_engine()
         print(f"  pulumi {engine.version()} from {engine.origin}")
         stack_file = yaml.safe_load(STACK_TEMPLATE.read_text(encoding="utf-8"))
-        config = {**stack_file["config"], "kubernetes:kubeconfig": str(cluster.kubeconfig)}
+        config = {
+            **stack_file["config"],
+            "kubernetes:kubeconfig": str(cluster.kubeconfig),
+            "local-path-storage:image": image,
+        }
+        print(f"  $ pulumi config set image {image}")
         self.project = project_copy(cluster.dir / "demo-project", STACK, config)
         # A backend and passphrase of this run only: the cluster directory goes at the end.
         state = cluster.dir / "pulumi-state"
@@ -105,11 +112,8 @@ def deploy(cluster: LocalCluster, pulumi: Pulumi) -> dict[str, Any]:
         f"{pod['spec']['nodeName']}; its log: "
         f"{cluster.pod_log_path(namespace, pod['metadata']['name'], pod['metadata']['uid'])}"
     )
-    image = cluster.image_table.entries[PROVISIONER_IMAGE_REPOSITORY]
-    print(
-        f"  its container ({pod['spec']['containers'][0]['image']}) runs from the image's root "
-        f"filesystem, unpacked at {image.root}"
-    )
+    (status,) = pod["status"]["containerStatuses"]
+    print(f"  its container {status['containerID']}, image {status['imageID']}")
     return pod
 
 
@@ -135,7 +139,15 @@ def claim_for_a_pod(cluster: LocalCluster, storage_class: str) -> dict[str, Any]
             {
                 "metadata": {"name": "app"},
                 "spec": {
-                    "containers": [{"name": "app", "image": "registry.invalid/app:1"}],
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [
+                        {
+                            "name": "app",
+                            "image": BUSYBOX_IMAGE,
+                            "command": ["sh", "-c", "echo hello > /data/greeting; sleep 3600"],
+                            "volumeMounts": [{"name": "d", "mountPath": "/data"}],
+                        }
+                    ],
                     "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}],
                 },
             }
@@ -148,6 +160,13 @@ def claim_for_a_pod(cluster: LocalCluster, storage_class: str) -> dict[str, Any]
 
     volume_name = _poll(bound, "the claim to be Bound")
     print(f"  claim default/data Bound to {volume_name} in {time.monotonic() - started:.1f}s")
+
+    def running() -> str | None:
+        pod = call_json(core.read_namespaced_pod, "app", "default")
+        return str(pod["spec"]["nodeName"]) if pod["status"].get("phase") == "Running" else None
+
+    node = _poll(running, "the claim's pod to run")
+    print(f"  pod default/app Running on {node} in {time.monotonic() - started:.1f}s")
     return call_json(core.read_persistent_volume, volume_name)
 
 
@@ -162,6 +181,9 @@ def show_volume_directory(cluster: LocalCluster, volume: dict[str, Any]) -> Path
     directory: Path = cluster.node_dir(node) / path.lstrip("/")
     if not directory.is_dir():
         raise DemoError(f"demo: {path} did not appear on {node}")
+    greeting = directory / "greeting"
+    _poll(lambda: True if greeting.is_file() else None, f"the pod to write {greeting}")
+    print(f"  {greeting}: {greeting.read_text(encoding='utf-8').strip()!r}, written by the pod")
     return directory
 
 
@@ -187,7 +209,8 @@ def run(cluster: LocalCluster) -> None:
             ready = next(c["status"] for c in node["status"]["conditions"] if c["type"] == "Ready")
             print(f"  {name:<10} Ready={ready:<6} disk: {cluster.node_dir(name)}")
     with step("pulumi up: namespace, RBAC, ConfigMap, provisioner Deployment, StorageClass"):
-        pulumi = Pulumi(cluster)
+        assert cluster.real is not None and cluster.real.provisioner is not None
+        pulumi = Pulumi(cluster, cluster.real.provisioner.by_digest)
         deploy(cluster, pulumi)
     storage_class = yaml.safe_load(STACK_TEMPLATE.read_text(encoding="utf-8"))["config"][
         "local-path-storage:storageClasses"
@@ -211,9 +234,12 @@ def main() -> int:
             image = build_image.image()
             print(f"  {image.reference} {image.digest}; archive {image.archive}")
         with step(
-            "Starting the local cluster (etcd, kube-apiserver, controller-manager, scheduler, kwok)"
+            "Starting the local cluster (etcd, kube-apiserver, controller-manager, scheduler), a "
+            "registry with the image pushed, and two real nodes (kubelet, containerd, runc)"
         ):
-            options = ClusterOptions(announce=False, provisioner_image=image.directory)
+            options = ClusterOptions(
+                announce=False, provisioner_image=image.directory, nodes=(), real_nodes=2
+            )
             cluster = LocalCluster.start(options)
             seconds = cluster.startup_seconds
             print(f"  cluster ready in {seconds:.1f}s; kubeconfig {cluster.kubeconfig}")

@@ -63,7 +63,9 @@ DEFAULT_START_FAILURE_GRACE = 20.0
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 CONNECT_TIMEOUT = 10.0
-CREATING_REASON = "ContainerCreating"
+CREATING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
+"""A container's waiting reason before its pod's volumes are mounted: a kubelet says
+PodInitializing, not ContainerCreating, for every container of a pod with init containers."""
 """A container's waiting reason while its kubelet sets up the pod (its volumes, say)."""
 KUBELET_SYNC_MARGIN_SECONDS = 5.0
 """How long past a pod's own deadline and grace its run waits for the kubelet to report it."""
@@ -286,7 +288,7 @@ class PodRunner:
         container was never created (still waiting in ContainerCreating, or failed at its
         deadline before it was): why (a hostPath it cannot mount, say) is only in such an
         event. Else, or with no such event to be read, `error` itself."""
-        creating = PodState.of(pod).waiting_reason == CREATING_REASON
+        creating = PodState.of(pod).waiting_reason in CREATING_REASONS
         if not (isinstance(error, HelperPodTimeout) and creating) and not (
             isinstance(error, HelperPodFailed) and never_ran(error)
         ):

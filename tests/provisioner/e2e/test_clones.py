@@ -353,8 +353,11 @@ def test_a_source_deleted_while_its_clone_is_made_leaves_no_volume_and_no_direct
     clone_volume = f"pvc-{setup.claim('copy')['metadata']['uid']}"
 
     def setup_running() -> bool | None:
-        pod = setup.cluster.read_pod(setup.namespace, f"helper-create-{clone_volume}")
-        return True if pod and pod.get("status", {}).get("phase") == "Running" else None
+        # The setup is an init container of the clone's pod (the copy its main container).
+        pod = setup.cluster.read_pod(setup.namespace, f"helper-create-{clone_volume}") or {}
+        statuses = (pod.get("status") or {}).get("initContainerStatuses") or ()
+        running = [s["name"] for s in statuses if "running" in (s.get("state") or {})]
+        return True if running == ["helper-pod"] else None
 
     eventually(setup_running, 90, "the clone's setup to run (and wait)")
     # The source goes while its clone is being made; its teardown waits, its data intact.

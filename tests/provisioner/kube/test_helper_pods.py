@@ -317,11 +317,22 @@ def event(uid: str, kind: str, reason: str, at: str, message: str) -> dict[str, 
     }
 
 
+# A pod with init containers (a setup pod with `prepare`) waits so, each container of it.
+INITIALIZING: Pod = {
+    "phase": "Pending",
+    "initContainerStatuses": [
+        {"name": "prepare", "state": {"waiting": {"reason": "PodInitializing"}}}
+    ],
+    "containerStatuses": [{"state": {"waiting": {"reason": "PodInitializing"}}}],
+}
+
+
+@pytest.mark.parametrize("waiting", [CREATING, INITIALIZING], ids=["one-container", "init"])
 def test_a_pod_stuck_creating_its_container_times_out_with_its_kubelet_s_warning(
-    clock: FakeClock,
+    clock: FakeClock, waiting: Pod
 ) -> None:
     """A real kubelet says why a hostPath cannot be mounted only in a FailedMount event."""
-    api = FakePodApi(clock, [[CREATING]])
+    api = FakePodApi(clock, [[waiting]])
     failed_mount = (
         'MountVolume.SetUp failed for volume "base" : hostPath type check failed:'
         " /opt/absent is not a directory"
@@ -334,8 +345,9 @@ def test_a_pod_stuck_creating_its_container_times_out_with_its_kubelet_s_warning
     ]
     with pytest.raises(HelperPodTimeout) as timeout:
         run(api, clock, timeout=30)
+    reason = waiting["containerStatuses"][0]["state"]["waiting"]["reason"]
     assert str(timeout.value).endswith(
-        f"(last seen: Pending, waiting: ContainerCreating; FailedMount: {failed_mount})"
+        f"(last seen: Pending, waiting: {reason}; FailedMount: {failed_mount})"
     )
     assert timeout.value.last_seen is not None
 

@@ -58,10 +58,10 @@ def test_a_missing_base_path_is_reported_with_its_fix_while_the_kubelet_cannot_m
     assert event["type"] == "Warning"
     assert f"the base path {base} must exist on node real-1" in message, message
     assert "create: true" in message, message
-    # The real kubelet keeps such a pod in ContainerCreating, saying why only in an event on
-    # it, and ends it at its deadline only after its mount wait (about two minutes): the
-    # provisioner's own wait reports it, with that event.
-    assert "waiting: ContainerCreating; FailedMount: " in message, message
+    # The real kubelet keeps such a pod waiting (PodInitializing: its `prepare` is an init
+    # container), saying why only in an event on it, and ends it at its deadline only after
+    # its mount wait (about two minutes): the provisioner's own wait reports it, with that event.
+    assert "waiting: PodInitializing; FailedMount: " in message, message
     assert f"hostPath type check failed: {base} is not a directory" in message, message
     assert setup.phase("data") == "Pending"
     for node in ("real-1", "real-2"):

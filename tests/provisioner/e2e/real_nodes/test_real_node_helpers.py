@@ -16,6 +16,7 @@ import pytest
 
 from localcluster import LocalCluster
 from provisioner.configuration.config import DEFAULT_TEARDOWN_SCRIPT
+from provisioner.helper_pods.pod_shapes import PREPARE_CONTAINER
 from tests.faults.support import (
     assert_each_claim_bound_once,
     assert_no_orphan_directories,
@@ -95,6 +96,42 @@ def test_a_claim_binds_on_a_real_node_and_its_release_removes_only_that_node_s_d
     pods = recorder.stop()
     assert [pod.action for pod in pods] == ["create", "delete"], pods
     assert all(pod.volumes == (volume["metadata"]["name"],) for pod in pods), pods
+    assert_ran_under_containerd_from_the_registry(cluster, pods)
+
+
+def test_a_claim_on_a_base_path_that_must_exist_takes_one_helper_pod_prepare_then_setup(
+    cluster: LocalCluster,
+    serving: Serve,
+) -> None:
+    """`prepare` makes the directory in an init container; the setup, in the same pod, sees it
+    as a subPath of the base path, which the real kubelet resolves only when the setup starts
+    (a hostPath of the directory would be checked at the pod's start, before it existed)."""
+    base = unique_base_path("real-must-exist")
+    for node in ("real-1", "real-2"):
+        setup_dir = cluster.node_dir(node) / base.lstrip("/")
+        setup_dir.mkdir(parents=True)
+    setup, recorder = serving(base, create=False)
+    storage_class = setup.create_class("exists")
+    setup.create_claim("data", storage_class)
+    create_writer(setup, "writer", "data", "real-1", "echo written > /data/file")
+
+    volume = setup.wait_bound("data", timeout=90)
+    wait_succeeded(setup, ["writer"])
+    path = volume_path(volume)
+    assert (setup.node_path("real-1", path) / "file").read_text() == "written\n"
+    release(setup, "data", "writer")
+    wait_gone(lambda: setup.volume(volume["metadata"]["name"]), 90, "the released volume")
+    assert not setup.node_path("real-1", path).exists()
+    assert setup.node_path("real-1", base).is_dir(), "the base path stays"
+    wait_no_helper_pods(setup, timeout=60)
+    pods = recorder.stop()
+    assert [pod.action for pod in pods] == ["create", "delete"], pods
+    create = pods[0]
+    (prepared,) = create.status["initContainerStatuses"]
+    assert prepared["name"] == PREPARE_CONTAINER
+    assert prepared["state"]["terminated"]["exitCode"] == 0, prepared
+    (setup_status,) = create.status["containerStatuses"]
+    assert setup_status["state"]["terminated"]["exitCode"] == 0, setup_status
     assert_ran_under_containerd_from_the_registry(cluster, pods)
 
 
