@@ -125,8 +125,8 @@ def parse_options(argv: Sequence[str]) -> BenchOptions:
         choices=sorted(MODELS),
         default="kubelet",
         help="time the local cluster takes to start a helper pod, for every implementation "
-        "alike: kubelet (default; a sandbox and each container cost what published kubelet "
-        "figures say, localcluster/pod_start.py) or fast (the tests' runner, no added time)",
+        "alike: kubelet (default; a pod and each container cost what a real kubelet took, "
+        "localcluster/pod_start.py) or fast (the tests' runner, no added time)",
     )
     add("--timeout", type=float, default=900.0, help="seconds any one wait may take")
     args = parser.parse_args(list(argv))

@@ -176,8 +176,9 @@ def parse_options(
         "--helper-pods-per-node",
         type=int,
         default=int(env("HELPER_PODS_PER_NODE", str(defaults.HELPER_PODS_PER_NODE))),
-        help="setup (and teardown) helper pods running at once per node; beyond the first, only "
-        "for a full batch [HELPER_PODS_PER_NODE]",
+        help="setup (and teardown) helper pods running at once per node, a volume each while "
+        "slots are free; volumes that arrive while all are taken share the next pod "
+        "[HELPER_PODS_PER_NODE]",
     )
     add(
         "--helper-hold-timeout",

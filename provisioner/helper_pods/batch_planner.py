@@ -1,14 +1,19 @@
-"""When a helper run starts and which volumes share its pod: group while busy.
+"""When a helper run starts and which volumes share its pod: a pod each while slots are free,
+together when they are not.
 
-A lone volume never waits for company: a group (one node and action) with no pod running
-starts its volume at once in a pod of its own, today's single-volume pod. Volumes that arrive
-while the group is busy queue up, and the next pod to end hands its slot to them: they go
-together, up to `max_batch`, in one batch pod. A group may run up to `pods_per_group` pods at
-once, but a busy group starts another only for a full batch (a backlog it cannot keep up
-with). So a quiet node runs each volume at once, a busy one spends one pod on many volumes,
-and one under a flood works on several full batches at a time. (A second pod for every small
-batch would split the batches the quicker the pods are: measured, a second slot for two
-volumes took a burst's requests per volume from 3.3 to 4.0.)
+A volume never waits for company: a group (one node and action) with a free slot, of up to
+`pods_per_group` pods at once, starts it at once in a pod of its own. Volumes that arrive while
+every slot is taken queue up, and the next pod to end hands its slot to them: they go together,
+up to `max_batch`, in one batch pod. So a burst the node's slots can hold (a StatefulSet's
+replicas) runs a pod per volume, all at once, and a flood beyond them spends one pod on many
+volumes.
+
+Why not batch sooner: a kubelet starts a pod's containers one after another, noticing each
+exit at its once-a-second relist, so a batch pod's volumes (an init container each) cost about a
+second each in turn, while pods run side by side. Measured on a real node (kubelet 1.36,
+containerd 2.2, 2 cores), twelve claims at once were all Bound in 6.4 s with a pod each against
+14.4 s with one pod and a batch of eleven, their releases done in 7.8 s against 17.0 s. What a
+batch saves is requests to the API server: two per pod, not per volume.
 
 Volumes that may not share a pod (see `batch_pod_shapes.is_batchable`) run in pods of their own
 outside the groups, at most `max_single_pods` at a time (as many as the workers that used to
@@ -64,7 +69,7 @@ class BatchPlanner(Generic[J]):
             return self._start_singles()
         state = self._groups.setdefault(group, _Group())
         state.queue.append(_Queued(job, tag))
-        return self._start_group(group, state, partial=0 if state.running else 1)
+        return self._start_group(group, state)
 
     def finished(self, launch: Launch[J]) -> list[Launch[J]]:
         """A launch's pod is done (whatever its outcome): its slot is free; what starts now."""
@@ -73,7 +78,7 @@ class BatchPlanner(Generic[J]):
             return self._start_singles()
         state = self._groups[launch.group]
         state.running -= 1
-        started = self._start_group(launch.group, state, partial=1)
+        started = self._start_group(launch.group, state)
         if not state.running and not state.queue:
             del self._groups[launch.group]
         return started
@@ -98,13 +103,10 @@ class BatchPlanner(Generic[J]):
             started.append(Launch(None, (self._singles.queue.popleft().job,)))
         return started
 
-    def _start_group(self, group: Hashable, state: _Group[J], *, partial: int) -> list[Launch[J]]:
-        """Up to `partial` pods with whatever waits (an idle group's, a freed slot's), then
-        only full batches while slots are free."""
+    def _start_group(self, group: Hashable, state: _Group[J]) -> list[Launch[J]]:
+        """A pod with whatever waits (up to max_batch) for each free slot."""
         started: list[Launch[J]] = []
         while state.queue and state.running < self._pods_per_group:
-            if len(started) >= partial and len(state.queue) < self._max_batch:
-                break  # a busy group's extra pods are for full batches only
             state.running += 1
             started.append(Launch(group, self._take_batch(state.queue)))
         return started

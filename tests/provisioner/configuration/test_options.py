@@ -81,7 +81,7 @@ def test_bad_flags_are_refused_with_a_clear_message(
 
 def test_helper_batching_defaults_and_environment() -> None:
     defaults = parse_options([], environ={})
-    assert (defaults.helper_batch_size, defaults.helper_pods_per_node) == (12, 2)
+    assert (defaults.helper_batch_size, defaults.helper_pods_per_node) == (12, 12)
     tuned = parse_options(
         ["--helper-batch-size", "1"],
         environ={"HELPER_PODS_PER_NODE": "3", "HELPER_BATCH_SIZE": "9"},

@@ -38,19 +38,16 @@ def test_volumes_arriving_while_the_node_is_busy_go_together_when_it_frees() -> 
     assert jobs(plan.finished(second[0])) == [("v5",)]
 
 
-def test_a_busy_group_starts_another_pod_only_for_a_full_batch() -> None:
+def test_a_volume_takes_a_free_slot_of_its_own_and_only_the_overflow_waits() -> None:
     plan = planner(max_batch=3, pods_per_group=2)
     first = plan.submit("v1", A, TAG)
     assert jobs(first) == [("v1",)]
-    assert plan.submit("v2", A, TAG) == [], "volumes wait for the running pod"
-    assert plan.submit("v3", A, TAG) == []
-    second = plan.submit("v4", A, TAG)
-    assert jobs(second) == [("v2", "v3", "v4")], "a backlog of a full batch takes the 2nd slot"
-    assert plan.submit("v5", A, TAG) == []
-    assert jobs(plan.finished(first[0])) == [("v5",)], "a freed slot takes what waits"
-    for name in ("v6", "v7", "v8"):
+    second = plan.submit("v2", A, TAG)
+    assert jobs(second) == [("v2",)], "a free slot: a pod of its own at once"
+    for name in ("v3", "v4", "v5", "v6"):
         assert plan.submit(name, A, TAG) == [], "both slots are taken"
-    assert jobs(plan.finished(second[0])) == [("v6", "v7", "v8")]
+    assert jobs(plan.finished(first[0])) == [("v3", "v4", "v5")], "the overflow goes together"
+    assert jobs(plan.finished(second[0])) == [("v6",)], "a freed slot takes what waits"
 
 
 def test_only_volumes_of_one_config_share_a_pod() -> None:

@@ -358,14 +358,16 @@ def test_a_batch_s_volume_settled_early_gets_its_result_while_the_pod_keeps_its_
     h.wait_done("key-4", "pv-2")
 
 
-def test_a_node_s_backlog_of_a_full_batch_gets_another_pod_at_once() -> None:
+def test_a_node_s_free_slot_runs_a_volume_at_once_and_the_overflow_shares_the_next() -> None:
     h = Harness(max_batch=2, pods_per_node=2)
-    for number in range(1, 4):
+    for number in range(1, 5):
         h.batcher.submit(job(number))
-    assert sorted(h.runs.wait_calls(2)) == [("batch", ("pvc-2", "pvc-3")), ("single", ("pvc-1",))]
+    assert sorted(h.runs.wait_calls(2)) == [("single", ("pvc-1",)), ("single", ("pvc-2",))]
+    h.runs.release.release()
+    assert ("batch", ("pvc-3", "pvc-4")) in h.runs.wait_calls(3)
     h.runs.release.release()
     h.runs.release.release()
-    h.wait_done("key-1", "key-2", "key-3")
+    h.wait_done("key-1", "key-2", "key-3", "key-4")
 
 
 STUCK = ServingPod(True, "node-1", "Running, being deleted since 2026-11-24T20:00:00Z")
