@@ -67,6 +67,11 @@ class LeaderElectionConfig:
             )
 
 
+EXPIRY_MARGIN_SECONDS = 0.05
+"""How long after a lease's expiry (on our clock) a standby tries to take it: past the moment,
+so the attempt finds it expired."""
+
+
 def lease_name_for(provisioner_name: str) -> str:
     """A valid Lease name (DNS subdomain) from a provisioner name such as
     `local-path-storage.io/local-path` -> `local-path-storage.io-local-path`.
@@ -197,8 +202,23 @@ class LeaderElector:
             if self._try_acquire_or_renew():
                 return True
             # Jitter (client-go's factor 1.2) keeps standbys from hitting the lease in lockstep.
-            self._stop.wait(config.retry_period * (1 + random.random() * 0.2))  # noqa: S311
+            wait = config.retry_period * (1 + random.random() * 0.2)  # noqa: S311
+            # But no later than the holder's lease expires by our clock: on its tick alone a
+            # standby took over up to a retry period after that (up to 2.4 s of a failover).
+            expires_in = self._expires_in()
+            if expires_in is not None:
+                wait = min(wait, max(expires_in, 0.0) + EXPIRY_MARGIN_SECONDS)
+            self._stop.wait(wait)
         return False
+
+    def _expires_in(self) -> float | None:
+        """Seconds until another holder's lease, as we last saw it change, expires on our
+        clock; None when no one else holds it."""
+        holder = self.observed_holder
+        if holder in ("", self.identity):
+            return None
+        duration = self._observed_spec.get("leaseDurationSeconds") or self._config.lease_duration
+        return float(self._observed_at + duration - self._clock.monotonic())
 
     def _renew_until_lost_or_stopped(self) -> bool:
         config = self._config

@@ -51,6 +51,12 @@ HELPER_SELECTOR = f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}"
 Snapshot = dict[str, tuple[object, ...]]
 
 
+SHARED_HELPER_PODS = ("--helper-pods-per-node", "1")
+"""Provisioner flags for a test of batch pods: each node runs one helper pod at a time, so the
+volumes that arrive while it runs share its next pod, however many pods a node runs at once by
+default."""
+
+
 def unique_base_path(label: str) -> str:
     return f"{FAULT_BASE_PREFIX}{label}-{uuid.uuid4().hex[:6]}"
 

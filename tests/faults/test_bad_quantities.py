@@ -16,6 +16,7 @@ import pytest
 
 from provisioner.configuration.config import DEFAULT_SETUP_SCRIPT
 from tests.faults.support import (
+    SHARED_HELPER_PODS,
     HelperPodRecorder,
     assert_each_claim_bound_once,
     event_count,
@@ -39,7 +40,7 @@ def test_sizes_above_int64_are_refused_and_the_node_s_other_claims_bind_in_their
 ) -> None:
     base = unique_base_path("quantities")
     setup = make_setup(ConfigFiles(config=default_config(base), setup=SLOW_SETUP))
-    setup.start()
+    setup.start(*SHARED_HELPER_PODS)
     storage_class = setup.create_class("quantities")
     recorder = record_helper_pods(setup)
     good = [f"good-{number:02d}" for number in range(10)]

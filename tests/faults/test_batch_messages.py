@@ -17,6 +17,7 @@ from localcluster import wait_for
 from provisioner.configuration.config import DEFAULT_TEARDOWN_SCRIPT
 from provisioner.helper_pods.batch_pod_shapes import MAX_BATCH_VOLUMES
 from tests.faults.support import (
+    SHARED_HELPER_PODS,
     HelperPodRecorder,
     assert_no_orphan_directories,
     create_claims_with_consumers,
@@ -43,7 +44,7 @@ def test_a_teardown_batch_of_the_largest_size_reports_every_volume_s_outcome(
 ) -> None:
     base = unique_base_path("batch-max")
     setup = make_setup(ConfigFiles(config=default_config(base), teardown=SLOW_FIRST_TEARDOWN))
-    setup.start("--helper-batch-size", str(MAX_BATCH_VOLUMES))
+    setup.start("--helper-batch-size", str(MAX_BATCH_VOLUMES), *SHARED_HELPER_PODS)
     storage_class = setup.create_class("batchmax")
     names = ["first", *(f"v-{number:02d}" for number in range(MAX_BATCH_VOLUMES))]
     create_claims_with_consumers(setup, storage_class, names, NODE)

@@ -17,6 +17,7 @@ import pytest
 from localcluster import wait_for
 from provisioner.configuration.config import DEFAULT_SETUP_SCRIPT, DEFAULT_TEARDOWN_SCRIPT
 from tests.faults.support import (
+    SHARED_HELPER_PODS,
     HelperPodRecorder,
     assert_each_claim_bound_once,
     assert_no_orphan_directories,
@@ -52,7 +53,7 @@ def test_many_claims_for_one_node_bind_with_fewer_helper_pods_than_claims(
 ) -> None:
     base = unique_base_path("batch")
     setup = make_setup(ConfigFiles(config=default_config(base), setup=SLOW_SETUP))
-    setup.start()
+    setup.start(*SHARED_HELPER_PODS)
     storage_class = setup.create_class("batch")
     recorder = record_helper_pods(setup)
     names = [f"many-{number:02d}" for number in range(24)]
@@ -91,7 +92,7 @@ def test_a_setup_failing_inside_a_batch_fails_its_claim_alone_with_its_own_tail(
 ) -> None:
     base = unique_base_path("batch-fail")
     setup = make_setup(ConfigFiles(config=default_config(base), setup=FAILING_SETUP))
-    setup.start()
+    setup.start(*SHARED_HELPER_PODS)
     storage_class = setup.create_class("batchfail")
     recorder = record_helper_pods(setup)
     first, rest = ["good-00"], [f"good-{number:02d}" for number in range(1, 12)]
@@ -149,7 +150,7 @@ def test_batched_teardowns_remove_every_volume_but_the_failing_one_which_retries
 ) -> None:
     base = unique_base_path("batch-release")
     setup = make_setup(ConfigFiles(config=default_config(base), teardown=FAILING_TEARDOWN))
-    setup.start()
+    setup.start(*SHARED_HELPER_PODS)
     storage_class = setup.create_class("batchrel")
     names = [f"gone-{number:02d}" for number in range(12)]
     create_claims_with_consumers(setup, storage_class, names, NODE)
@@ -204,7 +205,7 @@ def test_a_provisioner_killed_while_a_batch_pod_runs_leaves_nothing_run_twice_at
     every claim once and leave no directory behind."""
     base = unique_base_path("batch-crash")
     setup = make_setup(ConfigFiles(config=default_config(base), setup=VERY_SLOW_SETUP))
-    setup.start()
+    setup.start(*SHARED_HELPER_PODS)
     storage_class = setup.create_class("batchcrash")
     recorder = record_helper_pods(setup)
     names = [f"crash-{number:02d}" for number in range(10)]
@@ -219,7 +220,7 @@ def test_a_provisioner_killed_while_a_batch_pod_runs_leaves_nothing_run_twice_at
     time.sleep(1)
     setup.replicas[-1].kill()
     assert any(len(pod["spec"].get("initContainers") or ()) > 1 for pod in helper_pods(setup))
-    setup.start()  # waits for the dead replica's lease to expire (~15 s)
+    setup.start(*SHARED_HELPER_PODS)  # waits for the dead replica's lease to expire (~15 s)
 
     wait_all_bound(setup, names, timeout=300)
     wait_no_helper_pods(setup, timeout=60)
@@ -247,7 +248,7 @@ def test_a_setup_outrunning_its_timeout_inside_a_batch_fails_alone(
     base = unique_base_path("batch-timeout")
     config = {**default_config(base), "cmdTimeoutSeconds": 10}
     setup = make_setup(ConfigFiles(config=config, setup=HANGING_SETUP))
-    setup.start()
+    setup.start(*SHARED_HELPER_PODS)
     storage_class = setup.create_class("batchtimeout")
     recorder = record_helper_pods(setup)
     # quick-0 gets the node's pod to itself and quick-1 and quick-2 the pod beside it; slow-1
@@ -307,7 +308,7 @@ def test_a_batch_volume_binds_as_its_own_setup_ends_and_its_teardown_waits_for_t
     volume is untouched."""
     base = unique_base_path("batch-early")
     setup = make_setup(ConfigFiles(config=default_config(base), setup=HOLDING_SETUP))
-    replica = setup.start()
+    replica = setup.start(*SHARED_HELPER_PODS)
     storage_class = setup.create_class("batchearly", reclaim_policy="Delete")
     recorder = record_helper_pods(setup)
     base_dir = setup.node_path(NODE[HOSTNAME], base)

@@ -12,6 +12,7 @@ import pytest
 
 from provisioner.configuration.config import DEFAULT_SETUP_SCRIPT, MAX_SCRIPT_BYTES
 from tests.faults.support import (
+    SHARED_HELPER_PODS,
     HelperPodRecorder,
     create_claims_with_consumers,
     events_with_reason,
@@ -49,7 +50,7 @@ def test_the_largest_accepted_script_runs_in_its_own_pod_and_in_a_batch_pod(
 ) -> None:
     base = unique_base_path("largest")
     setup = make_setup(ConfigFiles(config=default_config(base), setup=largest_setup_script()))
-    setup.start()
+    setup.start(*SHARED_HELPER_PODS)
     storage_class = setup.create_class("largest")
     recorder = record_helper_pods(setup)
     names = [f"large-{number}" for number in range(6)]

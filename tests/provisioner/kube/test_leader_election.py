@@ -215,6 +215,44 @@ def test_a_leader_that_cannot_renew_steps_down_and_another_takes_over(
     assert api.holder == "b"
 
 
+class ReadTimes:
+    """One candidate's view of the Lease API, with the times of its reads."""
+
+    def __init__(self, api: FakeLeaseApi) -> None:
+        self.api = api
+        self.read_at: list[float] = []
+
+    def request_json(self, method: str, path: str, **options: Any) -> dict[str, Any]:
+        if method == "GET":
+            self.read_at.append(time.monotonic())
+        return self.api.request_json(method, path, **options)
+
+
+def test_a_standby_takes_an_expired_lease_at_its_expiry_not_at_its_next_tick(
+    api: FakeLeaseApi, candidates: MakeCandidate
+) -> None:
+    """A 3 s lease and a standby that looks every 2 s: it takes the lease once 3 s have passed
+    since it saw the holder's last renewal, not at the look after that (4 s)."""
+    lease = LeaderElectionConfig(lease_duration=3.0, renew_deadline=2.5, retry_period=0.1)
+    a = candidates("a", lease)
+    assert wait_until(lambda: a.elector.is_leader)
+    reads = ReadTimes(api)
+    slow = LeaderElectionConfig(lease_duration=3.0, renew_deadline=2.5, retry_period=2.0)
+    b = Candidate(reads, "b", slow)
+    try:
+        assert wait_until(lambda: bool(reads.read_at))
+        api.unreachable_for.add("a")
+        assert wait_until(lambda: api.holder == "b", timeout=10)
+    finally:
+        b.elector.stop()
+    renewals = [
+        at for at, (_, holder) in zip(api.written_at, api.writes, strict=True) if holder == "a"
+    ]
+    taken = api.written_at[api.writes.index(("PUT", "b"))]
+    seen = min(at for at in reads.read_at if at > renewals[-1])
+    assert 3.0 <= taken - seen < 3.5, (seen - renewals[-1], taken - seen)
+
+
 def test_a_leader_seeing_another_holder_steps_down_immediately(
     api: FakeLeaseApi, candidates: MakeCandidate
 ) -> None:

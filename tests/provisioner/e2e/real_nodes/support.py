@@ -9,7 +9,7 @@ end-to-end tests.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -78,6 +78,7 @@ def serve(
     base: str,
     *,
     create: bool = True,
+    start_args: Sequence[str] = (),
     **files: Any,
 ) -> tuple[ProvisionerSetup, HelperPodRecorder]:
     """A provisioner leading with `base` as every node's base path (made by the helpers unless
@@ -90,7 +91,7 @@ def serve(
     config.update(files.pop("config", {}))
     files.setdefault("helper_pod", helper_pod_yaml(cluster))
     setup = make_setup(ConfigFiles(config=config, **files))
-    setup.start()
+    setup.start(*start_args)
     return setup, record_helper_pods(setup)
 
 

@@ -13,6 +13,7 @@ import pytest
 from localcluster import LocalCluster
 from provisioner.configuration.config import DEFAULT_SETUP_SCRIPT
 from tests.faults.support import (
+    SHARED_HELPER_PODS,
     assert_each_claim_bound_once,
     event_count,
     events_with_reason,
@@ -125,7 +126,7 @@ def test_one_failing_volume_in_a_batch_fails_alone_and_the_others_bind(
     serving: Serve,
 ) -> None:
     base = unique_base_path("real-batch-fail")
-    setup, recorder = serving(base, setup=FAILING_SETUP)
+    setup, recorder = serving(base, setup=FAILING_SETUP, start_args=SHARED_HELPER_PODS)
     # The first claim gets the node's pod to itself; the others, the broken one among them,
     # arrive while it runs and share the next.
     good = ["good-0", "good-1", "good-2", "good-3"]

@@ -18,6 +18,7 @@ from localcluster import LocalCluster
 from provisioner.configuration.config import DEFAULT_TEARDOWN_SCRIPT
 from provisioner.helper_pods.pod_shapes import PREPARE_CONTAINER
 from tests.faults.support import (
+    SHARED_HELPER_PODS,
     assert_each_claim_bound_once,
     assert_no_orphan_directories,
     overlapping_runs,
@@ -143,7 +144,7 @@ def test_a_burst_on_a_real_node_shares_batch_pods_and_a_kept_volume_survives_the
     queue behind it and share the next (one init container each). Four are released at once
     (a teardown batch); the two kept, under the same base path, keep their data."""
     base = unique_base_path("real-batch")
-    setup, recorder = serving(base)
+    setup, recorder = serving(base, start_args=SHARED_HELPER_PODS)
     names = [f"burst-{number}" for number in range(6)]
     volumes, paths = bind_on_real_1(setup, names)
     created = [pod for pod in recorder.pods() if pod.action == "create"]
@@ -190,7 +191,7 @@ def test_a_volume_whose_teardown_fails_in_a_batch_pod_keeps_its_data_as_its_neig
     them, queue behind it and share the next teardown pod, in which stuck's teardown fails:
     its neighbours' directories go, its data stays with its PV, until the marker goes."""
     base = unique_base_path("real-batch-keep")
-    setup, recorder = serving(base, teardown=FAILING_TEARDOWN)
+    setup, recorder = serving(base, teardown=FAILING_TEARDOWN, start_args=SHARED_HELPER_PODS)
     names = [f"gone-{number}" for number in range(5)]
     volumes, paths = bind_on_real_1(setup, names)
     stuck = "gone-3"
