@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 
 from bench.burst import STAGES, BurstResult
+from bench.failover import FailoverResult
 from bench.goals import SIDE_BY_SIDE, judge_all, where_time_goes
 from bench.options import BenchOptions
 from bench.runner import RunResults
@@ -28,6 +29,7 @@ NAN = math.nan
 
 BurstFigure = Callable[[BurstResult], float]
 ScaleFigure = Callable[[ScaleResult], float]
+FailoverFigure = Callable[[FailoverResult], float]
 
 
 def _stage_figures(scenario: str) -> tuple[tuple[str, str, BurstFigure], ...]:
@@ -93,6 +95,19 @@ SCALE_FIGURES: tuple[tuple[str, str, ScaleFigure], ...] = (
     ("scale: API requests at start", "req", lambda s: float(sum(s.requests.values()))),
 )
 
+FAILOVER_FIGURES: tuple[tuple[str, str, FailoverFigure], ...] = (
+    ("failover: kill to new claim Bound", "s", lambda f: f.failover_seconds),
+    ("  lease wait (kill -> leading)", "s", lambda f: f.lease_wait_seconds),
+    ("  sync (leading -> caches synced)", "s", lambda f: f.sync_seconds),
+    ("  provisioning (synced -> PV created)", "s", lambda f: f.provisioning_seconds),
+    ("  binding (PV created -> Bound)", "s", lambda f: f.binding_seconds),
+    ("failover: lease duration", "s", lambda f: f.lease_duration_seconds),
+    ("failover: standby steady RSS", "MiB", lambda f: f.standby_steady_rss_mib),
+    ("failover: standby idle CPU", "s", lambda f: f.standby_idle_cpu_seconds),
+    ("failover: leader steady RSS", "MiB", lambda f: f.leader_steady_rss_mib),
+)
+"""Ours with a warm standby, the tuned reference started cold one lease after the kill."""
+
 
 def machine() -> dict[str, Any]:
     model = "unknown"
@@ -138,6 +153,11 @@ def build_report(
         _figure_row(name, unit, {key: get(s) for key, s in results.scale.items()})
         for name, unit, get in SCALE_FIGURES
     ]
+    if results.failover:
+        figures += [
+            _figure_row(name, unit, {key: get(f) for key, f in results.failover.items()})
+            for name, unit, get in FAILOVER_FIGURES
+        ]
     if results.floor and "ours" in results.burst:
         figures.append(
             {
@@ -180,6 +200,7 @@ def build_report(
             str(volumes): {key: asdict(value) for key, value in runs.items()}
             for volumes, runs in results.scaling.items()
         },
+        "failover": {key: asdict(value) for key, value in results.failover.items()},
     }
 
 
@@ -363,6 +384,36 @@ def scale_starts_table(report: dict[str, Any], markdown: bool = False) -> str:
     return format_table(headers, rows, markdown)
 
 
+FAILOVER_ROWS = (
+    ("kill to new claim Bound (s)", "failover_seconds"),
+    ("lease duration (s)", "lease_duration_seconds"),
+    ("  lease wait: kill -> leading (s)", "lease_wait_seconds"),
+    ("  sync: leading -> caches synced (s)", "sync_seconds"),
+    ("  provisioning: synced -> PV created (s)", "provisioning_seconds"),
+    ("  binding: PV created -> Bound (s)", "binding_seconds"),
+    ("standby steady RSS (MiB)", "standby_steady_rss_mib"),
+    ("standby idle CPU (s)", "standby_idle_cpu_seconds"),
+    ("leader steady RSS (MiB)", "leader_steady_rss_mib"),
+)
+
+
+def failover_table(report: dict[str, Any], markdown: bool = False) -> str:
+    """The failover of ours and the tuned reference, phase by phase: where the time goes."""
+    runs: dict[str, dict[str, Any]] = report.get("failover") or {}
+    keys = [key for key in ("ours", "reference-tuned") if key in runs]
+    if not keys:
+        return ""
+    volumes = runs[keys[0]]["volumes"]
+    how = {
+        key: "warm standby" if runs[key]["warm"] else "cold start after the lease" for key in keys
+    }
+    rows = [["takes over as", *(how[key] for key in keys)]]
+    rows += [
+        [label, *(_number(runs[key].get(name)) for key in keys)] for label, name in FAILOVER_ROWS
+    ]
+    return format_table([f"failover at {volumes} volumes", *keys], rows, markdown)
+
+
 def print_report(report: dict[str, Any]) -> None:
     options = report["options"]
     print(
@@ -384,6 +435,9 @@ def print_report(report: dict[str, Any]) -> None:
         if starts := scale_starts_table(report):
             print()
             print(starts)
+    if failover := failover_table(report):
+        print()
+        print(failover)
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -396,6 +450,7 @@ def markdown(report: dict[str, Any]) -> str:
             *([time_goes_tables(report, markdown=True)] if report.get("time_goes") else []),
             *([scaling_table(report, markdown=True)] if report.get("scaling") else []),
             *filter(None, [scale_starts_table(report, markdown=True)]),
+            *filter(None, [failover_table(report, markdown=True)]),
         ]
     )
 

@@ -1,0 +1,335 @@
+"""Failover over the scale data set: from the leader's SIGKILL to the first new claim Bound.
+
+Ours runs as a deployment with two replicas does: a leader and a warm standby (leader election
+on, the runtime's default lease, which the stack does not change; the standby's informers synced,
+nothing written). Once the standby reports warm caches, its steady RSS and idle CPU are measured
+over a quiet window; then the leader is killed and one claim is made at once. The standby takes
+the Lease when it expires and serves the claim from the caches it already has.
+
+rancher v0.0.37 runs sig-storage-lib's controller with `LeaderElection(false)` (its main.go), so
+two of its processes would both provision: it cannot run a standby. Its failover is modelled as
+sig-storage-lib's own election would make it: that library starts its informers only once it
+leads (`ProvisionController.Run`), with the same default lease (15 s), so a standby of it is a
+cold start at the lease's expiry. The bench kills it, makes the claim, and starts a fresh process
+one lease duration after the kill.
+
+The claim arrives as the scheduler and kube-controller-manager leave one (its node selected,
+the provisioner named), so the time is the hand-over's, the provisioner's and the PV binder's.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.api import ApiError, RawApi
+from bench.implementations import Implementation, RunningProvisioner
+from bench.process_stats import ProcessMonitor
+from bench.scale import SCALE_NAMESPACE, SETTLE_SECONDS
+from bench.workspace import PROVISIONER_NAMESPACE, SCALE_CLASS, Workspace
+from provisioner.configuration.defaults import LEASE_DURATION_SECONDS
+from provisioner.kube.leader_election import lease_name_for
+from provisioner.provisioning.annotations import SELECTED_NODE
+
+GOAL_MARGIN_SECONDS = 2.0
+"""Issue 31's goal: a failover within the lease duration plus this."""
+FAILOVER_GOAL_SECONDS = LEASE_DURATION_SECONDS + GOAL_MARGIN_SECONDS
+POLL_SECONDS = 0.1
+STORAGE_PROVISIONER_ANNOTATIONS = (
+    "volume.kubernetes.io/storage-provisioner",
+    "volume.beta.kubernetes.io/storage-provisioner",
+)
+
+
+@dataclass(frozen=True)
+class FailoverMoments:
+    """Wall-clock times (time.time()) of one failover, each first seen by the bench's poll."""
+
+    killed: float
+    leading: float
+    """Ours: the Lease names the standby. The reference: its fresh process starts."""
+    synced: float
+    """The new leader's informers synced (its ready line)."""
+    volume_created: float
+    bound: float
+
+
+@dataclass
+class FailoverResult:
+    implementation: str
+    volumes: int
+    lease_duration_seconds: float
+    warm: bool
+    """True: a standby with synced caches took over; False: a cold start (the reference)."""
+    failover_seconds: float
+    """The leader's kill to the new claim Bound."""
+    lease_wait_seconds: float
+    """The kill to the new leader leading."""
+    sync_seconds: float
+    """Leading to its informers synced (a cold start's list of the data set)."""
+    provisioning_seconds: float
+    """Synced to the claim's PV created (the helper pod's run included)."""
+    binding_seconds: float
+    """The PV created to the claim Bound (kube-controller-manager's PV binder)."""
+    standby_steady_rss_mib: float = math.nan
+    """Median RSS of the warm standby over the quiet window before the kill; NaN without one."""
+    standby_idle_cpu_seconds: float = math.nan
+    leader_steady_rss_mib: float = math.nan
+    idle_seconds: float = math.nan
+
+
+def phases(moments: FailoverMoments) -> tuple[float, float, float, float]:
+    """Lease wait, sync, provisioning and binding, in seconds: consecutive, so they add up to
+    the failover. A moment the poll saw before the one it follows (two changes between polls)
+    counts as the same instant."""
+    lease_wait = max(0.0, moments.leading - moments.killed)
+    leading = moments.killed + lease_wait
+    synced = max(leading, moments.synced)
+    created = max(synced, moments.volume_created)
+    bound = max(created, moments.bound)
+    return lease_wait, synced - leading, created - synced, bound - created
+
+
+def failover_result(
+    implementation: str, volumes: int, moments: FailoverMoments, *, warm: bool
+) -> FailoverResult:
+    lease_wait, sync, provisioning, binding = phases(moments)
+    return FailoverResult(
+        implementation=implementation,
+        volumes=volumes,
+        lease_duration_seconds=LEASE_DURATION_SECONDS,
+        warm=warm,
+        failover_seconds=lease_wait + sync + provisioning + binding,
+        lease_wait_seconds=lease_wait,
+        sync_seconds=sync,
+        provisioning_seconds=provisioning,
+        binding_seconds=binding,
+    )
+
+
+def failover_claim(name: str, node: str, provisioner_name: str) -> dict[str, Any]:
+    annotations = {SELECTED_NODE: node}
+    annotations.update(dict.fromkeys(STORAGE_PROVISIONER_ANNOTATIONS, provisioner_name))
+    return {
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "storageClassName": SCALE_CLASS,
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+
+
+class _Failover:
+    """One failover in the scale cluster: the claim, the Lease and the polling of both."""
+
+    def __init__(self, workspace: Workspace, api: RawApi, timeout: float) -> None:
+        self.workspace = workspace
+        self.api = api
+        self.timeout = timeout
+        self.claim_path = (
+            f"/api/v1/namespaces/{SCALE_NAMESPACE}/persistentvolumeclaims/"
+            f"failover-{uuid.uuid4().hex[:8]}"
+        )
+        self.lease_path = (
+            f"/apis/coordination.k8s.io/v1/namespaces/{PROVISIONER_NAMESPACE}/leases/"
+            f"{lease_name_for(workspace.provisioner_name)}"
+        )
+        self.volume_name = ""
+
+    def holder(self) -> str:
+        try:
+            lease = self.api.get(self.lease_path)
+        except ApiError as error:
+            if error.status == 404:
+                return ""
+            raise
+        return str(lease.get("spec", {}).get("holderIdentity") or "")
+
+    def kill_and_claim(self, leader: RunningProvisioner) -> float:
+        """SIGKILL the leader, then make the claim at once; the kill's time."""
+        killed = time.time()
+        os.kill(leader.pid, signal.SIGKILL)
+        leader.process.wait(10)
+        name = self.claim_path.rsplit("/", 1)[1]
+        node = self.workspace.cluster.nodes[0]
+        created = self.api.create(
+            self.claim_path.rsplit("/", 1)[0],
+            failover_claim(name, node, self.workspace.provisioner_name),
+        )
+        self.volume_name = f"pvc-{created['metadata']['uid']}"
+        return killed
+
+    def observe(
+        self, killed: float, leading: Callable[[], bool], synced: Callable[[], bool]
+    ) -> FailoverMoments:
+        """Polls until the claim is Bound; each moment is the first poll that saw it (or saw a
+        later one)."""
+        seen: dict[str, float] = {}
+        checks: dict[str, Callable[[], bool]] = {
+            "leading": leading,
+            "synced": synced,
+            "volume_created": self._volume_exists,
+            "bound": self._claim_bound,
+        }
+        deadline = time.monotonic() + self.timeout
+        while "bound" not in seen:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"failover: claim {self.claim_path} not Bound in {self.timeout:.0f}s"
+                    f" (seen: {', '.join(seen) or 'nothing'})"
+                )
+            for index, (name, check) in enumerate(checks.items()):
+                if name not in seen and check():
+                    # What this moment follows happened by now too, though no poll saw it.
+                    for earlier in list(checks)[: index + 1]:
+                        seen.setdefault(earlier, time.time())
+            time.sleep(POLL_SECONDS)
+        return FailoverMoments(killed=killed, **seen)
+
+    def _volume_exists(self) -> bool:
+        try:
+            self.api.get(f"/api/v1/persistentvolumes/{self.volume_name}")
+        except ApiError as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    def _claim_bound(self) -> bool:
+        return bool(self.api.get(self.claim_path).get("status", {}).get("phase") == "Bound")
+
+    def clean_up(self) -> None:
+        """The claim and its (Retain) PV, so that the data set is as it was."""
+        self.api.delete(self.claim_path)
+        volume_path = f"/api/v1/persistentvolumes/{self.volume_name}"
+        if self.volume_name and self._volume_exists():
+            self.api.merge_patch(volume_path, {"metadata": {"finalizers": None}})
+            self.api.delete(volume_path)
+
+
+def _ready_line_seen(provisioner: RunningProvisioner) -> Callable[[], bool]:
+    needle = provisioner.implementation.ready_line.encode()
+    return lambda: needle in provisioner.log_path.read_bytes()
+
+
+def _readyz(port: int) -> str:
+    """What /readyz answers; "" until the probe server answers 200."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as response:
+            return str(response.read().decode())
+    except OSError:
+        return ""
+
+
+def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"failover: {what} not seen in {timeout:.0f}s")
+        time.sleep(0.2)
+
+
+def run_failover(
+    workspace: Workspace,
+    api: RawApi,
+    implementation: Implementation,
+    *,
+    volumes: int,
+    idle_seconds: float,
+    log_dir: Path,
+    timeout: float,
+) -> FailoverResult:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    failover = _Failover(workspace, api, timeout)
+    if implementation.reference:
+        return _cold_failover(failover, implementation, volumes=volumes, log_dir=log_dir)
+    return _warm_failover(
+        failover, implementation, volumes=volumes, idle_seconds=idle_seconds, log_dir=log_dir
+    )
+
+
+def _warm_failover(
+    failover: _Failover,
+    implementation: Implementation,
+    *,
+    volumes: int,
+    idle_seconds: float,
+    log_dir: Path,
+) -> FailoverResult:
+    workspace, timeout = failover.workspace, failover.timeout
+    key = implementation.key
+    leader = RunningProvisioner(implementation, workspace, log_dir / f"{key}-leader.log")
+    standby: RunningProvisioner | None = None
+    try:
+        leader.wait_ready(timeout)
+        holder = failover.holder()
+        if f"_{leader.pid}_" not in holder:
+            raise RuntimeError(f"failover: the Lease names {holder!r}, not the first process")
+        standby = RunningProvisioner(implementation, workspace, log_dir / f"{key}-standby.log")
+        port = standby.port
+        _wait(lambda: _readyz(port).strip().endswith("caches warm"), timeout, "a warm standby")
+        standby_monitor = ProcessMonitor(standby.pid).start()
+        leader_monitor = ProcessMonitor(leader.pid).start()
+        time.sleep(SETTLE_SECONDS)
+        idle_from = time.time()
+        cpu_before = standby_monitor.cpu_seconds()
+        time.sleep(idle_seconds)
+        idle_cpu = standby_monitor.cpu_seconds() - cpu_before
+        standby_rss = standby_monitor.median_rss_mib(idle_from)
+        leader_rss = leader_monitor.median_rss_mib(idle_from)
+        leader_monitor.stop()
+        standby_monitor.stop()
+        killed = failover.kill_and_claim(leader)
+        moments = failover.observe(
+            killed, lambda: failover.holder() not in ("", holder), _ready_line_seen(standby)
+        )
+    finally:
+        leader.stop()
+        if standby is not None:
+            standby.stop()
+        failover.clean_up()
+    result = failover_result(key, volumes, moments, warm=True)
+    result.standby_steady_rss_mib = standby_rss
+    result.standby_idle_cpu_seconds = idle_cpu
+    result.leader_steady_rss_mib = leader_rss
+    result.idle_seconds = idle_seconds
+    return result
+
+
+def _cold_failover(
+    failover: _Failover, implementation: Implementation, *, volumes: int, log_dir: Path
+) -> FailoverResult:
+    workspace, timeout = failover.workspace, failover.timeout
+    key = implementation.key
+    leader = RunningProvisioner(implementation, workspace, log_dir / f"{key}-leader.log")
+    successor: RunningProvisioner | None = None
+    try:
+        leader.wait_ready(timeout)
+        time.sleep(SETTLE_SECONDS)
+        killed = failover.kill_and_claim(leader)
+        time.sleep(max(0.0, killed + LEASE_DURATION_SECONDS - time.time()))
+        successor = RunningProvisioner(implementation, workspace, log_dir / f"{key}-successor.log")
+        started = successor.started_at
+        moments = failover.observe(killed, lambda: True, _ready_line_seen(successor))
+        moments = FailoverMoments(
+            killed=killed,
+            leading=started,
+            synced=moments.synced,
+            volume_created=moments.volume_created,
+            bound=moments.bound,
+        )
+    finally:
+        leader.stop()
+        if successor is not None:
+            successor.stop()
+        failover.clean_up()
+    return failover_result(key, volumes, moments, warm=False)
