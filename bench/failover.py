@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.api import ApiError, RawApi
+from bench.burst import wait_until
 from bench.implementations import Implementation, RunningProvisioner
 from bench.process_stats import ProcessMonitor
 from bench.scale import SCALE_NAMESPACE, SETTLE_SECONDS
@@ -131,9 +132,19 @@ def failover_claim(name: str, node: str, provisioner_name: str) -> dict[str, Any
 class _Failover:
     """One failover in the scale cluster: the claim, the Lease and the polling of both."""
 
-    def __init__(self, workspace: Workspace, api: RawApi, timeout: float) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        api: RawApi,
+        implementation: Implementation,
+        *,
+        log_dir: Path,
+        timeout: float,
+    ) -> None:
         self.workspace = workspace
         self.api = api
+        self.implementation = implementation
+        self.log_dir = log_dir
         self.timeout = timeout
         self.claim_path = (
             f"/api/v1/namespaces/{SCALE_NAMESPACE}/persistentvolumeclaims/"
@@ -144,6 +155,11 @@ class _Failover:
             f"{lease_name_for(workspace.provisioner_name)}"
         )
         self.volume_name = ""
+
+    def start(self, role: str) -> RunningProvisioner:
+        """A process of the implementation, its log named for its role."""
+        log_path = self.log_dir / f"{self.implementation.key}-{role}.log"
+        return RunningProvisioner(self.implementation, self.workspace, log_path)
 
     def holder(self) -> str:
         try:
@@ -230,14 +246,6 @@ def _readyz(port: int) -> str:
         return ""
 
 
-def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"failover: {what} not seen in {timeout:.0f}s")
-        time.sleep(0.2)
-
-
 def run_failover(
     workspace: Workspace,
     api: RawApi,
@@ -249,34 +257,24 @@ def run_failover(
     timeout: float,
 ) -> FailoverResult:
     log_dir.mkdir(parents=True, exist_ok=True)
-    failover = _Failover(workspace, api, timeout)
+    failover = _Failover(workspace, api, implementation, log_dir=log_dir, timeout=timeout)
     if implementation.reference:
-        return _cold_failover(failover, implementation, volumes=volumes, log_dir=log_dir)
-    return _warm_failover(
-        failover, implementation, volumes=volumes, idle_seconds=idle_seconds, log_dir=log_dir
-    )
+        return _cold_failover(failover, volumes)
+    return _warm_failover(failover, volumes, idle_seconds)
 
 
-def _warm_failover(
-    failover: _Failover,
-    implementation: Implementation,
-    *,
-    volumes: int,
-    idle_seconds: float,
-    log_dir: Path,
-) -> FailoverResult:
-    workspace, timeout = failover.workspace, failover.timeout
-    key = implementation.key
-    leader = RunningProvisioner(implementation, workspace, log_dir / f"{key}-leader.log")
+def _warm_failover(failover: _Failover, volumes: int, idle_seconds: float) -> FailoverResult:
+    timeout = failover.timeout
+    leader = failover.start("leader")
     standby: RunningProvisioner | None = None
     try:
         leader.wait_ready(timeout)
         holder = failover.holder()
         if f"_{leader.pid}_" not in holder:
             raise RuntimeError(f"failover: the Lease names {holder!r}, not the first process")
-        standby = RunningProvisioner(implementation, workspace, log_dir / f"{key}-standby.log")
+        standby = failover.start("standby")
         port = standby.port
-        _wait(lambda: _readyz(port).strip().endswith("caches warm"), timeout, "a warm standby")
+        wait_until(lambda: _readyz(port).strip().endswith("caches warm"), timeout, "a warm standby")
         standby_monitor = ProcessMonitor(standby.pid).start()
         leader_monitor = ProcessMonitor(leader.pid).start()
         time.sleep(SETTLE_SECONDS)
@@ -297,7 +295,7 @@ def _warm_failover(
         if standby is not None:
             standby.stop()
         failover.clean_up()
-    result = failover_result(key, volumes, moments, warm=True)
+    result = failover_result(failover.implementation.key, volumes, moments, warm=True)
     result.standby_steady_rss_mib = standby_rss
     result.standby_idle_cpu_seconds = idle_cpu
     result.leader_steady_rss_mib = leader_rss
@@ -305,19 +303,15 @@ def _warm_failover(
     return result
 
 
-def _cold_failover(
-    failover: _Failover, implementation: Implementation, *, volumes: int, log_dir: Path
-) -> FailoverResult:
-    workspace, timeout = failover.workspace, failover.timeout
-    key = implementation.key
-    leader = RunningProvisioner(implementation, workspace, log_dir / f"{key}-leader.log")
+def _cold_failover(failover: _Failover, volumes: int) -> FailoverResult:
+    leader = failover.start("leader")
     successor: RunningProvisioner | None = None
     try:
-        leader.wait_ready(timeout)
+        leader.wait_ready(failover.timeout)
         time.sleep(SETTLE_SECONDS)
         killed = failover.kill_and_claim(leader)
         time.sleep(max(0.0, killed + LEASE_DURATION_SECONDS - time.time()))
-        successor = RunningProvisioner(implementation, workspace, log_dir / f"{key}-successor.log")
+        successor = failover.start("successor")
         started = successor.started_at
         moments = failover.observe(killed, lambda: True, _ready_line_seen(successor))
         moments = FailoverMoments(
@@ -332,4 +326,4 @@ def _cold_failover(
         if successor is not None:
             successor.stop()
         failover.clean_up()
-    return failover_result(key, volumes, moments, warm=False)
+    return failover_result(failover.implementation.key, volumes, moments, warm=False)

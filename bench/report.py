@@ -16,7 +16,6 @@ from typing import Any
 import psutil
 
 from bench.burst import STAGES, BurstResult
-from bench.failover import FailoverResult
 from bench.goals import SIDE_BY_SIDE, judge_all, where_time_goes
 from bench.options import BenchOptions
 from bench.runner import RunResults
@@ -29,7 +28,6 @@ NAN = math.nan
 
 BurstFigure = Callable[[BurstResult], float]
 ScaleFigure = Callable[[ScaleResult], float]
-FailoverFigure = Callable[[FailoverResult], float]
 
 
 def _stage_figures(scenario: str) -> tuple[tuple[str, str, BurstFigure], ...]:
@@ -95,19 +93,6 @@ SCALE_FIGURES: tuple[tuple[str, str, ScaleFigure], ...] = (
     ("scale: API requests at start", "req", lambda s: float(sum(s.requests.values()))),
 )
 
-FAILOVER_FIGURES: tuple[tuple[str, str, FailoverFigure], ...] = (
-    ("failover: kill to new claim Bound", "s", lambda f: f.failover_seconds),
-    ("  lease wait (kill -> leading)", "s", lambda f: f.lease_wait_seconds),
-    ("  sync (leading -> caches synced)", "s", lambda f: f.sync_seconds),
-    ("  provisioning (synced -> PV created)", "s", lambda f: f.provisioning_seconds),
-    ("  binding (PV created -> Bound)", "s", lambda f: f.binding_seconds),
-    ("failover: lease duration", "s", lambda f: f.lease_duration_seconds),
-    ("failover: standby steady RSS", "MiB", lambda f: f.standby_steady_rss_mib),
-    ("failover: standby idle CPU", "s", lambda f: f.standby_idle_cpu_seconds),
-    ("failover: leader steady RSS", "MiB", lambda f: f.leader_steady_rss_mib),
-)
-"""Ours with a warm standby, the tuned reference started cold one lease after the kill."""
-
 
 def machine() -> dict[str, Any]:
     model = "unknown"
@@ -153,11 +138,6 @@ def build_report(
         _figure_row(name, unit, {key: get(s) for key, s in results.scale.items()})
         for name, unit, get in SCALE_FIGURES
     ]
-    if results.failover:
-        figures += [
-            _figure_row(name, unit, {key: get(f) for key, f in results.failover.items()})
-            for name, unit, get in FAILOVER_FIGURES
-        ]
     if results.floor and "ours" in results.burst:
         figures.append(
             {
