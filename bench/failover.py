@@ -33,7 +33,7 @@ from typing import Any
 from bench.api import ApiError, RawApi
 from bench.burst import wait_until
 from bench.implementations import Implementation, RunningProvisioner
-from bench.process_stats import ProcessMonitor
+from bench.process_stats import ProcessMonitor, idle_window
 from bench.scale import SCALE_NAMESPACE, SETTLE_SECONDS
 from bench.workspace import PROVISIONER_NAMESPACE, SCALE_CLASS, Workspace
 from provisioner.configuration.defaults import LEASE_DURATION_SECONDS
@@ -277,13 +277,9 @@ def _warm_failover(failover: _Failover, volumes: int, idle_seconds: float) -> Fa
         wait_until(lambda: _readyz(port).strip().endswith("caches warm"), timeout, "a warm standby")
         standby_monitor = ProcessMonitor(standby.pid).start()
         leader_monitor = ProcessMonitor(leader.pid).start()
-        time.sleep(SETTLE_SECONDS)
-        idle_from = time.time()
-        cpu_before = standby_monitor.cpu_seconds()
-        time.sleep(idle_seconds)
-        idle_cpu = standby_monitor.cpu_seconds() - cpu_before
-        standby_rss = standby_monitor.median_rss_mib(idle_from)
-        leader_rss = leader_monitor.median_rss_mib(idle_from)
+        standby_idle, leader_idle = idle_window(
+            [standby_monitor, leader_monitor], SETTLE_SECONDS, idle_seconds
+        )
         leader_monitor.stop()
         standby_monitor.stop()
         killed = failover.kill_and_claim(leader)
@@ -296,9 +292,9 @@ def _warm_failover(failover: _Failover, volumes: int, idle_seconds: float) -> Fa
             standby.stop()
         failover.clean_up()
     result = failover_result(failover.implementation.key, volumes, moments, warm=True)
-    result.standby_steady_rss_mib = standby_rss
-    result.standby_idle_cpu_seconds = idle_cpu
-    result.leader_steady_rss_mib = leader_rss
+    result.standby_steady_rss_mib = standby_idle.steady_rss_mib
+    result.standby_idle_cpu_seconds = standby_idle.cpu_seconds
+    result.leader_steady_rss_mib = leader_idle.steady_rss_mib
     result.idle_seconds = idle_seconds
     return result
 
