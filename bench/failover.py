@@ -26,7 +26,8 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,9 @@ class FailoverMoments:
     """Wall-clock times (time.time()) of one failover, each first seen by the bench's poll."""
 
     killed: float
+    lease_expired: float
+    """The leader's last renewal (the Lease's renewTime) plus the lease duration. The
+    reference: modelled as the kill plus the lease duration."""
     leading: float
     """Ours: the Lease names the standby. The reference: its fresh process starts."""
     synced: float
@@ -73,7 +77,13 @@ class FailoverResult:
     failover_seconds: float
     """The leader's kill to the new claim Bound."""
     lease_wait_seconds: float
-    """The kill to the new leader leading."""
+    """The kill to the new leader leading: `expiry_seconds` plus `takeover_seconds`."""
+    expiry_seconds: float
+    """The kill to the lease's expiry: the lease duration less the time since the leader's
+    last renewal."""
+    takeover_seconds: float
+    """The lease's expiry to the standby leading: it sees renewals and tries to take the lease
+    at its own retry period, so it can lead up to about two of them after the expiry."""
     sync_seconds: float
     """Leading to its informers synced (a cold start's list of the data set)."""
     provisioning_seconds: float
@@ -85,6 +95,8 @@ class FailoverResult:
     standby_idle_cpu_seconds: float = math.nan
     leader_steady_rss_mib: float = math.nan
     idle_seconds: float = math.nan
+    failovers: list[float] = field(default_factory=list)
+    """The kill to Bound of each failover when there were several (`median_failover`)."""
 
 
 def phases(moments: FailoverMoments) -> tuple[float, float, float, float]:
@@ -103,6 +115,7 @@ def failover_result(
     implementation: str, volumes: int, moments: FailoverMoments, *, warm: bool
 ) -> FailoverResult:
     lease_wait, sync, provisioning, binding = phases(moments)
+    expiry = min(lease_wait, max(0.0, moments.lease_expired - moments.killed))
     return FailoverResult(
         implementation=implementation,
         volumes=volumes,
@@ -110,10 +123,30 @@ def failover_result(
         warm=warm,
         failover_seconds=lease_wait + sync + provisioning + binding,
         lease_wait_seconds=lease_wait,
+        expiry_seconds=expiry,
+        takeover_seconds=lease_wait - expiry,
         sync_seconds=sync,
         provisioning_seconds=provisioning,
         binding_seconds=binding,
     )
+
+
+def median_failover(runs: list[FailoverResult]) -> FailoverResult:
+    """Several failovers of one implementation as one result: the one whose time is the median
+    (the lower middle of an even number), so its phases still add up, with every time kept.
+    The lease wait alone varies by up to two retry periods from one failover to the next."""
+    if not runs:
+        raise ValueError("no failovers to take the median of")
+    middle = sorted(runs, key=lambda run: run.failover_seconds)[(len(runs) - 1) // 2]
+    return replace(middle, failovers=[run.failover_seconds for run in runs])
+
+
+def lease_expiry(lease: dict[str, Any]) -> float:
+    """When a Lease expires unless renewed: its renewTime (a MicroTime, UTC) plus its
+    leaseDurationSeconds, as a time.time() value."""
+    spec = lease["spec"]
+    renewed = datetime.fromisoformat(str(spec["renewTime"]).replace("Z", "+00:00"))
+    return renewed.timestamp() + float(spec["leaseDurationSeconds"])
 
 
 def failover_claim(name: str, node: str, provisioner_name: str) -> dict[str, Any]:
@@ -161,14 +194,16 @@ class _Failover:
         log_path = self.log_dir / f"{self.implementation.key}-{role}.log"
         return RunningProvisioner(self.implementation, self.workspace, log_path)
 
-    def holder(self) -> str:
+    def lease(self) -> dict[str, Any]:
         try:
-            lease = self.api.get(self.lease_path)
+            return self.api.get(self.lease_path)
         except ApiError as error:
             if error.status == 404:
-                return ""
+                return {}
             raise
-        return str(lease.get("spec", {}).get("holderIdentity") or "")
+
+    def holder(self) -> str:
+        return str(self.lease().get("spec", {}).get("holderIdentity") or "")
 
     def kill_and_claim(self, leader: RunningProvisioner) -> float:
         """SIGKILL the leader, then make the claim at once; the kill's time."""
@@ -185,7 +220,11 @@ class _Failover:
         return killed
 
     def observe(
-        self, killed: float, leading: Callable[[], bool], synced: Callable[[], bool]
+        self,
+        killed: float,
+        lease_expired: float,
+        leading: Callable[[], bool],
+        synced: Callable[[], bool],
     ) -> FailoverMoments:
         """Polls until the claim is Bound; each moment is the first poll that saw it (or saw a
         later one)."""
@@ -209,7 +248,7 @@ class _Failover:
                     for earlier in list(checks)[: index + 1]:
                         seen.setdefault(earlier, time.time())
             time.sleep(POLL_SECONDS)
-        return FailoverMoments(killed=killed, **seen)
+        return FailoverMoments(killed=killed, lease_expired=lease_expired, **seen)
 
     def _volume_exists(self) -> bool:
         try:
@@ -283,8 +322,13 @@ def _warm_failover(failover: _Failover, volumes: int, idle_seconds: float) -> Fa
         leader_monitor.stop()
         standby_monitor.stop()
         killed = failover.kill_and_claim(leader)
+        # Read after the kill, it is the last renewal the leader made.
+        expired = lease_expiry(failover.lease())
         moments = failover.observe(
-            killed, lambda: failover.holder() not in ("", holder), _ready_line_seen(standby)
+            killed,
+            expired,
+            lambda: failover.holder() not in ("", holder),
+            _ready_line_seen(standby),
         )
     finally:
         leader.stop()
@@ -308,15 +352,9 @@ def _cold_failover(failover: _Failover, volumes: int) -> FailoverResult:
         killed = failover.kill_and_claim(leader)
         time.sleep(max(0.0, killed + LEASE_DURATION_SECONDS - time.time()))
         successor = failover.start("successor")
-        started = successor.started_at
-        moments = failover.observe(killed, lambda: True, _ready_line_seen(successor))
-        moments = FailoverMoments(
-            killed=killed,
-            leading=started,
-            synced=moments.synced,
-            volume_created=moments.volume_created,
-            bound=moments.bound,
-        )
+        expired = killed + LEASE_DURATION_SECONDS
+        seen = failover.observe(killed, expired, lambda: True, _ready_line_seen(successor))
+        moments = replace(seen, leading=successor.started_at)
     finally:
         leader.stop()
         if successor is not None:

@@ -368,6 +368,8 @@ FAILOVER_ROWS = (
     ("kill to new claim Bound (s)", "failover_seconds"),
     ("lease duration (s)", "lease_duration_seconds"),
     ("  lease wait: kill -> leading (s)", "lease_wait_seconds"),
+    ("    kill -> lease expired (s)", "expiry_seconds"),
+    ("    lease expired -> leading (s)", "takeover_seconds"),
     ("  sync: leading -> caches synced (s)", "sync_seconds"),
     ("  provisioning: synced -> PV created (s)", "provisioning_seconds"),
     ("  binding: PV created -> Bound (s)", "binding_seconds"),
@@ -391,6 +393,13 @@ def failover_table(report: dict[str, Any], markdown: bool = False) -> str:
     rows += [
         [label, *(_number(runs[key].get(name)) for key in keys)] for label, name in FAILOVER_ROWS
     ]
+    if any(len(runs[key].get("failovers") or []) > 1 for key in keys):
+        rows.append(
+            [
+                "kill to Bound, each failover (s)",
+                *(", ".join(map(_number, runs[key].get("failovers") or [])) for key in keys),
+            ]
+        )
     return format_table([f"failover at {volumes} volumes", *keys], rows, markdown)
 
 

@@ -14,7 +14,7 @@ from bench.api import RawApi
 from bench.audit import AuditLog, controller_manager_limit, start_audited_cluster
 from bench.burst import BurstResult, run_burst
 from bench.capacity import burst_budget
-from bench.failover import FailoverResult, run_failover
+from bench.failover import FailoverResult, median_failover, run_failover
 from bench.floor import run_floor
 from bench.implementations import OURS, REFERENCE_TUNED, Implementation
 from bench.options import BenchOptions
@@ -189,30 +189,41 @@ def run_failovers(
     results: RunResults,
 ) -> None:
     """Ours (a leader and a warm standby) and the tuned reference (a cold start after the
-    lease), each over the data set once the control plane is quiet (`bench.failover`)."""
-    for implementation in (i for i in implementations if i in (OURS, REFERENCE_TUNED)):
-        _wait_quiet(workspace)
-        failover = run_failover(
-            workspace,
-            api,
-            implementation,
-            volumes=volumes,
-            idle_seconds=options.idle_seconds,
-            log_dir=log_dir / "failover",
-            timeout=options.timeout,
-        )
-        results.failover[implementation.key] = failover
-        say(
-            f"failover: {implementation.label} over {volumes}: kill to new claim Bound in "
-            f"{failover.failover_seconds:.2f}s (lease wait {failover.lease_wait_seconds:.2f}s, "
-            f"sync {failover.sync_seconds:.2f}s, provisioning "
-            f"{failover.provisioning_seconds:.2f}s, binding {failover.binding_seconds:.2f}s)"
-            + (
-                f"; standby steady RSS {failover.standby_steady_rss_mib:.0f} MiB"
-                if failover.warm
-                else ""
+    lease), each over the data set once the control plane is quiet (`bench.failover`), as many
+    times as the start-ups (`--scale-starts`), in turns; the figures are the median failover's."""
+    chosen = [i for i in implementations if i in (OURS, REFERENCE_TUNED)]
+    runs: dict[str, list[FailoverResult]] = {}
+    for round_index in range(options.scale_starts):
+        for implementation in chosen:
+            _wait_quiet(workspace)
+            failover = run_failover(
+                workspace,
+                api,
+                implementation,
+                volumes=volumes,
+                idle_seconds=options.idle_seconds,
+                log_dir=log_dir / "failover" / str(round_index + 1),
+                timeout=options.timeout,
             )
+            runs.setdefault(implementation.key, []).append(failover)
+            _say_failover(implementation, failover)
+    for key, failovers in runs.items():
+        results.failover[key] = median_failover(failovers)
+
+
+def _say_failover(implementation: Implementation, failover: FailoverResult) -> None:
+    say(
+        f"failover: {implementation.label} over {failover.volumes}: kill to new claim Bound in "
+        f"{failover.failover_seconds:.2f}s (lease wait {failover.lease_wait_seconds:.2f}s, "
+        f"of it {failover.takeover_seconds:.2f}s after the lease expired, "
+        f"sync {failover.sync_seconds:.2f}s, provisioning "
+        f"{failover.provisioning_seconds:.2f}s, binding {failover.binding_seconds:.2f}s)"
+        + (
+            f"; standby steady RSS {failover.standby_steady_rss_mib:.0f} MiB"
+            if failover.warm
+            else ""
         )
+    )
 
 
 def _wait_quiet(workspace: Workspace) -> float:

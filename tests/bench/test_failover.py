@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ from bench.failover import (
     FailoverMoments,
     failover_claim,
     failover_result,
+    lease_expiry,
+    median_failover,
     phases,
 )
 from bench.goals import judge_all
@@ -35,11 +38,13 @@ def test_the_goal_is_the_runtimes_default_lease_plus_two_seconds() -> None:
 
 def test_the_phases_follow_each_other_and_add_up_to_the_failover() -> None:
     moments = FailoverMoments(
-        killed=10.0, leading=25.5, synced=29.0, volume_created=30.5, bound=31.0
+        killed=10.0, lease_expired=24.0, leading=25.5, synced=29.0, volume_created=30.5, bound=31.0
     )
     assert phases(moments) == (15.5, 3.5, 1.5, 0.5)
     result = failover_result("reference-tuned", 50_000, moments, warm=False)
     assert result.failover_seconds == 21.0
+    # The leader renewed 1 s before its kill: its lease expired 14 s later, taken 1.5 s after.
+    assert (result.expiry_seconds, result.takeover_seconds) == (14.0, 1.5)
     assert result.lease_duration_seconds == LEASE_DURATION_SECONDS
     assert (result.warm, result.volumes) == (False, 50_000)
     assert math.isnan(result.standby_steady_rss_mib)
@@ -49,10 +54,25 @@ def test_a_moment_seen_before_the_one_it_follows_counts_as_the_same_instant() ->
     # A warm standby logs its caches synced within the poll that sees the Lease change; and
     # the PV and the Bound claim can be first seen by one poll.
     moments = FailoverMoments(
-        killed=10.0, leading=26.0, synced=25.9, volume_created=27.0, bound=26.9
+        killed=10.0, lease_expired=25.0, leading=26.0, synced=25.9, volume_created=27.0, bound=26.9
     )
     assert phases(moments) == (16.0, 0.0, 1.0, 0.0)
     assert failover_result("ours", 200, moments, warm=True).failover_seconds == 17.0
+
+
+def test_a_lease_expires_its_duration_after_its_last_renewal() -> None:
+    lease = {"spec": {"renewTime": "2026-11-28T06:31:10.250000Z", "leaseDurationSeconds": 15}}
+    assert lease_expiry(lease) == datetime(2026, 11, 28, 6, 31, 25, 250000, UTC).timestamp()
+
+
+def test_several_failovers_give_the_median_one_with_every_time_kept() -> None:
+    runs = [failover("ours", 50_000, lease_wait, 0.0) for lease_wait in (16.5, 14.0, 15.5)]
+    merged = median_failover(runs)
+    assert merged.failover_seconds == 17.0 and merged.lease_wait_seconds == 15.5
+    assert merged.failovers == [18.0, 15.5, 17.0]
+    assert median_failover(runs[:2]).failover_seconds == 15.5  # the lower middle
+    with pytest.raises(ValueError, match="no failovers"):
+        median_failover([])
 
 
 def test_the_claim_arrives_with_its_node_and_provisioner_as_the_scheduler_and_binder_leave_it() -> (
@@ -105,11 +125,18 @@ def test_the_report_shows_each_phase_the_lease_and_the_standbys_memory() -> None
     assert rows["kill to new claim Bound (s)"] == ["17.0", "20.5"]
     assert rows["lease duration (s)"] == ["15.0", "15.0"]
     assert rows["lease wait: kill -> leading (s)"] == ["15.5", "15.0"]
+    assert rows["kill -> lease expired (s)"] == ["15.0", "15.0"]
+    assert rows["lease expired -> leading (s)"] == ["0.5", "0"]
+    assert "kill to Bound, each failover (s)" not in rows
     assert rows["sync: leading -> caches synced (s)"] == ["0", "4"]
     assert rows["standby steady RSS (MiB)"] == ["140.0", "-"]
     assert report["failover"]["ours"]["failover_seconds"] == 17.0
     assert "| failover at 50000 volumes" in markdown(report)
     assert failover_table(build_report(parse_options([]), RunResults(), "", 1.0)) == ""
+    results.failover["ours"].failovers = [17.0, 18.5, 16.0]
+    report = build_report(parse_options(["--no-plot"]), results, "python -m bench", 1.0)
+    each = next(line for line in markdown(report).splitlines() if "each failover" in line)
+    assert [cell.strip() for cell in each.split("|")][2] == "17.0, 18.5, 16.0"
 
 
 def test_failover_is_a_scenario_of_its_own_and_runs_by_default() -> None:
@@ -125,7 +152,7 @@ def test_failover_runs_end_to_end_over_a_small_data_set(tmp_path: Path) -> None:
     output = tmp_path / "failover.json"
     argv = [
         "--only", "ours", "--only", "reference-tuned", "--scenario", "failover",
-        "--scale-volumes", "200", "--idle-seconds", "2", "--timeout", "120",
+        "--scale-volumes", "200", "--scale-starts", "1", "--idle-seconds", "2", "--timeout", "120",
         "--no-plot", "--output", str(output),
     ]  # fmt: skip
     assert main(argv) == 0
@@ -138,4 +165,5 @@ def test_failover_runs_end_to_end_over_a_small_data_set(tmp_path: Path) -> None:
     assert reference["lease_wait_seconds"] >= LEASE_DURATION_SECONDS
     assert ours["sync_seconds"] < 1.0
     assert ours["standby_steady_rss_mib"] > 0
+    assert ours["expiry_seconds"] <= LEASE_DURATION_SECONDS <= reference["expiry_seconds"] + 0.1
     assert report["goals"][-1]["goal"] == "failover at 200 volumes: kill to new claim Bound"

@@ -67,6 +67,7 @@ def failover(key: str, volumes: int, lease_wait: float, sync: float) -> Failover
     """A failover whose provisioning takes 1 s and binding 0.5 s after the given phases."""
     moments = FailoverMoments(
         killed=100.0,
+        lease_expired=115.0,
         leading=100.0 + lease_wait,
         synced=100.0 + lease_wait + sync,
         volume_created=101.0 + lease_wait + sync,
