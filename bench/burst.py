@@ -135,7 +135,8 @@ def _is_finished(pod: dict[str, Any]) -> bool:
     return pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
 
 
-def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Polls `condition` every 50 ms; TimeoutError naming `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -156,7 +157,7 @@ def _wait_for_capacities(api: RawApi, timeout: float) -> int:
     """Until ours has published one CSIStorageCapacity per node and class; how many."""
     path = f"/apis/storage.k8s.io/v1/namespaces/{PROVISIONER_NAMESPACE}/csistoragecapacities"
     expected = len(api.get("/api/v1/nodes").get("items") or ()) * len(CLASSES)
-    _wait(
+    wait_until(
         lambda: len(api.get(path).get("items") or ()) >= expected,
         timeout,
         f"{expected} CSIStorageCapacity objects",
@@ -374,7 +375,7 @@ def run_burst(
 
         with ThreadPoolExecutor(concurrency) as pool:
             list(pool.map(delete, names))
-        _wait(
+        wait_until(
             lambda: volume_timeline.live() == 0 and volume_directories(workspace.cluster) == 0,
             timeout,
             "every PV and directory gone",

@@ -8,6 +8,8 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -61,3 +63,26 @@ class ProcessMonitor:
         with self._lock:
             values = [rss for at, rss in self._samples if at >= since]
         return statistics.median(values) / MIB if values else self.rss_mib()
+
+
+@dataclass(frozen=True)
+class IdleFigures:
+    steady_rss_mib: float
+    """Median RSS over the window."""
+    cpu_seconds: float
+    """CPU (user + system) over the window."""
+
+
+def idle_window(
+    monitors: Sequence[ProcessMonitor], settle_seconds: float, idle_seconds: float
+) -> list[IdleFigures]:
+    """After `settle_seconds`, each monitored process's figures over the next `idle_seconds`,
+    in the monitors' order (their sampling must have started)."""
+    time.sleep(settle_seconds)
+    idle_from = time.time()
+    before = [monitor.cpu_seconds() for monitor in monitors]
+    time.sleep(idle_seconds)
+    return [
+        IdleFigures(monitor.median_rss_mib(idle_from), monitor.cpu_seconds() - cpu)
+        for monitor, cpu in zip(monitors, before, strict=True)
+    ]

@@ -180,6 +180,7 @@ def build_report(
             str(volumes): {key: asdict(value) for key, value in runs.items()}
             for volumes, runs in results.scaling.items()
         },
+        "failover": {key: asdict(value) for key, value in results.failover.items()},
     }
 
 
@@ -363,6 +364,45 @@ def scale_starts_table(report: dict[str, Any], markdown: bool = False) -> str:
     return format_table(headers, rows, markdown)
 
 
+FAILOVER_ROWS = (
+    ("kill to new claim Bound (s)", "failover_seconds"),
+    ("lease duration (s)", "lease_duration_seconds"),
+    ("  lease wait: kill -> leading (s)", "lease_wait_seconds"),
+    ("    kill -> lease expired (s)", "expiry_seconds"),
+    ("    lease expired -> leading (s)", "takeover_seconds"),
+    ("  sync: leading -> caches synced (s)", "sync_seconds"),
+    ("  provisioning: synced -> PV created (s)", "provisioning_seconds"),
+    ("  binding: PV created -> Bound (s)", "binding_seconds"),
+    ("standby steady RSS (MiB)", "standby_steady_rss_mib"),
+    ("standby idle CPU (s)", "standby_idle_cpu_seconds"),
+    ("leader steady RSS (MiB)", "leader_steady_rss_mib"),
+)
+
+
+def failover_table(report: dict[str, Any], markdown: bool = False) -> str:
+    """The failover of ours and the tuned reference, phase by phase: where the time goes."""
+    runs: dict[str, dict[str, Any]] = report.get("failover") or {}
+    keys = [key for key in ("ours", "reference-tuned") if key in runs]
+    if not keys:
+        return ""
+    volumes = runs[keys[0]]["volumes"]
+    how = {
+        key: "warm standby" if runs[key]["warm"] else "cold start after the lease" for key in keys
+    }
+    rows = [["takes over as", *(how[key] for key in keys)]]
+    rows += [
+        [label, *(_number(runs[key].get(name)) for key in keys)] for label, name in FAILOVER_ROWS
+    ]
+    if any(len(runs[key].get("failovers") or []) > 1 for key in keys):
+        rows.append(
+            [
+                "kill to Bound, each failover (s)",
+                *(", ".join(map(_number, runs[key].get("failovers") or [])) for key in keys),
+            ]
+        )
+    return format_table([f"failover at {volumes} volumes", *keys], rows, markdown)
+
+
 def print_report(report: dict[str, Any]) -> None:
     options = report["options"]
     print(
@@ -384,6 +424,9 @@ def print_report(report: dict[str, Any]) -> None:
         if starts := scale_starts_table(report):
             print()
             print(starts)
+    if failover := failover_table(report):
+        print()
+        print(failover)
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -396,6 +439,7 @@ def markdown(report: dict[str, Any]) -> str:
             *([time_goes_tables(report, markdown=True)] if report.get("time_goes") else []),
             *([scaling_table(report, markdown=True)] if report.get("scaling") else []),
             *filter(None, [scale_starts_table(report, markdown=True)]),
+            *filter(None, [failover_table(report, markdown=True)]),
         ]
     )
 

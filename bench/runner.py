@@ -1,6 +1,7 @@
 """Runs the scenarios in order, each implementation on a fresh cluster for the burst, one
-after the other, and the scale data set once for all of them (they only read it). Ours with
-capacity on runs the burst only, in its own workspace (`prepare_workspace(capacity_budget=)`)."""
+after the other, and the scale data set once for all of them (they only read it; the failover
+adds one claim and removes it again). Ours with capacity on runs the burst only, in its own
+workspace (`prepare_workspace(capacity_budget=)`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from bench.api import RawApi
 from bench.audit import AuditLog, controller_manager_limit, start_audited_cluster
 from bench.burst import BurstResult, run_burst
 from bench.capacity import burst_budget
+from bench.failover import FailoverResult, median_failover, run_failover
 from bench.floor import run_floor
 from bench.implementations import OURS, REFERENCE_TUNED, Implementation
 from bench.options import BenchOptions
@@ -49,6 +51,8 @@ class RunResults:
     """At options.scale_volumes, by implementation."""
     scaling: dict[int, dict[str, ScaleResult]] = field(default_factory=dict)
     """Every size of options.scale_sizes, by number of volumes, then implementation."""
+    failover: dict[str, FailoverResult] = field(default_factory=dict)
+    """At the largest scale size: ours (leader and warm standby) and the tuned reference."""
 
 
 def say(message: str) -> None:
@@ -134,14 +138,14 @@ def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> No
             if volumes == options.scale_volumes:
                 results.dataset = dataset
             say(f"scale: data set of {volumes} made in {dataset.seconds:.0f}s")
-            by_implementation = results.scaling.setdefault(volumes, {})
             log_dir = cluster_dir / str(volumes)
             # Alternate who starts first, so neither always meets the other's page cache. The
             # largest size (the goals') takes several starts of each, in turns.
             order = implementations if size_index % 2 == 0 else implementations[::-1]
             largest = volumes == options.scale_sizes[-1]
             starts: dict[str, list[ScaleResult]] = {}
-            for round_index in range(options.scale_starts if largest else 1):
+            rounds = options.scale_starts if largest else 1
+            for round_index in range(rounds if "scale" in options.scenarios else 0):
                 shift = round_index % len(order)
                 for implementation in [*order[shift:], *order[:shift]]:
                     start_dir = log_dir / f"start-{round_index + 1}" if largest else log_dir
@@ -156,12 +160,80 @@ def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> No
                     starts.setdefault(implementation.key, []).append(scale)
             for key, runs in starts.items():
                 scale = median_start(runs) if len(runs) > 1 else runs[0]
-                by_implementation[key] = scale
+                results.scaling.setdefault(volumes, {})[key] = scale
                 if volumes == options.scale_volumes:
                     results.scale[key] = scale
+            if largest and "failover" in options.scenarios:
+                run_failovers(
+                    options,
+                    workspace,
+                    api,
+                    implementations,
+                    volumes=volumes,
+                    log_dir=log_dir,
+                    results=results,
+                )
     finally:
         api.close()
         cluster.stop()
+
+
+def run_failovers(
+    options: BenchOptions,
+    workspace: Workspace,
+    api: RawApi,
+    implementations: list[Implementation],
+    *,
+    volumes: int,
+    log_dir: Path,
+    results: RunResults,
+) -> None:
+    """Ours (a leader and a warm standby) and the tuned reference (a cold start after the
+    lease), each over the data set once the control plane is quiet (`bench.failover`), as many
+    times as the start-ups (`--scale-starts`), in turns; the figures are the median failover's."""
+    chosen = [i for i in implementations if i in (OURS, REFERENCE_TUNED)]
+    runs: dict[str, list[FailoverResult]] = {}
+    for round_index in range(options.scale_starts):
+        for implementation in chosen:
+            _wait_quiet(workspace)
+            failover = run_failover(
+                workspace,
+                api,
+                implementation,
+                volumes=volumes,
+                idle_seconds=options.idle_seconds,
+                log_dir=log_dir / "failover" / str(round_index + 1),
+                timeout=options.timeout,
+            )
+            runs.setdefault(implementation.key, []).append(failover)
+            _say_failover(implementation, failover)
+    for key, failovers in runs.items():
+        results.failover[key] = median_failover(failovers)
+
+
+def _say_failover(implementation: Implementation, failover: FailoverResult) -> None:
+    say(
+        f"failover: {implementation.label} over {failover.volumes}: kill to new claim Bound in "
+        f"{failover.failover_seconds:.2f}s (lease wait {failover.lease_wait_seconds:.2f}s, "
+        f"of it {failover.takeover_seconds:.2f}s after the lease expired, "
+        f"sync {failover.sync_seconds:.2f}s, provisioning "
+        f"{failover.provisioning_seconds:.2f}s, binding {failover.binding_seconds:.2f}s)"
+        + (
+            f"; standby steady RSS {failover.standby_steady_rss_mib:.0f} MiB"
+            if failover.warm
+            else ""
+        )
+    )
+
+
+def _wait_quiet(workspace: Workspace) -> float:
+    quiet = wait_until_quiet(workspace.cluster.control_plane.pids(), say=say)
+    say(
+        f"scale: control plane quiet after {quiet.seconds:.0f}s "
+        f"({quiet.last_share:.2f} CPU)"
+        + ("" if quiet.quiet else ": gave up waiting, measuring anyway")
+    )
+    return quiet.seconds
 
 
 def _start_once(
@@ -174,12 +246,7 @@ def _start_once(
     log_dir: Path,
 ) -> ScaleResult:
     """One start over the data set, once the control plane is quiet."""
-    quiet = wait_until_quiet(workspace.cluster.control_plane.pids(), say=say)
-    say(
-        f"scale: control plane quiet after {quiet.seconds:.0f}s "
-        f"({quiet.last_share:.2f} CPU)"
-        + ("" if quiet.quiet else ": gave up waiting, measuring anyway")
-    )
+    quiet_seconds = _wait_quiet(workspace)
     log_dir.mkdir(parents=True, exist_ok=True)
     scale = run_scale(
         workspace,
@@ -190,7 +257,7 @@ def _start_once(
         log_dir=log_dir,
         py_spy=options.py_spy,
     )
-    scale.quiet_wait_seconds = quiet.seconds
+    scale.quiet_wait_seconds = quiet_seconds
     say(
         f"scale: {implementation.label} over {volumes}: ready in "
         f"{scale.ready_seconds:.2f}s ({scale.ready_cpu_seconds:.2f}s of CPU), "
@@ -206,6 +273,6 @@ def run_all(options: BenchOptions, work_dir: Path) -> RunResults:
         run_bursts(options, work_dir, results)
     if "lifted" in options.scenarios:
         run_bursts(options, work_dir, results, lifted=True)
-    if "scale" in options.scenarios:
+    if options.scenarios & {"scale", "failover"}:
         run_scales(options, work_dir, results)
     return results

@@ -26,7 +26,7 @@ from typing import Any
 from bench.api import RawApi
 from bench.audit import AuditLog
 from bench.implementations import Implementation, RunningProvisioner
-from bench.process_stats import ProcessMonitor
+from bench.process_stats import ProcessMonitor, idle_window
 from bench.workspace import BASE_PATH, PROVISIONER_NAME, SCALE_CLASS, Workspace
 from provisioner.provisioning.annotations import NODE_ANNOTATION, PROVISIONED_BY
 
@@ -226,12 +226,7 @@ def run_scale(
         monitor = ProcessMonitor(provisioner.pid).start()
         ready = provisioner.wait_ready()
         ready_cpu = monitor.cpu_seconds()
-        time.sleep(SETTLE_SECONDS)
-        idle_from = time.time()
-        cpu_before = monitor.cpu_seconds()
-        time.sleep(idle_seconds)
-        idle_cpu = monitor.cpu_seconds() - cpu_before
-        steady = monitor.median_rss_mib(idle_from)
+        (idle,) = idle_window([monitor], SETTLE_SECONDS, idle_seconds)
         peak = monitor.peak_rss_mib()
         monitor.stop()
         requests = audit.count(
@@ -243,9 +238,9 @@ def run_scale(
         implementation=implementation.key,
         volumes=volumes,
         ready_seconds=ready,
-        steady_rss_mib=steady,
+        steady_rss_mib=idle.steady_rss_mib,
         peak_rss_mib=peak,
-        idle_cpu_seconds=idle_cpu,
+        idle_cpu_seconds=idle.cpu_seconds,
         idle_seconds=idle_seconds,
         requests=dict(requests.by_kind.most_common()),
         ready_cpu_seconds=ready_cpu,

@@ -1,5 +1,6 @@
-"""Issue 20's goals judged on hand-made results: each goal's figure, met, missed and not
-measured, the largest data-set size for start-up, and the stages shown only for a missed burst."""
+"""Issue 20's and 31's goals judged on hand-made results: each goal's figure, met, missed and
+not measured, the largest data-set size for start-up, and the stages shown only for a missed
+burst."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from bench.audit import controller_manager_limit, limiter_floor
 from bench.burst import STAGES, BurstResult
+from bench.failover import FailoverMoments, FailoverResult, failover_result
 from bench.goals import SIDE_BY_SIDE, judge_all, largest_scale, where_time_goes
 from bench.options import REPO, parse_options
 from bench.report import build_report, goals_table, markdown, time_goes_tables
@@ -61,6 +63,19 @@ def scale(key: str, volumes: int, ready: float, cpu: float, rss: float) -> Scale
     )
 
 
+def failover(key: str, volumes: int, lease_wait: float, sync: float) -> FailoverResult:
+    """A failover whose provisioning takes 1 s and binding 0.5 s after the given phases."""
+    moments = FailoverMoments(
+        killed=100.0,
+        lease_expired=115.0,
+        leading=100.0 + lease_wait,
+        synced=100.0 + lease_wait + sync,
+        volume_created=101.0 + lease_wait + sync,
+        bound=101.5 + lease_wait + sync,
+    )
+    return failover_result(key, volumes, moments, warm=key == "ours")
+
+
 def full_run() -> RunResults:
     """Burst goals met but requests, lifted time missed, start-up met at 50,000 volumes only."""
     small = {
@@ -85,6 +100,10 @@ def full_run() -> RunResults:
         floor=FloorResult(writes=4000, concurrency=8, seconds=5.0),
         scale=small,
         scaling={1000: {}, 50_000: large, 10_000: small},
+        failover={
+            "ours": failover("ours", 50_000, 15.5, 0.0),
+            "reference-tuned": failover("reference-tuned", 50_000, 15.0, 4.0),
+        },
     )
 
 
@@ -103,6 +122,7 @@ def test_each_goal_is_ours_against_the_tuned_reference_or_its_own_limit() -> Non
         "scale at 50000 volumes: time to ready",
         "scale at 50000 volumes: CPU until ready",
         "scale at 50000 volumes: steady RSS",
+        "failover at 50000 volumes: kill to new claim Bound",
     ]
     bind = goals["burst: time until all Bound"]
     assert (bind["ours"], bind["reference-tuned"], bind["reference-default"]) == (40, 50, 300)
@@ -121,6 +141,10 @@ def test_each_goal_is_ours_against_the_tuned_reference_or_its_own_limit() -> Non
     rss = goals["scale at 50000 volumes: steady RSS"]
     assert (rss["value"], rss["limit"], rss["met"]) == (0.125, 0.4, True)
     assert rss["reference-default"] == 860.0
+    failover_goal = goals["failover at 50000 volumes: kill to new claim Bound"]
+    assert (failover_goal["ours"], failover_goal["reference-tuned"]) == (17.0, 20.5)
+    assert (failover_goal["value"], failover_goal["limit"], failover_goal["met"]) == (17, 17, True)
+    assert math.isnan(failover_goal["reference-default"])
 
 
 def test_start_up_goals_use_the_largest_size_measured() -> None:
@@ -135,7 +159,8 @@ def test_start_up_goals_use_the_largest_size_measured() -> None:
 def test_a_goal_whose_figures_were_not_run_is_not_measured() -> None:
     goals = judge_all(RunResults())
     assert [goal["met"] for goal in goals] == [None] * len(goals)
-    assert goals[-1]["goal"] == "scale: steady RSS"
+    assert goals[-2]["goal"] == "scale: steady RSS"
+    assert goals[-1]["goal"] == "failover: kill to new claim Bound"
     only_ours = RunResults(burst={"ours": burst("ours", 40.0, 50.0, 3.4)})
     judged = by_name(judge_all(only_ours))
     assert judged["burst: API requests per volume"]["met"] is True
@@ -207,13 +232,14 @@ def test_the_report_prints_the_goals_and_where_the_missed_bursts_time_went() -> 
 
 
 def test_make_bench_runs_every_goals_scenario_with_realistic_pod_starts_up_to_50000() -> None:
+    # The failover runs at the largest scale size: 50,000 volumes.
     makefile = (REPO / "Makefile").read_text()
     arguments = re.search(r"^BENCH_ARGS \?=(.*)$", makefile, re.MULTILINE)
     assert arguments is not None, "the Makefile sets no default BENCH_ARGS"
     assert "$(BENCH_ARGS)" in makefile.split("\nbench:", 1)[1].split("\n\n", 1)[0]
     options = parse_options(shlex.split(arguments.group(1)))
     assert options.pod_start == "kubelet"
-    assert options.scenarios == {"burst", "lifted", "scale"}
+    assert options.scenarios == {"burst", "lifted", "scale", "failover"}
     assert max(options.scale_sizes) == 50_000
     assert {i.key for i in options.implementations} >= set(SIDE_BY_SIDE)
 

@@ -53,7 +53,7 @@ def test_a_helper_pod_serves_the_volumes_its_name_carries() -> None:
 
 def test_the_lifted_scenario_runs_by_default_with_its_own_binder_limit() -> None:
     options = parse_options([])
-    assert options.scenarios == frozenset({"burst", "lifted", "scale"})
+    assert options.scenarios == frozenset({"burst", "lifted", "scale", "failover"})
     assert options.lifted_qps == 200
     assert parse_options(["--scenario", "burst"]).scenarios == frozenset({"burst"})
     assert parse_options(["--lifted-qps", "500"]).lifted_qps == 500
