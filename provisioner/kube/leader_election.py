@@ -67,6 +67,8 @@ class LeaderElectionConfig:
             )
 
 
+STANDBY_LOOK_SECONDS = 0.5
+"""How often a candidate that does not lead reads the Lease, at most (else every retry period)."""
 EXPIRY_MARGIN_SECONDS = 0.05
 """How long after a lease's expiry (on our clock) a standby tries to take it: past the moment,
 so the attempt finds it expired."""
@@ -202,8 +204,12 @@ class LeaderElector:
             if self._try_acquire_or_renew():
                 return True
             # Jitter (client-go's factor 1.2) keeps standbys from hitting the lease in lockstep.
-            wait = config.retry_period * (1 + random.random() * 0.2)  # noqa: S311
-            # But no later than the holder's lease expires by our clock: on its tick alone a
+            # A standby looks at most STANDBY_LOOK_SECONDS apart: a lease expires a duration
+            # after we *saw* its last renewal, so each second we are late seeing it is a second
+            # more of every failover (one read, not a write, each look).
+            look = min(config.retry_period, STANDBY_LOOK_SECONDS)
+            wait = look * (1 + random.random() * 0.2)  # noqa: S311
+            # And no later than the holder's lease expires by our clock: on its tick alone a
             # standby took over up to a retry period after that (up to 2.4 s of a failover).
             expires_in = self._expires_in()
             if expires_in is not None:
