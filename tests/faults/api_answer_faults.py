@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,10 +117,11 @@ def _answer(status: int) -> HTTPResponse:
 
 @contextmanager
 def provisioner_with_faults(
-    setup: ProvisionerSetup, cluster: LocalCluster
+    setup: ProvisionerSetup, cluster: LocalCluster, extra: Sequence[str] = ()
 ) -> Iterator[tuple[Provisioner, AnswerFaults]]:
-    """A provisioner for `setup` running in this process, its answers open to faults."""
-    provisioner = in_process_provisioner(setup, cluster)
+    """A provisioner for `setup` running in this process, its answers open to faults (`extra`:
+    more flags)."""
+    provisioner = in_process_provisioner(setup, cluster, extra)
     faults = AnswerFaults(provisioner)
     runner = threading.Thread(target=provisioner.run, name="provisioner-main", daemon=True)
     runner.start()

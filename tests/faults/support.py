@@ -64,10 +64,12 @@ def unique_base_path(label: str) -> str:
 # -- creating load ---------------------------------------------------------------------------
 
 
-def in_process_provisioner(setup: ProvisionerSetup, cluster: LocalCluster) -> Provisioner:
+def in_process_provisioner(
+    setup: ProvisionerSetup, cluster: LocalCluster, extra: Sequence[str] = ()
+) -> Provisioner:
     """A provisioner for `setup` built in this process (not yet running: call `run()` on a
     thread), so a test can reach into its API client; no leader election, probes on a free
-    port."""
+    port; `extra`: more flags."""
     options = parse_options(
         [
             "start",
@@ -80,6 +82,7 @@ def in_process_provisioner(setup: ProvisionerSetup, cluster: LocalCluster) -> Pr
             "--metrics-address=127.0.0.1",
             "--metrics-port=0",
             "--no-leader-election",
+            *extra,
         ],
         environ={},
     )

@@ -21,6 +21,7 @@ from provisioner.process.app import Provisioner
 from provisioner.provisioning.paths import TEARING_DOWN
 from tests.faults.api_answer_faults import provisioner_with_faults
 from tests.faults.support import (
+    SHARED_HELPER_PODS,
     HelperPodRecorder,
     HelperPodSeen,
     create_claims_with_consumers,
@@ -64,7 +65,8 @@ def test_a_claim_recreated_while_its_old_teardown_is_queued_keeps_its_data(
     base = unique_base_path("recreated")
     config = {"nodePathMap": [{"node": DEFAULT_NODE, "paths": [creatable(base)]}]}
     setup = make_setup(ConfigFiles(config=config, teardown=HELD_TEARDOWN))
-    with provisioner_with_faults(setup, cluster) as (provisioner, _):
+    # One helper pod per node: the old volume's teardown queues behind the busy one's.
+    with provisioner_with_faults(setup, cluster, SHARED_HELPER_PODS) as (provisioner, _):
         storage_class = setup.create_class(
             "recreated", parameters={"pathPattern": "{{ .PVC.Namespace }}/{{ .PVC.Name }}"}
         )
