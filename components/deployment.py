@@ -26,6 +26,13 @@ access = kubernetes.rbac.v1
 CONTAINER_NAME = "provisioner"
 RUN_AS_USER = 65532
 TERMINATION_GRACE_PERIOD_SECONDS = 60
+STARTUP_PROBE_DELAY_SECONDS = 1
+"""The interpreter's start and imports, before the probe port listens (about half a second):
+a probe sent earlier would be refused and logged as a Warning."""
+STARTUP_PROBE_TIMEOUT_SECONDS = 10
+STARTUP_PROBE_FAILURES = 60
+"""A minute to start (a slow node, a large cluster's first list) before the kubelet restarts
+the container."""
 
 """A fixed non-root uid/gid (distroless' `nonroot`)."""
 
@@ -72,9 +79,22 @@ def pod_template(args: ProvisionerDeploymentArgs, instance: str) -> core.PodTemp
             }
         ],
         "ports": [{"name": probe_port, "container_port": args.metrics_port, "protocol": "TCP"}],
+        # Once a second from the start, so the pod is Ready (and a rolling update stops the
+        # old leader) as soon as it serves, not up to a readiness period later. Its first
+        # answer waits for the informers' first sync (provisioner.process.app
+        # STARTUP_SETTLE_SECONDS, below this timeout): it succeeds at once, and the kubelet
+        # then asks /readyz at once. The liveness endpoint, not /readyz: a replica that is
+        # alive but rightly not ready (an invalid config, a predecessor still running) must
+        # not be restarted for it.
+        "startup_probe": {
+            "http_get": {"path": "/healthz", "port": probe_port},
+            "initial_delay_seconds": STARTUP_PROBE_DELAY_SECONDS,
+            "period_seconds": 1,
+            "timeout_seconds": STARTUP_PROBE_TIMEOUT_SECONDS,
+            "failure_threshold": STARTUP_PROBE_FAILURES,
+        },
         "liveness_probe": {
             "http_get": {"path": "/healthz", "port": probe_port},
-            "initial_delay_seconds": 5,
             "period_seconds": 10,
             "failure_threshold": 3,
         },
