@@ -24,6 +24,7 @@ core = kubernetes.core.v1
 access = kubernetes.rbac.v1
 
 CONTAINER_NAME = "provisioner"
+DEPLOYMENT_NAME = "local-path-storage-provisioner"
 RUN_AS_USER = 65532
 TERMINATION_GRACE_PERIOD_SECONDS = 60
 STARTUP_PROBE_DELAY_SECONDS = 1
@@ -101,6 +102,9 @@ def pod_template(args: ProvisionerDeploymentArgs, instance: str) -> core.PodTemp
         "readiness_probe": {
             "http_get": {"path": "/readyz", "port": probe_port},
             "period_seconds": 5,
+            # Above the API server check /readyz may make (2 s, provisioner.process.app): on a
+            # busy node the default 1 s timed out and logged a Warning for a healthy replica.
+            "timeout_seconds": 3,
             "failure_threshold": 2,
         },
         "resources": {
@@ -460,7 +464,7 @@ class ProvisionerDeployment(pulumi.ComponentResource):
         deployment = kubernetes.apps.v1.Deployment(
             f"{name}-deployment",
             metadata={
-                **metadata("local-path-storage-provisioner", "provisioner"),
+                **metadata(DEPLOYMENT_NAME, "provisioner"),
                 "annotations": {
                     **naming.FIELD_OWNERSHIP_ANNOTATIONS,
                     **naming.FOREGROUND_DELETION_ANNOTATIONS,
@@ -503,7 +507,7 @@ class ProvisionerDeployment(pulumi.ComponentResource):
         if args.replicas > 1:
             kubernetes.policy.v1.PodDisruptionBudget(
                 f"{name}-pdb",
-                metadata=metadata("local-path-storage-provisioner", "provisioner"),
+                metadata=metadata(DEPLOYMENT_NAME, "provisioner"),
                 spec={
                     "min_available": 1,
                     "selector": {"match_labels": naming.selector_labels(name)},

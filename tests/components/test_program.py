@@ -219,6 +219,7 @@ def test_deployment_pod() -> None:
         "failureThreshold": 60,
     }
     assert "initialDelaySeconds" not in container["livenessProbe"]
+    assert container["readinessProbe"]["timeoutSeconds"] == 3
     assert container["securityContext"] == {
         "allowPrivilegeEscalation": False,
         "readOnlyRootFilesystem": True,
