@@ -1,0 +1,429 @@
+"""Upgrade and roll back in place, on real nodes, through `pulumi up` with the real engine.
+
+The previous version is 0.1.0 as released: PREVIOUS_VERSION is the first commit of main whose
+CHANGELOG.md has the [0.1.0] section and nothing unreleased. It is the version users run
+today, and the code since differs where an upgrade can hurt: its standbys are cold (no
+informers until they lead) and ready at once, its helper pods keep Kubernetes' 30 s grace, and
+its pods have no startup probe (the stack's program gives them one: only the image changes
+here, as docs/upgrading.md's commands change it). Built
+by that tree's own recipe (tests/engine/previous_version.py) and pushed beside the current image
+under a tag of its own.
+
+Two replicas of 0.1.0 bind volumes that pods fill with data; then `pulumi up` rolls the
+Deployment to the current image while claims arrive and bound volumes are released, and a
+second `pulumi up` rolls it back while the same happens again. What must hold (docs/upgrading.md
+promises it): every claim bound exactly once (one PV, one setup helper pod), every released
+Delete volume removed exactly once (one teardown helper pod, its directory and PV gone), the
+data of every live volume untouched, no claim waiting longer than a leader hand-over plus its
+own provisioning, no probe Warning on a provisioner pod, and the old leader told to stop within
+a second of the new pod's Ready (the startup probe reports it as soon as it serves).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from localcluster import LocalCluster, wait_for
+from localcluster.real_nodes import PushedImage
+from provisioner.configuration.defaults import LEASE_DURATION_SECONDS
+from provisioner.kube.leader_election import lease_name_for
+from tests.engine.previous_version import previous_image
+from tests.engine.support import (
+    EngineStack,
+    StackFactory,
+    StackNames,
+    Tenant,
+    api_get,
+    api_request,
+    base_config,
+    provisioner_pods,
+    volume_location,
+    wait_provisioner_ready,
+)
+from tests.faults.support import HelperPodRecorder
+from tests.provisioner.e2e.real_nodes.support import (
+    REAL_NODES,
+    real_node_cluster,
+    real_nodes,
+    registry_busybox,
+)
+
+pytestmark = pytest.mark.realnode
+
+PREVIOUS_VERSION = "4499f1aabb791c241f68321cbe93740bdadd1e3a"
+"""0.1.0 as released (see the module's docstring for why this one)."""
+PROVISIONING_SECONDS = 12.0
+"""A claim's own provisioning on a real node in a burst: its setup helper pod (2-3 s alone,
+more when it waits for a batch or a busy kubelet) and the PV's write."""
+HAND_OVER_SLACK_SECONDS = 1.0
+"""How long after a new pod is Ready the old leader may be told to stop."""
+POLL_SECONDS = 0.1
+ROLLOUT_SECONDS = 180
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with real_node_cluster() as started:
+        yield started
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+@dataclass(frozen=True)
+class StackNamespace:
+    """The stack's namespace, where its helper pods run, for the HelperPodRecorder."""
+
+    core: client.CoreV1Api
+    namespace: str
+
+
+@dataclass
+class Timeline:
+    """What a poller saw, with the time it saw it: each provisioner pod's Ready and deletion,
+    the Lease's holder changes, each claim's binding."""
+
+    ready: dict[str, float] = field(default_factory=dict)
+    deleted: dict[str, float] = field(default_factory=dict)
+    image: dict[str, str] = field(default_factory=dict)
+    holders: list[tuple[float, str]] = field(default_factory=list)
+    bound: dict[str, float] = field(default_factory=dict)
+
+
+class Observer:
+    """Polls the provisioner's pods, its Lease and a tenant's claims every POLL_SECONDS."""
+
+    def __init__(self, cluster: LocalCluster, stack: EngineStack, tenant: Tenant) -> None:
+        self.cluster = cluster
+        self.namespace = stack.names.namespace
+        self.lease = (
+            f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases/"
+            f"{lease_name_for(stack.names.provisioner_name)}"
+        )
+        self.claims = f"/api/v1/namespaces/{tenant.namespace}/persistentvolumeclaims"
+        self.timeline = Timeline()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="upgrade-observer", daemon=True)
+        self.error: BaseException | None = None
+        self.longest_poll = 0.0
+
+    def __enter__(self) -> Observer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                self._poll(started)
+                self._stop.wait(POLL_SECONDS)
+                # The resolution of every time above: a change is seen up to this late.
+                self.longest_poll = max(self.longest_poll, time.monotonic() - started)
+        except BaseException as error:  # reported by the test, not lost in a thread
+            self.error = error
+            raise
+
+    def _poll(self, now: float) -> None:
+        line = self.timeline
+        for pod in provisioner_pods(self.cluster, self.namespace):
+            name = pod["metadata"]["name"]
+            line.image.setdefault(name, pod["spec"]["containers"][0]["image"])
+            if _ready(pod):
+                line.ready.setdefault(name, now)
+            if pod["metadata"].get("deletionTimestamp"):
+                line.deleted.setdefault(name, now)
+        lease = api_get(self.cluster, self.lease)
+        holder = str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
+        if not line.holders or line.holders[-1][1] != holder:
+            line.holders.append((now, holder))
+        claims = api_get(self.cluster, self.claims) or {"items": []}
+        for claim in claims["items"]:
+            if claim.get("status", {}).get("phase") == "Bound":
+                line.bound.setdefault(claim["metadata"]["name"], now)
+
+    def leader_at(self, moment: float) -> str:
+        """The pod holding the Lease at `moment` ("" for nobody)."""
+        holder = ""
+        for seen, identity in self.timeline.holders:
+            if seen > moment:
+                break
+            holder = identity
+        return holder.split("_", 1)[0]
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _write_data(cluster: LocalCluster, tenant: Tenant, claim: str, node: str) -> None:
+    """A claim and a pod on `node` that fills it with random data and exits."""
+    claim_body = {
+        "metadata": {"name": claim},
+        "spec": {
+            "storageClassName": tenant.storage_class,
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+    pod = {
+        "metadata": {"name": f"{claim}-writer"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "writer",
+                    "image": registry_busybox(cluster),
+                    "command": [
+                        "sh",
+                        "-c",
+                        "dd if=/dev/urandom of=/data/blob bs=64k count=16 && mkdir /data/sub"
+                        " && echo kept > /data/sub/note",
+                    ],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }
+            ],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    }
+    base = f"/api/v1/namespaces/{tenant.namespace}"
+    for collection, body in (("persistentvolumeclaims", claim_body), ("pods", pod)):
+        status, answer = api_request(cluster, "POST", f"{base}/{collection}", body)
+        assert status == 201, answer
+
+
+def _data_of(cluster: LocalCluster, volume: dict[str, Any]) -> dict[str, str]:
+    _, _, on_disk = volume_location(cluster, volume)
+    return {
+        str(path.relative_to(on_disk)): _sha256(path)
+        for path in sorted(on_disk.rglob("*"))
+        if path.is_file()
+    }
+
+
+@dataclass
+class Burst:
+    """Claims made (with their consumer pods) and claims released, one every `spacing` s,
+    from a thread, while a `pulumi up` runs."""
+
+    tenant: Tenant
+    creates: list[str]
+    releases: list[str]
+    spacing: float = 1.5
+    created_at: dict[str, float] = field(default_factory=dict)
+    released_at: dict[str, float] = field(default_factory=dict)
+    error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            steps: list[tuple[str, str]] = []
+            for index in range(max(len(self.creates), len(self.releases))):
+                steps += [("create", name) for name in self.creates[index : index + 1]]
+                steps += [("release", name) for name in self.releases[index : index + 1]]
+            for action, name in steps:
+                if action == "create":
+                    self.created_at[name] = time.monotonic()
+                    self.tenant.claim_with_consumer(name)
+                else:
+                    self.released_at[name] = time.monotonic()
+                    self.tenant.delete_claim(name)
+                time.sleep(self.spacing)
+        except BaseException as error:
+            self.error = error
+            raise
+
+
+def _roll(stack: EngineStack, image: PushedImage, burst: Burst) -> float:
+    """`pulumi up` to `image` while `burst` runs; the update's duration."""
+    stack.set_config("image", image.by_digest)
+    thread = threading.Thread(target=burst.run, name="burst", daemon=True)
+    started = time.monotonic()
+    thread.start()
+    # Into the burst before the update, so claims arrive before, during and after the roll.
+    time.sleep(burst.spacing)
+    stack.up()
+    took = time.monotonic() - started
+    thread.join(60)
+    assert burst.error is None, burst.error
+    return took
+
+
+@dataclass(frozen=True)
+class HandOver:
+    """One rollout's leader hand-over, as the observer saw it."""
+
+    after_ready: float
+    """From the newest Ready of a pod of the new image to the old leader's deletion: how long
+    the old leader kept working once its successor could."""
+    lease_taken: float
+    """From the old leader's deletion to another replica holding the Lease."""
+
+
+def _hand_over(observer: Observer, image: PushedImage, since: float) -> HandOver:
+    line = observer.timeline
+    deletions = sorted(
+        (moment, name)
+        for name, moment in line.deleted.items()
+        if moment >= since and line.image.get(name) != image.by_digest
+    )
+    for moment, name in deletions:
+        if observer.leader_at(moment) != name:
+            continue
+        readies = [
+            ready
+            for pod, ready in line.ready.items()
+            if line.image.get(pod) == image.by_digest and ready <= moment
+        ]
+        assert readies, f"the leader {name} was deleted before any pod of {image.by_digest}"
+        taken = next(
+            seen
+            for seen, holder in line.holders
+            if seen >= moment and holder and not holder.startswith(f"{name}_")
+        )
+        return HandOver(moment - max(readies), taken - moment)
+    raise AssertionError(f"no leader of the old image was deleted: {line}")
+
+
+def _probe_warnings(cluster: LocalCluster, namespace: str) -> list[str]:
+    events = api_get(cluster, f"/api/v1/namespaces/{namespace}/events") or {"items": []}
+    return [
+        f"{event['involvedObject'].get('name')}: {event.get('message')}"
+        for event in events["items"]
+        if event.get("type") == "Warning" and event.get("reason") == "Unhealthy"
+    ]
+
+
+def _check_one_volume_each(
+    cluster: LocalCluster, tenant: Tenant, claims: list[str], gone: list[str]
+) -> None:
+    """Each live claim bound to one PV of its own; no PV left for a released one."""
+    volumes = (api_get(cluster, "/api/v1/persistentvolumes") or {"items": []})["items"]
+    ours = [v for v in volumes if v["spec"].get("storageClassName") == tenant.storage_class]
+    by_claim: dict[str, list[str]] = {}
+    for volume in ours:
+        ref = volume["spec"].get("claimRef") or {}
+        by_claim.setdefault(ref.get("name", ""), []).append(volume["metadata"]["name"])
+    for claim in claims:
+        assert len(by_claim.get(claim, [])) == 1, (claim, by_claim)
+    leftover = [v["metadata"]["name"] for v in ours if v["spec"]["claimRef"]["name"] in gone]
+    assert not leftover, f"PVs of released claims still there: {leftover}"
+
+
+def test_upgrade_to_the_current_image_and_back_under_load(
+    stacks: StackFactory, cluster: LocalCluster
+) -> None:
+    real = real_nodes(cluster)
+    assert real.provisioner is not None
+    current = real.provisioner
+    previous_build = previous_image(PREVIOUS_VERSION)
+    previous = real.push_provisioner(
+        previous_build.directory, f"{previous_build.tag}-{PREVIOUS_VERSION[:12]}"
+    )
+    assert previous.digest != current.digest, "the previous version built the current image"
+
+    names = StackNames.fresh()
+    stack = stacks.create(
+        {**base_config(names), "replicas": 2, "image": previous.by_digest}, names=names
+    )
+    stack.up()
+    wait_provisioner_ready(cluster, names.namespace, replicas=2, timeout=ROLLOUT_SECONDS)
+    tenant = Tenant(cluster, names.class_name)
+    helpers = HelperPodRecorder(StackNamespace(cluster.core_v1(), names.namespace)).start()
+
+    # Volumes with data, on both nodes, and volumes the upgrade's burst releases.
+    kept = [f"kept-{index}" for index in range(len(REAL_NODES))]
+    for claim, node in zip(kept, REAL_NODES, strict=True):
+        _write_data(cluster, tenant, claim, node)
+    doomed = ["doomed-0", "doomed-1"]
+    for claim in doomed:
+        tenant.claim_with_consumer(claim)
+    for claim in kept:
+        finished = cluster.wait_for_pod_phase(
+            tenant.namespace, f"{claim}-writer", ("Succeeded", "Failed"), timeout=120
+        )
+        assert finished["status"]["phase"] == "Succeeded", finished["status"]
+    kept_volumes = {claim: tenant.wait_bound(claim) for claim in kept}
+    data = {claim: _data_of(cluster, volume) for claim, volume in kept_volumes.items()}
+    assert all(len(files) == 2 for files in data.values()), data
+    doomed_volumes = {claim: tenant.wait_bound(claim) for claim in doomed}
+
+    up_burst = Burst(tenant, creates=[f"up-{i}" for i in range(5)], releases=doomed)
+    back_burst = Burst(tenant, creates=[f"back-{i}" for i in range(5)], releases=["up-0", "up-1"])
+    with Observer(cluster, stack, tenant) as observer:
+        since_up = time.monotonic()
+        up_took = _roll(stack, current, up_burst)
+        wait_provisioner_ready(cluster, names.namespace, replicas=2, timeout=ROLLOUT_SECONDS)
+        for claim in up_burst.creates:
+            tenant.wait_bound(claim, timeout=60)
+        up_handover = _hand_over(observer, current, since_up)
+        up_released = {claim: tenant.wait_bound(claim, timeout=5) for claim in ["up-0", "up-1"]}
+
+        since_back = time.monotonic()
+        back_took = _roll(stack, previous, back_burst)
+        wait_provisioner_ready(cluster, names.namespace, replicas=2, timeout=ROLLOUT_SECONDS)
+        for claim in back_burst.creates:
+            tenant.wait_bound(claim, timeout=60)
+        back_handover = _hand_over(observer, previous, since_back)
+    assert observer.error is None, observer.error
+
+    released = {**doomed_volumes, **up_released}
+
+    def removed() -> bool | None:
+        for volume in released.values():
+            name = volume["metadata"]["name"]
+            _, _, on_disk = volume_location(cluster, volume)
+            if on_disk.exists() or api_get(cluster, f"/api/v1/persistentvolumes/{name}"):
+                return None
+        return True
+
+    wait_for(removed, 60, "the released volumes' directories and PVs to be gone")
+
+    live = kept + up_burst.creates[2:] + back_burst.creates
+    _check_one_volume_each(cluster, tenant, live, list(released))
+    seen = helpers.stop()
+    for claim in live:
+        volume = tenant.wait_bound(claim, timeout=5)["metadata"]["name"]
+        setups = [pod for pod in seen if pod.action == "create" and volume in pod.volumes]
+        assert len(setups) == 1, (claim, setups)
+    for claim, volume in released.items():
+        name = volume["metadata"]["name"]
+        teardowns = [pod for pod in seen if pod.action == "delete" and name in pod.volumes]
+        assert len(teardowns) == 1, (claim, teardowns)
+    for claim, volume in kept_volumes.items():
+        assert _data_of(cluster, volume) == data[claim], f"the data of {claim} changed"
+
+    waits = {
+        claim: observer.timeline.bound[claim] - burst.created_at[claim]
+        for burst in (up_burst, back_burst)
+        for claim in burst.creates
+    }
+    slowest = max(waits.values())
+    bound = LEASE_DURATION_SECONDS + PROVISIONING_SECONDS
+    print(
+        f"\nupgrade: up {up_took:.1f} s, back {back_took:.1f} s; claim waits "
+        + ", ".join(f"{claim} {wait:.1f}" for claim, wait in sorted(waits.items()))
+        + f"; old leader stopped after the new pod's Ready: up {up_handover.after_ready:.2f} s,"
+        f" back {back_handover.after_ready:.2f} s; Lease taken after that: up"
+        f" {up_handover.lease_taken:.2f} s, back {back_handover.lease_taken:.2f} s;"
+        f" observer's longest poll {observer.longest_poll:.2f} s"
+    )
+    assert slowest <= bound, f"a claim waited {slowest:.1f} s > {bound} s: {waits}"
+    for hand_over in (up_handover, back_handover):
+        assert hand_over.after_ready <= HAND_OVER_SLACK_SECONDS, hand_over
+    assert _probe_warnings(cluster, names.namespace) == []
