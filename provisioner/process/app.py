@@ -131,6 +131,16 @@ class Provisioner:
     def __init__(self, options: Options) -> None:
         self.options = options
         self.metrics = Metrics()
+        # First: the port listens from here on, and a kubelet probe sent while the rest starts
+        # waits for its answer (`run` serves once the caches are warm) instead of being
+        # refused and logged as a failed probe.
+        self.server = ProbeServer(
+            options.metrics_address,
+            options.metrics_port,
+            self.metrics.registry,
+            self.readiness,
+            liveness=self.liveness,
+        )
         self._stopping = threading.Event()
         self._exit_code = EXIT_OK
         self._leading = threading.Event()
@@ -238,13 +248,6 @@ class Provisioner:
                 on_returned=self._predecessor_returned,
             )
         self._api = _ApiReachability(self.clients)
-        self.server = ProbeServer(
-            options.metrics_address,
-            options.metrics_port,
-            self.metrics.registry,
-            self.readiness,
-            liveness=self.liveness,
-        )
 
     # -- probes ----------------------------------------------------------------------------------
 
