@@ -27,9 +27,10 @@ CONTAINER_NAME = "provisioner"
 DEPLOYMENT_NAME = "local-path-storage-provisioner"
 RUN_AS_USER = 65532
 TERMINATION_GRACE_PERIOD_SECONDS = 60
-STARTUP_PROBE_DELAY_SECONDS = 1
-"""The interpreter's start and imports, before the probe port listens (about half a second):
-a probe sent earlier would be refused and logged as a Warning."""
+STARTUP_PROBE_DELAY_SECONDS = 2
+"""The interpreter's start and imports before the probe port listens: a fraction of a second
+on an idle node, above one second on a busy node whose page cache does not hold the image yet
+(measured on real nodes). A probe sent earlier would be refused and logged as a Warning."""
 STARTUP_PROBE_TIMEOUT_SECONDS = 10
 STARTUP_PROBE_FAILURES = 60
 """A minute to start (a slow node, a large cluster's first list) before the kubelet restarts
@@ -80,8 +81,8 @@ def pod_template(args: ProvisionerDeploymentArgs, instance: str) -> core.PodTemp
             }
         ],
         "ports": [{"name": probe_port, "container_port": args.metrics_port, "protocol": "TCP"}],
-        # Once a second from the start, so the pod is Ready (and a rolling update stops the
-        # old leader) as soon as it serves, not up to a readiness period later. Its first
+        # Once a second once the port listens, so the pod is Ready (and a rolling update stops
+        # the old leader) as soon as it serves, not up to a readiness period later. Its first
         # answer waits for the informers' first sync (provisioner.process.app
         # STARTUP_SETTLE_SECONDS, below this timeout): it succeeds at once, and the kubelet
         # then asks /readyz at once. The liveness endpoint, not /readyz: a replica that is
@@ -97,13 +98,15 @@ def pod_template(args: ProvisionerDeploymentArgs, instance: str) -> core.PodTemp
         "liveness_probe": {
             "http_get": {"path": "/healthz", "port": probe_port},
             "period_seconds": 10,
+            "timeout_seconds": 3,
             "failure_threshold": 3,
         },
         "readiness_probe": {
             "http_get": {"path": "/readyz", "port": probe_port},
             "period_seconds": 5,
             # Above the API server check /readyz may make (2 s, provisioner.process.app): on a
-            # busy node the default 1 s timed out and logged a Warning for a healthy replica.
+            # busy node the default 1 s timed out and logged a Warning for a healthy replica
+            # (and the liveness probe's, answered without any API call, timed out there too).
             "timeout_seconds": 3,
             "failure_threshold": 2,
         },
