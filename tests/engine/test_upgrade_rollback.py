@@ -115,7 +115,7 @@ class Observer:
         self.timeline = Timeline()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="upgrade-observer", daemon=True)
-        self.error: BaseException | None = None
+        self.failures: list[str] = []
         self.longest_poll = 0.0
 
     def __enter__(self) -> Observer:
@@ -127,16 +127,18 @@ class Observer:
         self._thread.join(10)
 
     def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                started = time.monotonic()
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
                 self._poll(started)
-                self._stop.wait(POLL_SECONDS)
-                # The resolution of every time above: a change is seen up to this late.
-                self.longest_poll = max(self.longest_poll, time.monotonic() - started)
-        except BaseException as error:  # reported by the test, not lost in a thread
-            self.error = error
-            raise
+            except Exception as error:  # noqa: BLE001 (a poll's failure must not end the watch)
+                # A request the busy API server failed (api_get asserts a 200): the next poll
+                # sees what this one missed, a poll later; the test reports how many failed
+                # (and what each said).
+                self.failures.append(f"{type(error).__name__}: {error}")
+            self._stop.wait(POLL_SECONDS)
+            # The resolution of every time above: a change is seen up to this late.
+            self.longest_poll = max(self.longest_poll, time.monotonic() - started)
 
     def _poll(self, now: float) -> None:
         line = self.timeline
@@ -156,11 +158,13 @@ class Observer:
             if claim.get("status", {}).get("phase") == "Bound":
                 line.bound.setdefault(claim["metadata"]["name"], now)
 
-    def leader_at(self, moment: float) -> str:
-        """The pod holding the Lease at `moment` ("" for nobody)."""
+    def leader_before(self, moment: float) -> str:
+        """The pod holding the Lease as the last poll before `moment` saw it ("" for nobody):
+        a leader that is deleted releases it at once, often within the poll that sees the
+        deletion."""
         holder = ""
         for seen, identity in self.timeline.holders:
-            if seen > moment:
+            if seen >= moment:
                 break
             holder = identity
         return holder.split("_", 1)[0]
@@ -249,8 +253,12 @@ class Burst:
             raise
 
 
-def _roll(stack: EngineStack, image: PushedImage, burst: Burst) -> float:
-    """`pulumi up` to `image` while `burst` runs; the update's duration."""
+def _roll(
+    stack: EngineStack, observer: Observer, image: PushedImage, burst: Burst
+) -> tuple[float, HandOver]:
+    """`pulumi up` to `image` while `burst` runs, until both replicas are Ready and the burst's
+    claims Bound; the update's duration and its hand-over."""
+    since = time.monotonic()
     stack.set_config("image", image.by_digest)
     thread = threading.Thread(target=burst.run, name="burst", daemon=True)
     started = time.monotonic()
@@ -261,7 +269,37 @@ def _roll(stack: EngineStack, image: PushedImage, burst: Burst) -> float:
     took = time.monotonic() - started
     thread.join(60)
     assert burst.error is None, burst.error
-    return took
+    wait_provisioner_ready(stack.cluster, stack.names.namespace, 2, timeout=ROLLOUT_SECONDS)
+    try:
+        wait_for(
+            lambda: all(claim in observer.timeline.bound for claim in burst.creates) or None,
+            60,
+            "the burst's claims to be seen Bound",
+        )
+    except TimeoutError as error:
+        raise AssertionError(f"{error}\n{_diagnosis(stack, burst, observer)}") from error
+    return took, _hand_over(observer, image, since)
+
+
+def _diagnosis(stack: EngineStack, burst: Burst, observer: Observer) -> str:
+    """What a test that waited in vain shows: the observer's view, the claims' events and the
+    provisioner pods' last log lines."""
+    cluster = stack.cluster
+    lines = [f"observer: {observer.timeline}", f"failed polls: {observer.failures}"]
+    events = api_get(cluster, f"/api/v1/namespaces/{burst.tenant.namespace}/events") or {}
+    lines += [
+        f"event {event['involvedObject'].get('name')}: {event.get('reason')} {event.get('message')}"
+        for event in events.get("items", [])
+    ]
+    core = cluster.core_v1()
+    for pod in provisioner_pods(cluster, stack.names.namespace):
+        name = pod["metadata"]["name"]
+        try:
+            log = core.read_namespaced_pod_log(name, stack.names.namespace, tail_lines=40)
+        except client.ApiException as error:
+            log = str(error)
+        lines.append(f"--- {name}:\n{log}")
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -283,7 +321,7 @@ def _hand_over(observer: Observer, image: PushedImage, since: float) -> HandOver
         if moment >= since and line.image.get(name) != image.by_digest
     )
     for moment, name in deletions:
-        if observer.leader_at(moment) != name:
+        if observer.leader_before(moment) != name:
             continue
         readies = [
             ready
@@ -292,10 +330,14 @@ def _hand_over(observer: Observer, image: PushedImage, since: float) -> HandOver
         ]
         assert readies, f"the leader {name} was deleted before any pod of {image.by_digest}"
         taken = next(
-            seen
-            for seen, holder in line.holders
-            if seen >= moment and holder and not holder.startswith(f"{name}_")
+            (
+                seen
+                for seen, holder in line.holders
+                if seen >= moment and holder and not holder.startswith(f"{name}_")
+            ),
+            None,
         )
+        assert taken is not None, f"nobody took the Lease after {name}: {line.holders}"
         return HandOver(moment - max(readies), taken - moment)
     raise AssertionError(f"no leader of the old image was deleted: {line}")
 
@@ -366,21 +408,10 @@ def test_upgrade_to_the_current_image_and_back_under_load(
     up_burst = Burst(tenant, creates=[f"up-{i}" for i in range(5)], releases=doomed)
     back_burst = Burst(tenant, creates=[f"back-{i}" for i in range(5)], releases=["up-0", "up-1"])
     with Observer(cluster, stack, tenant) as observer:
-        since_up = time.monotonic()
-        up_took = _roll(stack, current, up_burst)
-        wait_provisioner_ready(cluster, names.namespace, replicas=2, timeout=ROLLOUT_SECONDS)
-        for claim in up_burst.creates:
-            tenant.wait_bound(claim, timeout=60)
-        up_handover = _hand_over(observer, current, since_up)
+        up_took, up_handover = _roll(stack, observer, current, up_burst)
         up_released = {claim: tenant.wait_bound(claim, timeout=5) for claim in ["up-0", "up-1"]}
-
-        since_back = time.monotonic()
-        back_took = _roll(stack, previous, back_burst)
-        wait_provisioner_ready(cluster, names.namespace, replicas=2, timeout=ROLLOUT_SECONDS)
-        for claim in back_burst.creates:
-            tenant.wait_bound(claim, timeout=60)
-        back_handover = _hand_over(observer, previous, since_back)
-    assert observer.error is None, observer.error
+        back_took, back_handover = _roll(stack, observer, previous, back_burst)
+    assert len(observer.failures) <= 3, observer.failures
 
     released = {**doomed_volumes, **up_released}
 
@@ -421,9 +452,15 @@ def test_upgrade_to_the_current_image_and_back_under_load(
         + f"; old leader stopped after the new pod's Ready: up {up_handover.after_ready:.2f} s,"
         f" back {back_handover.after_ready:.2f} s; Lease taken after that: up"
         f" {up_handover.lease_taken:.2f} s, back {back_handover.lease_taken:.2f} s;"
-        f" observer's longest poll {observer.longest_poll:.2f} s"
+        f" observer's longest poll {observer.longest_poll:.2f} s,"
+        f" {len(observer.failures)} failed"
     )
     assert slowest <= bound, f"a claim waited {slowest:.1f} s > {bound} s: {waits}"
     for hand_over in (up_handover, back_handover):
         assert hand_over.after_ready <= HAND_OVER_SLACK_SECONDS, hand_over
-    assert _probe_warnings(cluster, names.namespace) == []
+    warnings = _probe_warnings(cluster, names.namespace)
+    images = {
+        pod: "current" if image == current.by_digest else "0.1.0"
+        for pod, image in observer.timeline.image.items()
+    }
+    assert not warnings, f"{images}\n" + "\n".join(warnings)
