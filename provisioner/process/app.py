@@ -94,10 +94,11 @@ STOP_BUDGET_SECONDS = (
     CONTROLLER_STOP_BUDGET + LEASE_RELEASE_SECONDS + FINALIZER_RELEASE_SECONDS + 2.0
 )
 """SIGTERM to exit, at most (the rest of the stop is closing sockets)."""
-STARTUP_SETTLE_SECONDS = 8.0
-"""At start, how long the probes' first answers may wait for the informers' first sync: below
-the startup probe's timeout (components/deployment.py, 10 s), so that a waiting probe is
-answered, never timed out; a longer sync (a very large cluster) then shows as syncing."""
+STARTUP_SETTLE_SECONDS = 5.0
+"""At start, how long the probes' first answers may wait for the informers' first sync: with
+the process's own start before it, well below the startup probe's timeout (components/
+deployment.py, 10 s), so that a waiting probe is answered, never timed out; a longer sync (a
+very large cluster) then shows as syncing."""
 CAPACITY_MIN_INTERVAL_SECONDS = 1.0
 """The CSIStorageCapacity publisher writes at most once per this many seconds."""
 STALL_MARGIN_SECONDS = 120.0
