@@ -467,9 +467,9 @@ def test_upgrade_to_the_current_image_and_back_under_load(
     for hand_over in (up_handover, back_handover):
         assert hand_over.after_ready <= HAND_OVER_SLACK_SECONDS, hand_over
     spurious, timed_out = _probe_warnings(cluster, names.namespace)
-    print(f"probes timed out on the busy node: {len(timed_out)}: {timed_out}")
     images = {
         pod: "current" if image == current.by_digest else "0.1.0"
         for pod, image in observer.timeline.image.items()
     }
+    print(f"probes timed out on a busy node: {len(timed_out)} (pods: {images}): {timed_out}")
     assert not spurious, f"{images}\n" + "\n".join(spurious)
