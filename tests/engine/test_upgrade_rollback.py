@@ -15,7 +15,8 @@ second `pulumi up` rolls it back while the same happens again. What must hold (d
 promises it): every claim bound exactly once (one PV, one completed setup run), every released
 Delete volume removed exactly once (one completed teardown run, its directory and PV gone), the
 data of every live volume untouched, no claim waiting longer than a leader hand-over plus its
-own provisioning, no probe Warning on a provisioner pod, and the old leader told to stop within
+own provisioning, no probe of a provisioner pod refused or answered 503 (the spurious Warnings
+of a start), and the old leader told to stop within
 a second of the new pod's Ready (the startup probe reports it as soon as it serves).
 """
 
@@ -158,6 +159,12 @@ class Observer:
             if claim.get("status", {}).get("phase") == "Bound":
                 line.bound.setdefault(claim["metadata"]["name"], now)
 
+    def leader_runs(self, image: PushedImage) -> bool:
+        """Whether the Lease's holder, as last seen, is a pod of `image`."""
+        holders = self.timeline.holders
+        holder = holders[-1][1].split("_", 1)[0] if holders else ""
+        return self.timeline.image.get(holder) == image.by_digest
+
     def leader_before(self, moment: float) -> str:
         """The pod holding the Lease as the last poll before `moment` saw it ("" for nobody):
         a leader that is deleted releases it at once, often within the poll that sees the
@@ -275,6 +282,12 @@ def _roll(
             lambda: all(claim in observer.timeline.bound for claim in burst.creates) or None,
             60,
             "the burst's claims to be seen Bound",
+        )
+        # The burst may be over before the old leader goes: the roll ends with a new leader.
+        wait_for(
+            lambda: observer.leader_runs(image) or None,
+            LEASE_DURATION_SECONDS + 10,
+            f"a pod of {image.by_digest} to lead",
         )
     except TimeoutError as error:
         raise AssertionError(f"{error}\n{_diagnosis(stack, burst, observer)}") from error
