@@ -16,8 +16,8 @@ promises it): every claim bound exactly once (one PV, one completed setup run), 
 Delete volume removed exactly once (one completed teardown run, its directory and PV gone), the
 data of every live volume untouched, no claim waiting longer than a leader hand-over plus its
 own provisioning, no probe of a provisioner pod refused or answered 503 (the spurious Warnings
-of a start), and the old leader told to stop within
-a second of the new pod's Ready (the startup probe reports it as soon as it serves).
+of a start), and the old leader told to stop within a second of the new pod's Ready (the
+startup probe reports it as soon as it serves).
 """
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ HAND_OVER_SLACK_SECONDS = 1.0
 """How long after a new pod is Ready the old leader may be told to stop."""
 POLL_SECONDS = 0.1
 ROLLOUT_SECONDS = 180
+MIN_BURST_CLAIMS = 3
+"""At least this many claims per burst: the rollback's burst releases two of the upgrade's."""
 
 
 @pytest.fixture(scope="module")
@@ -230,31 +232,33 @@ def _data_of(cluster: LocalCluster, volume: dict[str, Any]) -> dict[str, str]:
 
 @dataclass
 class Burst:
-    """Claims made (with their consumer pods) and claims released, one every `spacing` s,
-    from a thread, while a `pulumi up` runs."""
+    """From a thread, one claim (with its consumer pod) every `spacing` s, each of the first
+    ones with one of `releases` released, until `stop` (the `pulumi up` returned): claims
+    arrive and volumes go all through the roll, however long it takes."""
 
     tenant: Tenant
-    creates: list[str]
+    prefix: str
     releases: list[str]
-    spacing: float = 1.5
+    spacing: float = 2.5
+    creates: list[str] = field(default_factory=list)
     created_at: dict[str, float] = field(default_factory=dict)
-    released_at: dict[str, float] = field(default_factory=dict)
     error: BaseException | None = None
+    _stopped: threading.Event = field(default_factory=threading.Event)
+
+    def stop(self) -> None:
+        self._stopped.set()
 
     def run(self) -> None:
+        pending = list(self.releases)
         try:
-            steps: list[tuple[str, str]] = []
-            for index in range(max(len(self.creates), len(self.releases))):
-                steps += [("create", name) for name in self.creates[index : index + 1]]
-                steps += [("release", name) for name in self.releases[index : index + 1]]
-            for action, name in steps:
-                if action == "create":
-                    self.created_at[name] = time.monotonic()
-                    self.tenant.claim_with_consumer(name)
-                else:
-                    self.released_at[name] = time.monotonic()
-                    self.tenant.delete_claim(name)
-                time.sleep(self.spacing)
+            while pending or len(self.creates) < MIN_BURST_CLAIMS or not self._stopped.is_set():
+                name = f"{self.prefix}-{len(self.creates)}"
+                self.created_at[name] = time.monotonic()
+                self.tenant.claim_with_consumer(name)
+                self.creates.append(name)
+                if pending:
+                    self.tenant.delete_claim(pending.pop(0))
+                self._stopped.wait(self.spacing)
         except BaseException as error:
             self.error = error
             raise
@@ -274,6 +278,7 @@ def _roll(
     time.sleep(burst.spacing)
     stack.up()
     took = time.monotonic() - started
+    burst.stop()
     thread.join(60)
     assert burst.error is None, burst.error
     wait_provisioner_ready(stack.cluster, stack.names.namespace, 2, timeout=ROLLOUT_SECONDS)
@@ -438,8 +443,8 @@ def test_upgrade_to_the_current_image_and_back_under_load(
     assert all(len(files) == 2 for files in data.values()), data
     doomed_volumes = {claim: tenant.wait_bound(claim) for claim in doomed}
 
-    up_burst = Burst(tenant, creates=[f"up-{i}" for i in range(5)], releases=doomed)
-    back_burst = Burst(tenant, creates=[f"back-{i}" for i in range(5)], releases=["up-0", "up-1"])
+    up_burst = Burst(tenant, "up", releases=doomed)
+    back_burst = Burst(tenant, "back", releases=["up-0", "up-1"])
     with Observer(cluster, stack, tenant) as observer:
         up_took, up_handover = _roll(stack, observer, current, up_burst)
         up_released = {claim: tenant.wait_bound(claim, timeout=5) for claim in ["up-0", "up-1"]}
