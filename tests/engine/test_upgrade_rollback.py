@@ -75,6 +75,8 @@ HAND_OVER_SLACK_SECONDS = 1.0
 """How long after a new pod is Ready the old leader may be told to stop."""
 POLL_SECONDS = 0.1
 ROLLOUT_SECONDS = 180
+LATE_BINDING_SECONDS = 150
+"""After a failed wait, how long the diagnosis waits more for each claim, to say when it bound."""
 MIN_BURST_CLAIMS = 3
 """At least this many claims per burst: the rollback's burst releases two of the upgrade's."""
 
@@ -313,8 +315,23 @@ def _roll(
             f"a pod of {image.by_digest} to lead",
         )
     except TimeoutError as error:
-        raise AssertionError(f"{error}\n{_diagnosis(stack, burst, observer)}") from error
+        diagnosis = _diagnosis(stack, burst, observer)
+        # Whether it heals, and when: a stall that ends at a helper timeout says where it was.
+        late = ", ".join(
+            f"{claim} {observer.timeline.bound[claim] - burst.created_at[claim]:.0f} s"
+            for claim in burst.creates
+            if _seen_bound(observer, claim, LATE_BINDING_SECONDS)
+        )
+        raise AssertionError(f"{error}; bound later: {late or 'none'}\n{diagnosis}") from error
     return took, _hand_over(observer, image, since)
+
+
+def _seen_bound(observer: Observer, claim: str, timeout: float) -> bool:
+    try:
+        wait_for(lambda: claim in observer.timeline.bound or None, timeout, f"{claim} Bound")
+    except TimeoutError:
+        return False
+    return True
 
 
 def _diagnosis(stack: EngineStack, burst: Burst, observer: Observer) -> str:
