@@ -64,10 +64,11 @@ from tests.provisioner.e2e.real_nodes.support import (
     registry_busybox,
 )
 
-# In `make test-slow`, not `make test`: 80-220 s here, and on a machine whose CPU other work
-# shares it has failed 2 runs in 7 on the rollback, with claims still unbound 60 s after a
-# 0.1.0 leader replaced a helper pod the current version had started ("made from a different
-# manifest") and waited for its deletion. Until that is understood, it must not gate `make test`.
+# In `make test-slow`, not `make test`: 80-250 s, and on a machine whose CPU other work shares
+# it failed 2 of its last 4 runs on the rollback: a 0.1.0 leader replaced a helper pod the
+# current version had started ("made from a different manifest") and that claim bound only
+# 136-143 s after it was made (docs/upgrading.md, "Known cost"). Until the current version
+# leaves no such pod behind, this must not gate `make test`.
 pytestmark = [pytest.mark.realnode, pytest.mark.slow]
 
 PREVIOUS_VERSION = "4499f1aabb791c241f68321cbe93740bdadd1e3a"
