@@ -46,7 +46,8 @@ test: tools reference node-tools engine image lint
 unit:
 	@$(PY) -m pytest tests -m "not cluster and not engine and not slow and not image"
 
-test-slow: tools
+# The upgrade test runs two images on real nodes through the engine (tests/engine).
+test-slow: tools node-tools engine image
 	@$(PY) -m pytest -m slow
 
 test-real-node: node-tools image

@@ -24,8 +24,17 @@ core = kubernetes.core.v1
 access = kubernetes.rbac.v1
 
 CONTAINER_NAME = "provisioner"
+DEPLOYMENT_NAME = "local-path-storage-provisioner"
 RUN_AS_USER = 65532
 TERMINATION_GRACE_PERIOD_SECONDS = 60
+STARTUP_PROBE_DELAY_SECONDS = 2
+"""The interpreter's start and imports before the probe port listens: a fraction of a second
+on an idle node, above one second on a busy node whose page cache does not hold the image yet
+(measured on real nodes). A probe sent earlier would be refused and logged as a Warning."""
+STARTUP_PROBE_TIMEOUT_SECONDS = 10
+STARTUP_PROBE_FAILURES = 60
+"""A minute to start (a slow node, a large cluster's first list) before the kubelet restarts
+the container."""
 
 """A fixed non-root uid/gid (distroless' `nonroot`)."""
 
@@ -72,15 +81,33 @@ def pod_template(args: ProvisionerDeploymentArgs, instance: str) -> core.PodTemp
             }
         ],
         "ports": [{"name": probe_port, "container_port": args.metrics_port, "protocol": "TCP"}],
+        # Once a second once the port listens, so the pod is Ready (and a rolling update stops
+        # the old leader) as soon as it serves, not up to a readiness period later. Its first
+        # answer waits for the informers' first sync (provisioner.process.app
+        # STARTUP_SETTLE_SECONDS, below this timeout): it succeeds at once, and the kubelet
+        # then asks /readyz at once. The liveness endpoint, not /readyz: a replica that is
+        # alive but rightly not ready (an invalid config, a predecessor still running) must
+        # not be restarted for it.
+        "startup_probe": {
+            "http_get": {"path": "/healthz", "port": probe_port},
+            "initial_delay_seconds": STARTUP_PROBE_DELAY_SECONDS,
+            "period_seconds": 1,
+            "timeout_seconds": STARTUP_PROBE_TIMEOUT_SECONDS,
+            "failure_threshold": STARTUP_PROBE_FAILURES,
+        },
         "liveness_probe": {
             "http_get": {"path": "/healthz", "port": probe_port},
-            "initial_delay_seconds": 5,
             "period_seconds": 10,
+            "timeout_seconds": 3,
             "failure_threshold": 3,
         },
         "readiness_probe": {
             "http_get": {"path": "/readyz", "port": probe_port},
             "period_seconds": 5,
+            # Above the API server check /readyz may make (2 s, provisioner.process.app): on a
+            # busy node the default 1 s timed out and logged a Warning for a healthy replica
+            # (and the liveness probe's, answered without any API call, timed out there too).
+            "timeout_seconds": 3,
             "failure_threshold": 2,
         },
         "resources": {
@@ -440,7 +467,7 @@ class ProvisionerDeployment(pulumi.ComponentResource):
         deployment = kubernetes.apps.v1.Deployment(
             f"{name}-deployment",
             metadata={
-                **metadata("local-path-storage-provisioner", "provisioner"),
+                **metadata(DEPLOYMENT_NAME, "provisioner"),
                 "annotations": {
                     **naming.FIELD_OWNERSHIP_ANNOTATIONS,
                     **naming.FOREGROUND_DELETION_ANNOTATIONS,
@@ -483,7 +510,7 @@ class ProvisionerDeployment(pulumi.ComponentResource):
         if args.replicas > 1:
             kubernetes.policy.v1.PodDisruptionBudget(
                 f"{name}-pdb",
-                metadata=metadata("local-path-storage-provisioner", "provisioner"),
+                metadata=metadata(DEPLOYMENT_NAME, "provisioner"),
                 spec={
                     "min_available": 1,
                     "selector": {"match_labels": naming.selector_labels(name)},

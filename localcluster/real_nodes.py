@@ -139,13 +139,17 @@ class RealNodes:
             f"{self.registry.address}/{COREUTILS_IMAGE_PATH}",
             _layout_digest(layouts / "coreutils"),
         )
-        # As README.md tells users: skopeo copy "oci-archive:$archive" docker://REGISTRY/...
-        built = build_image.BuiltImage.load(provisioner_image)
-        repository_and_tag = f"{build_image.REPOSITORY}:{built.tag}"
+        self.provisioner = self.push_provisioner(provisioner_image)
+
+    def push_provisioner(self, image_directory: Path, tag: str | None = None) -> PushedImage:
+        """A built provisioner image (scripts/build_image.py's cache directory) pushed to the
+        registry under `tag` (default: its own), as README.md tells users: skopeo copy
+        "oci-archive:$archive" docker://REGISTRY/... Another build (an earlier version) gets a
+        tag of its own, so both can be pulled side by side."""
+        built = build_image.BuiltImage.load(image_directory)
+        repository_and_tag = f"{build_image.REPOSITORY}:{tag or built.tag}"
         self.registry.push(f"oci-archive:{built.archive}", repository_and_tag)
-        self.provisioner = PushedImage(
-            f"{self.registry.address}/{repository_and_tag}", built.digest
-        )
+        return PushedImage(f"{self.registry.address}/{repository_and_tag}", built.digest)
 
     def start_nodes(self, server: str, ca: KeyPair, deadline: float) -> None:
         for node in self.nodes:

@@ -586,10 +586,12 @@ def build(directory: Path) -> BuiltImage:
     return BuiltImage.load(directory)
 
 
-KEPT_IMAGES = 3
+KEPT_IMAGES = 6
 """Cached images kept, the most recently used first: every change to the project's files is a
 new image (about 200 MiB unpacked with its archive), so without a bound a checkout that is
-tested after each change fills the disk; three cover switching between a few branches."""
+tested after each change fills the disk; six cover switching between a few branches and test
+runs of several checkouts at once, each of which needs its image until it ends. (The upgrade
+test's earlier version is built into a cache of its own: tests/engine/previous_version.py.)"""
 
 
 def image(rebuild: bool = False) -> BuiltImage:

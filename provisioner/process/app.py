@@ -94,6 +94,11 @@ STOP_BUDGET_SECONDS = (
     CONTROLLER_STOP_BUDGET + LEASE_RELEASE_SECONDS + FINALIZER_RELEASE_SECONDS + 2.0
 )
 """SIGTERM to exit, at most (the rest of the stop is closing sockets)."""
+STARTUP_SETTLE_SECONDS = 5.0
+"""At start, how long the probes' first answers may wait for the informers' first sync: with
+the process's own start before it, well below the startup probe's timeout (components/
+deployment.py, 10 s), so that a waiting probe is answered, never timed out; a longer sync (a
+very large cluster) then shows as syncing."""
 CAPACITY_MIN_INTERVAL_SECONDS = 1.0
 """The CSIStorageCapacity publisher writes at most once per this many seconds."""
 STALL_MARGIN_SECONDS = 120.0
@@ -127,6 +132,16 @@ class Provisioner:
     def __init__(self, options: Options) -> None:
         self.options = options
         self.metrics = Metrics()
+        # First: the port listens from here on, and a kubelet probe sent while the rest starts
+        # waits for its answer (`run` serves once the caches are warm) instead of being
+        # refused and logged as a failed probe.
+        self.server = ProbeServer(
+            options.metrics_address,
+            options.metrics_port,
+            self.metrics.registry,
+            self.readiness,
+            liveness=self.liveness,
+        )
         self._stopping = threading.Event()
         self._exit_code = EXIT_OK
         self._leading = threading.Event()
@@ -234,13 +249,6 @@ class Provisioner:
                 on_returned=self._predecessor_returned,
             )
         self._api = _ApiReachability(self.clients)
-        self.server = ProbeServer(
-            options.metrics_address,
-            options.metrics_port,
-            self.metrics.registry,
-            self.readiness,
-            liveness=self.liveness,
-        )
 
     # -- probes ----------------------------------------------------------------------------------
 
@@ -250,10 +258,13 @@ class Provisioner:
         if not self._api.reachable():
             return False, "the Kubernetes API is not reachable"
         if self.elector is not None and not self.elector.is_leader:
-            caches = "warm" if self.controller.caches_warm() else "syncing"
+            # Ready once warm, not before: a rolling update then stops the old leader only
+            # when this replica can take over without a cold start.
+            warm = self.controller.caches_warm()
             return (
-                True,
-                f"standby: {self.elector.observed_holder or 'nobody'} leads; caches {caches}",
+                warm,
+                f"standby: {self.elector.observed_holder or 'nobody'} leads;"
+                f" caches {'warm' if warm else 'syncing'}",
             )
         if self.predecessors is not None and not self._leading.is_set():
             waiting_for = self.predecessors.waiting_for
@@ -425,11 +436,24 @@ class Provisioner:
             else:
                 self._start_leading()
 
+    def _settle(self) -> None:
+        """Until the informers have synced, at most STARTUP_SETTLE_SECONDS: the probe server
+        answers only then, so the kubelet's first probe (waiting meanwhile in the listening
+        socket's backlog, which the server opened when it was built) gets the settled answer:
+        Ready at once, and no failed probe (a Warning event) for a process that is merely
+        starting."""
+        deadline = time.monotonic() + STARTUP_SETTLE_SECONDS
+        while not self.controller.caches_warm() and time.monotonic() < deadline:
+            if self._stopping.wait(0.05):
+                return
+
     def run(self) -> int:
-        self.server.start()
-        if self.watcher.has_config():
+        valid_at_start = self.watcher.has_config()
+        if valid_at_start:
             self._begin()
-        else:
+            self._settle()
+        self.server.start()
+        if not valid_at_start:
             log.error(
                 "invalid configuration in %s: %s; staying up, not ready and not provisioning"
                 " until a valid version is mounted",

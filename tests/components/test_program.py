@@ -210,6 +210,17 @@ def test_deployment_pod() -> None:
     assert container["ports"] == [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    # Ready as soon as it serves: a probe a second, whose first answer waits for the caches.
+    assert container["startupProbe"] == {
+        "httpGet": {"path": "/healthz", "port": "metrics"},
+        "initialDelaySeconds": 2,
+        "periodSeconds": 1,
+        "timeoutSeconds": 10,
+        "failureThreshold": 60,
+    }
+    assert "initialDelaySeconds" not in container["livenessProbe"]
+    assert container["readinessProbe"]["timeoutSeconds"] == 3
+    assert container["livenessProbe"]["timeoutSeconds"] == 3
     assert container["securityContext"] == {
         "allowPrivilegeEscalation": False,
         "readOnlyRootFilesystem": True,

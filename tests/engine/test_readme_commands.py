@@ -12,7 +12,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from localcluster import LocalCluster, wait_for
+from components.deployment import DEPLOYMENT_NAME
+from localcluster import PROVISIONER_IMAGE_REPOSITORY, LocalCluster, wait_for
+from scripts import build_image
 from scripts.pulumi_engine import ROOT, PulumiEngine
 from tests.engine.support import (
     Tenant,
@@ -25,12 +27,20 @@ from tests.engine.support import (
 MARKER = "<!-- The block below is run verbatim by tests/engine/test_readme_commands.py. -->"
 
 
+def marked_blocks(document: Path, marker: str) -> list[str]:
+    """The shell blocks that follow `marker` in `document`, in order."""
+    parts = document.read_text(encoding="utf-8").split(marker)[1:]
+    blocks = []
+    for after in parts:
+        match = re.match(r"\s*```sh\n(.*?)```", after, re.DOTALL)
+        assert match is not None, f"a shell block follows each marker in {document.name}"
+        blocks.append(match.group(1))
+    return blocks
+
+
 def readme_block() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    after = readme.split(MARKER, 1)[1]
-    match = re.match(r"\s*```sh\n(.*?)```", after, re.DOTALL)
-    assert match is not None, "the README's deploy block follows its marker"
-    return match.group(1)
+    (block,) = marked_blocks(ROOT / "README.md", MARKER)
+    return block
 
 
 def readme_guardrails_preview() -> str:
@@ -121,6 +131,7 @@ def test_readme_deploy_commands_work_verbatim(
         assert "Policy Packs run:" in guarded, guarded[-3000:]
         assert "local-path-storage|local|policy" in guarded, guarded[-3000:]
         assert "[mandatory]" not in guarded, guarded[-3000:]
+        upgrade_and_roll_back_as_documented(cluster, checkout, env, namespace, class_name)
     finally:
         # The README's removal command, in the same shell set-up.
         run_shell(
@@ -130,3 +141,45 @@ def test_readme_deploy_commands_work_verbatim(
             env,
         )
     assert api_get(cluster, f"/apis/storage.k8s.io/v1/storageclasses/{class_name}") is None
+
+
+def deployment_image(cluster: LocalCluster, namespace: str) -> str:
+    deployment = api_get(
+        cluster, f"/apis/apps/v1/namespaces/{namespace}/deployments/{DEPLOYMENT_NAME}"
+    )
+    assert deployment is not None
+    return str(deployment["spec"]["template"]["spec"]["containers"][0]["image"])
+
+
+def wait_rolled_out(cluster: LocalCluster, namespace: str, image: str) -> None:
+    """The Deployment names `image` and its one Ready pod runs it."""
+    assert deployment_image(cluster, namespace) == image
+    (pod,) = wait_provisioner_ready(cluster, namespace)
+    assert pod["spec"]["containers"][0]["image"] == image
+
+
+def upgrade_and_roll_back_as_documented(
+    cluster: LocalCluster, checkout: Path, env: dict[str, str], namespace: str, class_name: str
+) -> None:
+    """docs/upgrading.md's two blocks, verbatim, on the stack README's block deployed: the
+    upgrade to an image by digest (the current build's, which the local cluster runs for any
+    reference of its repository) and the rollback to the image the upgrade noted. A volume
+    bound before stays bound with its directory throughout."""
+    upgrade, rollback = marked_blocks(ROOT / "docs" / "upgrading.md", MARKER)
+    previous = deployment_image(cluster, namespace)
+    new_image = f"{PROVISIONER_IMAGE_REPOSITORY}@{build_image.image().digest}"
+    assert new_image != previous
+    tenant = Tenant(cluster, class_name)
+    tenant.claim_with_consumer("kept")
+    _, _, on_disk = volume_location(cluster, tenant.wait_bound("kept"))
+
+    output = run_shell(upgrade, checkout, {**env, "NEW_IMAGE": new_image})
+    assert "image" in output, output[-3000:]
+    assert (checkout / "previous-image.txt").read_text(encoding="utf-8").strip() == previous
+    wait_rolled_out(cluster, namespace, new_image)
+    assert on_disk.is_dir()
+
+    run_shell(rollback, checkout, env)
+    wait_rolled_out(cluster, namespace, previous)
+    assert tenant.wait_bound("kept", timeout=5)
+    assert on_disk.is_dir()

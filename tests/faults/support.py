@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
@@ -367,11 +367,21 @@ class HelperPodSeen:
     status: Mapping[str, Any] = dataclasses.field(default_factory=dict, compare=False)
 
 
+class HelperPodSource(Protocol):
+    """Where helper pods run: a ProvisionerSetup, or a deployed stack's namespace."""
+
+    @property
+    def core(self) -> client.CoreV1Api: ...
+
+    @property
+    def namespace(self) -> str: ...
+
+
 class HelperPodRecorder:
     """Watches a setup's helper pods from now on, in the API server's order of changes, so a
     test can count them and check that no two pods serving one volume ever ran at once."""
 
-    def __init__(self, setup: ProvisionerSetup) -> None:
+    def __init__(self, setup: HelperPodSource) -> None:
         self._setup = setup
         self._lock = threading.Lock()
         self._lives: dict[str, list[HelperPodSeen]] = {}

@@ -1,3 +1,5 @@
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -72,5 +74,25 @@ def test_healthz_reports_what_is_wedged() -> None:
         assert get(probe, "/healthz") == (200, "ok\n")
         state.update(alive=False, reason="worker-3 has been on claim u-1 for 900s")
         assert get(probe, "/healthz") == (500, "worker-3 has been on claim u-1 for 900s\n")
+    finally:
+        probe.stop()
+
+
+def test_a_probe_sent_before_the_server_starts_waits_for_its_answer() -> None:
+    """The port listens from the server's construction: a kubelet probe sent while the process
+    still starts (provisioner.process.app waits for the caches' first sync) is answered once
+    the server starts, not refused, so a starting replica logs no failed probe."""
+    readiness = {"ready": False}
+    probe = ProbeServer("127.0.0.1", 0, CollectorRegistry(), lambda: (readiness["ready"], ""))
+    answers: list[tuple[int, str]] = []
+    asking = threading.Thread(target=lambda: answers.append(get(probe, "/readyz")))
+    try:
+        asking.start()
+        time.sleep(0.3)
+        assert not answers, "answered before the server started"
+        readiness["ready"] = True
+        probe.start()
+        asking.join(5)
+        assert answers == [(200, "ready\n")]
     finally:
         probe.stop()
