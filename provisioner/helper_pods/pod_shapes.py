@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import posixpath
 import textwrap
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol
@@ -298,12 +299,13 @@ def build_helper_pod(
         node_name=target.node_name,
     )
     spec = pod["spec"]
-    volumes, mounts = _mounts(step, target, bundle.config)
+    prepared = step == "create" and "prepare" in helper_steps("create", target, bundle.config)
+    volumes, mounts = _mounts(step, target, bundle.config, prepared=prepared)
     ours = {DATA_VOLUME, BASE_VOLUME}
     spec["volumes"] = [v for v in spec.get("volumes") or () if v.get("name") not in ours] + volumes
     template_container = spec["containers"][0]
     container = step_container(step, target, bundle, template_container, mounts, removal=removal)
-    if step == "create" and "prepare" in helper_steps("create", target, bundle.config):
+    if prepared:
         _, prepare_mounts = _mounts("prepare", target, bundle.config)
         prepare = step_container(
             "prepare", target, bundle, template_container, prepare_mounts, removal={}
@@ -449,9 +451,9 @@ def helper_pod_frame(
 
 
 def _mounts(
-    step: HelperStep, target: HelperTarget, config: ProvisionerConfig
+    step: HelperStep, target: HelperTarget, config: ProvisionerConfig, *, prepared: bool = False
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The step's volumes and their mounts."""
+    """The step's volumes and their mounts (`prepared`: a `create` after `prepare`)."""
     # Every hostPath is the base path or VOL_DIR, never the volume's parent (rancher's): the
     # kubelet resolves a hostPath on the host, so a parent reached through a link a tenant
     # planted would mount whatever it points at. VOL_DIR itself may be such a redirect; the
@@ -463,7 +465,7 @@ def _mounts(
     if step in ("prepare", "finish"):
         volumes = [{"name": BASE_VOLUME, "hostPath": base}]
         mounts = [{"name": BASE_VOLUME, "mountPath": target.base_path}]
-    elif step == "create" and "prepare" in helper_steps("create", target, config):
+    elif prepared:
         # Made by `prepare` in the same pod: a subPath, resolved when the setup starts.
         volumes = [{"name": BASE_VOLUME, "hostPath": base}]
         mounts = [
@@ -494,7 +496,7 @@ def data_sub_path_mount(target: HelperTarget) -> dict[str, Any]:
     return {
         "name": BASE_VOLUME,
         "mountPath": target.path,
-        "subPath": target.path[len(target.base_path) :].strip("/"),
+        "subPath": posixpath.relpath(target.path, target.base_path),
     }
 
 

@@ -306,12 +306,8 @@ class LeaderElector:
         spec = lease.get("spec") or {}
         self._observe(spec)
         holder = spec.get("holderIdentity") or ""
-        duration = spec.get("leaseDurationSeconds") or self._config.lease_duration
-        if (
-            holder
-            and holder != self.identity
-            and self._observed_at + duration > self._clock.monotonic()
-        ):
+        expires_in = self._expires_in()
+        if expires_in is not None and expires_in > 0:
             return False
         new_spec = self._spec(now, acquire_time=now, transitions=spec.get("leaseTransitions", 0))
         if holder == self.identity:

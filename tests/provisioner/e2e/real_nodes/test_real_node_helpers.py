@@ -109,20 +109,12 @@ def test_a_claim_on_a_base_path_that_must_exist_takes_one_helper_pod_prepare_the
     (a hostPath of the directory would be checked at the pod's start, before it existed)."""
     base = unique_base_path("real-must-exist")
     for node in ("real-1", "real-2"):
-        setup_dir = cluster.node_dir(node) / base.lstrip("/")
-        setup_dir.mkdir(parents=True)
+        (cluster.node_dir(node) / base.lstrip("/")).mkdir(parents=True)
     setup, recorder = serving(base, create=False)
-    storage_class = setup.create_class("exists")
-    setup.create_claim("data", storage_class)
-    create_writer(setup, "writer", "data", "real-1", "echo written > /data/file")
-
-    volume = setup.wait_bound("data", timeout=90)
-    wait_succeeded(setup, ["writer"])
-    path = volume_path(volume)
-    assert (setup.node_path("real-1", path) / "file").read_text() == "written\n"
-    release(setup, "data", "writer")
-    wait_gone(lambda: setup.volume(volume["metadata"]["name"]), 90, "the released volume")
-    assert not setup.node_path("real-1", path).exists()
+    volumes, paths = bind_on_real_1(setup, ["data"])
+    release(setup, "data", "data")
+    wait_gone(lambda: setup.volume(volumes["data"]["metadata"]["name"]), 90, "the released volume")
+    assert not paths["data"].exists()
     assert setup.node_path("real-1", base).is_dir(), "the base path stays"
     wait_no_helper_pods(setup, timeout=60)
     pods = recorder.stop()
