@@ -62,6 +62,8 @@ SPEC_HASH_ANNOTATION = "local-path-storage.io/helper-pod-spec-hash"
 DEFAULT_START_FAILURE_GRACE = 20.0
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
+DELETION_RECHECK_SECONDS = 1.0
+"""How often a run waiting for an earlier pod of its name to go reads that pod again."""
 CONNECT_TIMEOUT = 10.0
 CREATING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
 """A container's waiting reason before its pod's volumes are mounted: a kubelet says
@@ -326,7 +328,11 @@ class PodRunner:
     ) -> None:
         uid = pod["metadata"].get("uid")
         while self._clock.monotonic() < deadline:
-            states = self._follow(pod, deadline)
+            # A look at the pod itself at least every DELETION_RECHECK_SECONDS: its deletion
+            # may have been heard before we began to follow it (another run's, or the leftover
+            # collector's), and then no event says it again.
+            window = min(deadline, self._clock.monotonic() + DELETION_RECHECK_SECONDS)
+            states = self._follow(pod, window)
             try:
                 while pod["metadata"].get("uid") == uid:
                     try:
@@ -334,6 +340,8 @@ class PodRunner:
                     except StopIteration as end:
                         pod = end.value
                         break
+                if pod["metadata"].get("uid") == uid:
+                    pod = self._reread(pod)
             except _PodGoneError:
                 return
             finally:
