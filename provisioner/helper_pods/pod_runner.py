@@ -22,6 +22,8 @@ import hashlib
 import json
 import logging
 import math
+import threading
+import time
 from collections.abc import Generator, Mapping
 from typing import Any, cast
 
@@ -137,6 +139,9 @@ class PodRunner:
         self._grace = start_failure_grace
         self._clock = clock
         self._pod_events = pod_events
+        self._creations = threading.Condition()
+        self._closed = False
+        self._creating = 0
 
     def run(self, manifest: Mapping[str, Any], timeout: float) -> float:
         """Create the pod (namespace and name from its metadata), wait for it to succeed, delete
@@ -205,7 +210,7 @@ class PodRunner:
         wanted = pod["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
         for _ in range(3):
             try:
-                return self._clients.request_json("POST", _pods(namespace), body=pod)
+                return self._create(pod, label)
             except ApiError as e:
                 if e.status != HTTP_CONFLICT:
                     raise HelperPodNotStarted(label, f"creating it failed: {_api_error(e)}") from e
@@ -230,6 +235,38 @@ class PodRunner:
                 self._delete(namespace, name, uid=existing_metadata.get("uid"))
             self._wait_until_deleted(existing, label, deadline, timeout)
         raise HelperPodNotStarted(label, "a pod of that name keeps reappearing")
+
+    def _create(self, pod: dict[str, Any], label: str) -> dict[str, Any]:
+        """POST the pod, unless the runner is closed: a stop must know every pod sent."""
+        with self._creations:
+            if self._closed:
+                raise HelperPodNotStarted(label, "not created: the provisioner is stopping")
+            self._creating += 1
+        try:
+            made = self._clients.request_json("POST", _pods(pod["metadata"]["namespace"]), body=pod)
+        finally:
+            with self._creations:
+                self._creating -= 1
+                self._creations.notify_all()
+                closed = self._closed
+        if closed:
+            # The stop may have looked at the helper pods before this answer came: the run
+            # deletes it itself (`_run`), not the next leader.
+            raise HelperPodNotStarted(label, "created as the provisioner stopped: deleting it")
+        return made
+
+    def close(self, deadline: float) -> bool:
+        """At a stop: no helper pod is created after this. Waits until the creations already
+        sent have been answered (or `deadline`, monotonic), so that a look at the helper pods
+        afterwards sees every pod this process made. Whether none was left unanswered."""
+        with self._creations:
+            self._closed = True
+            while self._creating:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._creations.wait(remaining)
+        return True
 
     def _states_until_done(
         self,
@@ -428,6 +465,14 @@ class PodRunner:
         except (HTTPError, OSError) as e:
             log.warning("reading helper pod %s/%s: %s", namespace, name, e)
         return pod
+
+    def list_pods(self, namespace: str, selector: str, *, timeout: float) -> list[dict[str, Any]]:
+        """The pods of `namespace` that the label `selector` picks; raises `ApiError`,
+        `HTTPError` or `OSError` when the API cannot say."""
+        listed = self._clients.request_json(
+            "GET", _pods(namespace), query={"labelSelector": selector}, timeout=timeout
+        )
+        return list(listed.get("items") or [])
 
     def delete_by_name(self, namespace: str, name: str, *, timeout: float = 30.0) -> None:
         """Delete a helper pod no run of ours follows (one we did not start, a leftover, one

@@ -25,6 +25,8 @@ from provisioner.helper_pods.pod_runner import (
     PodState,
 )
 from provisioner.helper_pods.pod_shapes import (
+    HELPER_POD_LABEL,
+    HELPER_POD_LABEL_VALUE,
     PREPARE_CONTAINER,
     HelperAction,
     HelperTarget,
@@ -138,6 +140,19 @@ class PodRuns:
             permit=permit,
         )
         self._runner.run(manifest, float(bundle.config.cmd_timeout_seconds))
+
+    def close(self, deadline: float) -> bool:
+        """At a stop: no helper pod is created after this (see `PodRunner.close`)."""
+        return self._runner.close(deadline)
+
+    def helper_pods(self, *, timeout: float) -> list[dict[str, Any]]:
+        """Every helper pod of our namespace, as the API has them now (see
+        `PodRunner.list_pods`)."""
+        return self._runner.list_pods(
+            self._helper.namespace,
+            f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}",
+            timeout=timeout,
+        )
 
     def delete_pod(self, name: str, *, timeout: float = 30.0) -> None:
         """Delete a helper pod of our namespace by name (see `PodRunner.delete_by_name`)."""

@@ -21,6 +21,8 @@ import time
 from collections.abc import Hashable, Mapping
 from typing import Any, Generic, TypeVar
 
+from urllib3.exceptions import HTTPError
+
 from provisioner.configuration.config import ConfigBundle
 from provisioner.helper_pods.pod_batcher import (
     BatchSettings,
@@ -36,6 +38,7 @@ from provisioner.helper_pods.pod_index import HelperPodIndex, is_finished
 from provisioner.helper_pods.pod_runner import HelperPodError, PodRunner
 from provisioner.helper_pods.pod_runs import PodRuns, PodSettings, RunResult
 from provisioner.helper_pods.pod_shapes import HelperAction, HelperTarget
+from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
 from provisioner.kube.informer import Informer
 from provisioner.kube.metrics import Metrics
@@ -61,7 +64,10 @@ log = logging.getLogger(__name__)
 K = TypeVar("K", bound=Hashable)
 
 POD_CLEANUP_SECONDS = 8.0
-"""At a stop, how long deleting the helper pods of runs still going may take."""
+"""At a stop, how long clearing the helper pods may take: a running one is gone after its
+grace (5 s unless helperPod.yaml says otherwise) and the kubelet's next look."""
+CLEAR_POLL_SECONDS = 0.2
+"""At a stop, how often the helper pods are listed again until they are gone."""
 
 
 class HelperPods(Generic[K]):
@@ -149,18 +155,51 @@ class HelperPods(Generic[K]):
         self._batcher.wait_idle(deadline)
         return self._batcher.ended_keys()
 
-    def delete_running_pods(self) -> None:
-        """At a stop, last: a helper pod still running (a stuck image, a slow script) is
-        deleted rather than left behind, within `POD_CLEANUP_SECONDS`; whoever leads next
-        redoes its action."""
+    def clear_pods(self) -> None:
+        """At a stop, last, while this process still holds the lease: no helper pod is left
+        for whoever leads next, within `POD_CLEANUP_SECONDS`. A pod left behind, running or
+        done, is one the next leader has to replace or wait out, and another version of this
+        provisioner (an upgrade, a rollback) may not do that well: 0.1.0 waits out its helper
+        timeout on one (docs/upgrading.md). So: no pod is created any more (`PodRuns.close`,
+        which waits for creations already sent), every helper pod of our namespace is deleted
+        (one still running, a stuck image or a slow script, first; whoever leads next redoes
+        its action; a finished one has told what it had to), and the stop waits until they are
+        gone."""
         deadline = time.monotonic() + POD_CLEANUP_SECONDS
-        for pod in sorted(self._batcher.in_flight_pods()):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                log.warning("helper pod %s still running at shutdown: left to the next leader", pod)
-                continue
-            log.warning("helper pod %s still running at shutdown: deleting it", pod)
-            self._runs.delete_pod(pod, timeout=min(3.0, remaining))
+        if not self._runs.close(deadline):
+            log.warning("a helper pod's creation is still unanswered at shutdown")
+        in_flight = self._batcher.in_flight_pods()
+        left: set[str] = set()
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                pods = self._runs.helper_pods(timeout=min(3.0, remaining))
+            except (ApiError, HTTPError, OSError) as error:
+                log.warning("listing the helper pods at shutdown: %s", error)
+                pods = None
+            if pods is not None:
+                left = {str(pod["metadata"]["name"]) for pod in pods}
+                if not left:
+                    return
+                for pod in pods:
+                    if pod["metadata"].get("deletionTimestamp") is None:
+                        self._delete_at_stop(pod, in_flight, deadline)
+            time.sleep(min(CLEAR_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
+        log.warning(
+            "helper pods still there at shutdown, left to the next leader: %s",
+            ", ".join(sorted(left)) or "(the API did not say)",
+        )
+
+    def _delete_at_stop(self, pod: Mapping[str, Any], in_flight: set[str], deadline: float) -> None:
+        name = str(pod["metadata"]["name"])
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        if is_finished(pod):
+            log.info("deleting helper pod %s at shutdown (%s)", name, pod["status"]["phase"])
+        else:
+            whose = "ours" if name in in_flight else "not followed by a run of ours"
+            log.warning("helper pod %s (%s) still running at shutdown: deleting it", name, whose)
+        self._runs.delete_pod(name, timeout=min(3.0, remaining))
 
     def liveness(self) -> str | None:
         """None, or the helper runs and held volumes that outlived every bound."""

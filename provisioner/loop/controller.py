@@ -238,7 +238,9 @@ class Controller:
         for worker in self._workers:
             worker.join(max(0.0, deadline - time.monotonic()))
         self._settle_ended_runs(deadline)
-        self._lifecycle.abandon_runs()
+        if self._started:
+            # Only a leader's: a standby's abandoning would end the leader's work.
+            self._lifecycle.abandon_runs()
         for informer in self.informers:
             informer.stop(timeout=INFORMER_STOP_SECONDS)
 

@@ -204,9 +204,9 @@ class LocalPathProvisioner:
         return self.helper_pods.wait_idle(deadline)
 
     def abandon_runs(self) -> None:
-        """At a stop, last: the helper pods still running are deleted (see `HelperPods`);
-        whoever leads next redoes their actions."""
-        self.helper_pods.delete_running_pods()
+        """At a stop, last: no helper pod is left for whoever leads next (see
+        `HelperPods.clear_pods`); it redoes the actions of those that were still running."""
+        self.helper_pods.clear_pods()
 
     def liveness(self) -> str | None:
         """None, or the helper runs and held volumes that outlived every bound."""

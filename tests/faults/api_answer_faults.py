@@ -34,7 +34,9 @@ class Fault:
 
     method: str
     matches: Callable[[str], bool]
-    status: int
+    status: int | None
+    """None: not a fault but a delay, with `hold_last`: the request waits until `release()`
+    before it is sent, then the server's own answer comes back."""
     times: int
     send_first: bool
     hold_last: bool = False
@@ -45,6 +47,10 @@ class Fault:
 
     def release(self) -> None:
         self._released.set()
+
+    @property
+    def released(self) -> bool:
+        return self._released.is_set()
 
     def wait_answered(self, count: int, timeout: float) -> None:
         wait_for(lambda: self.answered >= count or None, timeout, f"{count} faulty answers")
@@ -64,6 +70,10 @@ class AnswerFaults:
             fault = self._pick(method, f"/{path}")
             if fault is None:
                 return original(method, url, *args, **kwargs)
+            if fault.status is None:
+                fault.holding.set()
+                fault._released.wait(120)
+                return original(method, url, *args, **kwargs)
             if fault.send_first:
                 original(method, url, *args, **kwargs).read()  # the server carried it out
             if fault.hold_last and fault.answered == fault.times:
@@ -77,7 +87,7 @@ class AnswerFaults:
         self,
         method: str,
         matches: Callable[[str], bool],
-        status: int,
+        status: int | None,
         *,
         times: int = 1,
         send_first: bool = False,
