@@ -113,7 +113,7 @@ class HostChanges:
         }
         self._save()
 
-    def make_bridge(self, name: str, address_cidr: str) -> None:
+    def make_bridge(self, name: str, address_cidr: str, mac: str) -> None:
         """A bridge with one address, up. Deleting it removes its addresses, routes, and the
         host ends of the pods' veth pairs still attached."""
         if link_exists(name):
@@ -122,7 +122,8 @@ class HostChanges:
                 "real nodes runs on this machine; stop it (python -m localcluster stop) "
                 f"or remove the link (ip link del {name})"
             )
-        _ip("link", "add", name, "type", "bridge")
+        # A MAC given here sticks (a bridge's own follows its ports': see RealNodePlan.bridge_mac).
+        _ip("link", "add", name, "address", mac, "type", "bridge")
         self.record["bridges"].append(name)
         self._save()
         _ip("addr", "add", address_cidr, "dev", name)

@@ -59,6 +59,15 @@ class RealNodePlan:
         return f"{BRIDGE_PREFIX}{self.index}"
 
     @property
+    def bridge_mac(self) -> str:
+        """The bridge's own MAC address, fixed (locally administered). A bridge given none
+        takes the lowest of its ports' and changes it as pods come and go; a pod that cached
+        the old one for its gateway (the node's address) then sends into nowhere until its ARP
+        entry expires: a long-lived pod, the provisioner, lost the API server for tens of
+        seconds, and with it its lease, as helper pods churned beside it."""
+        return f"02:6c:70:73:00:{self.index:02x}"
+
+    @property
     def node_ip(self) -> str:
         return f"10.88.{self.index}.1"
 

@@ -119,7 +119,7 @@ class RealNodes:
         self.claim_host()
         self.host.save_kernel_tunables()
         for plan in self.plans:
-            self.host.make_bridge(plan.bridge, f"{plan.node_ip}/24")
+            self.host.make_bridge(plan.bridge, f"{plan.node_ip}/24", plan.bridge_mac)
             self.host.make_cgroup_root(plan.cgroup_root)
         self.host.add_address(SERVICE_CLUSTER_IP, self.plans[0].bridge)
         self.relay = ServiceRelay(SERVICE_CLUSTER_IP, apiserver_port)

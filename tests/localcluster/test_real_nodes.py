@@ -235,6 +235,36 @@ def test_in_cluster_configuration_reaches_the_api_server(
     assert "10.96.0.1 443 v1.36.3" in log.read_text()
 
 
+def test_a_bridge_keeps_its_own_mac_while_pods_come_and_go(
+    real_cluster: RealCluster, namespace: str
+) -> None:
+    """A node's bridge, the pods' gateway, keeps the MAC it was given whatever ports it has: a
+    bridge given none takes its lowest port's, so a pod's cached gateway MAC went stale as
+    helper pods came and went beside it, and the provisioner lost the API server (and its
+    lease) for tens of seconds."""
+    plan = real_cluster.real.node_by_name("real-1").plan
+    link = Path("/sys/class/net") / plan.bridge
+    cluster = real_cluster.cluster
+    cluster.create_pod(namespace, pod("idle", "real-1", BUSYBOX_IMAGE, command=["sleep", "60"]))
+    cluster.wait_for_pod_phase(namespace, "idle", ("Running",), timeout=POD_TIMEOUT_SECONDS)
+    with_a_pod = (link / "address").read_text().strip()
+    finished = run_to_end(
+        real_cluster, namespace, pod("brief", "real-1", BUSYBOX_IMAGE, command=["true"])
+    )
+    assert finished["status"]["phase"] == "Succeeded"
+    cluster.core_v1().delete_namespaced_pod("brief", namespace, grace_period_seconds=0)
+    cluster.core_v1().delete_namespaced_pod("idle", namespace, grace_period_seconds=0)
+    wait_for(
+        lambda: not cluster.core_v1().list_namespaced_pod(namespace).items or None,
+        POD_TIMEOUT_SECONDS,
+        "the pods to be gone",
+    )
+    without_pods = (link / "address").read_text().strip()
+    assert (with_a_pod, without_pods) == (plan.bridge_mac, plan.bridge_mac)
+    # 3: NET_ADDR_SET, an address given, which the bridge's port changes leave alone.
+    assert (link / "addr_assign_type").read_text().strip() == "3"
+
+
 def test_a_host_path_written_on_one_real_node_is_not_on_the_other(
     real_cluster: RealCluster, namespace: str
 ) -> None:
