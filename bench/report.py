@@ -18,7 +18,7 @@ import psutil
 from bench.burst import STAGES, BurstResult
 from bench.goals import SIDE_BY_SIDE, judge_all, where_time_goes
 from bench.options import BenchOptions
-from bench.real_nodes import RealResults, pod_start_rows
+from bench.real_nodes import REAL_NODES, RealResults, pod_start_rows
 from bench.runner import RunResults
 from bench.scale import ScaleResult
 from bench.stats import ratio
@@ -493,14 +493,22 @@ def pod_starts_table(report: dict[str, Any], markdown: bool = False) -> str:
 
 def print_report(report: dict[str, Any]) -> None:
     options = report["options"]
-    print(
-        f"\n{options['claims']} claims over {options['nodes']} nodes; "
-        f"{options['scale_volumes']} volumes for scale; helper pods start as "
-        f"{options.get('pod_start', 'fast')} (--pod-start); wall time {report['wall_seconds']:.0f}s"
-    )
-    print(figures_table(report))
-    print()
-    print(requests_table(report))
+    if report["figures"]:
+        print(
+            f"\n{options['claims']} claims over {options['nodes']} nodes; "
+            f"{options['scale_volumes']} volumes for scale; helper pods start as "
+            f"{options.get('pod_start', 'fast')} (--pod-start); "
+            f"wall time {report['wall_seconds']:.0f}s"
+        )
+        print(figures_table(report))
+        print()
+        print(requests_table(report))
+    else:
+        sizes = ", ".join(map(str, options.get("real_sizes") or []))
+        print(
+            f"\nbursts of {sizes} claims on {REAL_NODES} real nodes; "
+            f"wall time {report['wall_seconds']:.0f}s"
+        )
     print()
     print(goals_table(report))
     if report.get("time_goes"):

@@ -17,7 +17,7 @@ from bench.goals import judge_all, where_time_goes
 from bench.implementations import ALL, OURS_CAPACITY
 from bench.options import parse_options
 from bench.real_nodes import REAL_SIZES, limit_qps, pod_start_rows, real_implementations
-from bench.report import build_report, markdown, pod_starts_table, real_table
+from bench.report import build_report, markdown, pod_starts_table, print_report, real_table
 from bench.runner import RunResults
 from localcluster.pod_start import KUBELET, PodStartModel
 from tests.bench.test_goals import burst, by_name
@@ -187,6 +187,18 @@ def test_the_report_gives_each_limit_and_size_and_the_pod_starts() -> None:
     assert "| 40              | 3          | 2" in pod_starts_table(report, markdown=True)
     assert "time until all Bound" in markdown(report)
     assert real_table(build_report(options, RunResults(), "", 1.0)) == ""
+
+
+def test_a_real_node_run_prints_its_sizes_and_tables_not_the_kwok_burst(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    options = parse_options(["--scenario", "real"])
+    print_report(build_report(options, real_run(), "python -m bench --scenario real", 1.0))
+    printed = capsys.readouterr().out
+    assert "bursts of 1, 20, 40 claims on 2 real nodes" in printed
+    assert "claims over 4 nodes" not in printed
+    assert "bursts on real nodes" in printed
+    assert "helper pods on real nodes, created -> Succeeded" in printed
 
 
 @pytest.mark.cluster
