@@ -206,7 +206,7 @@ def test_a_real_node_run_prints_its_sizes_and_tables_not_the_kwok_burst(
 @pytest.mark.slow
 def test_real_node_bursts_run_end_to_end(tmp_path: Path) -> None:
     """Ours' single-claim burst on two real nodes under each binder limit: Bound, released, its
-    helper pod run by a real kubelet. About 2 minutes; needs root and the real-node lock."""
+    helper pod run by a real kubelet. About a minute; needs root and no other real-node cluster."""
     output = tmp_path / "real.json"
     argv = [
         "--only", "ours", "--scenario", "real", "--real-sizes", "1", "--timeout", "120",
