@@ -27,7 +27,7 @@ def main(argv: list[str]) -> int:
     print_report(report)
     write_json(report, options.output)
     say(f"wrote {options.output}")
-    if options.plot is not None:
+    if options.plot is not None and (results.burst or results.scale):
         write_plot(report, options.plot)
         say(f"wrote {options.plot}")
     return 0

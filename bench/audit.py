@@ -78,9 +78,13 @@ def start_audited_cluster(
     controller_manager_qps: int | None = None,
     pod_start: PodStartModel = FAST,
     controller_manager_flags: Sequence[str] = (),
+    *,
+    real_nodes: int = 0,
 ) -> tuple[LocalCluster, AuditLog]:
     """A fresh local cluster whose apiserver writes every request to an audit log;
-    `controller_manager_flags` come after the harness's own, so they override them."""
+    `controller_manager_flags` come after the harness's own, so they override them;
+    `real_nodes` real nodes (real-1, ...) beside `nodes` (needs root, and no other cluster
+    with real nodes on the machine)."""
     work_dir.mkdir(parents=True, exist_ok=True)
     policy = work_dir / "audit-policy.yaml"
     policy.write_text(AUDIT_POLICY)
@@ -99,7 +103,9 @@ def start_audited_cluster(
     controller_manager += controller_manager_flags
     with _extra_flags(audit, controller_manager):
         cluster = LocalCluster.start(
-            ClusterOptions(nodes=tuple(nodes), announce=False, pod_start=pod_start)
+            ClusterOptions(
+                nodes=tuple(nodes), announce=False, pod_start=pod_start, real_nodes=real_nodes
+            )
         )
     return cluster, AuditLog(log)
 

@@ -18,7 +18,7 @@ import math
 import re
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +49,10 @@ from provisioner.helper_pods.batch_pod_shapes import batch_volume_names, volume_
 from provisioner.helper_pods.pod_shapes import HelperAction
 from provisioner.provisioning.annotations import SELECTED_NODE
 
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 SETTLE_SECONDS = 2.0
+KWOK_APP_IMAGE = "registry.invalid/app:1"
+"""The consumers' image on kwok nodes, which never pull it; real nodes need one they can run."""
 _VOLUME_UID = re.compile(r"pvc-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
 
 
@@ -94,6 +97,9 @@ class BurstResult:
     binder_floor_seconds: float = math.nan
     """The least time the binder's client limit lets the needed requests through
     (`audit.limiter_floor`): no implementation's burst binds faster against this binder."""
+    helper_pods: list[tuple[int, float]] = field(default_factory=list)
+    """Every helper pod of the burst and the release seen to end: (containers, created to
+    Succeeded in seconds), to set beside the pod start model on real nodes."""
 
 
 def _claim(name: str) -> dict[str, Any]:
@@ -107,20 +113,43 @@ def _claim(name: str) -> dict[str, Any]:
     }
 
 
-def _consumer(name: str, claim: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "containers": [
-                {
-                    "name": "app",
-                    "image": "registry.invalid/app:1",
-                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                }
-            ],
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
-        },
+def consumer(name: str, claim: str, image: str, node: str | None = None) -> dict[str, Any]:
+    """A claim's consumer pod; on `node` by a nodeSelector (the scheduler still selects it, so
+    the claim's selected-node annotation is set as for any pod), else wherever it schedules."""
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "app",
+                "image": image,
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            }
+        ],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
     }
+    if node is not None:
+        spec["nodeSelector"] = {HOSTNAME_LABEL: node}
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def spread(index: int, nodes: Sequence[str]) -> str | None:
+    """The node of the `index`th consumer: the nodes in turn, None (the scheduler's pick)
+    without any."""
+    return nodes[index % len(nodes)] if nodes else None
+
+
+def helper_pod_containers(pod: dict[str, Any]) -> int:
+    """The containers a helper pod runs in sequence: its init containers and its containers."""
+    spec = pod.get("spec") or {}
+    return len(spec.get("initContainers") or ()) + len(spec.get("containers") or ())
+
+
+def helper_pod_starts(pods: ObjectTimeline) -> list[tuple[int, float]]:
+    """(containers, created to Succeeded or Failed in seconds) of each helper pod seen to end,
+    from a timeline kept by `helper_pod_containers`: what a kubelet took to run it."""
+    return sorted(
+        (pods.kept.get(name, 0), finished - pods.first_seen[name])
+        for name, finished in pods.reached["finished"].items()
+    )
 
 
 def _is_bound(claim: dict[str, Any]) -> bool:
@@ -303,6 +332,29 @@ def _writes_and_binder_requests(
     return audit.count(since, until).writes, binder.total, needed
 
 
+def _watch_helper_pods(api: RawApi) -> tuple[ObjectTimeline, ObjectTimeline]:
+    """Two watches on the helper pods: by the volumes each serves (and when each volume's part
+    ended), and by how many containers each runs."""
+    path = f"/api/v1/namespaces/{PROVISIONER_NAMESPACE}/pods"
+    selector = f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}"
+    by_volume = ObjectTimeline(
+        api,
+        path,
+        {"finished": _is_finished},
+        label_selector=selector,
+        keep=served_volumes,
+        parts_done=volumes_done,
+    ).start()
+    by_containers = ObjectTimeline(
+        api,
+        path,
+        {"finished": _is_finished},
+        label_selector=selector,
+        keep=helper_pod_containers,
+    ).start()
+    return by_volume, by_containers
+
+
 def run_burst(
     workspace: Workspace,
     api: RawApi,
@@ -315,20 +367,16 @@ def run_burst(
     py_spy: Path | None = None,
     timeout: float,
     binder_limit: tuple[int, int] = controller_manager_limit(None),
-) -> BurstResult:  # binder_limit: kube-controller-manager's client QPS and burst here
+    nodes: Sequence[str] = (),
+    consumer_image: str = KWOK_APP_IMAGE,
+) -> BurstResult:  # binder_limit: kube-controller-manager's client QPS and burst here; nodes:
+    # the consumers go to these in turn (`spread`), else where the scheduler places them
     claims_path = f"/api/v1/namespaces/{CLAIM_NAMESPACE}/persistentvolumeclaims"
     pods_path = f"/api/v1/namespaces/{CLAIM_NAMESPACE}/pods"
     claim_timeline = ObjectTimeline(
         api, claims_path, {"bound": _is_bound, "node-selected": _has_node}
     ).start()
-    helper_timeline = ObjectTimeline(
-        api,
-        f"/api/v1/namespaces/{PROVISIONER_NAMESPACE}/pods",
-        {"finished": _is_finished},
-        label_selector=f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}",
-        keep=served_volumes,
-        parts_done=volumes_done,
-    ).start()
+    helper_timeline, pod_timeline = _watch_helper_pods(api)
     volume_timeline = ObjectTimeline(api, "/api/v1/persistentvolumes").start()
     provisioner = RunningProvisioner(
         implementation, workspace, log_dir / f"{implementation.key}-burst.log", py_spy
@@ -341,14 +389,16 @@ def run_burst(
         names = [f"claim-{index:05d}" for index in range(claims)]
         created: dict[str, float] = {}
 
-        def create(name: str) -> None:
+        def create(name: str, node: str | None) -> None:
             created[name] = time.time()
             api.create(claims_path, _claim(name))
-            api.create(pods_path, _consumer(name.replace("claim", "app"), name))
+            api.create(
+                pods_path, consumer(name.replace("claim", "app"), name, consumer_image, node)
+            )
 
         started = time.time()
         with ThreadPoolExecutor(concurrency) as pool:
-            list(pool.map(create, names))
+            list(pool.map(create, names, [spread(i, nodes) for i in range(claims)]))
         claim_timeline.wait_until(
             lambda: claim_timeline.reached_count("bound") >= claims,
             timeout,
@@ -390,7 +440,7 @@ def run_burst(
         monitor.stop()
     finally:
         provisioner.stop()
-        for timeline in (claim_timeline, helper_timeline, volume_timeline):
+        for timeline in (claim_timeline, helper_timeline, pod_timeline, volume_timeline):
             timeline.stop()
     return BurstResult(
         implementation=implementation.key,
@@ -416,4 +466,5 @@ def run_burst(
         capacity_writes_per_volume=capacity_writes(requests) / claims,
         capacity_writes_metric_per_volume=(metric_after - metric_before) / claims,
         release_capacity_writes_per_volume=capacity_writes(release_requests) / claims,
+        helper_pods=helper_pod_starts(pod_timeline),
     )

@@ -1,5 +1,5 @@
-"""Issue 20's goals and issue 31's failover goal, judged on one run's results, and where the
-time goes when a burst misses.
+"""Issue 20's goals, issue 31's failover goal and issue 30's goals on real nodes, judged on one
+run's results, and where the time goes when a burst misses.
 
 Each goal carries ours, the tuned and the default reference (where they ran), ours / tuned, its
 limit and whether it was met, so one run reports the goals side by side with both references.
@@ -9,6 +9,8 @@ every implementation that ran it, and (with the default binder limit) the floor 
 distance to it, so the report says where the time went, not only that it was missed. The
 failover goal is ours' own time against the lease duration plus 2 s; its phases (lease wait,
 sync, provisioning, binding) are reported for ours and the tuned reference whether met or not.
+The real-node goals are judged under each binder limit, each at its burst size, and a miss
+comes with the stages of that size's bursts.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class Goal:
     limit: float
     relative: bool = True
     """True: the limit is on ours / the tuned reference; False: on ours' own figure."""
+    claims: int | None = None
+    """Real-node goals: the burst size the figure is read at (None: the largest measured)."""
 
 
 GOALS = (
@@ -70,6 +74,28 @@ GOALS = (
 default client limit, "lifted" the same burst with it raised (--lifted-qps); "failover" is at
 the largest scale size, its limit the lease duration plus 2 s."""
 
+REAL_SCENARIOS = {"real": "default", "real-lifted": "lifted"}
+"""The real-node goals' scenarios, by the binder limit of the bursts they read."""
+REAL_GOALS = tuple(
+    goal
+    for scenario in REAL_SCENARIOS
+    for goal in (
+        Goal("claim created to Bound", scenario, "s", lambda b: b.latency.max, 1.0, claims=1),
+        Goal("time until all Bound", scenario, "s", lambda b: b.bind_seconds, 0.8, claims=20),
+        Goal(
+            "API requests per volume",
+            scenario,
+            "req",
+            lambda b: b.requests_per_volume,
+            3.5,
+            relative=False,
+        ),
+        Goal("claim latency p99", scenario, "s", lambda b: b.latency.p99, 1.0),
+    )
+)
+"""Issue 30's goals on real nodes, under each binder limit: a single claim and the 20-claim
+burst against the tuned reference, requests per volume and p99 at the largest burst."""
+
 
 def largest_scale(results: RunResults) -> tuple[int, dict[str, ScaleResult]]:
     """The largest data-set size measured and its runs by implementation (0 and none when the
@@ -82,7 +108,21 @@ def largest_scale(results: RunResults) -> tuple[int, dict[str, ScaleResult]]:
     return 0, {}
 
 
-def _runs(results: RunResults, scenario: str) -> dict[str, Any]:
+def claims_text(claims: int) -> str:
+    return f"{claims} claim" if claims == 1 else f"{claims} claims"
+
+
+def real_size(goal: Goal, results: RunResults) -> int:
+    """The burst size a real-node goal reads: its own, else the largest measured (0: none)."""
+    by_size = results.real.get(REAL_SCENARIOS[goal.scenario], {})
+    return goal.claims if goal.claims is not None else max(by_size, default=0)
+
+
+def _runs(results: RunResults, goal: Goal) -> dict[str, Any]:
+    scenario = goal.scenario
+    if scenario in REAL_SCENARIOS:
+        by_size = results.real.get(REAL_SCENARIOS[scenario], {})
+        return by_size.get(real_size(goal, results), {})
     if scenario == "scale":
         return largest_scale(results)[1]
     if scenario == "failover":
@@ -93,7 +133,7 @@ def _runs(results: RunResults, scenario: str) -> dict[str, Any]:
 def judge(goal: Goal, results: RunResults) -> dict[str, Any]:
     """The goal's row: each implementation's figure, ours / tuned, the value held against the
     limit, and met (None when a figure it needs was not measured)."""
-    runs = _runs(results, goal.scenario)
+    runs = _runs(results, goal)
     values = {key: goal.figure(runs[key]) if key in runs else math.nan for key in SIDE_BY_SIDE}
     to_tuned = ratio(values["ours"], values["reference-tuned"])
     value = to_tuned if goal.relative else values["ours"]
@@ -104,6 +144,12 @@ def judge(goal: Goal, results: RunResults) -> dict[str, Any]:
     if goal.scenario == "failover":
         volumes = next((run.volumes for run in runs.values()), 0)
         name = f"failover at {volumes} volumes: {name}" if volumes else f"failover: {name}"
+    extra: dict[str, Any] = {}
+    if goal.scenario in REAL_SCENARIOS:
+        claims = real_size(goal, results)
+        limit = REAL_SCENARIOS[goal.scenario]
+        name = f"real nodes, {limit} binder limit, {claims_text(claims)}: {name}"
+        extra = {"claims": claims, "binder_limit": limit}
     return {
         "goal": name,
         "scenario": goal.scenario,
@@ -114,11 +160,13 @@ def judge(goal: Goal, results: RunResults) -> dict[str, Any]:
         "limit": goal.limit,
         "relative": goal.relative,
         "met": None if math.isnan(value) else value <= goal.limit,
+        **extra,
     }
 
 
 def judge_all(results: RunResults) -> list[dict[str, Any]]:
-    return [judge(goal, results) for goal in GOALS]
+    """Every goal; the real-node ones only when the real scenario ran."""
+    return [judge(goal, results) for goal in (*GOALS, *(REAL_GOALS if results.real else ()))]
 
 
 def _stage_row(stage: str, runs: dict[str, BurstResult]) -> dict[str, Any]:
@@ -180,4 +228,21 @@ def where_time_goes(results: RunResults, goals: list[dict[str, Any]]) -> list[di
                 "binder_floor": _binder_floor(runs),
             }
         )
+    for scenario, limit in REAL_SCENARIOS.items():
+        by_size = results.real.get(limit, {})
+        missed_at: dict[int, list[str]] = {}
+        for g in goals:
+            if g["scenario"] == scenario and g["met"] is False:
+                missed_at.setdefault(g["claims"], []).append(g["goal"])
+        for claims, missed in sorted(missed_at.items()):
+            runs = by_size.get(claims, {})
+            sections.append(
+                {
+                    "scenario": f"real nodes, {limit} binder limit, {claims_text(claims)}",
+                    "missed": missed,
+                    "stages": [_stage_row(stage, runs) for stage in STAGES],
+                    "floor": None,
+                    "binder_floor": _binder_floor(runs),
+                }
+            )
     return sections

@@ -8,10 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.implementations import ALL, Implementation
+from bench.real_nodes import REAL_SIZES
 from localcluster.pod_start import MODELS
 
 REPO = Path(__file__).resolve().parents[1]
-SCENARIOS = ("burst", "lifted", "scale", "failover")
+SCENARIOS = ("burst", "lifted", "scale", "failover", "real")
+DEFAULT_SCENARIOS = ("burst", "lifted", "scale", "failover")
+"""`real` starts real nodes (root, one such cluster on the machine): only when asked."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,8 @@ class BenchOptions:
     py_spy: Path | None
     pod_start: str
     """The helper-pod runner's pod start model by name (localcluster.pod_start.MODELS)."""
+    real_sizes: tuple[int, ...] = REAL_SIZES
+    """Claims in each burst of the `real` scenario, run in this order on each cluster."""
 
 
 def _positive(text: str) -> int:
@@ -94,12 +99,21 @@ def parse_options(argv: Sequence[str]) -> BenchOptions:
         "--scenario",
         choices=SCENARIOS,
         action="append",
-        help="run only these scenarios (repeatable; default all four; the floor goes with "
-        "burst; lifted is the burst again, ours and the tuned reference only, with "
+        help="run only these scenarios (repeatable; default all but real; the floor goes "
+        "with burst; lifted is the burst again, ours and the tuned reference only, with "
         "kube-controller-manager's client limit raised to --lifted-qps so its PV binder does "
         "not pace it; failover kills the leader over the largest scale data set and times a "
         "new claim until Bound: ours with a warm standby, the tuned reference started cold "
-        "one lease duration after the kill)",
+        "one lease duration after the kill; real runs bursts of --real-sizes claims on two "
+        "real nodes (kubelet, containerd, runc; needs root and no other real-node cluster on "
+        "the machine), ours and both references, under the default and the lifted limit)",
+    )
+    add(
+        "--real-sizes",
+        type=_sizes,
+        default=REAL_SIZES,
+        help="claims in each burst of the real scenario, comma-separated, run in this order "
+        "(default 1,20,40)",
     )
     add("--quick", action="store_true", help="a small smoke run: 20 claims, 300 volumes")
     add("--output", type=Path, default=REPO / "bench" / "results" / "latest.json")
@@ -144,7 +158,7 @@ def parse_options(argv: Sequence[str]) -> BenchOptions:
         concurrency=args.concurrency,
         idle_seconds=args.idle_seconds,
         implementations=chosen,
-        scenarios=frozenset(args.scenario or SCENARIOS),
+        scenarios=frozenset(args.scenario or DEFAULT_SCENARIOS),
         output=args.output,
         plot=None if args.no_plot else args.plot,
         timeout=args.timeout,
@@ -153,4 +167,5 @@ def parse_options(argv: Sequence[str]) -> BenchOptions:
         lifted_qps=args.lifted_qps,
         py_spy=args.py_spy,
         pod_start=args.pod_start,
+        real_sizes=args.real_sizes,
     )

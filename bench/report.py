@@ -18,9 +18,11 @@ import psutil
 from bench.burst import STAGES, BurstResult
 from bench.goals import SIDE_BY_SIDE, judge_all, where_time_goes
 from bench.options import BenchOptions
+from bench.real_nodes import REAL_NODES, RealResults, pod_start_rows
 from bench.runner import RunResults
 from bench.scale import ScaleResult
 from bench.stats import ratio
+from localcluster.pod_start import KUBELET
 
 IMPLEMENTATIONS = ("ours", "ours-capacity", "reference-default", "reference-tuned")
 """Report columns, in order; ours-capacity is ours with capacity on (burst only)."""
@@ -94,6 +96,40 @@ SCALE_FIGURES: tuple[tuple[str, str, ScaleFigure], ...] = (
 )
 
 
+REAL_FIGURES: tuple[tuple[str, str, BurstFigure], ...] = (
+    ("time until all Bound", "s", lambda b: b.bind_seconds),
+    ("time until PVs and dirs gone (release)", "s", lambda b: b.release_seconds),
+    ("claim latency p50", "s", lambda b: b.latency.p50),
+    ("claim latency p99", "s", lambda b: b.latency.p99),
+    ("helper pod run p50", "s", lambda b: b.helper_run.p50),
+    ("API requests per volume", "req", lambda b: b.requests_per_volume),
+    ("release: API requests per volume", "req", lambda b: b.release_requests_per_volume),
+)
+"""The figures of each burst on real nodes, per binder limit and size."""
+REAL_COLUMNS = ("ours", "reference-tuned", "reference-default")
+
+
+def real_figures(real: RealResults) -> list[dict[str, Any]]:
+    """A row per binder limit, size and figure: each implementation's value and ours' ratios."""
+    rows = []
+    for limit, by_size in real.items():
+        for claims, runs in sorted(by_size.items()):
+            for name, unit, get in REAL_FIGURES:
+                values = {key: get(runs[key]) if key in runs else NAN for key in REAL_COLUMNS}
+                rows.append(
+                    {
+                        "binder_limit": limit,
+                        "claims": claims,
+                        "figure": name,
+                        "unit": unit,
+                        **values,
+                        "ours/tuned": ratio(values["ours"], values["reference-tuned"]),
+                        "ours/default": ratio(values["ours"], values["reference-default"]),
+                    }
+                )
+    return rows
+
+
 def machine() -> dict[str, Any]:
     model = "unknown"
     with Path("/proc/cpuinfo").open() as cpuinfo:
@@ -127,7 +163,7 @@ def build_report(
 ) -> dict[str, Any]:
     figures = [
         _figure_row(name, unit, {key: get(b) for key, b in results.burst.items()})
-        for name, unit, get in BURST_FIGURES
+        for name, unit, get in (BURST_FIGURES if results.burst or not results.real else ())
     ]
     if results.lifted:
         figures += [
@@ -136,7 +172,7 @@ def build_report(
         ]
     figures += [
         _figure_row(name, unit, {key: get(s) for key, s in results.scale.items()})
-        for name, unit, get in SCALE_FIGURES
+        for name, unit, get in (SCALE_FIGURES if results.scale or not results.real else ())
     ]
     if results.floor and "ours" in results.burst:
         figures.append(
@@ -167,6 +203,7 @@ def build_report(
             "controller_manager_qps": options.controller_manager_qps,
             "lifted_qps": options.lifted_qps,
             "pod_start": options.pod_start,
+            "real_sizes": list(options.real_sizes),
         },
         "figures": figures,
         "goals": goals,
@@ -181,6 +218,15 @@ def build_report(
             for volumes, runs in results.scaling.items()
         },
         "failover": {key: asdict(value) for key, value in results.failover.items()},
+        "real_figures": real_figures(results.real),
+        "real_pod_starts": pod_start_rows(results.real, KUBELET),
+        "real": {
+            limit: {
+                str(claims): {key: asdict(value) for key, value in runs.items()}
+                for claims, runs in by_size.items()
+            }
+            for limit, by_size in results.real.items()
+        },
     }
 
 
@@ -403,16 +449,66 @@ def failover_table(report: dict[str, Any], markdown: bool = False) -> str:
     return format_table([f"failover at {volumes} volumes", *keys], rows, markdown)
 
 
+def real_table(report: dict[str, Any], markdown: bool = False) -> str:
+    """The bursts on real nodes: each figure of ours and both references per binder limit and
+    size, with ours' ratios."""
+    rows = [
+        [
+            row["binder_limit"],
+            str(row["claims"]),
+            row["figure"],
+            row["unit"],
+            *(_number(row[key]) for key in (*REAL_COLUMNS, "ours/tuned", "ours/default")),
+        ]
+        for row in report.get("real_figures") or []
+    ]
+    if not rows:
+        return ""
+    headers = [
+        "binder limit", "claims", "figure", "unit", "ours", "ref tuned", "ref default",
+        "ours/tuned", "ours/default",
+    ]  # fmt: skip
+    return format_table(headers, rows, markdown)
+
+
+def pod_starts_table(report: dict[str, Any], markdown: bool = False) -> str:
+    """The helper pods the real nodes ran, created to Succeeded, beside the kubelet model."""
+    rows = [
+        [
+            str(row["claims"]),
+            str(row["containers"]),
+            str(row["pods"]),
+            *(_number(row[key]) for key in ("p50", "p90", "max", "model", "p50/model")),
+        ]
+        for row in report.get("real_pod_starts") or []
+    ]
+    if not rows:
+        return ""
+    headers = [
+        "claims in burst", "containers", "helper pods", "p50 (s)", "p90 (s)", "max (s)",
+        "model (s)", "p50/model",
+    ]  # fmt: skip
+    return format_table(headers, rows, markdown)
+
+
 def print_report(report: dict[str, Any]) -> None:
     options = report["options"]
-    print(
-        f"\n{options['claims']} claims over {options['nodes']} nodes; "
-        f"{options['scale_volumes']} volumes for scale; helper pods start as "
-        f"{options.get('pod_start', 'fast')} (--pod-start); wall time {report['wall_seconds']:.0f}s"
-    )
-    print(figures_table(report))
-    print()
-    print(requests_table(report))
+    if report["figures"]:
+        print(
+            f"\n{options['claims']} claims over {options['nodes']} nodes; "
+            f"{options['scale_volumes']} volumes for scale; helper pods start as "
+            f"{options.get('pod_start', 'fast')} (--pod-start); "
+            f"wall time {report['wall_seconds']:.0f}s"
+        )
+        print(figures_table(report))
+        print()
+        print(requests_table(report))
+    else:
+        sizes = ", ".join(map(str, options.get("real_sizes") or []))
+        print(
+            f"\nbursts of {sizes} claims on {REAL_NODES} real nodes; "
+            f"wall time {report['wall_seconds']:.0f}s"
+        )
     print()
     print(goals_table(report))
     if report.get("time_goes"):
@@ -427,6 +523,13 @@ def print_report(report: dict[str, Any]) -> None:
     if failover := failover_table(report):
         print()
         print(failover)
+    if real := real_table(report):
+        print()
+        print("bursts on real nodes")
+        print(real)
+        print()
+        print("helper pods on real nodes, created -> Succeeded, and the kubelet model")
+        print(pod_starts_table(report))
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -440,6 +543,8 @@ def markdown(report: dict[str, Any]) -> str:
             *([scaling_table(report, markdown=True)] if report.get("scaling") else []),
             *filter(None, [scale_starts_table(report, markdown=True)]),
             *filter(None, [failover_table(report, markdown=True)]),
+            *filter(None, [real_table(report, markdown=True)]),
+            *filter(None, [pod_starts_table(report, markdown=True)]),
         ]
     )
 

@@ -19,6 +19,7 @@ from bench.floor import run_floor
 from bench.implementations import OURS, REFERENCE_TUNED, Implementation
 from bench.options import BenchOptions
 from bench.quiet import wait_until_quiet
+from bench.real_nodes import RealResults, run_real_bursts
 from bench.scale import (
     SCALE_CONTROLLER_MANAGER_FLAGS,
     SCALE_CONTROLLER_MANAGER_QPS,
@@ -53,6 +54,8 @@ class RunResults:
     """Every size of options.scale_sizes, by number of volumes, then implementation."""
     failover: dict[str, FailoverResult] = field(default_factory=dict)
     """At the largest scale size: ours (leader and warm standby) and the tuned reference."""
+    real: RealResults = field(default_factory=dict)
+    """The bursts on real nodes, by binder limit, claims and implementation."""
 
 
 def say(message: str) -> None:
@@ -275,4 +278,15 @@ def run_all(options: BenchOptions, work_dir: Path) -> RunResults:
         run_bursts(options, work_dir, results, lifted=True)
     if options.scenarios & {"scale", "failover"}:
         run_scales(options, work_dir, results)
+    if "real" in options.scenarios:
+        results.real = run_real_bursts(
+            options.implementations,
+            options.real_sizes,
+            controller_manager_qps=options.controller_manager_qps,
+            lifted_qps=options.lifted_qps,
+            concurrency=options.concurrency,
+            timeout=options.timeout,
+            work_dir=work_dir,
+            say=say,
+        )
     return results

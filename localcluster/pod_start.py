@@ -14,6 +14,10 @@ cluster's real nodes (the same figures are in the real-node notes of the test in
   1.0 s (the kubelet notices an exit at its once-a-second relist of the runtime's state).
 So each container costs 1.0 s and the rest of a pod (its sandbox, the pause container and the
 pod network, and its status rounds) 1.2 s: 2.2 s for one container, 14.2 s for thirteen.
+The benchmark's bursts on real nodes (`python -m bench --scenario real`; docs/benchmarks.md,
+"The kubelet model against the real nodes") check it: a pod alone and a pod's containers in
+sequence still fit; a node starting ten or more pods at once makes each one slower than this,
+which the model does not price.
 Earlier published figures (containerd/containerd#6111: ~1.5 s of CNI set-up; the kubelet's
 create_container p50 0.36 s in kubernetes/kubernetes#22585) priced a container at 0.3 s, a
 third of what a kubelet's relist makes it cost in sequence.

@@ -1,0 +1,155 @@
+"""Bursts on real nodes: the burst and release of `bench.burst` on a cluster of two real nodes
+(a kubelet, containerd and runc each) and no kwok node, at a few sizes, for ours and both
+references, under kube-controller-manager's default client limit and the lifted one.
+
+Why: the kwok bursts run every helper pod on the harness's emulated kubelet, priced by a start
+model fitted once to a real kubelet (`localcluster.pod_start.KUBELET`). Here a real kubelet
+starts every helper pod and every consumer, pulled from the cluster's local registry, so the
+goals are judged where users run and the model can be checked against what the nodes did
+(`pod_start_rows`).
+
+One fresh cluster per implementation and binder limit (the limit is a flag of
+kube-controller-manager, fixed when it starts). In it the sizes run in turn, smallest first,
+each once the previous one's claims are released and the control plane and the nodes are quiet
+again. The consumers are spread over the nodes in turn and run the pause image, which ends at
+once when deleted, so a release waits on the kubelet's teardown and not on a grace period.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.api import RawApi
+from bench.audit import controller_manager_limit, start_audited_cluster
+from bench.burst import BurstResult, run_burst
+from bench.implementations import Implementation
+from bench.quiet import wait_until_quiet
+from bench.stats import percentile
+from bench.workspace import prepare_workspace
+from localcluster import LocalCluster
+from localcluster.pod_start import PodStartModel
+from localcluster.real_node_config import PAUSE_IMAGE
+
+REAL_NODES = 2
+REAL_SIZES = (1, 20, 40)
+LIMITS = ("default", "lifted")
+"""kube-controller-manager's client limit: its default, or `--lifted-qps` (as `lifted`)."""
+QUIET_WINDOW_SECONDS = 5.0
+QUIET_MAX_WAIT_SECONDS = 60.0
+"""A released burst of 40 leaves little behind; a short window keeps six clusters' runs
+within about 20 minutes on two cores."""
+
+RealResults = dict[str, dict[int, dict[str, BurstResult]]]
+"""Binder limit ("default", "lifted") -> claims -> implementation key -> its burst."""
+
+
+def real_implementations(implementations: Iterable[Implementation]) -> list[Implementation]:
+    """Ours and the references; ours with capacity on is a kwok burst only."""
+    return [i for i in implementations if not i.capacity]
+
+
+def limit_qps(limit: str, controller_manager_qps: int | None, lifted_qps: int) -> int | None:
+    """kube-controller-manager's client QPS for a binder limit (None: its default)."""
+    if limit not in LIMITS:
+        raise ValueError(f"unknown binder limit {limit!r}; expected one of {LIMITS}")
+    return lifted_qps if limit == "lifted" else controller_manager_qps
+
+
+def _wait_quiet(cluster: LocalCluster, say: Callable[[str], None]) -> None:
+    real = cluster.real.pids() if cluster.real is not None else []
+    quiet = wait_until_quiet(
+        [*cluster.control_plane.pids(), *real],
+        window=QUIET_WINDOW_SECONDS,
+        max_wait=QUIET_MAX_WAIT_SECONDS,
+    )
+    say(
+        f"real: quiet after {quiet.seconds:.0f}s ({quiet.last_share:.2f} CPU)"
+        + ("" if quiet.quiet else ": gave up waiting, measuring anyway")
+    )
+
+
+def run_real_bursts(
+    implementations: Sequence[Implementation],
+    sizes: Sequence[int],
+    *,
+    controller_manager_qps: int | None,
+    lifted_qps: int,
+    concurrency: int,
+    timeout: float,
+    work_dir: Path,
+    say: Callable[[str], None],
+) -> RealResults:
+    """Each implementation's bursts of `sizes` claims on its own real-node cluster, under each
+    binder limit."""
+    results: RealResults = {}
+    for limit in LIMITS:
+        qps = limit_qps(limit, controller_manager_qps, lifted_qps)
+        for implementation in real_implementations(implementations):
+            label = f"real ({limit} binder limit): {implementation.label}"
+            cluster_dir = work_dir / f"real-{limit}-{implementation.key}"
+            cluster, audit = start_audited_cluster((), cluster_dir, qps, real_nodes=REAL_NODES)
+            say(f"{label}: {REAL_NODES} real nodes ready in {cluster.startup_seconds:.1f}s")
+            api = RawApi.for_cluster(cluster, pool_size=concurrency + 8)
+            try:
+                workspace = prepare_workspace(cluster, api, cluster_dir)
+                for claims in sizes:
+                    _wait_quiet(cluster, say)
+                    log_dir = cluster_dir / str(claims)
+                    log_dir.mkdir(parents=True, exist_ok=True)
+                    burst = run_burst(
+                        workspace,
+                        api,
+                        audit,
+                        implementation,
+                        claims=claims,
+                        concurrency=concurrency,
+                        log_dir=log_dir,
+                        timeout=timeout,
+                        binder_limit=controller_manager_limit(qps),
+                        nodes=list(cluster.nodes),
+                        consumer_image=PAUSE_IMAGE,
+                    )
+                    results.setdefault(limit, {}).setdefault(claims, {})[implementation.key] = burst
+                    say(
+                        f"{label}: {claims} Bound in {burst.bind_seconds:.1f}s "
+                        f"(p99 {burst.latency.p99:.1f}s), released in "
+                        f"{burst.release_seconds:.1f}s, "
+                        f"{burst.requests_per_volume:.2f} requests per volume"
+                    )
+            finally:
+                api.close()
+                cluster.stop()
+    return results
+
+
+def pod_start_rows(real: RealResults, model: PodStartModel) -> list[dict[str, Any]]:
+    """The helper pods the real nodes ran, by burst size and containers: how many, their
+    created-to-Succeeded p50, p90 and max, and what the model gives such a pod (its sandbox and
+    one start per container) with the p50's ratio to it. At one claim a pod has the nodes to
+    itself, the model's case; bigger bursts add the contention of pods started together."""
+    seen: dict[tuple[int, int], list[float]] = {}
+    for by_size in real.values():
+        for claims, runs in by_size.items():
+            for burst in runs.values():
+                for containers, seconds in burst.helper_pods:
+                    seen.setdefault((claims, containers), []).append(seconds)
+    rows = []
+    for (claims, containers), times in sorted(seen.items()):
+        predicted = model.sandbox_seconds + containers * model.container_seconds
+        p50 = percentile(times, 0.5)
+        rows.append(
+            {
+                "claims": claims,
+                "containers": containers,
+                "pods": len(times),
+                "p50": p50,
+                "p90": percentile(times, 0.9),
+                "max": max(times),
+                "model": predicted,
+                "p50/model": p50 / predicted if predicted else math.nan,
+            }
+        )
+    return rows
