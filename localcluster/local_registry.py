@@ -20,9 +20,11 @@ from pathlib import Path
 import yaml
 
 from localcluster.errors import ClusterError, ComponentFailedError
+from localcluster.ports import pick_free_ports
 from localcluster.processes import ManagedProcess
 
 READY_TIMEOUT_SECONDS = 30.0
+PORT_ATTEMPTS = 3
 HTTP_OK = 200
 
 
@@ -49,22 +51,41 @@ class LocalRegistry:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> None:
+        """Starts it on `port`, or on another free one if that was taken meanwhile: the port
+        was free when the cluster picked its ports, and another process on the machine may
+        have bound it since (the registry then exits at once, "address already in use")."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        document = {
-            "version": 0.1,
-            "log": {"level": "warn", "accesslog": {"disabled": True}},
-            "storage": {"filesystem": {"rootdirectory": str(self.directory / "storage")}},
-            "http": {"addr": self.address},
-        }
-        self.config.write_text(yaml.safe_dump(document), encoding="utf-8")
-        self.process.start()
-        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-        while not self._answers():
-            if not self.process.is_running() or time.monotonic() > deadline:
-                raise ComponentFailedError(
-                    "docker-registry", "did not answer on /v2/", self.process.log_path
-                )
-            time.sleep(0.05)
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            if attempt > 1:
+                (self.port,) = pick_free_ports(1)
+            document = {
+                "version": 0.1,
+                "log": {"level": "warn", "accesslog": {"disabled": True}},
+                "storage": {"filesystem": {"rootdirectory": str(self.directory / "storage")}},
+                "http": {"addr": self.address},
+            }
+            self.config.write_text(yaml.safe_dump(document), encoding="utf-8")
+            log_end = self.process.log_path.stat().st_size if self.process.log_path.exists() else 0
+            self.process.start()
+            deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+            while not self._answers():
+                if not self.process.is_running() or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            else:
+                return
+            if self.process.is_running() or not self._port_was_taken(log_end):
+                break
+            self.process.stop()
+        raise ComponentFailedError(
+            "docker-registry", "did not answer on /v2/", self.process.log_path
+        )
+
+    def _port_was_taken(self, log_start: int) -> bool:
+        """Whether the registry's last start ended because its port was in use."""
+        with self.process.log_path.open("rb") as log:
+            log.seek(log_start)
+            return b"address already in use" in log.read()
 
     def _answers(self) -> bool:
         try:
