@@ -46,7 +46,7 @@ test: tools reference node-tools engine image lint
 unit:
 	@$(PY) -m pytest tests -m "not cluster and not engine and not slow and not image"
 
-# The upgrade test runs two images on real nodes through the engine (tests/engine).
+# The tests marked slow (README, "Tests"): too long for every CI run.
 test-slow: tools node-tools engine image
 	@$(PY) -m pytest -m slow
 
