@@ -35,15 +35,12 @@ import threading
 import time
 from types import FrameType
 
-from urllib3.exceptions import HTTPError
-
 from provisioner.configuration.config import ConfigBundle, ConfigError
 from provisioner.configuration.config_watch import ConfigWatcher
 from provisioner.configuration.options import Options
 from provisioner.helper_pods.pod_runner import kubelet_deadline_wait
 from provisioner.helper_pods.pod_shapes import helper_grace_seconds
 from provisioner.helper_pods.pods import POD_CLEANUP_SECONDS, BatchSettings, PodSettings
-from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients, KubeConfigError, create_clients
 from provisioner.kube.events import EventRecorder, ObjectReference
 from provisioner.kube.leader_election import LeaderElectionConfig, LeaderElector, lease_name_for
@@ -56,6 +53,7 @@ from provisioner.loop.controller import (
     ControllerSettings,
     Key,
 )
+from provisioner.process.api_reachability import ApiReachability
 from provisioner.process.installation_removal import release_finalizers, removal_reason
 from provisioner.process.logs import configure_logging
 from provisioner.process.predecessor_watch import PredecessorWatch
@@ -79,7 +77,6 @@ EXIT_LOST_LEADERSHIP = 1
 EXIT_CONTROLLER_FAILED = 1
 EXIT_PREDECESSOR_RETURNED = 1
 EXIT_BAD_SETUP = 2
-API_CHECK_INTERVAL = 5.0
 LEASE_RELEASE_SECONDS = 5.0
 FINALIZER_RELEASE_SECONDS = 10.0
 """When the installation is being removed: checking that, and taking our finalizer off our PVs."""
@@ -105,27 +102,6 @@ STALL_MARGIN_SECONDS = 120.0
 """Beyond two helper runs (setup and its cleanup, each cmdTimeoutSeconds at most, and then the
 time its kubelet takes to stop it): PV saves with their retries and API calls. A worker on one
 key for longer is wedged."""
-
-
-class _ApiReachability:
-    """Answers "can we talk to the API server" from a cached /version call."""
-
-    def __init__(self, clients: KubeClients) -> None:
-        self._clients = clients
-        self._checked_at = float("-inf")
-        self._reachable = False
-        self._lock = threading.Lock()
-
-    def reachable(self) -> bool:
-        with self._lock:
-            if time.monotonic() - self._checked_at > API_CHECK_INTERVAL:
-                try:
-                    self._clients.request_json("GET", "/version", timeout=2.0)
-                    self._reachable = True
-                except (ApiError, HTTPError, OSError):
-                    self._reachable = False
-                self._checked_at = time.monotonic()
-            return self._reachable
 
 
 class Provisioner:
@@ -248,7 +224,7 @@ class Provisioner:
                 options.pod_name,
                 on_returned=self._predecessor_returned,
             )
-        self._api = _ApiReachability(self.clients)
+        self._api = ApiReachability(self.clients)
 
     # -- probes ----------------------------------------------------------------------------------
 
@@ -448,6 +424,7 @@ class Provisioner:
                 return
 
     def run(self) -> int:
+        self._api.start()
         valid_at_start = self.watcher.has_config()
         if valid_at_start:
             self._begin()
@@ -477,6 +454,7 @@ class Provisioner:
         self.recorder.stop()
         self.watcher.stop()
         self.server.stop()
+        self._api.stop()
         self.clients.close()
         if self._lease_clients is not None:
             self._lease_clients.close()
