@@ -177,7 +177,8 @@ def parse_options(
         type=int,
         default=int(env("HELPER_PODS_PER_NODE", str(defaults.HELPER_PODS_PER_NODE))),
         help="setup (and teardown) helper pods running at once per node, a volume each while "
-        "slots are free; volumes that arrive while all are taken share the next pod "
+        "slots are free; volumes that arrive while all are taken share the pods that follow, "
+        "a fair share each "
         "[HELPER_PODS_PER_NODE]",
     )
     add(

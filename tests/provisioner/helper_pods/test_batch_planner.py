@@ -46,8 +46,36 @@ def test_a_volume_takes_a_free_slot_of_its_own_and_only_the_overflow_waits() -> 
     assert jobs(second) == [("v2",)], "a free slot: a pod of its own at once"
     for name in ("v3", "v4", "v5", "v6"):
         assert plan.submit(name, A, TAG) == [], "both slots are taken"
-    assert jobs(plan.finished(first[0])) == [("v3", "v4", "v5")], "the overflow goes together"
-    assert jobs(plan.finished(second[0])) == [("v6",)], "a freed slot takes what waits"
+    third = plan.finished(first[0])
+    assert jobs(third) == [("v3", "v4")], "a freed slot takes its share: half of four"
+    assert jobs(plan.finished(second[0])) == [("v5",)], "half of two"
+    assert jobs(plan.finished(third[0])) == [("v6",)]
+
+
+def test_an_overflow_the_slots_can_hold_runs_a_pod_a_volume_as_slots_free() -> None:
+    """Twenty claims on a node of twelve slots: the eight beyond them go a pod each as the
+    first pods end, not together in the first (a pod of eight containers in turn)."""
+    plan = planner(max_batch=12, pods_per_group=12)
+    first = [launch for n in range(12) for launch in plan.submit(f"v{n}", A, TAG)]
+    assert len(first) == 12 and all(len(launch.jobs) == 1 for launch in first)
+    for n in range(12, 20):
+        assert plan.submit(f"v{n}", A, TAG) == []
+    freed = [launch for launch in first[:8] for launch in plan.finished(launch)]
+    assert jobs(freed) == [(f"v{n}",) for n in range(12, 20)]
+
+
+def test_a_flood_is_shared_out_over_the_slots_each_pod_at_most_max_batch() -> None:
+    plan = planner(max_batch=4, pods_per_group=3)
+    running = [launch for n in range(3) for launch in plan.submit(f"v{n}", A, TAG)]
+    for n in range(3, 30):
+        assert plan.submit(f"v{n}", A, TAG) == []
+    sizes = []
+    while running:  # the oldest pod ends first
+        started = plan.finished(running.pop(0))
+        sizes += [len(launch.jobs) for launch in started]
+        running += started
+    # 27 waiting over 3 slots: a share of 9, capped at 4; the shares shrink with the queue.
+    assert sizes == [4, 4, 4, 4, 4, 3, 2, 1, 1]
 
 
 def test_only_volumes_of_one_config_share_a_pod() -> None:

@@ -360,14 +360,15 @@ def test_a_batch_s_volume_settled_early_gets_its_result_while_the_pod_keeps_its_
 
 def test_a_node_s_free_slot_runs_a_volume_at_once_and_the_overflow_shares_the_next() -> None:
     h = Harness(max_batch=2, pods_per_node=2)
-    for number in range(1, 5):
+    for number in range(1, 7):
         h.batcher.submit(job(number))
     assert sorted(h.runs.wait_calls(2)) == [("single", ("pvc-1",)), ("single", ("pvc-2",))]
     h.runs.release.release()
+    # Four wait for two slots: the freed one takes its share, two.
     assert ("batch", ("pvc-3", "pvc-4")) in h.runs.wait_calls(3)
-    h.runs.release.release()
-    h.runs.release.release()
-    h.wait_done("key-1", "key-2", "key-3", "key-4")
+    for _ in range(4):
+        h.runs.release.release()
+    h.wait_done(*(f"key-{number}" for number in range(1, 7)))
 
 
 STUCK = ServingPod(True, "node-1", "Running, being deleted since 2026-11-24T20:00:00Z")
