@@ -138,7 +138,7 @@ def pod_start_rows(real: RealResults, model: PodStartModel) -> list[dict[str, An
                     seen.setdefault((claims, containers), []).append(seconds)
     rows = []
     for (claims, containers), times in sorted(seen.items()):
-        predicted = model.sandbox_seconds + containers * model.container_seconds
+        predicted = model.alone_seconds(containers)
         p50 = percentile(times, 0.5)
         rows.append(
             {
