@@ -127,8 +127,9 @@ def run_real_bursts(
 
 def pod_start_rows(real: RealResults, model: PodStartModel) -> list[dict[str, Any]]:
     """The helper pods the real nodes ran, by burst size and containers: how many, their
-    created-to-Succeeded p50, p90 and max, and what the model gives such a pod (its sandbox and
-    one start per container) with the p50's ratio to it. At one claim a pod has the nodes to
+    created-to-Succeeded p50, p90 and max, and what the model gives such a pod alone on its node
+    (its sandbox and one start per container; no other pod in the node's lane) with the p50's
+    ratio to it. At one claim a pod has the nodes to
     itself, the model's case; bigger bursts add the contention of pods started together."""
     seen: dict[tuple[int, int], list[float]] = {}
     for by_size in real.values():
@@ -138,7 +139,7 @@ def pod_start_rows(real: RealResults, model: PodStartModel) -> list[dict[str, An
                     seen.setdefault((claims, containers), []).append(seconds)
     rows = []
     for (claims, containers), times in sorted(seen.items()):
-        predicted = model.sandbox_seconds + containers * model.container_seconds
+        predicted = model.alone_seconds(containers)
         p50 = percentile(times, 0.5)
         rows.append(
             {

@@ -486,7 +486,7 @@ def pod_starts_table(report: dict[str, Any], markdown: bool = False) -> str:
         return ""
     headers = [
         "claims in burst", "containers", "helper pods", "p50 (s)", "p90 (s)", "max (s)",
-        "model (s)", "p50/model",
+        "model alone (s)", "p50/model",
     ]  # fmt: skip
     return format_table(headers, rows, markdown)
 

@@ -44,7 +44,7 @@ from localcluster.helper_pods import (
     termination_message_mount,
 )
 from localcluster.pod_api import PodRunnerBase
-from localcluster.pod_start import FAST, PodStartModel
+from localcluster.pod_start import FAST, NodeLanes, PodStartModel
 from localcluster.pod_volumes import (
     HostPathTypeError,
     VolumeMaterializer,
@@ -82,6 +82,7 @@ class HelperPodRunner(PodRunnerBase):
     ) -> None:
         super().__init__(api_client, cluster_dir, node_dir, log)
         self._pod_start = pod_start
+        self._lanes = NodeLanes(pod_start)
         self._runs: dict[str, _PodRun] = {}
         self._waiting_reported: dict[str, str] = {}
         # A list (a resync that retries pods waiting for a node), then a watch for a while.
@@ -208,7 +209,8 @@ class HelperPodRunner(PodRunnerBase):
             now = utc_now()
             self._report_start_error(pod, now, now, error.message, error.reason)
             return
-        if not self._pod_start.wait_sandbox(run.cancelled):
+        # The node's lane: its other pods' sandboxes, started before this one, go first.
+        if not self._lanes.wait_sandbox(pod["spec"]["nodeName"], run.cancelled):
             return
         # activeDeadlineSeconds counts from the pod's start, across all its containers.
         deadline = pod["spec"].get("activeDeadlineSeconds")

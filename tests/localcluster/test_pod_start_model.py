@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from localcluster import ClusterOptions, LocalCluster, NodeSpec
-from localcluster.pod_start import FAST, KUBELET, MODELS, PodStartModel
+from localcluster.pod_start import FAST, KUBELET, MODELS, NodeLanes, PodStartModel
 from tests.localcluster.pods import helper_pod
 
 SANDBOX_SECONDS = 2.0
@@ -24,7 +24,7 @@ TERMINAL = ("Succeeded", "Failed")
 def test_the_default_adds_nothing_and_the_bench_model_is_the_kubelets() -> None:
     cancelled = threading.Event()
     started = time.monotonic()
-    assert FAST.wait_sandbox(cancelled) and FAST.wait_container(cancelled)
+    assert NodeLanes(FAST).wait_sandbox("node", cancelled) and FAST.wait_container(cancelled)
     assert time.monotonic() - started < 0.05
     assert ClusterOptions().pod_start == FAST
     assert MODELS == {"fast": FAST, "kubelet": KUBELET}
@@ -35,7 +35,7 @@ def test_a_cancelled_pod_stops_waiting() -> None:
     cancelled = threading.Event()
     cancelled.set()
     started = time.monotonic()
-    assert not PodStartModel(sandbox_seconds=30).wait_sandbox(cancelled)
+    assert not NodeLanes(PodStartModel(sandbox_seconds=30)).wait_sandbox("node", cancelled)
     assert not PodStartModel(container_seconds=30).wait_container(cancelled)
     assert time.monotonic() - started < 1
 
