@@ -44,7 +44,9 @@ def measure(rounds: int) -> dict[str, list[float]]:
     timings: dict[str, list[float]] = {"up": [], "preview": [], "preview --refresh": []}
     timings["destroy"] = []
     with LocalCluster.start(ClusterOptions(announce=False)) as cluster:
-        env = engine.environment(cluster.dir / "pulumi-state", secrets.token_hex(16))
+        env = engine.environment(
+            cluster.dir / "pulumi-state", secrets.token_hex(16), temp_dir=cluster.dir / "pulumi-tmp"
+        )
         command = auto.PulumiCommand(root=str(engine.root))
         for index in range(rounds):
             project = project_copy(

@@ -76,7 +76,10 @@ class Pulumi:
         self.project = project_copy(cluster.dir / "demo-project", STACK, config)
         # A backend and passphrase of this run only: the cluster directory goes at the end.
         state = cluster.dir / "pulumi-state"
-        self.env = {**os.environ, **engine.environment(state, secrets.token_hex(16))}
+        self.env = {
+            **os.environ,
+            **engine.environment(state, secrets.token_hex(16), temp_dir=cluster.dir / "pulumi-tmp"),
+        }
         self.cli = str(engine.cli)
 
     def __call__(self, *arguments: str) -> None:

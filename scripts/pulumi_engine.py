@@ -87,12 +87,19 @@ class PulumiEngine:
         return completed.stdout.strip()
 
     def environment(
-        self, state_dir: Path | None = None, passphrase: str | None = None
+        self,
+        state_dir: Path | None = None,
+        passphrase: str | None = None,
+        *,
+        temp_dir: Path | None = None,
     ) -> dict[str, str]:
         """The variables every pulumi run gets (to merge over os.environ): the engine on PATH,
         its private plugin cache, no update check, no plugin downloads when the bundle's
         provider is installed; with `state_dir`, a file backend there; with `passphrase`,
-        the passphrase secrets provider's key."""
+        the passphrase secrets provider's key; with `temp_dir`, the engine's and its plugins'
+        temporary files there (TMPDIR): the Kubernetes provider leaves a copy of its kubeconfig
+        in the temporary directory at every run, which a test suite or a demo must not leave
+        behind in the machine's /tmp."""
         variables = {
             "PATH": f"{self.root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
             "PULUMI_HOME": str(self.home),
@@ -105,6 +112,9 @@ class PulumiEngine:
             variables["PULUMI_BACKEND_URL"] = state_dir.resolve().as_uri()
         if passphrase is not None:
             variables["PULUMI_CONFIG_PASSPHRASE"] = passphrase
+        if temp_dir is not None:
+            temp_dir.mkdir(parents=True, exist_ok=True)
+            variables["TMPDIR"] = str(temp_dir)
         return variables
 
 

@@ -208,7 +208,7 @@ class StackFactory:
         self.engine = engine
         self.cluster = cluster
         self.work_dir = work_dir
-        self.env = engine.environment(state_dir, PASSPHRASE)
+        self.env = engine.environment(state_dir, PASSPHRASE, temp_dir=work_dir / "pulumi-tmp")
         self.command = auto.PulumiCommand(root=str(engine.root))
         self.stacks: list[EngineStack] = []
 

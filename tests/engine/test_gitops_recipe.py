@@ -71,7 +71,11 @@ def test_the_render_recipe_runs_as_printed_from_a_fresh_clone(
     keep = {key: os.environ[key] for key in ("PATH", "LANG", "TMPDIR") if key in os.environ}
     env = {
         **keep,
-        **pulumi_engine.environment(state_dir=tmp_path / "backend", passphrase="gitops-test"),
+        **pulumi_engine.environment(
+            state_dir=tmp_path / "backend",
+            passphrase="gitops-test",
+            temp_dir=tmp_path / "pulumi-tmp",
+        ),
         "HOME": str(home),
         "GIT_AUTHOR_NAME": "ci",
         "GIT_AUTHOR_EMAIL": "ci@example.com",

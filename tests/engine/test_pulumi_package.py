@@ -48,7 +48,7 @@ def plugin() -> Path:
 
 
 def pulumi_env(engine: PulumiEngine, state_dir: Path) -> dict[str, str]:
-    return engine.environment(state_dir, PASSPHRASE)
+    return engine.environment(state_dir, PASSPHRASE, temp_dir=state_dir / "pulumi-tmp")
 
 
 def consume(

@@ -72,7 +72,7 @@ def user_shell(engine: PulumiEngine, cluster: LocalCluster, home: Path) -> dict[
     pip_cache = Path(os.environ.get("PIP_CACHE_DIR") or Path.home() / ".cache" / "pip")
     return {
         **keep,
-        **engine.environment(),
+        **engine.environment(temp_dir=home / "tmp"),
         "HOME": str(home),
         "KUBECONFIG": str(cluster.kubeconfig),
         # The user's download cache: the virtualenv is still made and installed from scratch.

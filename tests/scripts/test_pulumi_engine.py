@@ -67,6 +67,12 @@ def test_the_bundle_is_unpacked_once_with_its_provider_as_a_plugin(
     assert environment["PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION"] == "true"
     assert environment["PATH"].startswith(f"{engine.root / 'bin'}:")
     assert "PULUMI_BACKEND_URL" not in environment
+    assert "TMPDIR" not in environment, "the caller's temporary directory unless told"
+    # The Kubernetes provider leaves a kubeconfig copy in TMPDIR at every run: a run told where
+    # keeps it there, out of the machine's /tmp.
+    scratch = isolated / "scratch" / "tmp"
+    assert engine.environment(temp_dir=scratch)["TMPDIR"] == str(scratch)
+    assert scratch.is_dir()
     marker = next((isolated / "cache" / "pulumi").glob("engine-*/.complete"))
     stamp = marker.stat().st_mtime_ns
     assert find_engine().root == engine.root
