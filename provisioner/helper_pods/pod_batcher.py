@@ -244,12 +244,9 @@ class PodBatcher(Generic[K]):
     def wait_idle(self, deadline: float) -> bool:
         """Until the running pods ended or `deadline` (monotonic); whether they all did."""
         with self._lock:
-            while self._running:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._lock.wait(remaining)
-            return True
+            return self._lock.wait_for(
+                lambda: not self._running, max(0.0, deadline - time.monotonic())
+            )
 
     def ended_keys(self) -> list[K]:
         """Keys whose result no reconcile has taken yet."""

@@ -261,12 +261,9 @@ class PodRunner:
         afterwards sees every pod this process made. Whether none was left unanswered."""
         with self._creations:
             self._closed = True
-            while self._creating:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._creations.wait(remaining)
-        return True
+            return self._creations.wait_for(
+                lambda: not self._creating, max(0.0, deadline - time.monotonic())
+            )
 
     def _states_until_done(
         self,

@@ -25,8 +25,7 @@ from provisioner.helper_pods.pod_runner import (
     PodState,
 )
 from provisioner.helper_pods.pod_shapes import (
-    HELPER_POD_LABEL,
-    HELPER_POD_LABEL_VALUE,
+    HELPER_POD_SELECTOR,
     PREPARE_CONTAINER,
     HelperAction,
     HelperTarget,
@@ -148,11 +147,7 @@ class PodRuns:
     def helper_pods(self, *, timeout: float) -> list[dict[str, Any]]:
         """Every helper pod of our namespace, as the API has them now (see
         `PodRunner.list_pods`)."""
-        return self._runner.list_pods(
-            self._helper.namespace,
-            f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}",
-            timeout=timeout,
-        )
+        return self._runner.list_pods(self._helper.namespace, HELPER_POD_SELECTOR, timeout=timeout)
 
     def delete_pod(self, name: str, *, timeout: float = 30.0) -> None:
         """Delete a helper pod of our namespace by name (see `PodRunner.delete_by_name`)."""

@@ -36,6 +36,8 @@ from provisioner.provisioning.removal_gate import RemovalPermit
 
 HELPER_POD_LABEL = "local-path-storage.io/helper-pod"
 HELPER_POD_LABEL_VALUE = "true"
+HELPER_POD_SELECTOR = f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}"
+"""The label selector that picks our helper pods (and only those)."""
 HELPER_ACTION_LABEL = "local-path-storage.io/helper-action"
 HELPER_VOLUME_LABEL = "local-path-storage.io/volume"
 HELPER_GRACE_SECONDS = 5

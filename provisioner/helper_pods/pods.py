@@ -162,8 +162,8 @@ class HelperPods(Generic[K]):
         provisioner (an upgrade, a rollback) may not do that well: 0.1.0 waits out its helper
         timeout on one (docs/upgrading.md). So: no pod is created any more (`PodRuns.close`,
         which waits for creations already sent), every helper pod of our namespace is deleted
-        (one still running, a stuck image or a slow script, first; whoever leads next redoes
-        its action; a finished one has told what it had to), and the stop waits until they are
+        (of one still running, a stuck image or a slow script, whoever leads next redoes the
+        action; a finished one has told what it had to), and the stop waits until they are
         gone."""
         deadline = time.monotonic() + POD_CLEANUP_SECONDS
         if not self._runs.close(deadline):

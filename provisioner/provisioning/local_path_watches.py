@@ -18,7 +18,7 @@ from typing import Any
 
 from provisioner.capacity.storage_capacity import HOSTNAME_LABEL
 from provisioner.helper_pods.pod_index import is_finished
-from provisioner.helper_pods.pod_shapes import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE
+from provisioner.helper_pods.pod_shapes import HELPER_POD_SELECTOR
 from provisioner.kube.client import KubeClients
 from provisioner.kube.informer import Informer, namespaced_name_key
 from provisioner.kube.object_decoding import DictObjects, ObjectDecoding
@@ -96,7 +96,7 @@ def watched_caches(
             objects=DictObjects(),
             to_record=_helper_pod,
             key=namespaced_name_key,
-            label_selector=f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}",
+            label_selector=HELPER_POD_SELECTOR,
         ),
     )
 

@@ -11,8 +11,7 @@ from provisioner.configuration.config import ConfigBundle, ProvisionerConfig
 from provisioner.helper_pods.pod_runner import HelperPodError
 from provisioner.helper_pods.pod_shapes import (
     HELPER_ACTION_LABEL,
-    HELPER_POD_LABEL,
-    HELPER_POD_LABEL_VALUE,
+    HELPER_POD_SELECTOR,
 )
 from provisioner.kube.client import KubeClients
 from provisioner.objects.records import (
@@ -114,7 +113,7 @@ def read_holdings(
     return holdings_of(
         [volume_record(item) for item in items("/api/v1/persistentvolumes")],
         [node_record(item) for item in items("/api/v1/nodes")],
-        items("/api/v1/pods", labelSelector=f"{HELPER_POD_LABEL}={HELPER_POD_LABEL_VALUE}"),
+        items("/api/v1/pods", labelSelector=HELPER_POD_SELECTOR),
         provisioner_name,
         (
             [claim_record(item) for item in items("/api/v1/persistentvolumeclaims")],
