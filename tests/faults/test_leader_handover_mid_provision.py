@@ -257,7 +257,12 @@ def test_a_leader_killed_with_a_batch_pod_leaves_its_claims_to_the_next(
         return batches[0] if batches else None
 
     batch = wait_for(batch_pod, 60, "the leader's batch pod")
-    wait_for(lambda: (directory("second") / "waiting").exists() or None, 60, "the batch to run")
+    # The two queued in either order, so the pod's first init container is either one's.
+    wait_for(
+        lambda: any((directory(name) / "waiting").exists() for name in names[1:]) or None,
+        60,
+        "the batch to run",
+    )
     if batch_end == "succeeded":
         proxy.hold("POST", "/api/v1/persistentvolumes")
         deleting = proxy.hold("DELETE", pod_path(setup, batch))
