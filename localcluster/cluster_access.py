@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,8 +26,6 @@ from localcluster.kubeconfig import build_kubeconfig, write_kubeconfig
 from localcluster.raw_api import call_json
 
 T = TypeVar("T")
-HTTP_NOT_FOUND = 404
-HTTP_CONFLICT = 409
 DEFAULT_WAIT_SECONDS = 60.0
 
 
@@ -122,14 +121,14 @@ class ClusterAccess:
         try:
             core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
         except ApiException as error:
-            if error.status != HTTP_CONFLICT:
+            if error.status != HTTPStatus.CONFLICT:
                 raise
 
         def default_account() -> bool | None:
             try:
                 core.read_namespaced_service_account("default", name)
             except ApiException as error:
-                if error.status == HTTP_NOT_FOUND:
+                if error.status == HTTPStatus.NOT_FOUND:
                     return None
                 raise
             return True
@@ -146,7 +145,7 @@ class ClusterAccess:
         try:
             return call_json(self.core_v1().read_namespaced_pod, name, namespace)
         except ApiException as error:
-            if error.status == HTTP_NOT_FOUND:
+            if error.status == HTTPStatus.NOT_FOUND:
                 return None
             raise
 

@@ -15,6 +15,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from http import HTTPStatus
 from pathlib import Path
 
 import yaml
@@ -25,7 +26,6 @@ from localcluster.processes import ManagedProcess
 
 READY_TIMEOUT_SECONDS = 30.0
 PORT_ATTEMPTS = 3
-HTTP_OK = 200
 
 
 class LocalRegistry:
@@ -90,7 +90,7 @@ class LocalRegistry:
     def _answers(self) -> bool:
         try:
             with urllib.request.urlopen(f"http://{self.address}/v2/", timeout=2) as response:
-                return bool(response.status == HTTP_OK)
+                return bool(response.status == HTTPStatus.OK)
         except (urllib.error.URLError, OSError):
             return False
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 from kubernetes import client
@@ -19,7 +20,6 @@ from localcluster.raw_api import call_json
 
 DEFAULT_NODE_COUNT = 3
 NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
-HTTP_NOT_FOUND = 404
 
 
 @dataclass(frozen=True)
@@ -98,5 +98,5 @@ def delete_node(core: client.CoreV1Api, name: str) -> None:
     try:
         core.delete_node(name)
     except ApiException as error:
-        if error.status != HTTP_NOT_FOUND:
+        if error.status != HTTPStatus.NOT_FOUND:
             raise

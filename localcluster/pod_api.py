@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,6 @@ from localcluster.raw_api import call_json
 from localcluster.real_node_config import REAL_NODE_LABEL
 
 API_RETRY_SECONDS = 30.0
-HTTP_NOT_FOUND = 404
-HTTP_CONFLICT = 409
 API_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
 
 
@@ -104,7 +103,7 @@ class PodApi:
                 call()
                 return
             except ApiException as error:
-                if error.status in (HTTP_NOT_FOUND, HTTP_CONFLICT):
+                if error.status in (HTTPStatus.NOT_FOUND, HTTPStatus.CONFLICT):
                     return
                 if time.monotonic() >= deadline or self.stopping.is_set():
                     self.log.write(f"API call failed: {error.status} {error.reason}")
@@ -142,7 +141,7 @@ class PodRunnerBase:
         try:
             node = call_json(self.core.read_node, name)
         except ApiException as error:
-            if error.status == HTTP_NOT_FOUND:
+            if error.status == HTTPStatus.NOT_FOUND:
                 return None
             raise
         labels = node["metadata"].get("labels") or {}

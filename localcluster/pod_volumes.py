@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Callable, Mapping
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,6 @@ from localcluster.raw_api import call_json
 DEFAULT_FILE_MODE = 0o644
 DEFAULT_TOKEN_SECONDS = 3600
 TOKEN_REFRESH_FRACTION = 0.8
-HTTP_NOT_FOUND = 404
 
 
 class VolumeNotReadyError(Exception):
@@ -174,7 +174,7 @@ class VolumeMaterializer:
         try:
             obj = self._read(kind, str(name))
         except ApiException as error:
-            if error.status == HTTP_NOT_FOUND and source.get("optional"):
+            if error.status == HTTPStatus.NOT_FOUND and source.get("optional"):
                 return []
             raise VolumeNotReadyError(f"{kind} {self.namespace}/{name}: {error.reason}") from error
         return _object_files(
@@ -186,7 +186,7 @@ class VolumeMaterializer:
         try:
             obj = self._read(kind, name)
         except ApiException as error:
-            if error.status == HTTP_NOT_FOUND:
+            if error.status == HTTPStatus.NOT_FOUND:
                 return None
             raise
         files = _object_files(obj, encoded=kind == "secret", items=None, default_mode=0)

@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from http import HTTPStatus
 from typing import Protocol
 
 from urllib3.exceptions import HTTPError
@@ -36,8 +37,6 @@ from provisioner.kube.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-HTTP_NOT_FOUND = 404
-HTTP_CONFLICT = 409
 MERGE = "application/merge-patch+json"
 
 
@@ -195,7 +194,7 @@ class CapacityPublisher:
                 method, path, body=body, content_type=MERGE if merge else None
             )
         except ApiError as error:
-            if error.status not in (HTTP_NOT_FOUND, HTTP_CONFLICT):
+            if error.status not in (HTTPStatus.NOT_FOUND, HTTPStatus.CONFLICT):
                 raise
             self._published = None
             self._poked.set()
@@ -213,7 +212,7 @@ class CapacityPublisher:
                 "GET", f"/apis/storage.k8s.io/v1/csidrivers/{self._provisioner_name}"
             )
         except ApiError as error:
-            if error.status == HTTP_NOT_FOUND:
+            if error.status == HTTPStatus.NOT_FOUND:
                 return False
             raise
         return bool((driver.get("spec") or {}).get("storageCapacity"))

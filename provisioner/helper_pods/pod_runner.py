@@ -25,6 +25,7 @@ import math
 import threading
 import time
 from collections.abc import Generator, Mapping
+from http import HTTPStatus
 from typing import Any, cast
 
 from urllib3.exceptions import HTTPError
@@ -62,8 +63,6 @@ log = logging.getLogger(__name__)
 
 SPEC_HASH_ANNOTATION = "local-path-storage.io/helper-pod-spec-hash"
 DEFAULT_START_FAILURE_GRACE = 20.0
-HTTP_NOT_FOUND = 404
-HTTP_CONFLICT = 409
 DELETION_RECHECK_SECONDS = 1.0
 """How often a run waiting for an earlier pod of its name to go reads that pod again."""
 CONNECT_TIMEOUT = 10.0
@@ -212,14 +211,14 @@ class PodRunner:
             try:
                 return self._create(pod, label)
             except ApiError as e:
-                if e.status != HTTP_CONFLICT:
+                if e.status != HTTPStatus.CONFLICT:
                     raise HelperPodNotStarted(label, f"creating it failed: {_api_error(e)}") from e
             except (HTTPError, OSError) as e:
                 raise HelperPodNotStarted(label, f"creating it failed: {e}") from e
             try:
                 existing = self._clients.request_json("GET", _pods(namespace, name))
             except ApiError as e:
-                if e.status == HTTP_NOT_FOUND:
+                if e.status == HTTPStatus.NOT_FOUND:
                     continue
                 raise HelperPodNotStarted(label, f"reading it failed: {_api_error(e)}") from e
             except (HTTPError, OSError) as e:
@@ -436,13 +435,13 @@ class PodRunner:
                 ),
             )
         except ApiError as e:
-            if e.status == watch_stream.HTTP_GONE:
+            if e.status == HTTPStatus.GONE:
                 raise _ExpiredError from e
             raise
         try:
             for event in watch_stream.iter_watch_events(response):
                 if event.get("type") == "ERROR":
-                    if watch_stream.watch_error_code(event) == watch_stream.HTTP_GONE:
+                    if watch_stream.watch_error_code(event) == HTTPStatus.GONE:
                         raise _ExpiredError
                     raise HTTPError(f"watch error: {event.get('object')}")
                 yield event
@@ -456,7 +455,7 @@ class PodRunner:
         try:
             return self._clients.request_json("GET", _pods(namespace, name))
         except ApiError as e:
-            if e.status == HTTP_NOT_FOUND:
+            if e.status == HTTPStatus.NOT_FOUND:
                 raise _PodGoneError from e
             log.warning("reading helper pod %s/%s: %s", namespace, name, _api_error(e))
         except (HTTPError, OSError) as e:
@@ -477,7 +476,7 @@ class PodRunner:
         try:
             self._clients.request_json("DELETE", _pods(namespace, name), timeout=timeout)
         except ApiError as error:
-            if error.status != HTTP_NOT_FOUND:
+            if error.status != HTTPStatus.NOT_FOUND:
                 log.warning("deleting helper pod %s: %s %s", name, error.status, error.reason)
         except (HTTPError, OSError) as error:
             log.warning("deleting helper pod %s: %s", name, error)
@@ -489,7 +488,7 @@ class PodRunner:
         try:
             self._clients.request_json("DELETE", _pods(namespace, name), body=body)
         except ApiError as e:
-            if e.status not in (HTTP_NOT_FOUND, HTTP_CONFLICT):
+            if e.status not in (HTTPStatus.NOT_FOUND, HTTPStatus.CONFLICT):
                 log.warning("deleting helper pod %s/%s failed: %s", namespace, name, _api_error(e))
         except (HTTPError, OSError) as e:
             log.warning("deleting helper pod %s/%s failed: %s", namespace, name, e)

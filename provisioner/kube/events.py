@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
+from http import HTTPStatus
 from typing import Any, Literal
 
 from urllib3.exceptions import HTTPError
@@ -30,7 +31,6 @@ log = logging.getLogger(__name__)
 
 EventType = Literal["Normal", "Warning"]
 MAX_MESSAGE_LENGTH = 1024
-HTTP_NOT_FOUND = 404
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ class EventRecorder:
                 return
             except ApiError as e:
                 # The Event expired (TTL) or its creation failed: create it afresh.
-                if e.status != HTTP_NOT_FOUND:
+                if e.status != HTTPStatus.NOT_FOUND:
                     raise
         self._clients.request_json("POST", collection, body=self._event_body(pending, namespace))
 

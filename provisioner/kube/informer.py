@@ -28,6 +28,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Mapping
+from http import HTTPStatus
 from typing import Any, Generic, TypeVar
 
 from urllib3.exceptions import HTTPError
@@ -246,7 +247,7 @@ class Informer(Generic[R]):
                     records, resource_version = self._list_all(from_cache)
                 break
             except ApiError as e:
-                if e.status != watch_stream.HTTP_GONE or attempt == 2:
+                if e.status != HTTPStatus.GONE or attempt == 2:
                     raise
                 # A continue token expired mid-list: only a fresh list is consistent.
                 log.info("informer %s: list continuation expired, restarting list", self.name)
@@ -307,7 +308,7 @@ class Informer(Generic[R]):
                 _request_timeout=(CONNECT_TIMEOUT, timeout + WATCH_READ_MARGIN),
             )
         except ApiError as e:
-            if e.status == watch_stream.HTTP_GONE:
+            if e.status == HTTPStatus.GONE:
                 raise _GoneError from e
             raise
         with self._response_lock:
@@ -335,7 +336,7 @@ class Informer(Generic[R]):
     def _apply_watch_event(self, event: WatchEvent[Any]) -> None:
         if event.type == "ERROR":
             code = event.error_code
-            if code == watch_stream.HTTP_GONE:
+            if code == HTTPStatus.GONE:
                 raise _GoneError
             status = event.status or {}
             raise WatchFailedError(f"watch error {code}: {status.get('message', status)}")

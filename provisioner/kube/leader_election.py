@@ -32,6 +32,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from http import HTTPStatus
 from typing import Any
 
 from urllib3.exceptions import HTTPError
@@ -47,9 +48,6 @@ from provisioner.kube.lease_deadline import (
 from provisioner.kube.lease_watchdog import LeaseWatchdog
 
 log = logging.getLogger(__name__)
-
-HTTP_NOT_FOUND = 404
-HTTP_CONFLICT = 409
 
 
 @dataclass(frozen=True)
@@ -296,7 +294,7 @@ class LeaderElector:
         try:
             lease = self._send("GET", self._path)
         except ApiError as e:
-            if e.status != HTTP_NOT_FOUND:
+            if e.status != HTTPStatus.NOT_FOUND:
                 log.warning("reading lease %s: HTTP %s %s", self.lease_name, e.status, e.reason)
                 return False
             return self._create(now)
@@ -341,7 +339,7 @@ class LeaderElector:
         try:
             written = self._send(method, path, lease)
         except ApiError as e:
-            if e.status != HTTP_CONFLICT:
+            if e.status != HTTPStatus.CONFLICT:
                 log.warning("writing lease %s: HTTP %s %s", self.lease_name, e.status, e.reason)
             return False
         except (HTTPError, OSError) as e:

@@ -16,8 +16,6 @@ from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
-HTTP_GONE = 410
-
 
 class RawResponse(Protocol):
     """The part of urllib3.HTTPResponse used here (tests substitute a fake)."""

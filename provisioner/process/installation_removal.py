@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 from urllib3.exceptions import HTTPError
@@ -30,7 +31,6 @@ from provisioner.provisioning.annotations import PROVISIONED_BY, VOLUME_FINALIZE
 
 log = logging.getLogger(__name__)
 
-HTTP_NOT_FOUND = 404
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 REQUEST_TIMEOUT = 3.0
 
@@ -58,7 +58,7 @@ def removal_reason(clients: KubeClients, namespace: str, pod_name: str) -> str |
     try:
         replica_set = clients.request_json("GET", path, timeout=REQUEST_TIMEOUT)
     except ApiError as error:
-        if error.status == HTTP_NOT_FOUND:
+        if error.status == HTTPStatus.NOT_FOUND:
             return f"this pod's ReplicaSet {owner['name']} is gone"
         log.info("cannot read this pod's ReplicaSet: %s", _describe(error))
         return None
@@ -119,7 +119,7 @@ def release_finalizers(clients: KubeClients, provisioner_name: str, budget: floa
             )
             released.append(name)
         except ApiError as error:
-            if error.status == HTTP_NOT_FOUND:
+            if error.status == HTTPStatus.NOT_FOUND:
                 continue
             log.warning("releasing the finalizer of PV %s: %s", name, _describe(error))
             left.append(name)

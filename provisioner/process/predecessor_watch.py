@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import Any
 
 from urllib3.exceptions import HTTPError
@@ -43,7 +44,6 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
 """Between attempts to read our own pod, and between checks of `stopping` while waiting."""
-HTTP_NOT_FOUND = 404
 
 
 class PredecessorWatch:
@@ -139,7 +139,7 @@ class PredecessorWatch:
             try:
                 pod: dict[str, Any] = self._clients.request_json("GET", path)
             except ApiError as error:
-                if error.status == HTTP_NOT_FOUND:
+                if error.status == HTTPStatus.NOT_FOUND:
                     log.debug("no pod %s: telling our pods by their helper label only", path)
                     return None
                 log.warning("reading our own pod %s failed, retrying: %s", path, error)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from http import HTTPStatus
 from typing import Any
 
 from urllib3.exceptions import HTTPError
@@ -44,10 +45,6 @@ from provisioner.provisioning.volumes import build_persistent_volume, foreign_vo
 
 log = logging.getLogger(__name__)
 
-HTTP_NOT_FOUND = 404
-HTTP_FORBIDDEN = 403
-HTTP_CONFLICT = 409
-HTTP_TOO_MANY_REQUESTS = 429
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
 NODE_LOST = "NodeLost"
@@ -184,7 +181,7 @@ class Actions:
                 self._clients.request_json("POST", "/api/v1/persistentvolumes", body=volume)
                 return
             except ApiError as error:
-                if error.status == HTTP_CONFLICT:
+                if error.status == HTTPStatus.CONFLICT:
                     # Saved by an earlier attempt whose response we lost, or by a peer; or a
                     # PV of that name that is not this claim's volume at this path.
                     existing = self._read_volume(plan.volume_name)
@@ -247,7 +244,7 @@ class Actions:
         try:
             return self._clients.request_json("GET", path)
         except ApiError as error:
-            if error.status == HTTP_NOT_FOUND:
+            if error.status == HTTPStatus.NOT_FOUND:
                 return None
             raise ActionFailed(f"reading {path}: {error.status} {error.reason}") from error
         except (HTTPError, OSError) as error:
@@ -260,7 +257,7 @@ class Actions:
         try:
             return self._clients.request_json("GET", f"/api/v1/persistentvolumes/{name}")
         except ApiError as error:
-            if error.status == HTTP_NOT_FOUND:
+            if error.status == HTTPStatus.NOT_FOUND:
                 return None
             raise VolumeSaveUnsettled(
                 f"reading PV {name} failed ({error.status} {error.reason}); retrying"
@@ -383,11 +380,11 @@ class Actions:
             self._clients.request_json("DELETE", path, body={"preconditions": {"uid": claim.uid}})
         except ApiError as error:
             # Gone, or another claim of that name now: not ours to delete.
-            if error.status in (HTTP_NOT_FOUND, HTTP_CONFLICT):
+            if error.status in (HTTPStatus.NOT_FOUND, HTTPStatus.CONFLICT):
                 return
             hint = (
                 ": the stack grants it when a class sets nodeLossGracePeriod"
-                if error.status == HTTP_FORBIDDEN
+                if error.status == HTTPStatus.FORBIDDEN
                 else ""
             )
             raise ActionFailed(
@@ -429,14 +426,14 @@ class Actions:
         try:
             self._clients.request_json("DELETE", f"/api/v1/persistentvolumes/{name}")
         except ApiError as error:
-            if error.status != HTTP_NOT_FOUND:
+            if error.status != HTTPStatus.NOT_FOUND:
                 raise ActionFailed(f"deleting PV {name}: {error.status} {error.reason}") from error
 
     def _patch(self, path: str, body: dict[str, Any], content_type: str) -> None:
         try:
             self._clients.request_json("PATCH", path, body=body, content_type=content_type)
         except ApiError as error:
-            if error.status == HTTP_NOT_FOUND:
+            if error.status == HTTPStatus.NOT_FOUND:
                 return
             raise ActionFailed(f"patching {path}: {error.status} {error.reason}") from error
 
@@ -444,7 +441,7 @@ class Actions:
 def _refused(status: int | None) -> bool:
     """A client error other than 429 (Too Many Requests): the server looked at the request
     and did not carry it out."""
-    return status is not None and 400 <= status < 500 and status != HTTP_TOO_MANY_REQUESTS
+    return status is not None and 400 <= status < 500 and status != HTTPStatus.TOO_MANY_REQUESTS
 
 
 def _source_label(plan: ProvisionPlan) -> str:

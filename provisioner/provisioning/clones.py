@@ -40,7 +40,7 @@ from provisioner.objects.records import (
 )
 from provisioner.provisioning.annotations import PROVISIONED_BY
 from provisioner.provisioning.paths import is_deletable_path, is_strictly_inside
-from provisioner.provisioning.volume_facts import resolve_volume_node, volume_size_bytes
+from provisioner.provisioning.volume_facts import volume_base_paths, volume_size_bytes
 
 CLAIM_KIND = "PersistentVolumeClaim"
 
@@ -206,15 +206,10 @@ def find_clone_source(
             f"StorageClass {storage_class.name} sets reuseExistingData: a clone needs a"
             " directory of its own, never one with data already in it; use a class without it"
         )
-    storage = config.storage_for(storage_class.name)
-    node_name: str | None = None
-    if storage is not None and storage.shared_filesystem_path is not None:
-        base_paths = [storage.shared_filesystem_path]
-    else:
-        node_name, problem = resolve_volume_node(volume, nodes)
-        if node_name is None:
-            return f"cannot tell which node holds volume {volume.name}: {problem}"
-        base_paths = config.paths_for(storage_class.name, node_name) or []
+    place = volume_base_paths(volume, storage_class.name, config, nodes)
+    if isinstance(place, str):
+        return f"cannot tell which node holds volume {volume.name}: {place}"
+    node_name, base_paths = place
     if not is_deletable_path(volume.path, base_paths):
         return (
             f"volume {volume.name}'s path {volume.path} is not clean and strictly inside a"

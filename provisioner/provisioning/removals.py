@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from http import HTTPStatus
 from typing import Any, NoReturn, Protocol
 
 from urllib3.exceptions import HTTPError
@@ -21,7 +22,6 @@ from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
 from provisioner.kube.events import EventRecorder
 from provisioner.provisioning.actions import (
-    HTTP_NOT_FOUND,
     ActionFailed,
     claim_reference,
     volume_reference,
@@ -192,7 +192,7 @@ class Removals:
                 "GET", f"/api/v1/persistentvolumes/{plan.volume_name}"
             )
         except ApiError as error:
-            return False if error.status == HTTP_NOT_FOUND else None
+            return False if error.status == HTTPStatus.NOT_FOUND else None
         except (HTTPError, OSError):
             return None
         claim_ref = (found.get("spec") or {}).get("claimRef") or {}

@@ -47,7 +47,7 @@ from provisioner.provisioning.paths import (
     is_strictly_inside,
 )
 from provisioner.provisioning.volume_facts import (
-    resolve_volume_node,
+    volume_base_paths,
     volume_node_name,
     volume_size_bytes,
 )
@@ -283,20 +283,16 @@ def _teardown(
             f"config.json has no entry for class {volume.storage_class_name}"
             " (add it back to clean up)"
         )
-    node_name: str | None = None
-    if storage.shared_filesystem_path is not None:
-        base_paths = [storage.shared_filesystem_path]
-    else:
-        node_name, problem = resolve_volume_node(volume, nodes)
-        if problem is not None and problem.startswith("gone: "):
+    place = volume_base_paths(volume, volume.storage_class_name, config, nodes)
+    if isinstance(place, str):
+        if place.startswith("gone: "):
             return NodeGone(
-                f"{problem[6:]}: the data of {volume.name} was not removed; delete the"
+                f"{place[6:]}: the data of {volume.name} was not removed; delete the"
                 " PV to let it go without cleanup",
                 remove_finalizer=volume.being_deleted,
             )
-        if node_name is None:
-            return RefuseUnsafePath(f"cannot find the volume's node: {problem}{fix}")
-        base_paths = config.paths_for(volume.storage_class_name, node_name) or []
+        return RefuseUnsafePath(f"cannot find the volume's node: {place}{fix}")
+    node_name, base_paths = place
     if not is_deletable_path(volume.path, base_paths):
         return RefuseUnsafePath(
             f"path {volume.path} is not clean and strictly inside a base path"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from provisioner.configuration.config import DEFAULT_NODE_AFFINITY_KEY
+from provisioner.configuration.config import DEFAULT_NODE_AFFINITY_KEY, ProvisionerConfig
 from provisioner.objects.records import (
     ClaimRecord,
     NodeRecord,
@@ -132,6 +132,25 @@ def resolve_volume_node(
     if not matches:
         return None, f"gone: no node carries {key}={value}"
     return None, f"{len(matches)} nodes carry {key}={value}: cannot tell which holds the data"
+
+
+def volume_base_paths(
+    volume: VolumeRecord,
+    class_name: str,
+    config: ProvisionerConfig,
+    nodes: Mapping[str, NodeRecord],
+) -> tuple[str | None, list[str]] | str:
+    """Where a volume's directory may lie: (its node, None on a shared filesystem, and the base
+    paths `class_name` has there), or why its node cannot be told (`resolve_volume_node`: it
+    begins "gone:" when the node is missing). Removal and cloning both hold a volume's path to
+    these base paths before they touch it."""
+    storage = config.storage_for(class_name)
+    if storage is not None and storage.shared_filesystem_path is not None:
+        return None, [storage.shared_filesystem_path]
+    node_name, problem = resolve_volume_node(volume, nodes)
+    if node_name is None:
+        return str(problem)
+    return node_name, config.paths_for(class_name, node_name) or []
 
 
 def _label(node: NodeRecord, key: str) -> str | None:

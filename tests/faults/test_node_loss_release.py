@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from functools import partial
+from http import HTTPStatus
 from typing import Any
 
 import pytest
@@ -29,7 +30,6 @@ from tests.provisioner.e2e.support import (
 pytestmark = pytest.mark.cluster
 
 ZONE = "faults.lps.io/zone"
-HTTP_NOT_FOUND = 404
 GRACE_SECONDS = 10
 
 
@@ -79,7 +79,7 @@ def bound_volume(setup: ProvisionerSetup, claim: str, not_uid: str = "") -> dict
     try:
         current = setup.claim(claim)
     except client.ApiException as error:
-        if error.status == HTTP_NOT_FOUND:
+        if error.status == HTTPStatus.NOT_FOUND:
             return None
         raise
     if current["metadata"]["uid"] == not_uid or current.get("status", {}).get("phase") != "Bound":
