@@ -6,6 +6,11 @@ double provisioning":
   again when the first worker calls `done`;
 - failures back off per key (exponential, capped) and all retries share one token bucket.
 
+One addition, after controller-runtime's priority queue: a key added with `low_priority` is
+handed out only when no other key is ready. A leader's first list of 50,000 bound volumes is
+then swept behind the claim that arrived meanwhile, not in front of it. Added again normally
+while it waits, a low-priority key moves up.
+
 One deliberate difference: after `shutdown()`, `get()` returns None at once instead of draining
 what is still queued. Pending keys are recomputed by whoever runs next (informer resync or the next
 leader), so draining would only delay a shutdown.
@@ -57,6 +62,10 @@ class WorkQueue(Generic[T]):
         self._bucket = TokenBucket(qps, burst, clock)
         self._condition = threading.Condition(threading.Lock())
         self._queue: deque[T] = deque()
+        # Low-priority keys in order; an entry no longer in `_low_dirty` moved up, and is
+        # skipped when its turn comes (removing it from the middle would cost a scan).
+        self._low: deque[T] = deque()
+        self._low_dirty: set[T] = set()
         self._dirty: set[T] = set()
         self._processing: set[T] = set()
         # Delayed adds: a heap of (ready_at, sequence, item); `_ready_at` holds each item's
@@ -66,12 +75,13 @@ class WorkQueue(Generic[T]):
         self._sequence = itertools.count()
         self._shutting_down = False
         if metrics is not None:
-            # len() of a deque needs no lock: a scrape reads it as it is at that moment.
-            metrics.report_depth(lambda: len(self._queue))
+            # len() needs no lock: a scrape reads the depth as it is at that moment.
+            metrics.report_depth(lambda: len(self._queue) + len(self._low_dirty))
 
-    def add(self, item: T) -> None:
+    def add(self, item: T, *, low_priority: bool = False) -> None:
+        """Queue `item`; `low_priority`: only once no other item is ready."""
         with self._condition:
-            self._add_locked(item)
+            self._add_locked(item, low_priority)
 
     def add_after(self, item: T, delay: float) -> None:
         """Add `item` once `delay` seconds have passed; an earlier pending time wins."""
@@ -113,8 +123,8 @@ class WorkQueue(Generic[T]):
                     return None
                 now = self._clock.monotonic()
                 self._promote_due_locked(now)
-                if self._queue:
-                    item = self._queue.popleft()
+                item = self._next_locked()
+                if item is not None:
                     self._dirty.discard(item)
                     self._processing.add(item)
                     return item
@@ -131,14 +141,15 @@ class WorkQueue(Generic[T]):
         with self._condition:
             self._processing.discard(item)
             if item in self._dirty and not self._shutting_down:
-                self._queue.append(item)
-                self._condition.notify()
+                self._enqueue_locked(item)
 
     def shutdown(self) -> None:
         """Stop handing out items: blocked and future `get()` calls return None."""
         with self._condition:
             self._shutting_down = True
             self._queue.clear()
+            self._low.clear()
+            self._low_dirty.clear()
             self._dirty.clear()
             self._waiting.clear()
             self._ready_at.clear()
@@ -153,18 +164,42 @@ class WorkQueue(Generic[T]):
         """Items ready to be handed out (not those processing or waiting for a delay)."""
         with self._condition:
             self._promote_due_locked(self._clock.monotonic())
-            return len(self._queue)
+            waiting_low = len(self._low_dirty) - len(self._processing & self._low_dirty)
+            return len(self._queue) + waiting_low
 
-    def _add_locked(self, item: T) -> None:
-        if self._shutting_down or item in self._dirty:
+    def _add_locked(self, item: T, low_priority: bool = False) -> None:
+        if self._shutting_down:
+            return
+        if item in self._dirty:
+            if not low_priority and item in self._low_dirty:
+                self._low_dirty.discard(item)  # its entry in `_low` is now stale
+                if item not in self._processing:
+                    self._queue.append(item)
+                    self._condition.notify()
             return
         self._dirty.add(item)
+        if low_priority:
+            self._low_dirty.add(item)
         if self._metrics is not None:
             self._metrics.added()
         if item in self._processing:
-            return
-        self._queue.append(item)
+            return  # `done` queues it, at the priority it was added with
+        self._enqueue_locked(item)
+
+    def _enqueue_locked(self, item: T) -> None:
+        (self._low if item in self._low_dirty else self._queue).append(item)
         self._condition.notify()
+
+    def _next_locked(self) -> T | None:
+        if self._queue:
+            return self._queue.popleft()
+        while self._low:
+            item = self._low.popleft()
+            # A stale entry: the key moved up, or is being processed (`done` queues it again).
+            if item in self._low_dirty and item not in self._processing:
+                self._low_dirty.discard(item)
+                return item
+        return None
 
     def _promote_due_locked(self, now: float) -> None:
         while self._waiting and self._waiting[0][0] <= now:

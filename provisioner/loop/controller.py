@@ -86,6 +86,10 @@ class Watch(Generic[R]):
     """Called on the informer's thread with (informer key, old, new) for an add (old None), an
     update or a resync (old == new) and a delete (new None): the keys to queue. It must be
     cheap and make no API call: a worker does that."""
+    sweep_last: bool = False
+    """The keys of the informer's first list and of its resyncs queue behind every other key
+    (`WorkQueue.add`'s low priority): a sweep over objects that are nearly always settled, so
+    that a claim made meanwhile does not wait for it (50,000 volumes at a failover)."""
 
 
 class Reconciler(Protocol):
@@ -160,8 +164,10 @@ class Controller:
 
     def _handler(self, watch: Watch[R]) -> Callable[[str, R | None, R | None], None]:
         def enqueue(key: str, old: R | None, new: R | None) -> None:
+            # A resync hands the cached record as both; the first list runs before has_synced.
+            sweep = watch.sweep_last and (old is new or not watch.informer.has_synced)
             for queued in watch.on_event(key, old, new):
-                self._queue.add(queued)
+                self._queue.add(queued, low_priority=sweep)
 
         return enqueue
 

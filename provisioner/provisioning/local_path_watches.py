@@ -123,9 +123,9 @@ class LocalPathWatches:
         return [
             Watch(caches.claims, self._claim_changed),
             Watch(caches.claims, self._clone_source_changed),
-            Watch(caches.volumes, self._volume_changed),
+            Watch(caches.volumes, self._volume_changed, sweep_last=True),
             Watch(caches.classes, self._class_changed),
-            Watch(caches.nodes, self._node_changed),
+            Watch(caches.nodes, self._node_changed, sweep_last=True),
             Watch(caches.helper_pods, self._helper_pod_changed),
         ]
 

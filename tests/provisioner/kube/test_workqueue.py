@@ -274,3 +274,52 @@ def test_metrics_count_adds_retries_and_depth(clock: FakeClock) -> None:
     assert metrics.depth() == 1
     queue.add_rate_limited("c")
     assert metrics.retries == 1
+
+
+def test_low_priority_keys_come_out_once_no_other_key_is_ready(queue: WorkQueue[str]) -> None:
+    for item in "abc":
+        queue.add(item, low_priority=True)
+    queue.add("x")
+    assert take(queue) == "x"
+    queue.done("x")
+    queue.add("y")
+    assert drain(queue) == ["y", "a", "b", "c"]
+
+
+def test_a_low_priority_key_added_normally_moves_up_and_comes_out_once(
+    queue: WorkQueue[str],
+) -> None:
+    for item in "abc":
+        queue.add(item, low_priority=True)
+    queue.add("c")
+    queue.add("b", low_priority=True)  # already queued: stays where it is
+    assert len(queue) == 3
+    assert drain(queue) == ["c", "a", "b"]
+    assert len(queue) == 0
+
+
+def test_a_low_priority_key_added_while_processed_waits_for_done_and_keeps_its_priority(
+    queue: WorkQueue[str],
+) -> None:
+    queue.add("a", low_priority=True)
+    queue.add("b", low_priority=True)
+    queue.add("b")  # moved up: its low entry stays behind, stale
+    assert take(queue) == "b"
+    queue.add("b", low_priority=True)  # while a worker has it
+    assert take(queue) == "a"
+    # The stale entry must not hand "b" to a second worker while the first has it.
+    assert queue.get(timeout=0) is None
+    assert len(queue) == 0
+    queue.done("b")
+    queue.add("c")
+    assert drain(queue) == ["c", "b"]
+
+
+def test_the_depth_counts_low_priority_keys(clock: FakeClock) -> None:
+    metrics = RecordingMetrics()
+    queue = WorkQueue[str]("test", clock=clock, metrics=metrics)
+    queue.add("a", low_priority=True)
+    queue.add("b")
+    assert metrics.depth() == 2
+    queue.shutdown()
+    assert metrics.depth() == 0

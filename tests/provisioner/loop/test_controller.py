@@ -136,6 +136,47 @@ def test_an_informer_watched_twice_runs_once_and_its_events_queue_the_keys_the_w
     assert queue.get(timeout=WAIT) == ("thing", "a")
 
 
+def test_keys_of_a_first_list_and_of_a_resync_queue_behind_every_other_key() -> None:
+    """A sweeping watch's keys from the informer's first list (before it has synced) and from
+    its resyncs (the cached record as old and new) come out after the others; its keys from
+    a change after the first list do not."""
+    swept, things = informer("swept"), informer("things")
+    queue: WorkQueue[Key] = WorkQueue("test")
+    Controller(
+        queue,
+        [
+            Watch(swept, lambda key, old, new: [("swept", key)], sweep_last=True),
+            Watch(things, lambda key, old, new: [("thing", key)]),
+        ],
+        ScriptedReconciler(),
+        IdleLifecycle(),
+        ControllerSettings(workers=1),
+    )
+
+    def drain() -> list[Key]:
+        keys = []
+        while (key := queue.get(timeout=0)) is not None:
+            keys.append(key)
+            queue.done(key)
+        return keys
+
+    for name in "abc":
+        swept._store(name, {"name": name})  # its first list
+    swept._synced.set()
+    things._store("new", {"name": "new"})
+    swept._store("d", {"name": "d"})
+    assert drain() == [
+        ("thing", "new"),
+        ("swept", "d"),
+        ("swept", "a"),
+        ("swept", "b"),
+        ("swept", "c"),
+    ]
+    swept._resync()
+    things._store("later", {"name": "later"})
+    assert drain()[0] == ("thing", "later")
+
+
 def work(c: Controller, queue: WorkQueue[Key], reconciler: ScriptedReconciler, times: int) -> None:
     """A worker reconciles ("thing", "a") `times` times, and is done with it (forgot, retried
     or kept it) before the queue ends the worker."""
