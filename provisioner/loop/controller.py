@@ -70,7 +70,8 @@ class KeyQueue(Protocol):
     run ended); a key added while a worker has it is handed out again once that worker is
     done."""
 
-    def add(self, item: Key) -> None: ...
+    def add(self, item: Key, *, low_priority: bool = False) -> None:
+        """`low_priority`: a sweep's key, handed out once no other key is ready."""
 
 
 R = TypeVar("R")

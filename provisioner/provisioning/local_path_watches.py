@@ -130,14 +130,15 @@ class LocalPathWatches:
         ]
 
     def config_changed(self) -> None:
-        """After a config change every pending claim and our volumes get another look."""
+        """After a config change every pending claim and our volumes get another look, the
+        volumes (a sweep) behind the claims."""
         self._local_path.poke_capacity()
         for uid, claim in self._caches.claims.items():
             if not claim.volume_name and is_our_claim(claim, self._name):
                 self._queue.add((CLAIM, uid))
         for name, volume in self._caches.volumes.items():
             if volume.annotations.get(PROVISIONED_BY) == self._name:
-                self._queue.add((VOLUME, name))
+                self._queue.add((VOLUME, name), low_priority=True)
 
     # -- the watches: cheap filters, then the keys to queue ----------------------------------
 

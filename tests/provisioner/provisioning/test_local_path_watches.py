@@ -114,3 +114,23 @@ def test_a_node_that_goes_and_comes_back_is_told_to_the_provisioner() -> None:
     keys(made, "nodes", "n1", None, node)
     told = [heard for heard in provisioner.heard if heard[0].startswith("node_")]
     assert told == [("node_gone", "n1"), ("node_back", "n1")]
+
+
+def test_the_sweeping_watches_are_the_volumes_and_the_nodes() -> None:
+    """Their first list and resyncs queue behind other keys (`Watch.sweep_last`): a leader's
+    sweep over its bound volumes must not hold up a claim."""
+    made, _, _ = watches_of()
+    assert {w.informer.name for w in made.watches() if w.sweep_last} == {"volumes", "nodes"}
+
+
+def test_after_a_config_change_pending_claims_come_before_the_sweep_of_our_volumes() -> None:
+    made, _, queue = watches_of()
+    for name in ("pvc-1", "pvc-2"):
+        made._caches.volumes._store(name, VolumeRecord(name, annotations=OURS))
+    made._caches.claims._store("u-1", claim(annotations={STORAGE_PROVISIONER: NAME}))
+    made.config_changed()
+    handed_out = []
+    while (key := queue.get(timeout=0)) is not None:
+        handed_out.append(key)
+        queue.done(key)
+    assert handed_out == [(CLAIM, "u-1"), (VOLUME, "pvc-1"), (VOLUME, "pvc-2")]
