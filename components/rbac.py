@@ -69,8 +69,8 @@ NAMESPACE_RULES: tuple[PolicyRule, ...] = (
     # says only in Warning events on the pod (FailedMount: a base path that is missing).
     PolicyRule("", ("events",), ("list",)),
     # Leader election. Leases cannot be limited by name: `create` is never checked against
-    # resourceNames.
-    PolicyRule("coordination.k8s.io", ("leases",), ("get", "create", "update")),
+    # resourceNames. A standby watches its Lease to hear each renewal as it is written.
+    PolicyRule("coordination.k8s.io", ("leases",), ("get", "list", "watch", "create", "update")),
     # On SIGTERM: is the installation being removed (its namespace terminating, or the pod's
     # ReplicaSet deleted with its Deployment)? Then it releases its PVs' finalizer. A Role's
     # `namespaces` rule reaches only its own namespace object.

@@ -10,7 +10,12 @@
   retries: `KubeClients.leader_election_clients`), and a watchdog thread (`LeaseWatchdog`)
   declares the lease lost at the deadline even when this thread is stuck in a request;
 - on a graceful stop the leader releases the lease (empty holder, duration 1 s) so a standby
-  takes over immediately instead of after the lease expires.
+  takes over immediately instead of after the lease expires;
+- a standby reads the Lease every STANDBY_LOOK_SECONDS and may also be told of its changes as
+  a watch hears them (`heard`, from `provisioner.kube.lease_watch`): it then sees the last
+  renewal when it is written, not up to a look later, and takes the lease that much sooner.
+  Either way a change is timed when we see it, never before it was written, so the margin
+  below holds.
 
 Writes use resourceVersion preconditions: two candidates racing for the lease cannot both win.
 Callbacks run on the elector's thread and must return promptly (start threads, do not block):
@@ -131,6 +136,8 @@ class LeaderElector:
         """The Lease as our last successful write returned it."""
         self._observed_spec: dict[str, Any] = {}
         self._observed_at = 0.0
+        self._observed_lock = threading.Lock()
+        """`_observe` runs on this thread and on a lease watch's."""
         self._thread: threading.Thread | None = None
         self._deadline = 0.0
         """Monotonic: leading ends here unless a renewal sent before it succeeds."""
@@ -218,11 +225,13 @@ class LeaderElector:
     def _expires_in(self) -> float | None:
         """Seconds until another holder's lease, as we last saw it change, expires on our
         clock; None when no one else holds it."""
-        holder = self.observed_holder
+        with self._observed_lock:
+            spec, observed_at = self._observed_spec, self._observed_at
+        holder = str(spec.get("holderIdentity") or "")
         if holder in ("", self.identity):
             return None
-        duration = self._observed_spec.get("leaseDurationSeconds") or self._config.lease_duration
-        return float(self._observed_at + duration - self._clock.monotonic())
+        duration = spec.get("leaseDurationSeconds") or self._config.lease_duration
+        return float(observed_at + duration - self._clock.monotonic())
 
     def _renew_until_lost_or_stopped(self) -> bool:
         config = self._config
@@ -379,10 +388,17 @@ class LeaderElector:
             "leaseTransitions": transitions,
         }
 
+    def heard(self, spec: dict[str, Any]) -> None:
+        """The Lease's spec as a watch just delivered it. A watch may deliver a change after a
+        read saw a later one; that only times the later one again, later: never sooner than
+        it was written."""
+        self._observe(spec)
+
     def _observe(self, spec: dict[str, Any]) -> None:
-        if spec != self._observed_spec:
-            self._observed_spec = dict(spec)
-            self._observed_at = self._clock.monotonic()
+        with self._observed_lock:
+            if spec != self._observed_spec:
+                self._observed_spec = dict(spec)
+                self._observed_at = self._clock.monotonic()
 
     def _call(self, callback: Callable[[], None] | None, name: str) -> None:
         if callback is None:

@@ -34,6 +34,7 @@ import socket
 import threading
 import time
 from types import FrameType
+from typing import Any
 
 from provisioner.configuration.config import ConfigBundle, ConfigError
 from provisioner.configuration.config_watch import ConfigWatcher
@@ -43,7 +44,9 @@ from provisioner.helper_pods.pod_shapes import helper_grace_seconds
 from provisioner.helper_pods.pods import POD_CLEANUP_SECONDS, BatchSettings, PodSettings
 from provisioner.kube.client import KubeClients, KubeConfigError, create_clients
 from provisioner.kube.events import EventRecorder, ObjectReference
+from provisioner.kube.informer import Informer
 from provisioner.kube.leader_election import LeaderElectionConfig, LeaderElector, lease_name_for
+from provisioner.kube.lease_watch import lease_watch
 from provisioner.kube.metrics import Metrics
 from provisioner.kube.workqueue import WorkQueue
 from provisioner.loop.controller import (
@@ -141,11 +144,13 @@ class Provisioner:
         )
         self.elector: LeaderElector | None = None
         self._lease_clients: KubeClients | None = None
+        self._lease_watch: Informer[dict[str, Any]] | None = None
         if options.leader_election:
             self._lease_clients = self.clients.leader_election_clients()
+            lease_namespace = options.leader_election_namespace or options.namespace
             self.elector = LeaderElector(
                 self._lease_clients,
-                options.leader_election_namespace or options.namespace,
+                lease_namespace,
                 lease_name_for(options.provisioner_name),
                 config=LeaderElectionConfig(
                     lease_duration=options.leader_election_lease_duration,
@@ -155,6 +160,9 @@ class Provisioner:
                 on_started_leading=self._start_leading,
                 on_stopped_leading=self._stopped_leading,
                 on_lost_lease=self._lost_lease,
+            )
+            self._lease_watch = lease_watch(
+                self.clients, lease_namespace, self.elector.lease_name, self.elector.heard
             )
         actions = Actions(self.clients, self.recorder, self.metrics)
         # The loop's queue: the local-path side adds the keys its helper runs and freed paths
@@ -406,8 +414,11 @@ class Provisioner:
                 return
             self._began.set()
             if self.elector is not None:
-                # A warm standby: its caches sync while it waits for the lease.
+                # A warm standby: its caches sync while it waits for the lease, and it hears
+                # the leader's renewals as they are written.
                 self.controller.start_informers()
+                if self._lease_watch is not None:
+                    self._lease_watch.start()
                 self.elector.start()
             else:
                 self._start_leading()
@@ -450,6 +461,9 @@ class Provisioner:
         self.controller.stop()
         if self.elector is not None:
             self.elector.stop(timeout=LEASE_RELEASE_SECONDS)
+        if self._lease_watch is not None:
+            # Told to end, not waited for: its thread is a daemon and writes nothing.
+            self._lease_watch.stop(timeout=0)
         self._let_go_if_removed()
         self.recorder.stop()
         self.watcher.stop()

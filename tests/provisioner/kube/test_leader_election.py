@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from provisioner.kube import leader_election
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import DEFAULT_REQUEST_TIMEOUT, JsonRequester, Timeout
 from provisioner.kube.leader_election import (
@@ -253,6 +254,54 @@ def test_a_standby_takes_an_expired_lease_at_its_expiry_not_at_its_next_tick(
     seen = min(at for at in reads.read_at if at > renewals[-1])
     assert seen - renewals[-1] < 0.7, "a standby looks every half second"
     assert 3.0 <= taken - seen < 3.5, (seen - renewals[-1], taken - seen)
+
+
+class Heard:
+    """The leader's view of the Lease API that tells a standby of each write as a watch
+    would, once the server applied it."""
+
+    def __init__(self, api: FakeLeaseApi) -> None:
+        self.api = api
+        self.standby: LeaderElector | None = None
+
+    def request_json(self, method: str, path: str, **options: Any) -> dict[str, Any]:
+        answer = self.api.request_json(method, path, **options)
+        if method != "GET" and self.standby is not None:
+            self.standby.heard(dict(answer["spec"]))
+        return answer
+
+
+def test_a_standby_that_hears_each_renewal_takes_the_lease_its_duration_after_the_last(
+    api: FakeLeaseApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Told of each renewal as it is written (`heard`, from a watch on the Lease), a standby
+    times the expiry from the renewal itself. Its looks are 2 s apart here and the leader's
+    last renewal comes half a second after one: timed from its next look, the lease would be
+    taken about 1.5 s late; heard, it is taken 3 s after that renewal, and never sooner."""
+    monkeypatch.setattr(leader_election, "STANDBY_LOOK_SECONDS", 2.0)
+    lease = LeaderElectionConfig(lease_duration=3.0, renew_deadline=2.5, retry_period=0.1)
+    heard = Heard(api)
+    a = Candidate(heard, "a", lease)
+    reads = ReadTimes(api)
+    slow = LeaderElectionConfig(lease_duration=3.0, renew_deadline=2.5, retry_period=2.0)
+    b: Candidate | None = None
+    try:
+        assert wait_until(lambda: a.elector.is_leader)
+        b = Candidate(reads, "b", slow)
+        heard.standby = b.elector
+        assert wait_until(lambda: bool(reads.read_at))
+        time.sleep(0.5)
+        api.unreachable_for.add("a")
+        assert wait_until(lambda: api.holder == "b", timeout=10)
+    finally:
+        a.elector.stop()
+        if b is not None:
+            b.elector.stop()
+    renewals = [
+        at for at, (_, holder) in zip(api.written_at, api.writes, strict=True) if holder == "a"
+    ]
+    taken = api.written_at[api.writes.index(("PUT", "b"))]
+    assert 3.0 <= taken - renewals[-1] < 3.4, taken - renewals[-1]
 
 
 def test_a_leader_seeing_another_holder_steps_down_immediately(

@@ -9,6 +9,7 @@ import pytest
 
 from provisioner.kube.client import DEFAULT_REQUEST_TIMEOUT, KubeClients, Timeout
 from provisioner.kube.leader_election import LeaderElectionConfig, LeaderElector
+from provisioner.kube.lease_watch import lease_watch
 from tests.provisioner.kube.fakes import wait_until
 
 pytestmark = pytest.mark.cluster
@@ -113,3 +114,27 @@ def test_a_leader_that_stops_renewing_is_replaced(
     assert wait_until(lambda: a.log == ["started", "stopped"], timeout=5)
     assert wait_until(lambda: b.elector.is_leader, timeout=10)
     assert lease(clients, namespace)["holderIdentity"] == "b"
+
+
+def test_a_watch_on_the_lease_hears_each_renewal_and_no_other_lease(
+    clients: KubeClients, namespace: str, candidates: Callable[[str], Candidate]
+) -> None:
+    """`lease_watch` on the real API: the leader's renewals reach `heard` as they are written
+    (renewTime after renewTime), and another Lease of the namespace never does."""
+    other = "/apis/coordination.k8s.io/v1/namespaces/" + namespace + "/leases"
+    clients.request_json(
+        "POST",
+        other,
+        body={"metadata": {"name": "someone-else"}, "spec": {"holderIdentity": "x"}},
+    )
+    heard: list[dict[str, Any]] = []
+    watch = lease_watch(clients, namespace, "local-path-storage.io-local-path", heard.append)
+    watch.start()
+    try:
+        a = candidates("a")
+        assert wait_until(lambda: a.elector.is_leader)
+        assert wait_until(lambda: len({spec.get("renewTime") for spec in heard}) >= 3, timeout=5)
+    finally:
+        watch.stop()
+    assert {spec.get("holderIdentity") for spec in heard} == {"a"}
+    assert heard[-1]["renewTime"] > heard[0]["renewTime"]
