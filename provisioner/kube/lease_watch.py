@@ -19,7 +19,8 @@ from provisioner.kube.object_decoding import DictObjects
 
 RETRY_BACKOFF = (5.0, 300.0)
 """A refused watch (a role without `watch` on leases, from an older stack) is retried, and
-warned of, at most every five minutes: the looks serve meanwhile."""
+warned of, after 5 s, then twice as long each time up to five minutes: the looks serve
+meanwhile."""
 
 
 def lease_watch(
