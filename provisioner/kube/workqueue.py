@@ -174,8 +174,7 @@ class WorkQueue(Generic[T]):
             if not low_priority and item in self._low_dirty:
                 self._low_dirty.discard(item)  # its entry in `_low` is now stale
                 if item not in self._processing:
-                    self._queue.append(item)
-                    self._condition.notify()
+                    self._enqueue_locked(item)
             return
         self._dirty.add(item)
         if low_priority:
