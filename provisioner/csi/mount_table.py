@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 DELETED_SUFFIX = "//deleted"
@@ -77,13 +78,21 @@ def containing_mount(entries: list[MountEntry], path: str) -> MountEntry | None:
 
 
 def published_directory(
-    entries: list[MountEntry], target: MountEntry, base_paths: list[str]
+    entries: list[MountEntry],
+    target: MountEntry,
+    base_paths: list[str],
+    unmounted_disks: Sequence[str] = (),
 ) -> tuple[str, str] | None:
     """(base path, directory path) of the volume mounted at `target`, when its source lies
     strictly inside one of `base_paths`; None when it is not one of this node's volumes.
 
     A bind mount's root is a path within its filesystem; a base path's place in that filesystem
-    is its own mount's root joined with where it lies below that mount point."""
+    is its own mount's root joined with where it lies below that mount point.
+
+    `unmounted_disks`: base paths that must be a disk's mount point and are not now. A volume
+    of such a disk, still bound into a pod, keeps the disk's filesystem alive; its root is then
+    a path from that disk's top, on a device the base path no longer shows. With exactly one
+    such base path, that is where the volume is; with more, which one cannot be told."""
     root = target.root.removesuffix(DELETED_SUFFIX)
     for base_path in base_paths:
         base_mount = containing_mount(entries, base_path)
@@ -94,4 +103,9 @@ def published_directory(
         prefix = in_filesystem.rstrip("/") + "/"
         if root.startswith(prefix) and root != in_filesystem:
             return base_path, posixpath.join(base_path, root[len(prefix) :])
+    if len(unmounted_disks) == 1 and root != "/":
+        (base_path,) = unmounted_disks
+        now = containing_mount(entries, base_path)
+        if now is None or now.device != target.device:
+            return base_path, posixpath.join(base_path, root.lstrip("/"))
     return None

@@ -104,10 +104,15 @@ class NodeServer:
         path = stats_request(request)
         entries = mounts.read_mount_table()
         mounted = mount_at(entries, os.path.realpath(path))
+        unmounted_disks = [
+            base_path
+            for base_path, rules in self.base_paths.items()
+            if rules.mount_point and mount_at(entries, base_path) is None
+        ]
         found = (
             None
             if mounted is None
-            else published_directory(entries, mounted, list(self.base_paths))
+            else published_directory(entries, mounted, list(self.base_paths), unmounted_disks)
         )
         if mounted is None or found is None:
             raise CsiError(

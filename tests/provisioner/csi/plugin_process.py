@@ -41,18 +41,23 @@ class PluginProcess:
         return f"unix://{self.socket}"
 
 
-def write_config(path: Path, base_path: Path) -> None:
-    config = {"nodePathMap": [{"node": DEFAULT_NODE, "paths": [str(base_path)]}]}
+def write_config(path: Path, base_path: Path, *, mount_point: bool) -> None:
+    entry: object = {"path": str(base_path), "mountPoint": True} if mount_point else str(base_path)
+    config = {"nodePathMap": [{"node": DEFAULT_NODE, "paths": [entry]}]}
     path.write_text(json.dumps(config), encoding="utf-8")
 
 
 @contextmanager
-def plugin_process(directory: Path, base_path: Path | None = None) -> Iterator[PluginProcess]:
-    """Starts the plugin and waits until its socket answers; stops it (SIGTERM) after."""
+def plugin_process(
+    directory: Path, base_path: Path | None = None, *, mount_point: bool = False
+) -> Iterator[PluginProcess]:
+    """Starts the plugin and waits until its socket answers; stops it (SIGTERM) after.
+    `mount_point`: config.json says a filesystem must be mounted at the base path."""
+    directory.mkdir(parents=True, exist_ok=True)
     base = base_path or directory / "base"
     base.mkdir(parents=True, exist_ok=True)
     config = directory / "config.json"
-    write_config(config, base)
+    write_config(config, base, mount_point=mount_point)
     socket = directory / "csi.sock"
     log = directory / "plugin.log"
     with log.open("ab") as output:
@@ -97,12 +102,16 @@ def wait_until_serving(plugin: PluginProcess, timeout: float = 30.0) -> None:
 MessageT = TypeVar("MessageT", bound=Message)
 
 
+def _serialize(message: Message) -> bytes:
+    return message.SerializeToString()
+
+
 def call(endpoint: str, method: str, request: Message, response_type: type[MessageT]) -> MessageT:
     """One unary call of the plugin (method: 'Node/NodePublishVolume', 'Identity/Probe')."""
     with grpc.insecure_channel(endpoint) as channel:
         stub: grpc.UnaryUnaryMultiCallable[Message, MessageT] = channel.unary_unary(
             f"/csi.v1.{method}",
-            request_serializer=Message.SerializeToString,
+            request_serializer=_serialize,
             response_deserializer=response_type.FromString,
         )
         return stub(request, timeout=30)
