@@ -4,6 +4,7 @@ until SIGTERM or SIGINT, then stops taking calls and lets those running finish."
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import stat
 import threading
@@ -59,10 +60,16 @@ def start_server(socket_path: Path, identity: IdentityServer, node: NodeServer) 
         futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="csi"),
         handlers=[identity_handler(identity), node_handler(node)],
     )
-    if server.add_insecure_port(f"unix://{socket_path}") == 0:
-        raise NodePluginError(f"cannot listen on {socket_path}: is another plugin serving it?")
-    server.start()
-    socket_path.chmod(0o600)
+    # Made with no access for group and others from the start, not narrowed after.
+    previous = os.umask(0o077)
+    try:
+        if server.add_insecure_port(f"unix://{socket_path}") == 0:
+            raise RuntimeError("the port was not bound")
+        server.start()
+    except RuntimeError as error:
+        raise NodePluginError(f"cannot listen on {socket_path}: {error}") from None
+    finally:
+        os.umask(previous)
     return server
 
 

@@ -17,9 +17,10 @@ def test_domain_slash_name_becomes_name_dot_domain() -> None:
     ("provisioner_name", "rule"),
     [
         ("example.com/" + "a" * 60, "at most 63"),
-        ("example.com/under_score", "alphanumerics"),
-        ("example.com/-dash", "alphanumerics"),
-        ("a/b/c", "alphanumerics"),
+        ("example.com/under_score", "DNS subdomain"),
+        ("example.com/-dash", "DNS subdomain"),
+        ("Example.com/fast", "DNS subdomain"),
+        ("a/b/c", "DNS subdomain"),
     ],
 )
 def test_a_name_the_spec_forbids_is_refused_saying_which_rule(

@@ -89,6 +89,11 @@ def published_volume(plugin: PluginProcess, tmp_path: Path) -> tuple[Path, Path]
     return volume, target
 
 
+def test_only_root_may_call_the_plugin(plugin: PluginProcess) -> None:
+    # Whoever can call NodePublishVolume can mount a volume anywhere.
+    assert plugin.socket.stat().st_mode & 0o077 == 0
+
+
 def test_publish_binds_the_directory_idempotently_and_read_only_when_asked(
     plugin: PluginProcess, tmp_path: Path
 ) -> None:

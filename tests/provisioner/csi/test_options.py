@@ -27,7 +27,7 @@ def test_flags_and_environment_give_the_socket_driver_node_and_topology() -> Non
         (["--endpoint=tcp://0:10000"], {"NODE_NAME": "n"}, "unix:///"),
         ([], {}, "--node-name"),
         (["--topology-key=topology.example.com/rack"], {"NODE_NAME": "n"}, "--topology-value"),
-        (["--provisioner-name=bad_name/x"], {"NODE_NAME": "n"}, "alphanumerics"),
+        (["--provisioner-name=bad_name/x"], {"NODE_NAME": "n"}, "DNS subdomain"),
     ],
 )
 def test_a_command_line_the_plugin_cannot_serve_is_refused_saying_why(
