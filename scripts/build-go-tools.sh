@@ -157,7 +157,7 @@ build_csi_sanity() {
         | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
   [ -d "$src" ] || { echo "build-go-tools: could not download $module@$v (log: $log_dir/csi-sanity.log)" >&2; exit 1; }
   local d="$WORK/csi-sanity-$v"; rm -rf "$d"; cp -r "$src" "$d"; chmod -R u+w "$d"; cd "$d"
-  run csi-sanity go build -trimpath -ldflags "-s -w -X main.version=$v" -o "$BIN/$out.tmp" ./cmd/csi-sanity
+  run csi-sanity go build -trimpath -ldflags "-s -w -X main.VERSION=$v" -o "$BIN/$out.tmp" ./cmd/csi-sanity
   mv "$BIN/$out.tmp" "$BIN/$out"; done_in "$t"
 }
 
