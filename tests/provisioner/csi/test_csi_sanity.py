@@ -25,7 +25,7 @@ from localcluster.binaries import cache_root, read_versions
 from tests.provisioner.csi.plugin_process import NODE_NAME, plugin_process, require_root
 from tests.provisioner.csi.sanity_stand_ins import SanityController, serve_controller, serve_front
 
-pytestmark = pytest.mark.csi
+pytestmark = [pytest.mark.csi, pytest.mark.usefixtures("unmount_leftovers")]
 
 PASSING = {
     "Identity Service GetPluginCapabilities should return appropriate capabilities",

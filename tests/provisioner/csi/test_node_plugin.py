@@ -31,7 +31,7 @@ from tests.provisioner.csi.plugin_process import (
     require_root,
 )
 
-pytestmark = pytest.mark.csi
+pytestmark = [pytest.mark.csi, pytest.mark.usefixtures("unmount_leftovers")]
 
 
 @pytest.fixture
