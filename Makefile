@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV = $(shell scripts/bootstrap-venv.sh)
 PY = $(VENV)/bin/python
 
-.PHONY: demo test lint unit test-slow test-real-node bench tools reference engine image node-tools
+.PHONY: demo test lint unit test-slow test-real-node bench tools reference engine image node-tools csi-sanity
 
 tools:
 	@scripts/build-go-tools.sh cluster
@@ -12,6 +12,10 @@ tools:
 # rancher/local-path-provisioner, run beside ours by the takeover tests and the benchmark.
 reference:
 	@scripts/build-go-tools.sh reference
+
+# csi-sanity, the CSI conformance suite the node plugin's tests run (tests/provisioner/csi).
+csi-sanity:
+	@scripts/build-go-tools.sh csi-sanity
 
 # What real nodes run beside the control plane: Debian's runc, CNI plugins, registry, skopeo,
 # umoci, busybox-static (installed once), kubelet and containerd from Go modules.
@@ -40,11 +44,11 @@ lint:
 	@$(VENV)/bin/mypy .
 	@$(VENV)/bin/lint-imports --config pyproject.toml
 
-test: tools reference node-tools engine image lint
+test: tools reference node-tools csi-sanity engine image lint
 	@$(PY) -m pytest -m "not slow"
 
 unit:
-	@$(PY) -m pytest tests -m "not cluster and not engine and not slow and not image"
+	@$(PY) -m pytest tests -m "not cluster and not engine and not slow and not image and not csi"
 
 # The tests marked slow (README, "Tests"): too long for every CI run.
 test-slow: tools node-tools engine image

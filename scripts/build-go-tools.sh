@@ -2,7 +2,7 @@
 # Builds the Go tooling the tests, demo and benchmark need, from Go modules, into a cache
 # outside the repository keyed by version: a second run with the same versions builds nothing.
 #
-#   scripts/build-go-tools.sh [cluster|node|reference|all]...
+#   scripts/build-go-tools.sh [cluster|node|reference|csi-sanity|all]...
 #
 # node: what a real node runs beside the cluster (kubelet, containerd); its Debian packages come
 # from scripts/install-node-packages.sh.
@@ -144,6 +144,23 @@ build_reference() {
   mv "$BIN/$out.tmp" "$BIN/$out"; done_in "$t"
 }
 
+# csi-sanity, the CSI community's conformance suite, run against our node plugin by the tests.
+# Built inside its own module like the reference, for the same reason: its go.sum verifies the
+# dependencies, not the checksum database.
+build_csi_sanity() {
+  local v="$CSI_TEST_VERSION" out="csi-sanity-$CSI_TEST_VERSION"
+  have "$out" && return 0
+  step "csi-sanity $v"; local t; t=$(started)
+  : >"$log_dir/csi-sanity.log"
+  local module=github.com/kubernetes-csi/csi-test/v5 src
+  src=$(GONOSUMDB="$module" go mod download -json "$module@$v" 2>>"$log_dir/csi-sanity.log" \
+        | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$src" ] || { echo "build-go-tools: could not download $module@$v (log: $log_dir/csi-sanity.log)" >&2; exit 1; }
+  local d="$WORK/csi-sanity-$v"; rm -rf "$d"; cp -r "$src" "$d"; chmod -R u+w "$d"; cd "$d"
+  run csi-sanity go build -trimpath -ldflags "-s -w -X main.VERSION=$v" -o "$BIN/$out.tmp" ./cmd/csi-sanity
+  mv "$BIN/$out.tmp" "$BIN/$out"; done_in "$t"
+}
+
 
 targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(cluster)
 for target in "${targets[@]}"; do
@@ -151,7 +168,8 @@ for target in "${targets[@]}"; do
     cluster) build_etcd; build_kwok; build_kubernetes ;;
     node) build_kubelet; build_containerd ;;
     reference) build_reference ;;
-    all) build_etcd; build_kwok; build_kubernetes; build_kubelet; build_containerd; build_reference ;;
-    *) echo "build-go-tools: unknown target '$target' (cluster|node|reference|all)" >&2; exit 2 ;;
+    csi-sanity) build_csi_sanity ;;
+    all) build_etcd; build_kwok; build_kubernetes; build_kubelet; build_containerd; build_reference; build_csi_sanity ;;
+    *) echo "build-go-tools: unknown target '$target' (cluster|node|reference|csi-sanity|all)" >&2; exit 2 ;;
   esac
 done

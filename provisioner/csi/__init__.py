@@ -1,0 +1,21 @@
+"""The CSI node plugin: Identity and Node services (CSI spec v1.x over gRPC, unix socket).
+
+It bind-mounts a local volume's directory where the kubelet asks, and reports its usage and
+condition (`NodeGetVolumeStats`). It never trusts a request's volume handle as a path: the
+directory comes from the volume context and must lie strictly inside one of this node's base
+paths (config.json), walked without following symlinks.
+
+The messages are generated from the spec's csi.proto into `generated/` and committed, rather
+than generated at build time or at venv bootstrap: the image build installs wheels only (no
+protoc in it), mypy needs the stubs to type-check every caller, and a committed file is what a
+reader and a reviewer see. The files carry a header saying how to regenerate them
+(`python -m scripts.generate_csi_proto`), and a test fails when they differ from a fresh
+generation with the pinned spec and grpcio-tools. The spec is pinned at v1.12.0, the newest
+that still carries `VolumeCondition` in `NodeGetVolumeStats`: the kubelet (v1.36, built against
+spec v1.9.0) reads a volume's health only from there; v1.13.0 removed it.
+
+Layout: pure decisions (`node_paths`, `mount_table`, `volume_condition`, `node_requests`,
+`driver_name`, `options`) beside thin I/O (`mounts`, `volume_usage`), the services
+(`identity_server`, `node_server`), their gRPC binding (`services`) and the process (`server`,
+`__main__`).
+"""

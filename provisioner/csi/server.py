@@ -1,0 +1,103 @@
+"""The node plugin's process: reads config.json, serves Identity and Node on the unix socket
+until SIGTERM or SIGINT, then stops taking calls and lets those running finish."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import stat
+import threading
+from concurrent import futures
+from pathlib import Path
+from types import FrameType
+
+import grpc
+
+from provisioner.configuration.config import BasePathRules, parse_config_json
+from provisioner.configuration.config_error import ConfigError
+from provisioner.csi.identity_server import IdentityServer
+from provisioner.csi.node_paths import node_base_paths
+from provisioner.csi.node_server import NodeServer
+from provisioner.csi.options import NodePluginOptions
+from provisioner.csi.services import identity_handler, node_handler
+
+log = logging.getLogger(__name__)
+
+WORKERS = 4
+STOP_GRACE_SECONDS = 10.0
+
+
+class NodePluginError(Exception):
+    """The plugin cannot start; the message says what and how to fix it."""
+
+
+def load_base_paths(options: NodePluginOptions) -> dict[str, BasePathRules]:
+    try:
+        text = options.config_file.read_text(encoding="utf-8")
+    except OSError as error:
+        raise NodePluginError(
+            f"cannot read config.json at {options.config_file}: {error.strerror}: mount the"
+            " provisioner's ConfigMap there or pass --config-file"
+        ) from None
+    try:
+        config = parse_config_json(text)
+    except ConfigError as error:
+        raise NodePluginError(f"{options.config_file}: {error}") from None
+    return node_base_paths(config, options.node_name)
+
+
+def start_server(socket_path: Path, identity: IdentityServer, node: NodeServer) -> grpc.Server:
+    """Listening on `socket_path` (a stale socket of a previous run replaced), readable and
+    writable by root only: whoever can call Publish can mount a volume anywhere."""
+    socket_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if stat.S_ISSOCK(socket_path.lstat().st_mode):
+            socket_path.unlink()
+    except FileNotFoundError:
+        pass
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="csi"),
+        handlers=[identity_handler(identity), node_handler(node)],
+    )
+    # Made with no access for group and others from the start, not narrowed after.
+    previous = os.umask(0o077)
+    try:
+        if server.add_insecure_port(f"unix://{socket_path}") == 0:
+            raise RuntimeError("the port was not bound")
+        server.start()
+    except RuntimeError as error:
+        raise NodePluginError(f"cannot listen on {socket_path}: {error}") from None
+    finally:
+        os.umask(previous)
+    return server
+
+
+def run(options: NodePluginOptions) -> int:
+    base_paths = load_base_paths(options)
+    if not base_paths:
+        log.warning(
+            "config.json gives node %s no base path: every publish will be refused",
+            options.node_name,
+        )
+    identity = IdentityServer(options.driver_name)
+    node = NodeServer(options.node_name, base_paths, {options.topology_key: options.topology_value})
+    server = start_server(options.socket_path, identity, node)
+    log.info(
+        "CSI node plugin %s serving on %s for node %s, base paths %s",
+        options.driver_name,
+        options.socket_path,
+        options.node_name,
+        ", ".join(base_paths) or "(none)",
+    )
+    stopping = threading.Event()
+
+    def on_signal(number: int, _: FrameType | None) -> None:
+        log.info("received %s", signal.Signals(number).name)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    stopping.wait()
+    server.stop(STOP_GRACE_SECONDS).wait()
+    return 0

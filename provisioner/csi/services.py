@@ -1,0 +1,89 @@
+"""Binds the Identity and Node services to gRPC, typed by the generated messages.
+
+Each RPC is a method that takes the request and returns the response; a CsiError becomes the
+call's status, an OSError an INTERNAL one naming it. Methods not bound here (staging, expansion,
+health, the Controller service) answer UNIMPLEMENTED, as the spec asks of a plugin that does not
+advertise them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf.message import Message
+
+from provisioner.csi.csi_errors import CsiError
+from provisioner.csi.generated import csi_pb2
+from provisioner.csi.identity_server import IdentityServer
+from provisioner.csi.node_server import NodeServer
+
+log = logging.getLogger(__name__)
+
+IDENTITY_SERVICE = "csi.v1.Identity"
+NODE_SERVICE = "csi.v1.Node"
+
+
+RequestT = TypeVar("RequestT", bound=Message)
+ResponseT = TypeVar("ResponseT", bound=Message)
+
+
+def _unary(
+    name: str, behaviour: Callable[[RequestT], ResponseT], request_type: type[RequestT]
+) -> grpc.RpcMethodHandler[RequestT, ResponseT]:
+    def call(request: RequestT, context: grpc.ServicerContext) -> ResponseT:
+        try:
+            return behaviour(request)
+        except CsiError as error:
+            log.info("%s refused: %s: %s", name, error.code.name, error.message)
+            context.abort(error.code, error.message)
+        except OSError as error:
+            log.exception("%s failed", name)
+            context.abort(grpc.StatusCode.INTERNAL, f"{name}: {error}")
+
+    def serialize(response: ResponseT) -> bytes:
+        return response.SerializeToString()
+
+    return grpc.unary_unary_rpc_method_handler(
+        call, request_deserializer=request_type.FromString, response_serializer=serialize
+    )
+
+
+def identity_handler(server: IdentityServer) -> grpc.GenericRpcHandler:
+    methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+        "GetPluginInfo": _unary(
+            "GetPluginInfo", server.get_plugin_info, csi_pb2.GetPluginInfoRequest
+        ),
+        "GetPluginCapabilities": _unary(
+            "GetPluginCapabilities",
+            server.get_plugin_capabilities,
+            csi_pb2.GetPluginCapabilitiesRequest,
+        ),
+        "Probe": _unary("Probe", server.probe, csi_pb2.ProbeRequest),
+    }
+    return grpc.method_handlers_generic_handler(IDENTITY_SERVICE, methods)
+
+
+def node_handler(server: NodeServer) -> grpc.GenericRpcHandler:
+    methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+        "NodeGetInfo": _unary("NodeGetInfo", server.node_get_info, csi_pb2.NodeGetInfoRequest),
+        "NodeGetCapabilities": _unary(
+            "NodeGetCapabilities",
+            server.node_get_capabilities,
+            csi_pb2.NodeGetCapabilitiesRequest,
+        ),
+        "NodePublishVolume": _unary(
+            "NodePublishVolume", server.node_publish_volume, csi_pb2.NodePublishVolumeRequest
+        ),
+        "NodeUnpublishVolume": _unary(
+            "NodeUnpublishVolume",
+            server.node_unpublish_volume,
+            csi_pb2.NodeUnpublishVolumeRequest,
+        ),
+        "NodeGetVolumeStats": _unary(
+            "NodeGetVolumeStats", server.node_get_volume_stats, csi_pb2.NodeGetVolumeStatsRequest
+        ),
+    }
+    return grpc.method_handlers_generic_handler(NODE_SERVICE, methods)

@@ -1,0 +1,154 @@
+"""What csi-sanity needs beside the node plugin: a Controller service that stands in for the
+provisioner, and a front that lets csi-sanity's whole-volume node tests run.
+
+csi-sanity makes the volumes its node tests publish with the Controller's CreateVolume. Our
+driver has no Controller service: the provisioner makes each volume's directory and writes its
+path into the PV's volumeAttributes. `SanityController` does the same (a directory in the
+node's base path, its path in the volume context under VOLUME_PATH_KEY), so the node plugin is
+called with exactly what it gets in a cluster. csi-sanity's own Controller tests are not run
+against it: they would test this stand-in, not the driver.
+
+csi-sanity runs its whole-volume node tests ("Node Service should work", "should be
+idempotent": create, publish, stats, unpublish, delete, ten times over) only when the node
+endpoint's Identity advertises CONTROLLER_SERVICE. `serve_front` serves a socket whose Identity
+says so and which passes every Node and Identity call, bytes unchanged, to the real plugin.
+"""
+
+from __future__ import annotations
+
+import shutil
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from provisioner.csi.driver_name import DEFAULT_DRIVER_NAME
+from provisioner.csi.generated import csi_pb2
+from provisioner.csi.identity_server import IdentityServer
+from provisioner.csi.node_paths import VOLUME_PATH_KEY
+from provisioner.csi.services import identity_handler
+
+_Rpc = csi_pb2.ControllerServiceCapability.RPC
+_Service = csi_pb2.PluginCapability.Service
+
+
+def _handler(behaviour: Any, request_type: Any) -> grpc.RpcMethodHandler[Any, Any]:
+    return grpc.unary_unary_rpc_method_handler(
+        behaviour,
+        request_deserializer=request_type.FromString,
+        response_serializer=lambda message: message.SerializeToString(),
+    )
+
+
+def _bad_name(name: str) -> bool:
+    return not name or "/" in name or name in (".", "..")
+
+
+class SanityController:
+    def __init__(self, base_path: Path, topology: dict[str, str]) -> None:
+        self.base_path = base_path
+        self.topology = topology
+
+    def create_volume(
+        self, request: csi_pb2.CreateVolumeRequest, context: grpc.ServicerContext
+    ) -> csi_pb2.CreateVolumeResponse:
+        if _bad_name(request.name):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad volume name {request.name!r}")
+        directory = self.base_path / request.name
+        directory.mkdir(exist_ok=True)
+        return csi_pb2.CreateVolumeResponse(
+            volume=csi_pb2.Volume(
+                volume_id=request.name,
+                capacity_bytes=request.capacity_range.required_bytes,
+                volume_context={VOLUME_PATH_KEY: str(directory)},
+                accessible_topology=[csi_pb2.Topology(segments=self.topology)],
+            )
+        )
+
+    def delete_volume(
+        self, request: csi_pb2.DeleteVolumeRequest, context: grpc.ServicerContext
+    ) -> csi_pb2.DeleteVolumeResponse:
+        if _bad_name(request.volume_id):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad volume id {request.volume_id!r}")
+        shutil.rmtree(self.base_path / request.volume_id, ignore_errors=True)
+        return csi_pb2.DeleteVolumeResponse()
+
+    def capabilities(
+        self, _: csi_pb2.ControllerGetCapabilitiesRequest, __: grpc.ServicerContext
+    ) -> csi_pb2.ControllerGetCapabilitiesResponse:
+        create_delete = _Rpc(type=_Rpc.CREATE_DELETE_VOLUME)
+        return csi_pb2.ControllerGetCapabilitiesResponse(
+            capabilities=[csi_pb2.ControllerServiceCapability(rpc=create_delete)]
+        )
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        methods = {
+            "CreateVolume": _handler(self.create_volume, csi_pb2.CreateVolumeRequest),
+            "DeleteVolume": _handler(self.delete_volume, csi_pb2.DeleteVolumeRequest),
+            "ControllerGetCapabilities": _handler(
+                self.capabilities, csi_pb2.ControllerGetCapabilitiesRequest
+            ),
+        }
+        return grpc.method_handlers_generic_handler("csi.v1.Controller", methods)
+
+
+class _PassOn(grpc.GenericRpcHandler):
+    """Node and Identity calls passed to the plugin as bytes, its answer or status returned."""
+
+    def __init__(
+        self, channel: grpc.Channel, overrides: dict[str, grpc.RpcMethodHandler[Any, Any]]
+    ) -> None:
+        self.channel = channel
+        self.overrides = overrides
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
+        method: str = details.method
+        if method in self.overrides:
+            return self.overrides[method]
+        if not method.startswith(("/csi.v1.Node/", "/csi.v1.Identity/")):
+            return None
+        call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = self.channel.unary_unary(method)
+
+        def pass_on(request: bytes, context: grpc.ServicerContext) -> bytes:
+            try:
+                answer: bytes = call(request, timeout=60)
+            except grpc.RpcError as error:
+                context.abort(error.code(), error.details() or "")
+            return answer
+
+        return grpc.unary_unary_rpc_method_handler(pass_on)
+
+
+def _server(socket: Path, handlers: list[grpc.GenericRpcHandler]) -> grpc.Server:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), handlers=handlers)
+    server.add_insecure_port(f"unix://{socket}")
+    server.start()
+    return server
+
+
+def serve_controller(socket: Path, controller: SanityController) -> grpc.Server:
+    """The stand-in Controller, with the driver's Identity: every CSI endpoint serves it, and
+    csi-sanity asks both."""
+    return _server(
+        socket, [identity_handler(IdentityServer(DEFAULT_DRIVER_NAME)), controller.handler()]
+    )
+
+
+def serve_front(socket: Path, plugin_endpoint: str, controller: SanityController) -> grpc.Server:
+    channel = grpc.insecure_channel(plugin_endpoint)
+    identity = IdentityServer(DEFAULT_DRIVER_NAME)
+
+    def capabilities(
+        request: csi_pb2.GetPluginCapabilitiesRequest, _: grpc.ServicerContext
+    ) -> csi_pb2.GetPluginCapabilitiesResponse:
+        answer = identity.get_plugin_capabilities(request)
+        answer.capabilities.add(service=_Service(type=_Service.CONTROLLER_SERVICE))
+        return answer
+
+    overrides = {
+        "/csi.v1.Identity/GetPluginCapabilities": _handler(
+            capabilities, csi_pb2.GetPluginCapabilitiesRequest
+        )
+    }
+    return _server(socket, [_PassOn(channel, overrides), controller.handler()])

@@ -1,0 +1,244 @@
+"""The node plugin process with real bind mounts: what csi-sanity does not check.
+
+A tenant is hostile: a symlink inside a base path must not lead a mount out of it. A plugin
+restarted under running pods keeps no state yet serves their unpublish. The stats report what
+was written, and the condition turns abnormal when the directory is removed behind the mount,
+when the base path's disk is unmounted, or when the disk is full.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+
+import grpc
+import pytest
+
+from provisioner.csi.generated import csi_pb2
+from provisioner.csi.mount_table import mount_at
+from provisioner.csi.mounts import read_mount_table
+from provisioner.csi.node_paths import VOLUME_PATH_KEY
+from tests.provisioner.csi.plugin_process import (
+    PluginProcess,
+    call,
+    mount_capability,
+    plugin_process,
+    require_root,
+)
+
+pytestmark = [pytest.mark.csi, pytest.mark.usefixtures("unmount_leftovers")]
+
+
+@pytest.fixture
+def plugin(tmp_path: Path) -> Iterator[PluginProcess]:
+    require_root()
+    with plugin_process(tmp_path) as running:
+        yield running
+
+
+def publish(
+    plugin: PluginProcess, directory: Path, target: Path, *, read_only: bool = False
+) -> csi_pb2.NodePublishVolumeResponse:
+    request = csi_pb2.NodePublishVolumeRequest(
+        volume_id=directory.name,
+        target_path=str(target),
+        volume_capability=mount_capability(),
+        volume_context={VOLUME_PATH_KEY: str(directory)},
+        readonly=read_only,
+    )
+    return call(
+        plugin.endpoint, "Node/NodePublishVolume", request, csi_pb2.NodePublishVolumeResponse
+    )
+
+
+def unpublish(plugin: PluginProcess, target: Path) -> None:
+    request = csi_pb2.NodeUnpublishVolumeRequest(volume_id="v", target_path=str(target))
+    call(plugin.endpoint, "Node/NodeUnpublishVolume", request, csi_pb2.NodeUnpublishVolumeResponse)
+
+
+def stats(plugin: PluginProcess, target: Path) -> csi_pb2.NodeGetVolumeStatsResponse:
+    request = csi_pb2.NodeGetVolumeStatsRequest(volume_id="v", volume_path=str(target))
+    return call(
+        plugin.endpoint, "Node/NodeGetVolumeStats", request, csi_pb2.NodeGetVolumeStatsResponse
+    )
+
+
+def refusal(action: Callable[[], object]) -> grpc.StatusCode:
+    """The status a call the plugin refuses ends with."""
+    with pytest.raises(grpc.RpcError) as refused:
+        action()
+    code: grpc.StatusCode = refused.value.code()
+    return code
+
+
+def mounted(target: Path) -> bool:
+    return mount_at(read_mount_table(), str(target)) is not None
+
+
+def published_volume(plugin: PluginProcess, tmp_path: Path) -> tuple[Path, Path]:
+    """A volume directory `pvc-1` made in the base path and published: (directory, target)."""
+    volume = plugin.base_path / "pvc-1"
+    volume.mkdir()
+    target = tmp_path / "pod" / "mount"
+    publish(plugin, volume, target)
+    return volume, target
+
+
+def test_only_root_may_call_the_plugin(plugin: PluginProcess) -> None:
+    # Whoever can call NodePublishVolume can mount a volume anywhere.
+    assert plugin.socket.stat().st_mode & 0o077 == 0
+
+
+def test_publish_binds_the_directory_idempotently_and_read_only_when_asked(
+    plugin: PluginProcess, tmp_path: Path
+) -> None:
+    volume, target = published_volume(plugin, tmp_path)
+    publish(plugin, volume, target)  # the same again: success, one mount
+    (target / "written").write_text("data")
+    assert (volume / "written").read_text() == "data"
+    entry = mount_at(read_mount_table(), str(target))
+    assert entry is not None
+    assert {"rw", "nosuid", "nodev"} <= entry.options
+    assert sum(e.mount_point == str(target) for e in read_mount_table()) == 1
+    # The same target asked read-only now: incompatible with what is there.
+    assert refusal(lambda: publish(plugin, volume, target, read_only=True)) == (
+        grpc.StatusCode.ALREADY_EXISTS
+    )
+    other = plugin.base_path / "pvc-2"
+    other.mkdir()
+    assert refusal(lambda: publish(plugin, other, target)) == grpc.StatusCode.ALREADY_EXISTS
+
+    read_only = tmp_path / "pod" / "read-only"
+    publish(plugin, volume, read_only, read_only=True)
+    with pytest.raises(OSError) as write:
+        (read_only / "more").write_text("x")
+    assert write.value.errno == errno.EROFS
+    assert (read_only / "written").read_text() == "data"
+
+    for each in (target, read_only):
+        unpublish(plugin, each)
+        unpublish(plugin, each)  # gone already: success
+        assert not each.exists()
+    assert (volume / "written").read_text() == "data"
+
+
+def test_no_path_leads_a_mount_out_of_the_base_path(plugin: PluginProcess, tmp_path: Path) -> None:
+    outside = tmp_path / "secrets"
+    outside.mkdir()
+    (outside / "key").write_text("private")
+    (plugin.base_path / "evil").symlink_to(outside)
+    (plugin.base_path / "nested").mkdir()
+    (plugin.base_path / "nested" / "link").symlink_to(outside)
+    target = tmp_path / "pod" / "mount"
+    (outside / "inner").mkdir()
+    for planted in (plugin.base_path / "evil", plugin.base_path / "nested" / "link" / "inner"):
+        assert refusal(partial(publish, plugin, planted, target)) == (
+            grpc.StatusCode.FAILED_PRECONDITION
+        )
+    assert refusal(lambda: publish(plugin, outside, target)) == grpc.StatusCode.INVALID_ARGUMENT
+    assert refusal(lambda: publish(plugin, plugin.base_path, target)) == (
+        grpc.StatusCode.INVALID_ARGUMENT
+    )
+    assert refusal(lambda: publish(plugin, plugin.base_path / "gone", target)) == (
+        grpc.StatusCode.NOT_FOUND
+    )
+    assert not mounted(target)
+    assert not target.exists()
+
+
+def test_a_restarted_plugin_keeps_the_mount_and_serves_its_unpublish(tmp_path: Path) -> None:
+    require_root()
+    base = tmp_path / "base"
+    target = tmp_path / "pod" / "mount"
+    with plugin_process(tmp_path / "first", base) as first:
+        volume = base / "pvc-1"
+        volume.mkdir()
+        publish(first, volume, target)
+        os.kill(first.process.pid, signal.SIGKILL)
+        first.process.wait()
+    assert mounted(target)
+    (target / "after-crash").write_text("still here")
+    with plugin_process(tmp_path / "second", base) as second:
+        publish(second, volume, target)  # the kubelet retrying: already there, success
+        assert stats(second, target).usage[0].used > 0
+        unpublish(second, target)
+    assert not mounted(target)
+    assert not target.exists()
+    assert (volume / "after-crash").read_text() == "still here"
+
+
+def test_stats_report_what_was_written_and_a_removed_directory_as_abnormal(
+    plugin: PluginProcess, tmp_path: Path
+) -> None:
+    volume, target = published_volume(plugin, tmp_path)
+    (target / "sub").mkdir()
+    (target / "sub" / "file").write_bytes(os.urandom(3 << 20))
+    answer = stats(plugin, target)
+    by_unit = {usage.unit: usage for usage in answer.usage}
+    space = os.statvfs(target)
+    written = by_unit[csi_pb2.VolumeUsage.BYTES]
+    assert 3 << 20 <= written.used < 4 << 20
+    assert written.total == space.f_blocks * space.f_frsize
+    assert 0 < written.available <= written.total
+    assert by_unit[csi_pb2.VolumeUsage.INODES].used == 3  # the volume, sub, file
+    assert not answer.volume_condition.abnormal
+
+    subprocess.run(["rm", "-rf", str(volume)], check=True)
+    condition = stats(plugin, target).volume_condition
+    assert condition.abnormal
+    assert f"{volume} is missing" in condition.message
+    unpublish(plugin, target)
+
+
+def test_stats_of_a_path_that_is_not_this_drivers_volume_is_not_found(
+    plugin: PluginProcess, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    subprocess.run(["mount", "--bind", str(elsewhere), str(elsewhere)], check=True)
+    try:
+        assert refusal(lambda: stats(plugin, elsewhere)) == grpc.StatusCode.NOT_FOUND
+    finally:
+        subprocess.run(["umount", str(elsewhere)], check=True)
+    assert refusal(lambda: stats(plugin, tmp_path / "never-mounted")) == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs as a base path's disk, unmounted (lazily) after the test if still there."""
+    require_root()
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True)
+    yield disk
+    if mounted(disk):
+        subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def test_a_full_disk_and_an_unmounted_one_are_abnormal(small_disk: Path, tmp_path: Path) -> None:
+    with plugin_process(tmp_path / "plugin", small_disk, mount_point=True) as plugin:
+        volume = small_disk / "pvc-1"
+        volume.mkdir()
+        target = tmp_path / "pod" / "mount"
+        publish(plugin, volume, target)
+        assert not stats(plugin, target).volume_condition.abnormal
+        with pytest.raises(OSError) as full:
+            (target / "filler").write_bytes(b"\0" * (2 << 20))
+        assert full.value.errno == errno.ENOSPC
+        condition = stats(plugin, target).volume_condition
+        assert condition.abnormal
+        assert "full" in condition.message
+        (target / "filler").unlink()
+        # The disk goes away under the running pod: the bind mount keeps it alive, the base
+        # path is no longer its mount point.
+        subprocess.run(["umount", "-l", str(small_disk)], check=True)
+        condition = stats(plugin, target).volume_condition
+        assert condition.abnormal
+        assert "not mounted" in condition.message
+        unpublish(plugin, target)
+        assert not target.exists()
