@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV = $(shell scripts/bootstrap-venv.sh)
 PY = $(VENV)/bin/python
 
-.PHONY: demo test lint unit test-slow test-real-node bench tools reference engine image node-tools csi-sanity
+.PHONY: demo test lint unit test-slow test-real-node bench tools reference engine image node-tools csi-sanity docs
 
 tools:
 	@scripts/build-go-tools.sh cluster
@@ -47,10 +47,15 @@ lint:
 test: tools reference node-tools csi-sanity engine image lint
 	@$(PY) -m pytest -m "not slow"
 
+# The documentation site, from docs/ into site/ (git-ignored). `make test` builds it with
+# --strict too (tests/docs/test_site.py): a broken link or a page missing from the nav fails.
+docs:
+	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 unit:
 	@$(PY) -m pytest tests -m "not cluster and not engine and not slow and not image and not csi"
 
-# The tests marked slow (README, "Tests"): too long for every CI run.
+# The tests marked slow (docs/development.md, "Tests"): too long for every CI run.
 test-slow: tools node-tools engine image
 	@$(PY) -m pytest -m slow
 

@@ -117,7 +117,7 @@ def parse_options(argv: Sequence[str]) -> BenchOptions:
     )
     add("--quick", action="store_true", help="a small smoke run: 20 claims, 300 volumes")
     add("--output", type=Path, default=REPO / "bench" / "results" / "latest.json")
-    add("--plot", type=Path, default=REPO / "docs" / "benchmarks.png")
+    add("--plot", type=Path, default=REPO / "bench" / "results" / "latest.png")
     add("--no-plot", action="store_true", help="write no PNG")
     add(
         "--controller-manager-qps",

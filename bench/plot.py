@@ -1,5 +1,5 @@
-"""docs/benchmarks.png: claim latency distribution, burst and release times against the floor,
-API requests per volume by kind, and the scale figures."""
+"""One run's plot (`bench/results/latest.png`): claim latency distribution, burst and release
+times against the floor, API requests per volume by kind, and the scale figures."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ rancher's RBAC is taken away, not adopted: its ClusterRole grants pods and every
 cluster, which the policy pack's least-privilege-rbac refuses in a stack, and a service account
 of a Deployment at 0 replicas needs no rights. Its two bindings are left naming only a group no
 one is in (a server-side apply patch of their subjects); the roles, the bindings and the account
-stay, so the way back is one patch per binding (README "Switching from rancher").
+stay, so the way back is one patch per binding (docs/rancher.md, "The way back").
 """
 
 from __future__ import annotations

@@ -282,7 +282,7 @@ class StorageClassArgs:
     """Mount options copied into each PersistentVolume."""
     allow_volume_expansion: bool = True
     """Let claims grow: the runtime grants an expansion when the volume's path has room
-    (README "Capacity")."""
+    (docs/configure.md, "Budgets, size limits and scheduler-visible capacity")."""
 
     def all_annotations(self) -> dict[str, str]:
         """The class's annotations including the ones derived from is_default and

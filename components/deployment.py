@@ -270,7 +270,7 @@ def _take_rancher_rights(
     that one field, taken over from whoever set it): its service account keeps no rights once
     the provisioner that replaces it runs (`after`: a rancher still running would fail its
     writes half-way). The roles and bindings stay, kept so when the stack goes: the way back
-    puts the account back (README "Switching from rancher")."""
+    puts the account back (docs/rancher.md, "The way back")."""
     options = pulumi.ResourceOptions(parent=parent, depends_on=[after], retain_on_delete=True)
     patch_force = {"pulumi.com/patchForce": "true"}
     cluster_metadata: kubernetes.meta.v1.ObjectMetaPatchArgsDict = {

@@ -166,8 +166,8 @@ class Adoption(TypedDict, total=False):
 
 
 class LocalPathStorageArgs(TypedDict, total=False):
-    """The settings of one installation, the same as a stack's config keys (README "Deploying
-    with Pulumi"); every one is optional except storageClasses and a path (nodePathMap,
+    """The settings of one installation, the same as a stack's config keys (docs/reference.md,
+    "Stack config"); every one is optional except storageClasses and a path (nodePathMap,
     sharedFileSystemPath or storageClassConfigs)."""
 
     namespace: pulumi.Input[str]

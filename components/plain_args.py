@@ -39,5 +39,5 @@ def refuse_outputs(args: object) -> None:
         raise TypeError(
             f"{', '.join(found)}: an Output where a plain value is needed; these args take "
             "resolved values. Pass Outputs to LocalPathStorage, the Pulumi package's component "
-            '(README, "From your own Pulumi program"), which resolves them before it checks them'
+            "(docs/pulumi-package.md), which resolves them before it checks them"
         )

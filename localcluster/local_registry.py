@@ -4,7 +4,7 @@ Why: users ship the provisioner through a registry, by tag or by digest; real no
 it the same way, and nothing may come from outside this machine. Debian's `docker-registry`
 listens on 127.0.0.1:<free port> (containerd runs in the host's network namespace, so the
 nodes reach it there), its storage in the cluster directory. The provisioner's archive is
-pushed with `skopeo copy` exactly as README.md tells users; the pause and busybox images
+pushed with `skopeo copy` exactly as docs/install.md tells users; the pause and busybox images
 (scripts/build-node-images.sh) under the names pods and containerd use, which containerd's
 mirrors (real_node_config.registry_hosts_files) send here.
 """

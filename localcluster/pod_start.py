@@ -6,15 +6,15 @@ and starts each container. On a real cluster one pod per volume is therefore far
 here. The benchmark runs every implementation with `KUBELET` so that trade-off is priced as
 users pay it; tests keep `FAST` (no added time).
 
-Where the figures come from (docs/benchmarks.md, "Pod start model"): a real kubelet v1.36 with
-containerd 2.2, runc and the CNI bridge plugin on a 2-core machine, measured by the local
-cluster's real nodes (the same figures are in the real-node notes of the test infrastructure):
+Where the figures come from (docs/benchmarks-method.md, "Pod start model"): a real kubelet
+v1.36 with containerd 2.2, runc and the CNI bridge plugin on a 2-core machine, measured by the
+local cluster's real nodes (the same figures are in the real-node notes of the test infrastructure):
 - a one-container helper pod, created to Succeeded: 2.0-2.7 s;
 - a pod of 12 init containers and one more: 14.5-15.3 s, each container in sequence about
   1.0 s (the kubelet notices an exit at its once-a-second relist of the runtime's state).
 So each container costs 1.0 s and the rest of a pod (its sandbox, the pause container and the
 pod network, and its status rounds) 1.2 s: 2.2 s for one container, 14.2 s for thirteen.
-The benchmark's bursts on real nodes (`python -m bench --scenario real`; docs/benchmarks.md,
+The benchmark's bursts on real nodes (`python -m bench --scenario real`; docs/benchmarks-method.md,
 "The kubelet model against the real nodes") check it: a pod alone and a pod's containers in
 sequence still fit; a node starting ten or more pods at once makes each one slower, up to two
 or three times a pod alone, and later pods more than earlier ones. So each node has a start

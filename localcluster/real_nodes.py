@@ -143,7 +143,7 @@ class RealNodes:
 
     def push_provisioner(self, image_directory: Path, tag: str | None = None) -> PushedImage:
         """A built provisioner image (scripts/build_image.py's cache directory) pushed to the
-        registry under `tag` (default: its own), as README.md tells users: skopeo copy
+        registry under `tag` (default: its own), as docs/install.md tells users: skopeo copy
         "oci-archive:$archive" docker://REGISTRY/... Another build (an earlier version) gets a
         tag of its own, so both can be pulled side by side."""
         built = build_image.BuiltImage.load(image_directory)

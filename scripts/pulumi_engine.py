@@ -322,7 +322,7 @@ def main(arguments: list[str]) -> int:
             print(f"pulumi-engine: {error}", file=sys.stderr)
             return 1
         return 0
-    # No backend and no passphrase: those are the user's choice (see README).
+    # No backend and no passphrase: those are the user's choice (see docs/install.md).
     for key, value in engine.environment().items():
         print(f"export {key}={shlex.quote(value)}")
     return 0

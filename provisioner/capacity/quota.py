@@ -109,7 +109,7 @@ case "$VOL_DIR" in
 esac
 failed() {
   echo "project quotas are enforced on $fstype but $1 on $VOL_DIR failed: $2;" \\
-    "the helper needs CAP_SYS_ADMIN and the device (see Usage and quotas in the README)" >&2
+    "the helper needs CAP_SYS_ADMIN and the device (see docs/configure.md, Usage and quotas)" >&2
   exit 1
 }
 refuse_id() { echo "no project quota for $VOL_DIR: $1" >&2; exit 1; }

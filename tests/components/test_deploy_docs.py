@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DEPLOY_DOCS = ["README.md", "components/README.md", "docs/gitops.md", "Pulumi.yaml"]
+DEPLOY_DOCS = [
+    "README.md",
+    "components/README.md",
+    "Pulumi.yaml",
+    *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "docs").glob("*.md")),
+]
 UNSAFE = {
     "a backend in /tmp": re.compile(r"file://(/tmp|/var/tmp|\$TMPDIR)"),
     "an empty passphrase": re.compile(r"PULUMI_CONFIG_PASSPHRASE=(\"\"|''|\s|$)", re.MULTILINE),
@@ -24,7 +29,8 @@ def test_no_recipe_for_a_temporary_state_or_an_empty_passphrase(document: str) -
         assert not pattern.search(text), f"{document} recommends {what}"
 
 
-def test_the_readme_recipe_keeps_state_and_passphrase() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "pulumi login --local" in readme
-    assert 'export PULUMI_CONFIG_PASSPHRASE_FILE="$HOME/' in readme
+@pytest.mark.parametrize("document", ["README.md", "docs/install.md"])
+def test_the_install_recipe_keeps_state_and_passphrase(document: str) -> None:
+    recipe = (ROOT / document).read_text(encoding="utf-8")
+    assert "pulumi login --local" in recipe
+    assert 'export PULUMI_CONFIG_PASSPHRASE_FILE="$HOME/' in recipe

@@ -534,7 +534,7 @@ def test_an_unknown_key_is_named_before_a_secret_one() -> None:
     ids=["digest", "tag-and-digest"],
 )
 def test_the_image_may_be_pinned_by_digest(pinned: str) -> None:
-    """README's "Pinning the image by digest": the reference reaches the pod as given."""
+    """docs/install.md's "Pinning the image by digest": the reference reaches the pod as given."""
     deployment = parse_settings(dev_with(image=pinned)).deployment
     template: Any = pod_template(deployment, "lps")
     assert [container["image"] for container in template["spec"]["containers"]] == [pinned]

@@ -6,7 +6,6 @@ manifests into deploy/prod and commits them."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,17 +14,15 @@ from typing import Any
 import yaml
 
 from scripts.pulumi_engine import ROOT, PulumiEngine
+from tests.engine.shell_recipes import marked_blocks, run_shell
 from tests.engine.support import shipped_stack_config
 
 MARKER = "<!-- The block below is run verbatim by tests/engine/test_gitops_recipe.py. -->"
 
 
 def gitops_render_block() -> str:
-    text = (ROOT / "docs" / "gitops.md").read_text(encoding="utf-8")
-    after = text.split(MARKER, 1)[1]
-    match = re.match(r"\s*```sh\n(.*?)```", after, re.DOTALL)
-    assert match is not None, "the render recipe follows its marker in docs/gitops.md"
-    return match.group(1)
+    (block,) = marked_blocks(ROOT / "docs" / "gitops.md", MARKER)
+    return block
 
 
 def git(checkout: Path, *arguments: str) -> str:
@@ -84,17 +81,7 @@ def test_the_render_recipe_runs_as_printed_from_a_fresh_clone(
     }
     assert not list((tmp_path / "backend").rglob("*.json")), "the backend starts with no stack"
 
-    completed = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", gitops_render_block()],
-        cwd=checkout,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    output = completed.stdout + completed.stderr
-    assert completed.returncode == 0, output[-4000:]
+    run_shell(gitops_render_block(), checkout, env)
 
     kinds = rendered_kinds(checkout / "deploy" / "prod")
     prod = shipped_stack_config("prod")

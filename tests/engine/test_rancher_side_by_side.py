@@ -1,4 +1,4 @@
-"""The migration the README promotes: the shipped dev stack goes up on a cluster that already
+"""The migration docs/rancher.md promotes: the shipped dev stack goes up on a cluster that already
 runs rancher/local-path-provisioner, beside it. Rancher's objects (as its v0.0.37 manifest makes
 them: namespace `local-path-storage`, ConfigMap `local-path-config`, its service account,
 ClusterRole and class `local-path` of `rancher.io/local-path`) are neither taken over, changed

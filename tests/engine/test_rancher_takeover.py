@@ -8,7 +8,7 @@ objects, now the stack's), scales rancher's Deployment to 0 and runs ours under 
 name, which serves rancher's volumes (data kept, a released one removed) and binds a new claim;
 rancher's service account loses its rights (its two bindings' subjects); `destroy` leaves the
 class, the ConfigMap, the volumes, rancher's Deployment and its RBAC in place for the way back,
-which README's one patch per binding completes.
+which docs/rancher.md's one patch per binding completes.
 """
 
 from __future__ import annotations
@@ -285,7 +285,7 @@ def test_the_takeover_stack_adopts_rancher_s_installation_and_serves_its_volumes
     for path in (CLUSTER_BINDING_PATH, BINDING_PATH):
         binding = api_get(cluster, path)
         assert binding is not None and binding["subjects"] == [NO_ONE], binding
-        # The way back, as README "Switching from rancher" gives it.
+        # The way back, as docs/rancher.md ("The way back") gives it.
         status, answer = api_request(
             cluster,
             "PATCH",

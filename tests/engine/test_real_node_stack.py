@@ -1,4 +1,4 @@
-"""`pulumi up` of a stack onto real nodes, as the README's quick start does on a user's cluster:
+"""`pulumi up` of a stack onto real nodes, as docs/install.md does on a user's cluster:
 the Deployment's image pulled from the local registry by digest, run by a real kubelet with
 in-cluster configuration (the `kubernetes` Service's address and its service-account token),
 and a claim of the stack's class bound on a real node by it."""

@@ -165,8 +165,9 @@ def test_image_or_flag_change_updates_the_deployment_only(
 
 
 def test_image_pinned_by_digest_is_rolled_out(stacks: StackFactory, cluster: LocalCluster) -> None:
-    """README's "Pinning the image by digest": the stack key takes `repository@sha256:...` (here
-    the built image's own digest, which the cluster runs), and `up` waits for the rollout."""
+    """docs/install.md's "Pinning the image by digest": the stack key takes
+    `repository@sha256:...` (here the built image's own digest, which the cluster runs), and `up`
+    waits for the rollout."""
     pinned = f"{naming.IMAGE_REPOSITORY}@{build_image.image().digest}"
     stack = stacks.create()
     stack.up()

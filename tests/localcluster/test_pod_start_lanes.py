@@ -67,7 +67,7 @@ def test_a_pod_alone_costs_its_sandbox_and_each_container() -> None:
 
 
 def test_the_kubelet_model_fits_a_node_starting_ten_and_twelve_pods_at_once() -> None:
-    """docs/benchmarks.md, "The kubelet model against the real nodes": ours' two-container
+    """docs/benchmarks-method.md, "The kubelet model against the real nodes": ours' two-container
     teardown pods, 10 (20 claims) and 12 (40 claims) a node at once, created to Succeeded on
     the real nodes: p50 5.32 and 6.59 s, max 6.78 and 7.98 s, where a pod alone is 3.2 s."""
     for pods, real_p50, real_max in ((10, 5.32, 6.78), (12, 6.59, 7.98)):

@@ -2,8 +2,8 @@
 by the real kubelet, on data a pod really wrote there.
 
 Cloning needs GNU cp in the helper image (busybox's cannot keep holes or reflinks): the
-cluster's registry holds busybox with GNU cp added, and the default busybox fails as the
-README says.
+cluster's registry holds busybox with GNU cp added, and the default busybox fails as
+docs/volumes.md says.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""The README's "Deploying with Pulumi" commands work verbatim, as a new user runs them: in a
-copy of the checkout with no `.venv`, a fresh home directory (so `pulumi login --local` and
-the passphrase file start from nothing), `pulumi` on PATH and the local cluster as the
-kubeconfig. The dev stack they deploy binds a claim; the README's `pulumi destroy --yes`
-then removes it."""
+"""The install page's commands (docs/install.md, "2. The stack", which README.md's quick start
+repeats word for word) work verbatim, as a new user runs them: in a copy of the checkout with no
+`.venv`, a fresh home directory (so `pulumi login --local` and the passphrase file start from
+nothing), `pulumi` on PATH and the local cluster as the kubeconfig. The dev stack they deploy
+binds a claim; the security page's policy-pack preview passes it, docs/upgrading.md's blocks
+upgrade and roll it back, and `pulumi destroy --yes` then removes it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from components.deployment import DEPLOYMENT_NAME
 from localcluster import PROVISIONER_IMAGE_REPOSITORY, LocalCluster, wait_for
 from scripts import build_image
 from scripts.pulumi_engine import ROOT, PulumiEngine
+from tests.engine.shell_recipes import marked_blocks, run_shell
 from tests.engine.support import (
     Tenant,
     api_get,
@@ -24,31 +26,20 @@ from tests.engine.support import (
     wait_provisioner_ready,
 )
 
-MARKER = "<!-- The block below is run verbatim by tests/engine/test_readme_commands.py. -->"
+MARKER = "<!-- The block below is run verbatim by tests/engine/test_documented_commands.py. -->"
 
 
-def marked_blocks(document: Path, marker: str) -> list[str]:
-    """The shell blocks that follow `marker` in `document`, in order."""
-    parts = document.read_text(encoding="utf-8").split(marker)[1:]
-    blocks = []
-    for after in parts:
-        match = re.match(r"\s*```sh\n(.*?)```", after, re.DOTALL)
-        assert match is not None, f"a shell block follows each marker in {document.name}"
-        blocks.append(match.group(1))
-    return blocks
-
-
-def readme_block() -> str:
-    (block,) = marked_blocks(ROOT / "README.md", MARKER)
+def install_block() -> str:
+    (block,) = marked_blocks(ROOT / "docs" / "install.md", MARKER)
     return block
 
 
-def readme_guardrails_preview() -> str:
-    """The first command of the README's guardrails section."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Guardrails in every preview", 1)[1]
+def policy_pack_preview() -> str:
+    """The first command of the security page's policy pack section."""
+    page = (ROOT / "docs" / "security.md").read_text(encoding="utf-8")
+    section = page.split("## The policy pack", 1)[1]
     match = re.search(r"```sh\n(pulumi preview [^\n]*?)\s*(#[^\n]*)?\n", section)
-    assert match is not None, "the guardrails section starts with a pulumi preview"
+    assert match is not None, "the policy pack section starts with a pulumi preview"
     return match.group(1)
 
 
@@ -80,28 +71,13 @@ def user_shell(engine: PulumiEngine, cluster: LocalCluster, home: Path) -> dict[
     }
 
 
-def run_shell(script: str, cwd: Path, env: dict[str, str]) -> str:
-    completed = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    output = completed.stdout + completed.stderr
-    assert completed.returncode == 0, output[-4000:]
-    return output
-
-
-def test_readme_deploy_commands_work_verbatim(
+def test_install_commands_work_verbatim(
     pulumi_engine: PulumiEngine, cluster: LocalCluster, tmp_path: Path
 ) -> None:
     checkout = checkout_copy(tmp_path / "local-path-storage")
     assert not (checkout / ".venv").exists()
     env = user_shell(pulumi_engine, cluster, tmp_path / "home")
-    block = readme_block()
+    block = install_block()
     dev = shipped_stack_config("dev")
     namespace = dev["local-path-storage:namespace"]
     class_name = dev["local-path-storage:storageClasses"][0]["name"]
@@ -119,11 +95,11 @@ def test_readme_deploy_commands_work_verbatim(
         wait_for(
             lambda: None if on_disk.exists() else True, 60, "the released volume's directory to go"
         )
-        # The guardrails section's preview, verbatim: the pack runs in the .venv that
+        # The policy pack section's preview, verbatim: the pack runs in the .venv that
         # `pulumi install` made, and the shipped dev stack passes it.
         guarded = run_shell(
             'export PULUMI_CONFIG_PASSPHRASE_FILE="$HOME/.config/local-path-storage/passphrase"\n'
-            + readme_guardrails_preview()
+            + policy_pack_preview()
             + "\n",
             checkout,
             env,
@@ -133,7 +109,7 @@ def test_readme_deploy_commands_work_verbatim(
         assert "[mandatory]" not in guarded, guarded[-3000:]
         upgrade_and_roll_back_as_documented(cluster, checkout, env, namespace, class_name)
     finally:
-        # The README's removal command, in the same shell set-up.
+        # The install page's removal command, in the same shell set-up.
         run_shell(
             'export PULUMI_CONFIG_PASSPHRASE_FILE="$HOME/.config/local-path-storage/passphrase"\n'
             "pulumi destroy --yes --stack dev\n",
@@ -161,7 +137,7 @@ def wait_rolled_out(cluster: LocalCluster, namespace: str, image: str) -> None:
 def upgrade_and_roll_back_as_documented(
     cluster: LocalCluster, checkout: Path, env: dict[str, str], namespace: str, class_name: str
 ) -> None:
-    """docs/upgrading.md's two blocks, verbatim, on the stack README's block deployed: the
+    """docs/upgrading.md's two blocks, verbatim, on the stack the install page's block deployed: the
     upgrade to an image by digest (the current build's, which the local cluster runs for any
     reference of its repository) and the rollback to the image the upgrade noted. A volume
     bound before stays bound with its directory throughout."""
