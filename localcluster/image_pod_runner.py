@@ -22,8 +22,9 @@ from localcluster.image_pod_plan import RestartBackoff
 from localcluster.image_table import ImageTable
 from localcluster.pod_api import PodRunnerBase
 from localcluster.pod_network import pod_ip_for
-from localcluster.pod_worker import PodWorker, WorkerContext
+from localcluster.pod_worker import PodWorker
 from localcluster.resource_watch import ResourceWatch
+from localcluster.running_pod import WorkerContext
 
 POD_RESYNC_SECONDS = 10
 CONFIG_MAP_RESYNC_SECONDS = 30
