@@ -18,7 +18,7 @@ from localcluster import container_status as statuses
 from localcluster import image_pod_plan as rules
 from localcluster.event_log import utc_now
 from localcluster.helper_pod_status import failure_message
-from localcluster.probes import Prober, ProbeSpec, exec_check, http_check, parse_probe, tcp_check
+from localcluster.probes import Prober, ProbeSpec, http_check, parse_probe
 from localcluster.running_pod import RunningPod
 from localcluster.sandbox_process import SandboxProcess
 
@@ -109,11 +109,7 @@ class ContainerRun:
 
     def _check(self, spec: ProbeSpec) -> bool:
         network = self.running.network
-        if spec.action == "exec":
-            return exec_check(spec, self.process.pid)
-        if spec.action == "httpGet":
-            return http_check(spec, network.new_socket, network.pod_ip)
-        return tcp_check(spec, network.new_socket, network.pod_ip)
+        return http_check(spec, network.new_socket, network.pod_ip)
 
     def _run_prober(
         self, spec: ProbeSpec, initial: bool | None, on_change: Callable[[bool], None]

@@ -26,7 +26,7 @@ from localcluster.container_run import ContainerRun
 from localcluster.event_log import utc_now
 from localcluster.helper_pods import SandboxPlan, UnsupportedPodError, only_container, plan_sandbox
 from localcluster.pod_api import API_ERRORS
-from localcluster.pod_env import MissingReferenceError, container_environment
+from localcluster.pod_env import container_environment
 from localcluster.pod_volumes import VolumeMaterializer, VolumeNotReadyError, prepare_host_paths
 from localcluster.running_pod import RunningPod, WorkerContext
 
@@ -116,7 +116,7 @@ class PodWorker(RunningPod):
             try:
                 plan = self._plan(volumes, attempt)
                 break
-            except (rules.ContainerConfigError, MissingReferenceError) as error:
+            except rules.ContainerConfigError as error:
                 self.waiting("CreateContainerConfigError", str(error))
                 if not self.sleep(RETRY_SECONDS):
                     return None
@@ -138,7 +138,6 @@ class PodWorker(RunningPod):
             self.name,
             pod=self.pod_with_ips(),
             defaults=defaults,
-            lookup=self.materializer.object_data,
         )
         plan = plan_sandbox(
             self.pod,
@@ -153,7 +152,6 @@ class PodWorker(RunningPod):
             network_namespace=self.network.namespace_path,
             user=security.user,
             group=security.group,
-            supplemental_groups=security.supplemental_groups,
             read_only_root=security.read_only_root,
             fresh_tmp=False,
         )
