@@ -67,7 +67,7 @@ IMAGE_ROOT = ImageRuntime(
 def test_the_provisioner_entry_is_its_image_and_extra_entries_add_to_or_replace_it(
     tmp_path: Path,
 ) -> None:
-    tools = ImageRuntime.directory(tmp_path)
+    tools = ImageRuntime(path=(tmp_path,), mounts=(tmp_path,))
     table = ImageTable({"example.com/tools": tools}, IMAGE_ROOT)
     assert table.repositories == ["example.com/tools", PROVISIONER_IMAGE_REPOSITORY]
     assert table.runtime_for(_pod()) == IMAGE_ROOT
