@@ -47,11 +47,6 @@ class UnsupportedPodError(ValueError):
         self.message = message
 
 
-def is_helper_pod(pod: Mapping[str, Any]) -> bool:
-    labels = pod.get("metadata", {}).get("labels") or {}
-    return bool(labels.get(HELPER_POD_LABEL) == HELPER_POD_LABEL_VALUE)
-
-
 @dataclass(frozen=True)
 class Mount:
     """A bind mount of `source` (host path) at `target` (path inside the pod's root)."""

@@ -195,11 +195,10 @@ class PodWorker(RunningPod):
         return directories
 
     def _refresh_volumes(self) -> None:
-        """Rewrites changed volumes: on a ConfigMap change, when a token is due, and every
-        minute (Secrets, downward-API fields), as the kubelet's volume manager does."""
+        """Rewrites changed volumes: on a ConfigMap change, and every minute (downward-API
+        fields), as the kubelet's volume manager does."""
         while not self.stopping() and not self.finished.is_set():
-            due = self.materializer.seconds_to_token_refresh()
-            self.volumes_changed.wait(VOLUME_RESYNC_SECONDS if due is None else min(due, 60))
+            self.volumes_changed.wait(VOLUME_RESYNC_SECONDS)
             self.volumes_changed.clear()
             if self.stopping() or self.finished.is_set():
                 return
