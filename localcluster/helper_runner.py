@@ -13,17 +13,18 @@ documented ways to read it.
 
 Why it stays beside the real nodes, whose kubelet runs helper pods too (the tests of
 tests/provisioner/e2e/real_nodes/, tests/engine/test_real_node_stack.py and
-test_upgrade_rollback.py, marker `realnode`): every other test that binds a claim has its
-helper pods run here, on the session cluster's kwok nodes (tests/conftest.py `cluster`):
-tests/provisioner/e2e, tests/faults, tests/engine, tests/bench, and `python -m bench`'s kwok
-scenarios. They cannot move: a cluster with real nodes needs root and is one per machine (a
-fixed Service address and bridge names), where these sessions, the demo and the benchmark run
-side by side; the node-loss tests (tests/faults/test_node_loss.py, test_node_loss_release.py,
+test_upgrade_rollback.py, marker `realnode`): every other test that binds a claim has its helper
+pods run here, on the session cluster's kwok nodes (tests/conftest.py `cluster`):
+tests/provisioner/e2e, tests/faults, tests/engine, the cluster tests of tests/localcluster and
+tests/bench, and `python -m bench`'s kwok scenarios. They cannot move: a cluster with real nodes
+needs root and is one per machine (a fixed Service address and bridge names), while test
+sessions run side by side, and beside the demo, which takes that one place; the node-loss tests
+(tests/faults/test_node_loss.py, test_node_loss_release.py,
 tests/provisioner/e2e/test_lifecycle.py) add and delete nodes at will; and the suites and the
-benchmark's kwok bursts start many helper pods, a tenth of a second each here against 2.2 s on
-a real kubelet (pod_start.py prices that difference for the benchmark). What only a real kubelet
-shows is left to the real nodes and not emulated here: the FailedMount event of a hostPath
-that cannot be mounted, the helper image's own binaries (here the host's run), `pods/log`.
+benchmark's kwok bursts start many helper pods, a tenth of a second each here against 2.2 s on a
+real kubelet (pod_start.py prices that difference for the benchmark). What only a real kubelet
+shows is left to the real nodes and not emulated here: the FailedMount event of a hostPath that
+cannot be mounted, the helper image's own binaries (here the host's run), `pods/log`.
 """
 
 from __future__ import annotations
