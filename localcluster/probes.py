@@ -51,8 +51,10 @@ def parse_probe(probe: Mapping[str, Any] | None, container: Mapping[str, Any]) -
     """The probe as data; None when the container has none."""
     if not probe:
         return None
-    action = probe.get("httpGet")
-    if action is None or {"scheme", "host", "httpHeaders"} & set(action):
+    # The API server fills in `scheme: HTTP`; a host or headers the Deployment never sets.
+    action: Mapping[str, Any] = probe.get("httpGet") or {}
+    plain = action.get("scheme", "HTTP") == "HTTP" and not action.get("httpHeaders")
+    if not action or not plain or action.get("host"):
         raise ValueError(f"only plain httpGet probes are emulated by the local cluster: {probe}")
     return ProbeSpec(
         port=resolve_port(action["port"], container),

@@ -204,7 +204,9 @@ def test_grace_is_the_deletions_then_the_pods() -> None:
 
 def test_probes_resolve_named_ports_and_fill_in_defaults() -> None:
     container = {"name": "c", "ports": [{"name": "metrics", "containerPort": 8080}]}
-    probe = parse_probe({"httpGet": {"path": "/readyz", "port": "metrics"}}, container)
+    # As the API server stores it: with `scheme: HTTP` filled in.
+    stored = {"httpGet": {"path": "/readyz", "port": "metrics", "scheme": "HTTP"}}
+    probe = parse_probe(stored, container)
     assert probe is not None
     assert (probe.port, probe.path) == (8080, "/readyz")
     assert (probe.period_seconds, probe.timeout_seconds, probe.failure_threshold) == (10, 1, 3)
