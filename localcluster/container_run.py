@@ -13,53 +13,50 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from localcluster import container_status as statuses
 from localcluster import image_pod_plan as rules
 from localcluster.event_log import utc_now
 from localcluster.helper_pod_status import failure_message
-from localcluster.probes import Prober, ProbeSpec, exec_check, http_check, parse_probe, tcp_check
+from localcluster.probes import Prober, ProbeSpec, http_check, parse_probe
+from localcluster.running_pod import RunningPod
 from localcluster.sandbox_process import SandboxProcess
-
-if TYPE_CHECKING:
-    from localcluster.pod_worker import PodWorker
 
 POLL_SECONDS = 0.1
 LOG_TAIL_BYTES = 16384
 
 
 class ContainerRun:
-    """Runs the container of `worker`'s pod once, from the plan at `plan_path`."""
+    """Runs the container of `running` once, from the plan at `plan_path`."""
 
-    def __init__(self, worker: PodWorker, plan_path: Path, attempt: int) -> None:
-        self.worker = worker
+    def __init__(self, running: RunningPod, plan_path: Path, attempt: int) -> None:
+        self.running = running
         self.plan_path = plan_path
         self.attempt = attempt
-        self.container = worker.pod["spec"]["containers"][0]
-        self.process = SandboxProcess(plan_path, worker.log_path)
+        self.container = running.pod["spec"]["containers"][0]
+        self.process = SandboxProcess(plan_path, running.log_path)
         self.liveness_failed = threading.Event()
         self.probers: list[Prober] = []
 
     def run(self) -> int | None:
         """The exit code (128+N for signal N, 128 when it could not start); None when the pod
         is gone or being deleted, so it must not be restarted."""
-        worker = self.worker
+        running = self.running
         log_offset = self._start_log()
         pid = self.process.start()
-        worker.context.on_process(pid)
-        worker.log(f"container started, pid {pid} (attempt {self.attempt})")
+        running.context.on_process(pid)
+        running.log(f"container started, pid {pid} (attempt {self.attempt})")
         started_at = utc_now()
-        life = worker.life
-        life.container_id = statuses.container_id(worker.uid, self.attempt)
+        life = running.life
+        life.container_id = statuses.container_id(running.uid, self.attempt)
         life.state = {"running": {"startedAt": started_at}}
         life.ever_started = True
-        worker.phase = "Running"
+        running.phase = "Running"
         startup = self._probe("startupProbe")
         readiness = self._probe("readinessProbe")
         life.started = startup is None
         life.ready = startup is None and readiness is None
-        worker.report()
+        running.report()
         if startup is not None:
             self._run_prober(startup, None, self._startup_changed)
         else:
@@ -69,7 +66,7 @@ class ContainerRun:
             prober.stop()
         outcome = self.process.finish()
         if stopped_for_good:
-            worker.log(f"container stopped (exit code {outcome.exit_code})")
+            running.log(f"container stopped (exit code {outcome.exit_code})")
             return None
         exit_code = 128 if outcome.start_failure else outcome.exit_code
         message = outcome.start_failure or failure_message(
@@ -83,22 +80,22 @@ class ContainerRun:
             message=message,
         )
         life.ready = life.started = False
-        worker.log(f"container exited with {exit_code}")
-        worker.report()
+        running.log(f"container exited with {exit_code}")
+        running.report()
         return exit_code
 
     def _start_log(self) -> int:
         """Separates this run's output from the one before; returns where this run starts."""
-        path = self.worker.log_path
+        path = self.running.log_path
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("ab") as log:
             if self.attempt:
-                restart = self.worker.life.restart_count
+                restart = self.running.life.restart_count
                 log.write(f"----- localcluster: restart {restart} at {utc_now()} -----\n".encode())
             return log.tell()
 
     def _log_since(self, offset: int) -> bytes:
-        with self.worker.log_path.open("rb") as log:
+        with self.running.log_path.open("rb") as log:
             log.seek(max(offset, log.seek(0, 2) - LOG_TAIL_BYTES))
             return log.read()
 
@@ -107,16 +104,12 @@ class ContainerRun:
         try:
             return parse_probe(self.container.get(key), self.container)
         except ValueError as error:
-            self.worker.log(f"{key} ignored: {error}")
+            self.running.log(f"{key} ignored: {error}")
             return None
 
     def _check(self, spec: ProbeSpec) -> bool:
-        network = self.worker.network
-        if spec.action == "exec":
-            return exec_check(spec, self.process.pid)
-        if spec.action == "httpGet":
-            return http_check(spec, network.new_socket, network.pod_ip)
-        return tcp_check(spec, network.new_socket, network.pod_ip)
+        network = self.running.network
+        return http_check(spec, network.new_socket, network.pod_ip)
 
     def _run_prober(
         self, spec: ProbeSpec, initial: bool | None, on_change: Callable[[bool], None]
@@ -138,48 +131,48 @@ class ContainerRun:
             self._liveness_changed(False)
             return
         self.probers[0].stop()  # the startup probe has done its job
-        self.worker.life.started = True
-        self.worker.life.ready = self._probe("readinessProbe") is None
-        self.worker.report()
+        self.running.life.started = True
+        self.running.life.ready = self._probe("readinessProbe") is None
+        self.running.report()
         self._start_main_probes()
 
     def _readiness_changed(self, ready: bool) -> None:
-        if self.process.exit_code() is None and not self.worker.stopping():
-            self.worker.life.ready = ready
-            self.worker.report()
+        if self.process.exit_code() is None and not self.running.stopping():
+            self.running.life.ready = ready
+            self.running.report()
 
     def _liveness_changed(self, alive: bool) -> None:
         if not alive:
-            self.worker.log("liveness probe failed: the container will be restarted")
+            self.running.log("liveness probe failed: the container will be restarted")
             self.liveness_failed.set()
-            self.worker.changed.set()
+            self.running.changed.set()
 
     # Waiting for the end.
     def _wait(self) -> bool:
         """Until the container exits or is stopped; True when the pod is gone or deleted."""
-        worker = self.worker
+        running = self.running
         while self.process.exit_code() is None:
-            if worker.gone.is_set():
+            if running.gone.is_set():
                 return True
-            if worker.deleting.is_set():
-                self._stop(rules.grace_seconds(worker.pod))
+            if running.deleting.is_set():
+                self._stop(rules.grace_seconds(running.pod))
                 return True
             if self.liveness_failed.is_set():
                 probe = self.container.get("livenessProbe") or {}
                 grace = probe.get("terminationGracePeriodSeconds")
-                self._stop(float(grace) if grace is not None else rules.grace_seconds(worker.pod))
+                self._stop(float(grace) if grace is not None else rules.grace_seconds(running.pod))
                 return False
-            worker.changed.wait(POLL_SECONDS)
-            worker.changed.clear()
+            running.changed.wait(POLL_SECONDS)
+            running.changed.clear()
         return False
 
     def _stop(self, grace: float) -> None:
         """SIGTERM, then SIGKILL (by finish()) once `grace` has passed."""
-        self.worker.life.ready = False
-        self.worker.report()
+        self.running.life.ready = False
+        self.running.report()
         self.process.signal(signal.SIGTERM)
         deadline = time.monotonic() + grace
         while self.process.exit_code() is None and time.monotonic() < deadline:
-            if self.worker.gone.is_set():
+            if self.running.gone.is_set():
                 return
             time.sleep(POLL_SECONDS / 2)

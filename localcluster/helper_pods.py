@@ -34,7 +34,8 @@ POD_TERMINATION_MESSAGES_MAX_BYTES = 12 * 1024
 # A container that could not start (bad mount, no such command) is reported as containerd
 # does: exit code 128, reason StartError.
 START_ERROR_EXIT_CODE = 128
-MATERIALIZED_VOLUME_KINDS = ("configMap", "secret", "projected", "emptyDir", "downwardAPI")
+# Secret volumes are not emulated: no pod the harness runs on a kwok node mounts one.
+MATERIALIZED_VOLUME_KINDS = ("configMap", "projected", "emptyDir", "downwardAPI")
 
 
 class UnsupportedPodError(ValueError):
@@ -44,11 +45,6 @@ class UnsupportedPodError(ValueError):
         super().__init__(message)
         self.reason = reason
         self.message = message
-
-
-def is_helper_pod(pod: Mapping[str, Any]) -> bool:
-    labels = pod.get("metadata", {}).get("labels") or {}
-    return bool(labels.get(HELPER_POD_LABEL) == HELPER_POD_LABEL_VALUE)
 
 
 @dataclass(frozen=True)
@@ -75,7 +71,6 @@ class SandboxPlan:
     """A /proc/<pid>/ns/net to join (the pod's own network); None keeps the host's."""
     user: int | None = None
     group: int | None = None
-    supplemental_groups: list[int] = field(default_factory=list)
     read_only_root: bool = False
     fresh_tmp: bool = True
     """A tmpfs at /tmp; real images bring their own /tmp, read-only with the root."""

@@ -10,6 +10,21 @@ Each pod's full output is kept in `<cluster dir>/pod-logs/<namespace>_<name>_<ui
 kwok cannot serve `pods/log` for pods it does not manage, so the log file, and the termination
 message for failed containers with `terminationMessagePolicy: FallbackToLogsOnError`, are the
 documented ways to read it.
+
+Why it stays beside the real nodes, whose kubelet runs helper pods too (the tests of
+tests/provisioner/e2e/real_nodes/, tests/engine/test_real_node_stack.py and
+test_upgrade_rollback.py, marker `realnode`): every other test that binds a claim has its helper
+pods run here, on the session cluster's kwok nodes (tests/conftest.py `cluster`):
+tests/provisioner/e2e, tests/faults, tests/engine, the cluster tests of tests/localcluster and
+tests/bench, and `python -m bench`'s kwok scenarios. They cannot move: a cluster with real nodes
+needs root and is one per machine (a fixed Service address and bridge names), while test
+sessions run side by side, and beside the demo, which takes that one place; the node-loss tests
+(tests/faults/test_node_loss.py, test_node_loss_release.py,
+tests/provisioner/e2e/test_lifecycle.py) add and delete nodes at will; and the suites and the
+benchmark's kwok bursts start many helper pods, a tenth of a second each here against 2.2 s on a
+real kubelet (pod_start.py prices that difference for the benchmark). What only a real kubelet
+shows is left to the real nodes and not emulated here: the FailedMount event of a hostPath that
+cannot be mounted, the helper image's own binaries (here the host's run), `pods/log`.
 """
 
 from __future__ import annotations
@@ -45,12 +60,7 @@ from localcluster.helper_pods import (
 )
 from localcluster.pod_api import PodRunnerBase
 from localcluster.pod_start import FAST, NodeLanes, PodStartModel
-from localcluster.pod_volumes import (
-    HostPathTypeError,
-    VolumeMaterializer,
-    VolumeNotReadyError,
-    prepare_host_paths,
-)
+from localcluster.pod_volumes import VolumeMaterializer, VolumeNotReadyError, prepare_host_paths
 from localcluster.resource_watch import ResourceWatch
 from localcluster.sandbox_process import SandboxOutcome, run_sandbox
 
@@ -407,23 +417,17 @@ class HelperPodRunner(PodRunnerBase):
         # As a kubelet: every container of a pod with init containers waits PodInitializing.
         first_init = 0 if pod["spec"].get("initContainers") else None
         reason = "ContainerCreating" if first_init is None else "PodInitializing"
-        if isinstance(error, HostPathTypeError):
-            # As a kubelet: no message on the waiting container, a FailedMount event instead.
-            if self._report_waiting(pod, reason, "", init_index=first_init):
-                self.api.warn(pod, "FailedMount", error.event_message)
-            return
         self._report_waiting(pod, reason, f"volume not ready: {error}", init_index=first_init)
 
     def _report_waiting(
         self, pod: dict[str, Any], reason: str, message: str, *, init_index: int | None = None
-    ) -> bool:
-        """Whether this was news (not what the pod was last reported waiting with)."""
+    ) -> None:
+        """Unless the pod was last reported waiting with this message."""
         uid = pod["metadata"]["uid"]
         with self._lock:
             if self._waiting_reported.get(uid) == message:
-                return False
+                return
             self._waiting_reported[uid] = message
         self.api.patch_status(
             pod, status.waiting_status(pod, utc_now(), reason, message, init_index=init_index)
         )
-        return True

@@ -82,7 +82,6 @@ def environment_defaults(runtime: ImageRuntime, api_port: int, user: int | None)
 class SecuritySettings:
     user: int | None
     group: int | None
-    supplemental_groups: list[int]
     read_only_root: bool
 
 
@@ -90,8 +89,8 @@ def security_settings(
     pod: Mapping[str, Any], container: Mapping[str, Any], image: ImageRuntime | None = None
 ) -> SecuritySettings:
     """The container's securityContext over the pod's (runAsUser, runAsGroup, runAsNonRoot,
-    readOnlyRootFilesystem; supplementalGroups and fsGroup as extra groups), over the
-    `image`'s User."""
+    readOnlyRootFilesystem), over the `image`'s User. supplementalGroups and fsGroup are not
+    emulated: the provisioner's Deployment sets neither."""
     pod_context = pod["spec"].get("securityContext") or {}
     context = {**pod_context, **(container.get("securityContext") or {})}
     user = context.get("runAsUser")
@@ -104,15 +103,11 @@ def security_settings(
             "container has runAsNonRoot and image will run as root (no runAsUser is set, and "
             "the image names no non-root User)"
         )
-    groups = [int(group) for group in pod_context.get("supplementalGroups") or []]
-    if pod_context.get("fsGroup") is not None:
-        groups.append(int(pod_context["fsGroup"]))
     if group is None and user is not None:
         group = 0  # as container runtimes do when an image names no group
     return SecuritySettings(
         user=None if user is None else int(user),
         group=None if group is None else int(group),
-        supplemental_groups=sorted(set(groups)),
         read_only_root=bool(context.get("readOnlyRootFilesystem")),
     )
 

@@ -5,6 +5,16 @@ bind claims. This watches bound pods (helper pods excepted: the helper runner ow
 gives each one whose image is in the table a worker (pod_worker.py) once its node exists; it
 watches ConfigMaps too, so a changed one reaches the volumes of the pods that mount it within
 a second, as the kubelet's watch-based ConfigMap manager does.
+
+Why it stays beside the real nodes, which run the Deployment with a real kubelet in
+tests/engine/test_real_node_stack.py and test_upgrade_rollback.py: every other `pulumi up` of
+the tests (tests/engine, tests/localcluster/test_provisioner_deployment.py) deploys onto the
+session cluster's kwok nodes (for the reasons in helper_runner.py), where only this runner
+runs the provisioner's pods. So it emulates what that Deployment uses and no more: httpGet
+probes (probes.py), `value` and `fieldRef` variables (pod_env.py), runAsUser, runAsGroup,
+runAsNonRoot and a read-only root (image_pod_plan.py), ConfigMap, emptyDir and projected
+token volumes (pod_volumes.py); tests/localcluster/test_image_pods.py checks each on the
+`localcluster.invalid/host-python` image.
 """
 
 from __future__ import annotations
@@ -22,8 +32,9 @@ from localcluster.image_pod_plan import RestartBackoff
 from localcluster.image_table import ImageTable
 from localcluster.pod_api import PodRunnerBase
 from localcluster.pod_network import pod_ip_for
-from localcluster.pod_worker import PodWorker, WorkerContext
+from localcluster.pod_worker import PodWorker
 from localcluster.resource_watch import ResourceWatch
+from localcluster.running_pod import WorkerContext
 
 POD_RESYNC_SECONDS = 10
 CONFIG_MAP_RESYNC_SECONDS = 30

@@ -44,11 +44,6 @@ class ImageRuntime:
     entrypoint: tuple[str, ...] = ()
     working_dir: str = "/"
 
-    @classmethod
-    def directory(cls, binaries: Path) -> ImageRuntime:
-        """A directory of binaries: mounted read-only and put first on PATH."""
-        return cls(path=(binaries,), mounts=(binaries,))
-
 
 def editable_sources(prefix: Path) -> list[Path]:
     """The checkouts the environment's editable installs point at (the directory holding each

@@ -2,11 +2,12 @@
 
 Why: standalone kwok does nothing without stages, and without a heartbeat the controller-manager
 marks its nodes NotReady and evicts their pods. These follow the behaviour of kwok's "fast"
-node/pod stage sets (node-initialize, node-heartbeat-with-lease, pod-ready, pod-complete,
-pod-delete), written out here as data so the pinned harness does not depend on files outside
-the repository. Every pod stage skips helper pods (label `local-path-storage.io/helper-pod:
-"true"`) and pods whose first container's image repository is in the image table: the
-harness's runners execute those for real and own their status, so kwok must never write it.
+node/pod stage sets (node-initialize, node-heartbeat-with-lease, pod-ready, pod-delete),
+written out here as data so the pinned harness does not depend on files outside the
+repository; upstream's pod-complete (a Job's pods succeed) is left out: no test runs a Job.
+Every pod stage skips helper pods (label `local-path-storage.io/helper-pod: "true"`) and pods
+whose first container's image repository is in the image table: the harness's runners
+execute those for real and own their status, so kwok must never write it.
 """
 
 from __future__ import annotations
@@ -146,25 +147,6 @@ phase: Running
 startTime: {{ $now | Quote }}
 """
 
-_POD_COMPLETE = """\
-{{ $now := Now }}
-containerStatuses:
-{{ range .spec.containers }}
-- name: {{ .name | Quote }}
-  image: {{ .image | Quote }}
-  ready: false
-  started: false
-  restartCount: 0
-  state:
-    terminated:
-      exitCode: 0
-      reason: Completed
-      startedAt: {{ $now | Quote }}
-      finishedAt: {{ $now | Quote }}
-{{ end }}
-phase: Succeeded
-"""
-
 
 def _stage(
     name: str, kind: str, expressions: list[dict[str, Any]], next_step: dict[str, Any]
@@ -226,24 +208,13 @@ def stages(image_repositories: Sequence[str] = ()) -> list[dict[str, Any]]:
         ],
         {"statusTemplate": _POD_READY},
     )
-    pod_complete = _stage(
-        "pod-complete",
-        "Pod",
-        [
-            *skipped,
-            _NOT_DELETING,
-            {"key": ".status.phase", "operator": "In", "values": ["Running"]},
-            {"key": ".metadata.ownerReferences.[].kind", "operator": "In", "values": ["Job"]},
-        ],
-        {"statusTemplate": _POD_COMPLETE},
-    )
     pod_delete = _stage(
         "pod-delete",
         "Pod",
         [*skipped, {"key": ".metadata.deletionTimestamp", "operator": "Exists"}],
         {"delete": True},
     )
-    return [node_initialize, node_heartbeat, pod_ready, pod_complete, pod_delete]
+    return [node_initialize, node_heartbeat, pod_ready, pod_delete]
 
 
 def write_stages(path: Path, image_repositories: Sequence[str] = ()) -> Path:

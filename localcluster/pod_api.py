@@ -20,7 +20,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from localcluster.event_log import EventLog, utc_now
+from localcluster.event_log import EventLog
 from localcluster.raw_api import call_json
 from localcluster.real_node_config import REAL_NODE_LABEL
 
@@ -52,36 +52,6 @@ class PodApi:
                 body,
                 _content_type="application/merge-patch+json",
             )
-        )
-
-    def warn(self, pod: Mapping[str, Any], reason: str, message: str) -> None:
-        """A Warning event on the pod from its node's kubelet, as a kubelet records one (a
-        FailedMount, say), which the provisioner reads to say why its helper never started."""
-        metadata = pod["metadata"]
-        node = (pod.get("spec") or {}).get("nodeName") or ""
-        now = utc_now()
-        event = {
-            "metadata": {
-                "generateName": f"{metadata['name']}.",
-                "namespace": metadata["namespace"],
-            },
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": metadata["name"],
-                "namespace": metadata["namespace"],
-                "uid": metadata["uid"],
-            },
-            "type": "Warning",
-            "reason": reason,
-            "message": message,
-            "source": {"component": "kubelet", "host": node},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        self.with_retries(
-            lambda: call_json(self.core.create_namespaced_event, metadata["namespace"], event)
         )
 
     def force_delete(self, namespace: str, name: str, uid: str) -> None:

@@ -3,26 +3,20 @@
 Why: the provisioner reads its namespace from `POD_NAMESPACE` (a `fieldRef`), and the
 kubernetes client's in-cluster config from `KUBERNETES_SERVICE_HOST`/`_PORT`; helper pods
 expand `$(VAR)` in their arguments. One interpreter of these rules serves both runners and
-the downward-API volume. Pure: values that live in the API (ConfigMap and Secret keys) come
-through a callback.
+the downward-API volume. Pure. Only `value` and `fieldRef` are emulated: nothing the harness
+runs on a kwok node takes a ConfigMap or Secret key into its environment (the helper pod
+template refuses them, the Deployment uses neither), and a real node's kubelet does it all.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _VARIABLE_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _SUBSCRIPT = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
-
-DataLookup = Callable[[str, str], "Mapping[str, str] | None"]
-"""(kind "configMap" | "secret", name) -> the object's data as text, None when it is absent."""
-
-
-class MissingReferenceError(Exception):
-    """A non-optional ConfigMap or Secret key the environment names does not exist (yet)."""
 
 
 def expand_variables(text: str, env: Mapping[str, str]) -> str:
@@ -58,52 +52,24 @@ def pod_field(pod: Mapping[str, Any], field_path: str) -> str:
     return str(source.get(name) or "")
 
 
-def _value_from(
-    pod: Mapping[str, Any], source: Mapping[str, Any], lookup: DataLookup | None
-) -> str | None:
-    if "fieldRef" in source:
-        return pod_field(pod, source["fieldRef"]["fieldPath"])
-    for kind, key in (("configMap", "configMapKeyRef"), ("secret", "secretKeyRef")):
-        if key in source and lookup is not None:
-            reference = source[key]
-            value = (lookup(kind, reference["name"]) or {}).get(reference["key"])
-            if value is None and not reference.get("optional"):
-                raise MissingReferenceError(
-                    f"{kind} {reference['name']!r} has no key {reference['key']!r}"
-                )
-            return value
-    return None  # resourceFieldRef is not emulated
-
-
 def container_environment(
     container: Mapping[str, Any],
     pod_name: str,
     *,
     pod: Mapping[str, Any] | None = None,
     defaults: Mapping[str, str] | None = None,
-    lookup: DataLookup | None = None,
 ) -> dict[str, str]:
     """The process environment: PATH, HOSTNAME and HOME defaults (then `defaults`, e.g. the
-    service variables), `envFrom` sources, then the container's `env` in order, each value
-    expanded against those before it. `valueFrom` needs `pod` (and `lookup` for ConfigMap
-    and Secret keys); without them such variables are left out."""
+    service variables), then the container's `env` in order, each value expanded against those
+    before it. A `fieldRef` needs `pod`; without it, and for any other `valueFrom`, the
+    variable is left out."""
     env: dict[str, str] = {"PATH": DEFAULT_PATH, "HOSTNAME": pod_name, "HOME": "/root"}
     env.update(defaults or {})
-    for source in container.get("envFrom") or []:
-        for kind, key in (("configMap", "configMapRef"), ("secret", "secretRef")):
-            if key in source and lookup is not None:
-                data = lookup(kind, source[key]["name"])
-                if data is None and not source[key].get("optional"):
-                    raise MissingReferenceError(f"{kind} {source[key]['name']!r} not found")
-                for name, value in (data or {}).items():
-                    env[source.get("prefix", "") + name] = value
     for variable in container.get("env") or []:
         if "valueFrom" in variable and "value" not in variable:
-            if pod is None:
-                continue
-            resolved = _value_from(pod, variable["valueFrom"], lookup)
-            if resolved is not None:
-                env[variable["name"]] = resolved
+            field = variable["valueFrom"].get("fieldRef")
+            if pod is not None and field is not None:
+                env[variable["name"]] = pod_field(pod, field["fieldPath"])
             continue
         env[variable["name"]] = expand_variables(str(variable.get("value", "")), env)
     return env

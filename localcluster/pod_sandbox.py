@@ -223,10 +223,10 @@ def build_root(plan: dict[str, Any]) -> None:
 
 
 def drop_privileges(plan: dict[str, Any]) -> None:
-    """The pod's runAsUser/runAsGroup, as a container runtime sets them before the exec."""
-    if plan.get("group") is not None or plan.get("supplemental_groups"):
-        os.setgroups(list(plan.get("supplemental_groups") or []))
+    """The pod's runAsUser/runAsGroup, as a container runtime sets them before the exec (no
+    group of the harness's stays)."""
     if plan.get("group") is not None:
+        os.setgroups([])
         os.setgid(int(plan["group"]))
     if plan.get("user") is not None:
         os.setuid(int(plan["user"]))

@@ -1,19 +1,23 @@
 """Puts a helper pod's volumes on disk, as a kubelet would before starting the container.
 
 Why: the sandbox only bind-mounts directories. hostPath volumes are directories under the
-node's directory (created or checked per hostPath `type`); ConfigMap, Secret, downward-API,
-projected (service-account token) and emptyDir volumes are written out as files, honouring
-`items` and file modes. A missing ConfigMap or hostPath leaves the pod waiting, as on a node.
+node's directory (created or checked per hostPath `type`); ConfigMap, downward-API, projected
+(service-account token) and emptyDir volumes are written out as files, honouring `items` and
+file modes (Secret volumes are not emulated: no pod the harness runs mounts one). A missing
+ConfigMap or hostPath leaves the pod waiting, as on a node, with the reason in its waiting
+message (a kubelet says a hostPath type is wrong only in a FailedMount event; the real nodes
+test how the provisioner reads that: tests/provisioner/e2e/real_nodes/).
 Helper pods get plain files once (`materialize`); long-running pods get each volume's files
-(`volume_files`) written atomically and rewritten on change, with service-account tokens
-requested again at 80% of their life, as a kubelet does.
+(`volume_files`) written atomically and rewritten on change. A pod's service-account token is
+requested once and kept: the API server makes a `kube-api-access` token (3607 s asked) valid
+for a year (--service-account-extend-token-expiration), which no test outlives; a kubelet's
+renewal at 80% of the asked life is left to the real nodes.
 """
 
 from __future__ import annotations
 
 import base64
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -28,21 +32,10 @@ from localcluster.raw_api import call_json
 
 DEFAULT_FILE_MODE = 0o644
 DEFAULT_TOKEN_SECONDS = 3600
-TOKEN_REFRESH_FRACTION = 0.8
 
 
 class VolumeNotReadyError(Exception):
     """A volume cannot be set up yet (its ConfigMap or hostPath is missing); retried later."""
-
-
-class HostPathTypeError(VolumeNotReadyError):
-    """A hostPath volume whose path is not of its declared type (a `Directory` that is
-    missing). A kubelet leaves the container waiting in ContainerCreating with no message and
-    says why only in a FailedMount event on the pod: `event_message` is that event's text."""
-
-    def __init__(self, volume: str, problem: str) -> None:
-        super().__init__(problem)
-        self.event_message = f'MountVolume.SetUp failed for volume "{volume}" : {problem}'
 
 
 def prepare_host_paths(pod: Mapping[str, Any], node_dir: Path) -> None:
@@ -59,13 +52,9 @@ def prepare_host_paths(pod: Mapping[str, Any], node_dir: Path) -> None:
         elif kind == "FileOrCreate":
             path.parent.mkdir(parents=True, exist_ok=True)
             path.touch(exist_ok=True)
-        elif kind == "Directory" and not path.is_dir():
-            problem = f"hostPath type check failed: {host_path['path']} is not a directory"
-            raise HostPathTypeError(volume["name"], problem)
-        elif kind == "File" and not path.is_file():
-            problem = f"hostPath type check failed: {host_path['path']} is not a file"
-            raise HostPathTypeError(volume["name"], problem)
-        elif kind not in ("Directory", "File") and not path.exists():
+        elif (kind == "Directory" and not path.is_dir()) or (kind == "File" and not path.is_file()):
+            raise VolumeNotReadyError(f"hostPath {host_path['path']} is not a {kind.lower()}")
+        elif not path.exists():
             raise VolumeNotReadyError(f"hostPath {host_path['path']} ({kind}) does not exist")
 
 
@@ -80,17 +69,13 @@ def _write_file(directory: Path, relative: str, content: bytes, mode: int) -> No
     path.chmod(mode)
 
 
-def _object_files(
-    obj: Mapping[str, Any],
-    *,
-    encoded: bool,
-    items: list[dict[str, Any]] | None,
-    default_mode: int,
+def _config_map_files(
+    obj: Mapping[str, Any], items: list[dict[str, Any]] | None, default_mode: int
 ) -> list[tuple[str, bytes, int]]:
-    """(path, content, mode) for the keys of a ConfigMap (encoded=False) or a Secret."""
+    """(path, content, mode) for the keys of a ConfigMap."""
     contents: dict[str, bytes] = {}
     for key, value in (obj.get("data") or {}).items():
-        contents[key] = base64.b64decode(value) if encoded else str(value).encode("utf-8")
+        contents[key] = str(value).encode("utf-8")
     for key, value in (obj.get("binaryData") or {}).items():
         contents[key] = base64.b64decode(value)
     if not items:
@@ -111,14 +96,12 @@ class VolumeMaterializer:
         core: client.CoreV1Api,
         pod: Mapping[str, Any],
         volumes_dir: Path,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.core = core
         self.pod = pod
         self.namespace: str = pod["metadata"]["namespace"]
         self.volumes_dir = volumes_dir
-        self._clock = clock
-        self._tokens: dict[tuple[str, int], tuple[str, float]] = {}
+        self._tokens: dict[tuple[str, int], str] = {}
 
     def materialized_volumes(self) -> list[tuple[str, str, dict[str, Any]]]:
         """(name, kind, source) of each volume written out rather than bind-mounted."""
@@ -153,16 +136,10 @@ class VolumeMaterializer:
             if token is not None:
                 files.append((token["path"], self._token(token).encode("utf-8"), mode))
                 continue
-            for projected_kind in ("configMap", "secret", "downwardAPI"):
+            for projected_kind in ("configMap", "downwardAPI"):
                 if projected_kind in projection:
                     files.extend(self._files(projected_kind, projection[projected_kind], mode))
         return files
-
-    def seconds_to_token_refresh(self) -> float | None:
-        """How long until the first cached token is due for renewal (None: no tokens)."""
-        if not self._tokens:
-            return None
-        return max(0.0, min(due for _, due in self._tokens.values()) - self._clock())
 
     def _files(self, kind: str, source: dict[str, Any], mode: int) -> list[VolumeFile]:
         if kind == "downwardAPI":
@@ -170,40 +147,22 @@ class VolumeMaterializer:
                 (item["path"], self._field(item), item.get("mode", mode))
                 for item in source.get("items") or []
             ]
-        name = source.get("name") if kind == "configMap" else source.get("secretName")
+        name = str(source.get("name"))
         try:
-            obj = self._read(kind, str(name))
+            obj = call_json(self.core.read_namespaced_config_map, name, self.namespace)
         except ApiException as error:
             if error.status == HTTPStatus.NOT_FOUND and source.get("optional"):
                 return []
             raise VolumeNotReadyError(f"{kind} {self.namespace}/{name}: {error.reason}") from error
-        return _object_files(
-            obj, encoded=kind == "secret", items=source.get("items"), default_mode=mode
-        )
-
-    def object_data(self, kind: str, name: str) -> dict[str, str] | None:
-        """A ConfigMap's or Secret's data as text (for the environment), None when absent."""
-        try:
-            obj = self._read(kind, name)
-        except ApiException as error:
-            if error.status == HTTPStatus.NOT_FOUND:
-                return None
-            raise
-        files = _object_files(obj, encoded=kind == "secret", items=None, default_mode=0)
-        return {key: content.decode("utf-8", "replace") for key, content, _ in files}
-
-    def _read(self, kind: str, name: str) -> dict[str, Any]:
-        if kind == "configMap":
-            return call_json(self.core.read_namespaced_config_map, name, self.namespace)
-        return call_json(self.core.read_namespaced_secret, name, self.namespace)
+        return _config_map_files(obj, source.get("items"), mode)
 
     def _token(self, projection: dict[str, Any]) -> str:
-        """A TokenRequest bound to the pod, reused until 80% of its life has passed."""
+        """A TokenRequest bound to the pod, made once."""
         audience = str(projection.get("audience") or "")
         seconds = int(projection.get("expirationSeconds", DEFAULT_TOKEN_SECONDS))
         cached = self._tokens.get((audience, seconds))
-        if cached is not None and self._clock() < cached[1]:
-            return cached[0]
+        if cached is not None:
+            return cached
         metadata = self.pod["metadata"]
         request = client.AuthenticationV1TokenRequest(
             spec=client.V1TokenRequestSpec(
@@ -215,18 +174,13 @@ class VolumeMaterializer:
             )
         )
         account = self.pod["spec"].get("serviceAccountName") or "default"
-        requested = self._clock()
         response = self.core.create_namespaced_service_account_token(
             account, self.namespace, request
         )
         if response.status is None or not response.status.token:
             raise VolumeNotReadyError(f"no token issued for service account {account}")
         token = str(response.status.token)
-        lifetime = seconds
-        expiry = response.status.expiration_timestamp
-        if expiry is not None:  # the API server may shorten (or extend) what was asked
-            lifetime = int(expiry.timestamp() - time.time() + (self._clock() - requested))
-        self._tokens[(audience, seconds)] = (token, requested + TOKEN_REFRESH_FRACTION * lifetime)
+        self._tokens[(audience, seconds)] = token
         return token
 
     def _field(self, item: dict[str, Any]) -> bytes:

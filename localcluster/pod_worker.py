@@ -14,103 +14,37 @@ import shutil
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-from kubernetes import client
 
 from localcluster import container_status as statuses
 from localcluster import image_pod_plan as rules
 from localcluster.atomic_writer import write_atomically
-from localcluster.cluster_dirs import pod_log_path
 from localcluster.container_run import ContainerRun
-from localcluster.event_log import EventLog, utc_now
+from localcluster.event_log import utc_now
 from localcluster.helper_pods import SandboxPlan, UnsupportedPodError, only_container, plan_sandbox
-from localcluster.image_table import ImageRuntime
-from localcluster.pod_api import API_ERRORS, PodApi
-from localcluster.pod_env import MissingReferenceError, container_environment
-from localcluster.pod_network import PodNetwork
+from localcluster.pod_api import API_ERRORS
+from localcluster.pod_env import container_environment
 from localcluster.pod_volumes import VolumeMaterializer, VolumeNotReadyError, prepare_host_paths
+from localcluster.running_pod import RunningPod, WorkerContext
 
 RETRY_SECONDS = 2.0
 VOLUME_RESYNC_SECONDS = 60.0
 EMPTY_DIR_MODE = 0o777
 
 
-@dataclass(frozen=True)
-class WorkerContext:
-    """What a pod's worker needs from the runner."""
-
-    core: client.CoreV1Api
-    api: PodApi
-    log: EventLog
-    cluster_dir: Path
-    node_dir: Path
-    runtime: ImageRuntime
-    backoff: rules.RestartBackoff
-    api_port: int
-    pod_ip: str
-    host_ip: str
-    on_process: Callable[[int], None]
-
-
-class PodWorker:
-    """One pod's life in a thread: `update` with each new version, `cancel` when it is gone."""
+class PodWorker(RunningPod):
+    """One pod's life in a thread, from its sandbox to its deletion."""
 
     def __init__(self, pod: dict[str, Any], context: WorkerContext) -> None:
-        self.pod = pod
-        self.context = context
-        metadata = pod["metadata"]
-        self.namespace: str = metadata["namespace"]
-        self.name: str = metadata["name"]
-        self.uid: str = metadata["uid"]
+        super().__init__(pod, context)
         self.config_maps = rules.config_maps_of(pod)
-        container = (pod["spec"].get("containers") or [{}])[0]
-        self.life = statuses.ContainerLife(container.get("name", ""), container.get("image", ""))
-        self.network = PodNetwork(context.pod_ip, context.api_port)
-        self.deleting = threading.Event()
-        self.gone = threading.Event()
-        self.changed = threading.Event()
-        self.volumes_changed = threading.Event()
         self.finished = threading.Event()
-        self.phase = "Pending"
-        self.sandbox_ready = False
-        self._start_time = utc_now()
-        self._lock = threading.Lock()
-        self._last_report = ""
-        self.log_path = pod_log_path(context.cluster_dir, self.namespace, self.name, self.uid)
         # Per-container roots, sandbox plans and the volumes' files, removed when it ends.
         self.pod_dir = context.cluster_dir / "pods" / self.uid
         self.materializer = VolumeMaterializer(context.core, pod, self.pod_dir / "volumes")
-
-    # Signals from the runner.
-    def update(self, pod: dict[str, Any]) -> None:
-        self.pod = pod
-        if pod["metadata"].get("deletionTimestamp"):
-            self.deleting.set()
-        self.changed.set()
-
-    def cancel(self) -> None:
-        """The pod is gone (or the harness stops): kill at once, write nothing more."""
-        self.gone.set()
-        self.changed.set()
-        self.volumes_changed.set()
-
-    def stopping(self) -> bool:
-        return self.deleting.is_set() or self.gone.is_set()
-
-    def sleep(self, seconds: float) -> bool:
-        """Waits `seconds`; False as soon as the pod is being stopped."""
-        deadline = time.monotonic() + seconds
-        while not self.stopping():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return True
-            self.changed.wait(remaining)
-            self.changed.clear()
-        return False
 
     # The pod's thread.
     def run(self) -> None:
@@ -182,7 +116,7 @@ class PodWorker:
             try:
                 plan = self._plan(volumes, attempt)
                 break
-            except (rules.ContainerConfigError, MissingReferenceError) as error:
+            except rules.ContainerConfigError as error:
                 self.waiting("CreateContainerConfigError", str(error))
                 if not self.sleep(RETRY_SECONDS):
                     return None
@@ -204,7 +138,6 @@ class PodWorker:
             self.name,
             pod=self.pod_with_ips(),
             defaults=defaults,
-            lookup=self.materializer.object_data,
         )
         plan = plan_sandbox(
             self.pod,
@@ -219,7 +152,6 @@ class PodWorker:
             network_namespace=self.network.namespace_path,
             user=security.user,
             group=security.group,
-            supplemental_groups=security.supplemental_groups,
             read_only_root=security.read_only_root,
             fresh_tmp=False,
         )
@@ -263,11 +195,10 @@ class PodWorker:
         return directories
 
     def _refresh_volumes(self) -> None:
-        """Rewrites changed volumes: on a ConfigMap change, when a token is due, and every
-        minute (Secrets, downward-API fields), as the kubelet's volume manager does."""
+        """Rewrites changed volumes: on a ConfigMap change, and every minute (downward-API
+        fields), as the kubelet's volume manager does."""
         while not self.stopping() and not self.finished.is_set():
-            due = self.materializer.seconds_to_token_refresh()
-            self.volumes_changed.wait(VOLUME_RESYNC_SECONDS if due is None else min(due, 60))
+            self.volumes_changed.wait(VOLUME_RESYNC_SECONDS)
             self.volumes_changed.clear()
             if self.stopping() or self.finished.is_set():
                 return
@@ -276,42 +207,3 @@ class PodWorker:
             except (VolumeNotReadyError, *API_ERRORS) as error:
                 # As a kubelet: the last version written stays (e.g. a deleted ConfigMap).
                 self.log(f"volume refresh failed, keeping the last version: {error}")
-
-    # Status.
-    def pod_with_ips(self) -> dict[str, Any]:
-        """The pod as the downward API sees it: with the IPs it is about to report."""
-        status = {**(self.pod.get("status") or {})}
-        status.update(podIP=self.context.pod_ip, hostIP=self.context.host_ip)
-        status.update(podIPs=[{"ip": self.context.pod_ip}], hostIPs=[{"ip": self.context.host_ip}])
-        return {**self.pod, "status": status}
-
-    def waiting(self, reason: str, message: str) -> None:
-        self.life.state = {"waiting": {"reason": reason, "message": message}}
-        self.life.ready = self.life.started = False
-        self.report()
-
-    def report(self) -> None:
-        """Writes the whole status unless it says what was written last."""
-        with self._lock:
-            if self.gone.is_set():
-                return
-            status = statuses.pod_status(
-                self.pod,
-                self.life,
-                phase=self.phase,
-                now=utc_now(),
-                start_time=self._start_time,
-                pod_ip=self.context.pod_ip,
-                host_ip=self.context.host_ip,
-                sandbox_ready=self.sandbox_ready,
-            )
-            key = repr(
-                {**status, "conditions": [(c["type"], c["status"]) for c in status["conditions"]]}
-            )
-            if key == self._last_report:
-                return
-            self._last_report = key
-            self.context.api.patch_status(self.pod, status)
-
-    def log(self, line: str) -> None:
-        self.context.log.write(f"{self.namespace}/{self.name}: {line}")

@@ -12,7 +12,6 @@ from localcluster.helper_pods import (
     Mount,
     SubPathError,
     UnsupportedPodError,
-    is_helper_pod,
     node_host_path,
     plan_sandbox,
     resolve_sub_path,
@@ -181,8 +180,3 @@ def test_terminated_status_reports_phase_exit_code_and_deadline() -> None:
         pod_message=status.DEADLINE_EXCEEDED_MESSAGE,
     )
     assert (deadline["phase"], deadline["reason"]) == ("Failed", "DeadlineExceeded")
-
-
-def test_helper_pods_are_recognised_by_their_label() -> None:
-    assert is_helper_pod(helper_pod("p", "n", "true"))
-    assert not is_helper_pod({"metadata": {"labels": {"app": "x"}}})

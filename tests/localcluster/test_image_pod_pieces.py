@@ -28,7 +28,7 @@ from localcluster.image_table import (
     python_environment,
 )
 from localcluster.kwok_stages import IMAGE_REPOSITORY_QUERY, stages
-from localcluster.pod_env import MissingReferenceError, container_environment, pod_field
+from localcluster.pod_env import container_environment, pod_field
 from localcluster.probes import parse_probe
 
 
@@ -67,7 +67,7 @@ IMAGE_ROOT = ImageRuntime(
 def test_the_provisioner_entry_is_its_image_and_extra_entries_add_to_or_replace_it(
     tmp_path: Path,
 ) -> None:
-    tools = ImageRuntime.directory(tmp_path)
+    tools = ImageRuntime(path=(tmp_path,), mounts=(tmp_path,))
     table = ImageTable({"example.com/tools": tools}, IMAGE_ROOT)
     assert table.repositories == ["example.com/tools", PROVISIONER_IMAGE_REPOSITORY]
     assert table.runtime_for(_pod()) == IMAGE_ROOT
@@ -114,34 +114,22 @@ def test_every_pod_stage_skips_image_table_pods() -> None:
         ], stage["metadata"]["name"]
 
 
-def test_environment_resolves_field_refs_key_refs_and_expansion() -> None:
+def test_environment_resolves_field_refs_and_expansion_and_leaves_other_sources_out() -> None:
     pod = _pod()
     container = {
-        "envFrom": [{"configMapRef": {"name": "cm"}, "prefix": "CM_"}],
         "env": [
             {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
             {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
             {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
-            {"name": "BOTH", "value": "$(NS)/$(KEY)/$(CM_A)"},
+            {"name": "BOTH", "value": "$(NS)/$(IP)/$(KEY)"},
         ],
     }
-    data = {("configMap", "cm"): {"A": "1"}, ("secret", "s"): {"k": "v"}}
-    env = container_environment(
-        container,
-        "p",
-        pod=pod,
-        defaults={"PATH": "/x:/usr/bin"},
-        lookup=lambda kind, name: data.get((kind, name)),
-    )
-    assert (env["NS"], env["APP"], env["IP"], env["KEY"]) == ("ns", "x", "127.1.0.1", "v")
-    assert env["BOTH"] == "ns/v/1"
+    env = container_environment(container, "p", pod=pod, defaults={"PATH": "/x:/usr/bin"})
+    assert (env["NS"], env["APP"], env["IP"]) == ("ns", "x", "127.1.0.1")
+    assert "KEY" not in env, "a Secret's key is not emulated"
+    assert env["BOTH"] == "ns/127.1.0.1/$(KEY)"
     assert env["PATH"] == "/x:/usr/bin"
-    missing = {"env": [{"name": "K", "valueFrom": {"secretKeyRef": {"name": "s", "key": "no"}}}]}
-    with pytest.raises(MissingReferenceError, match="no key 'no'"):
-        container_environment(
-            missing, "p", pod=pod, lookup=lambda kind, name: data.get((kind, name))
-        )
 
 
 def test_pod_field_spells_maps_and_lists_as_the_downward_api_does() -> None:
@@ -176,11 +164,10 @@ def test_an_image_roots_environment_is_its_configs_with_nothing_of_the_host() ->
 
 
 def test_security_context_container_over_pod_and_run_as_non_root() -> None:
-    pod = _pod(securityContext={"runAsUser": 1000, "fsGroup": 2000, "supplementalGroups": [3]})
+    pod = _pod(securityContext={"runAsUser": 1000})
     container = {"securityContext": {"runAsUser": 1001, "readOnlyRootFilesystem": True}}
     settings = security_settings(pod, container)
     assert (settings.user, settings.group) == (1001, 0)
-    assert settings.supplemental_groups == [3, 2000]
     assert settings.read_only_root
     with pytest.raises(ContainerConfigError, match="runAsNonRoot"):
         security_settings(_pod(securityContext={"runAsNonRoot": True}), {})
@@ -217,13 +204,29 @@ def test_grace_is_the_deletions_then_the_pods() -> None:
 
 def test_probes_resolve_named_ports_and_fill_in_defaults() -> None:
     container = {"name": "c", "ports": [{"name": "metrics", "containerPort": 8080}]}
-    probe = parse_probe({"httpGet": {"path": "/readyz", "port": "metrics"}}, container)
+    # As the API server stores it: with `scheme: HTTP` filled in.
+    stored = {"httpGet": {"path": "/readyz", "port": "metrics", "scheme": "HTTP"}}
+    probe = parse_probe(stored, container)
     assert probe is not None
-    assert (probe.action, probe.port, probe.path) == ("httpGet", 8080, "/readyz")
+    assert (probe.port, probe.path) == (8080, "/readyz")
     assert (probe.period_seconds, probe.timeout_seconds, probe.failure_threshold) == (10, 1, 3)
     assert parse_probe(None, container) is None
     with pytest.raises(ValueError, match="names no port"):
-        parse_probe({"tcpSocket": {"port": "other"}}, container)
+        parse_probe({"httpGet": {"port": "other"}}, container)
+
+
+@pytest.mark.parametrize(
+    "probe",
+    [
+        {"exec": {"command": ["true"]}},
+        {"tcpSocket": {"port": 8080}},
+        {"httpGet": {"port": 8080, "scheme": "HTTPS"}},
+        {"httpGet": {"port": 8080, "httpHeaders": [{"name": "a", "value": "b"}]}},
+    ],
+)
+def test_a_probe_the_deployment_does_not_use_is_refused_not_half_run(probe: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="only plain httpGet probes are emulated"):
+        parse_probe(probe, {"name": "c"})
 
 
 def test_status_keeps_the_schedulers_condition_and_unchanged_transition_times() -> None:

@@ -51,11 +51,7 @@ def test_every_pod_stage_skips_helper_pods(tmp_path: Path) -> None:
     documents = list(yaml.safe_load_all(write_stages(tmp_path / "stages.yaml").read_text()))
     assert [d["metadata"]["name"] for d in documents] == [s["metadata"]["name"] for s in stages()]
     pod_stages = [d for d in documents if d["spec"]["resourceRef"]["kind"] == "Pod"]
-    assert {d["metadata"]["name"] for d in pod_stages} == {
-        "pod-ready",
-        "pod-complete",
-        "pod-delete",
-    }
+    assert {d["metadata"]["name"] for d in pod_stages} == {"pod-ready", "pod-delete"}
     for stage in pod_stages:
         keys = [e["key"] for e in stage["spec"]["selector"]["matchExpressions"]]
         assert f'.metadata.labels["{HELPER_POD_LABEL}"]' in keys
