@@ -62,10 +62,12 @@ from provisioner.provisioning.clones import (
 )
 from provisioner.provisioning.paths import (
     EVERY_NODE,
+    LOGIN_NAME_MAX,
     PathBook,
     PathPatternError,
     PatternFields,
     choose_base_path,
+    longest_rendered,
     render_pattern,
     resolve_volume_path,
 )
@@ -389,15 +391,7 @@ def _plan(
         fields,
         allow_unsafe=allow_unsafe_path_pattern(parameters, annotations),
     )
-    rendered = {
-        k: render_pattern(parameters.get(f"{k}Pattern", ""), fields)
-        for k in ("user", "group", "perm")
-    }
-    for key, value in rendered.items():
-        if "\x00" in value or "\n" in value:
-            raise ValueError(f"{key}Pattern renders a NUL or line break")
-    if rendered["perm"]:
-        check_perm(rendered["perm"], "permPattern")
+    rendered = _render_owner(parameters, fields)
     return ProvisionPlan(
         volume_name=volume_name_for(claim),
         provisioner_name=provisioner_name,
@@ -415,3 +409,25 @@ def _plan(
         record_base_path=record,
         reuse_existing_data=reuse_existing_data(parameters),
     )
+
+
+def _render_owner(parameters: Mapping[str, str], fields: PatternFields) -> dict[str, str]:
+    """VOL_USER, VOL_GROUP and VOL_PERM as the class's patterns render them for the claim;
+    ValueError (ConfigError for the mode) naming the pattern when one cannot be used."""
+    rendered = {
+        k: render_pattern(parameters.get(f"{k}Pattern", ""), fields)
+        for k in ("user", "group", "perm")
+    }
+    for key, value in rendered.items():
+        parameter = f"{key}Pattern"
+        if "\x00" in value or "\n" in value:
+            raise ValueError(f"{parameter} renders a NUL or line break")
+        if len(value.encode()) > LOGIN_NAME_MAX:
+            blame = longest_rendered(parameters[parameter], fields, parameter)
+            raise ValueError(
+                f"{parameter} renders {len(value.encode())} bytes, over the {LOGIN_NAME_MAX}"
+                f" of a user or group name: {blame}"
+            )
+    if rendered["perm"]:
+        check_perm(rendered["perm"], "permPattern")
+    return rendered
