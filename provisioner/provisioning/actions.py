@@ -23,6 +23,7 @@ from provisioner.kube.client import KubeClients
 from provisioner.kube.events import EventRecorder, ObjectReference
 from provisioner.kube.metrics import Metrics
 from provisioner.objects.records import (
+    CLAIM_KIND,
     ClaimRecord,
     ClaimReference,
     claim_record,
@@ -37,7 +38,7 @@ from provisioner.provisioning.annotations import (
 )
 from provisioner.provisioning.base_path_checks import missing_base_path_hint
 from provisioner.provisioning.claims import ProvisionPlan
-from provisioner.provisioning.clones import CLAIM_KIND, CloneSource, source_changed
+from provisioner.provisioning.clones import CloneSource, source_changed
 from provisioner.provisioning.expansion import Expand
 from provisioner.provisioning.removal_gate import RemovalKind
 from provisioner.provisioning.volume_decisions import TeardownPlan

@@ -13,7 +13,6 @@ import threading
 
 from provisioner.kube.informer import Informer
 from provisioner.objects.records import ClaimRecord, VolumeRecord
-from provisioner.provisioning.clones import is_served_source
 
 SourceKey = tuple[str, str]
 """(namespace, name) of a source claim."""
@@ -68,6 +67,6 @@ class CloneWaits:
 
 
 def _source_key(claim: ClaimRecord | None) -> SourceKey | None:
-    if claim is None or claim.data_source is None or not is_served_source(claim.data_source):
+    if claim is None or claim.data_source is None or not claim.data_source.is_claim:
         return None
     return (claim.data_source.namespace or claim.namespace, claim.data_source.name)

@@ -26,8 +26,8 @@ import time
 from dataclasses import dataclass, replace
 
 from provisioner.capacity.capacity_publisher import CapacityPublisher
-from provisioner.configuration.class_parameters import node_loss_grace_seconds
-from provisioner.configuration.config import ConfigBundle, ConfigError
+from provisioner.configuration.class_rules import ClassRules, ClassRulesCache
+from provisioner.configuration.config import ConfigBundle
 from provisioner.configuration.config_watch import ConfigSource
 from provisioner.helper_pods.pod_runner import HelperPodError, HelperPodNotStarted, never_ran
 from provisioner.helper_pods.pod_shapes import HelperAction
@@ -132,6 +132,8 @@ class LocalPathProvisioner:
         self._provisioner_name = provisioner_name
         self._volume_names = InformerVolumeNames(caches.volumes)
         self._clone_sources = InformerClaimSources(caches.claims, caches.volumes)
+        # Each class's rules, read once per version of it and of the config.
+        self._class_rules = ClassRulesCache()
         # The one picture of taken paths the core decides on: our PVs as the informer sees
         # them, plus the provisions and teardowns in flight. Decisions and the bookkeeping that
         # carries them out happen under one lock, so two workers never both think a path free.
@@ -293,12 +295,11 @@ class LocalPathProvisioner:
         over, with the gate's permit for the clean-up should the setup fail."""
         bundle = self._config.current
         nodes = dict(self._caches.nodes.items())
-        storage_class = self._caches.classes.get(claim.storage_class_name or "")
+        rules = self._rules(claim.storage_class_name or "", bundle)
         with self._paths_lock:
             decision = decide_claim_action(
                 claim,
-                storage_class,
-                bundle.config,
+                rules,
                 self._volume_names,
                 nodes,
                 provisioner_name=self._provisioner_name,
@@ -344,6 +345,12 @@ class LocalPathProvisioner:
             case Ignore(reason):
                 log.debug("claim %s/%s: %s", claim.namespace, claim.name, reason)
         return True
+
+    def _rules(self, class_name: str, bundle: ConfigBundle) -> ClassRules:
+        """The class's rules under the config in force, read once per version of either."""
+        return self._class_rules.rules(
+            class_name, self._caches.classes.get(class_name), bundle.config
+        )
 
     def _reserve(self, plan: ProvisionPlan) -> None:
         """The plan's path and size in the book (under _paths_lock), before its setup runs."""
@@ -471,8 +478,7 @@ class LocalPathProvisioner:
             decision = decide_expansion(
                 claim,
                 volume,
-                self._caches.classes.get(claim.storage_class_name or ""),
-                bundle.config,
+                self._rules(claim.storage_class_name or "", bundle),
                 provisioner_name=self._provisioner_name,
                 paths=self._paths,
             )
@@ -515,18 +521,19 @@ class LocalPathProvisioner:
             return True
         bundle = self._config.current
         nodes = dict(self._caches.nodes.items())
+        rules = self._rules(volume.storage_class_name, bundle)
         # The decision is the teardown's last check: taken under the lock, with every live,
         # Released and in-flight path in view, and marked in the book before the lock is let go,
         # so no provision can take an overlapping path between the check and the helper.
         with self._paths_lock:
             decision = decide_volume_action(
                 volume,
-                bundle.config,
+                rules,
                 nodes,
                 provisioner_name=self._provisioner_name,
                 paths=self._paths,
                 directory_removed=name in self._directories_removed,
-                node_loss=self._node_loss(volume),
+                node_loss=self._node_loss(volume, rules),
             )
             if isinstance(decision, Teardown):
                 self._paths.start_teardown(name)
@@ -586,18 +593,12 @@ class LocalPathProvisioner:
                 log.debug("volume %s: %s", name, reason)
         return True
 
-    def _node_loss(self, volume: VolumeRecord) -> NodeLoss | None:
+    def _node_loss(self, volume: VolumeRecord, rules: ClassRules) -> NodeLoss | None:
         """For a volume of a class that opts in (`nodeLossGracePeriod`): the period, and how
         long its node has been seen gone. None for any other class, and for a class whose
         value is not valid (never release a claim on a value we cannot read)."""
-        storage_class = self._caches.classes.get(volume.storage_class_name)
-        if storage_class is None:
-            return None
-        try:
-            grace = node_loss_grace_seconds(storage_class.parameters)
-        except ConfigError:
-            return None
-        if grace is None:
+        grace = rules.node_loss_grace_seconds
+        if rules.storage_class is None or grace is None:
             return None
         node = volume_node_name(volume)
         if not node or self._caches.nodes.get(node) is not None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Literal
 
+from provisioner.configuration.config_error import ConfigError
 from provisioner.provisioning.fresh_directory import OWNERS_DIR
 
 SUPPORTED_SYNTAX = (
@@ -190,6 +191,34 @@ def longest_rendered(pattern: str, fields: PatternFields, parameter: str) -> str
     )
 
 
+def render_owner_fields(patterns: Mapping[str, str], fields: PatternFields) -> dict[str, str]:
+    """VOL_USER, VOL_GROUP and VOL_PERM as the class's patterns (by "user", "group", "perm")
+    render them for the claim; ValueError (ConfigError for the mode) naming the pattern when
+    one cannot be used."""
+    rendered = {k: render_pattern(pattern, fields) for k, pattern in patterns.items()}
+    for key, value in rendered.items():
+        parameter = f"{key}Pattern"
+        if "\x00" in value or "\n" in value:
+            raise ValueError(f"{parameter} renders a NUL or line break")
+        if len(value.encode()) > LOGIN_NAME_MAX:
+            blame = longest_rendered(patterns[key], fields, parameter)
+            raise ValueError(
+                f"{parameter} renders {len(value.encode())} bytes, over the {LOGIN_NAME_MAX}"
+                f" of a user or group name: {blame}"
+            )
+    if rendered["perm"]:
+        check_perm(rendered["perm"], "permPattern")
+    return rendered
+
+
+_OCTAL_MODE = re.compile(r"0?[0-7]{3,4}")
+
+
+def check_perm(value: str, key: str) -> None:
+    if not _OCTAL_MODE.fullmatch(value):
+        raise ConfigError(key, f"{json.dumps(value)} is not an octal mode such as 0777")
+
+
 _UNSAFE_PATH_CHARACTER = re.compile(r"[\x00-\x1f\x7f\\]")
 """Control characters and the backslash, which a tenant can write through a label or
 annotation the pattern renders: the mount table writes a tab, a line break and a backslash as
@@ -309,6 +338,20 @@ def choose_base_path(candidates: Sequence[str], live_volume_counts: Mapping[str,
     if not candidates:
         raise ValueError("no candidate base paths")
     return min(candidates, key=lambda path: (live_volume_counts.get(path, 0), path))
+
+
+def pick_base_path(
+    candidates: Sequence[str], recorded: str | None, book: PathBook | None, disk_node: str
+) -> tuple[str, bool]:
+    """The base path of a new volume, and whether to record it on its claim: the one the claim
+    recorded while that is still a candidate, else the one `choose_base_path` picks (recorded
+    when the node has several, so every retry uses the same one)."""
+    if recorded in candidates:
+        return str(recorded), False
+    counts = {p: book.count_inside(disk_node, p) for p in candidates} if book else {}
+    # A recorded path that has lost its room is replaced on the claim, so a retry after the
+    # room comes back cannot go back to it while a directory exists on the new one.
+    return choose_base_path(sorted(candidates), counts), len(candidates) > 1 or bool(recorded)
 
 
 EVERY_NODE = ""

@@ -6,6 +6,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from provisioner.configuration.class_rules import read_class_rules
 from provisioner.configuration.config import DEFAULT_NODE, parse_config_json
 from provisioner.helper_pods.batch_pod_shapes import BATCHABLE_PATH_BYTES
 from provisioner.objects.records import (
@@ -100,7 +101,12 @@ def klass(base: StorageClassRecord = LOCAL, **changes: Any) -> StorageClassRecor
 def decide(c: ClaimRecord = CLAIM, sc: StorageClassRecord | None = LOCAL, **kw: Any) -> Any:
     kw.setdefault("existing", set())
     return decide_claim_action(
-        c, sc, CONFIG, kw.pop("existing"), kw.pop("nodes", NODES), provisioner_name=ME, **kw
+        c,
+        read_class_rules(sc.name if sc else c.storage_class_name or "", sc, CONFIG),
+        kw.pop("existing"),
+        kw.pop("nodes", NODES),
+        provisioner_name=ME,
+        **kw,
     )
 
 
@@ -374,7 +380,8 @@ def volume(**changes: Any) -> VolumeRecord:
 
 
 def decide_volume(v: VolumeRecord, **kw: Any) -> Any:
-    return decide_volume_action(v, CONFIG, kw.pop("nodes", NODES), provisioner_name=ME, **kw)
+    rules = read_class_rules(v.storage_class_name, None, CONFIG)
+    return decide_volume_action(v, rules, kw.pop("nodes", NODES), provisioner_name=ME, **kw)
 
 
 def teardown(delete_volume: bool = True, remove_finalizer: bool = True, **kw: Any) -> Teardown:
