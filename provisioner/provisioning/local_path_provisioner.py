@@ -49,7 +49,6 @@ from provisioner.provisioning.actions import (
     Actions,
     GiveBack,
     VolumeSaveUnsettled,
-    claim_reference,
     volume_reference,
 )
 from provisioner.provisioning.book_views import BookCapacities, BookRunChecks, InformerVolumeNames
@@ -58,8 +57,6 @@ from provisioner.provisioning.claims import (
     Ignore,
     Provision,
     ProvisionPlan,
-    Reject,
-    Reschedule,
     WaitForPath,
     decide_claim_action,
 )
@@ -102,6 +99,8 @@ class _Handoff:
     bundle: ConfigBundle
     started: float
     class_name: str
+    reference: ObjectReference
+    """The object a Warning about the run goes on (the claim, or the PV)."""
     result: RunResult | None = None
     """The helper run's end, once taken from the helper pods, while what follows it is retried."""
     clone_problem: str | None = None
@@ -279,12 +278,11 @@ class LocalPathProvisioner:
         comes back when it ended). A bound claim that asks to grow has a key of its own
         (`reconcile_expansion`)."""
         key = (CLAIM, uid)
-        handed_over = key in self._handoffs
-        claim = None if handed_over else self._caches.claims.get(uid)
+        if key in self._handoffs:
+            return self._settle_claim(key)
+        claim = self._caches.claims.get(uid)
         if claim is not None and not claim.volume_name and not claim.being_deleted:
             return self._provision(key, claim)
-        if handed_over:
-            return self._settle_claim(key)
         if claim is None or claim.being_deleted:
             self._clean_up_after(uid)
         return True
@@ -306,55 +304,38 @@ class LocalPathProvisioner:
                 paths=self._paths,
                 sources=self._clone_sources,
             )
-            match decision:
-                case Provision(plan):
-                    self._reserve(plan)
-                case WaitForPath(_, blockers):
-                    for blocker in blockers:
-                        self._waiting.setdefault(blocker, set()).add(claim.uid)
-        match decision:
-            case Provision(plan):
-                try:
-                    if plan.record_base_path:
-                        self._actions.record_base_path(claim, plan.base_path)
-                    self._actions.begin_provision(plan)
-                    clean_up = self._removals.setup_clean_up_permit(plan)
-                    self._hand_over(
-                        key,
-                        "create",
-                        plan,
-                        bundle,
-                        plan.storage_class.name,
-                        reference=claim_reference(plan.claim),
-                        permit=clean_up,
-                    )
-                except BaseException:
-                    self._release(plan.volume_name)
-                    raise
-                finally:
-                    self._capacity.poke()
-                return False
-            case WaitForPath(reason):
-                log.info("claim %s/%s waits: %s", claim.namespace, claim.name, reason)
-                self._actions.wait_for_path(claim, reason)
-            case Reject(reason):
-                log.info("claim %s/%s refused: %s", claim.namespace, claim.name, reason)
-                self._actions.reject(claim, reason)
-            case Reschedule(reason):
-                self._actions.reschedule(claim, reason)
-            case Ignore(reason):
-                log.debug("claim %s/%s: %s", claim.namespace, claim.name, reason)
-        return True
+            plan = decision.plan if isinstance(decision, Provision) else None
+            if plan is not None:
+                self._paths.reserve(
+                    plan.volume_name, plan.disk_node, plan.path, size_bytes=plan.size_bytes
+                )
+            if isinstance(decision, WaitForPath):
+                for blocker in decision.blockers:
+                    self._waiting.setdefault(blocker, set()).add(claim.uid)
+        try:
+            reference = self._actions.report_claim_decision(claim, decision)
+            if plan is not None:
+                clean_up = self._removals.setup_clean_up_permit(plan)
+                handoff = _Handoff(
+                    plan, bundle, time.monotonic(), plan.storage_class.name, reference
+                )
+                self._handoffs[key] = handoff
+                self.helper_pods.submit(VolumeJob(key, "create", plan, bundle, reference, clean_up))
+        except BaseException:
+            if plan is not None:
+                self._handoffs.pop(key, None)
+                self._release(plan.volume_name)
+            raise
+        finally:
+            if plan is not None:
+                self._capacity.poke()
+        return plan is None
 
     def _rules(self, class_name: str, bundle: ConfigBundle) -> ClassRules:
         """The class's rules under the config in force, read once per version of either."""
         return self._class_rules.rules(
             class_name, self._caches.classes.get(class_name), bundle.config
         )
-
-    def _reserve(self, plan: ProvisionPlan) -> None:
-        """The plan's path and size in the book (under _paths_lock), before its setup runs."""
-        self._paths.reserve(plan.volume_name, plan.disk_node, plan.path, size_bytes=plan.size_bytes)
 
     def _hand_over(
         self,
@@ -370,7 +351,7 @@ class LocalPathProvisioner:
         """Give the helper run to the helper pods, with the removal gate's permit for what it
         may remove, and the object a Warning about it goes on; the key comes back when it
         ended."""
-        self._handoffs[key] = _Handoff(plan, bundle, time.monotonic(), class_name)
+        self._handoffs[key] = _Handoff(plan, bundle, time.monotonic(), class_name, reference)
         try:
             self.helper_pods.submit(VolumeJob(key, action, plan, bundle, reference, permit))
         except BaseException:
@@ -388,39 +369,44 @@ class LocalPathProvisioner:
         del self._handoffs[key]
         plan = handoff.plan
         assert isinstance(plan, ProvisionPlan)
-        clone_problem = handoff.clone_problem
+        leaves_a_directory = self._leaves_a_directory(plan, result)
+        released = False
         try:
-            if handoff.result is None and result.error is None and plan.clone_source is not None:
-                clone_problem = self._actions.clone_source_problem(plan.clone_source)
             self._actions.finish_provision(
-                plan, handoff.bundle, result, handoff.started, clone_problem=clone_problem
+                plan,
+                handoff.bundle,
+                result,
+                handoff.started,
+                ask_clone_source=handoff.result is None,
+                clone_problem=handoff.clone_problem,
             )
-        except VolumeSaveUnsettled:
+        except VolumeSaveUnsettled as unsettled:
             # The PV may exist and bind: the directory, the path and its budget stay, and
             # the key's retry saves the same PV again (its directory is made) until a save
             # or a read settles it, whether or not the claim is still there; with the
             # clone's verdict as it was before the first save.
-            self._handoffs[key] = replace(handoff, result=result, clone_problem=clone_problem)
+            self._handoffs[key] = replace(
+                handoff, result=result, clone_problem=unsettled.clone_problem
+            )
             raise
         except GiveBack as give_back:
             # Still reserved in the book while the gate decides and the directory goes.
-            try:
-                self._removals.give_back(plan, handoff.bundle, give_back.kind, give_back.why)
-            finally:
-                self._release(plan.volume_name)
+            released = True
+            self._removals.give_back(
+                plan, handoff.bundle, give_back.kind, give_back.why, handoff.reference
+            )
         except BaseException:
-            try:
-                if self._leaves_a_directory(plan, result):
-                    claim = self._caches.claims.get(plan.claim.uid)
-                    if claim is None or claim.being_deleted:
-                        # Still reserved in the book: nothing can be set up there meanwhile.
-                        self._removals.clean_up_abandoned(plan, handoff.bundle)
-                    else:
-                        self._failed_attempts[plan.claim.uid] = handoff
-            finally:
-                self._release(plan.volume_name)
+            released = True
+            claim = self._caches.claims.get(plan.claim.uid)
+            if leaves_a_directory and claim is not None and not claim.being_deleted:
+                self._failed_attempts[plan.claim.uid] = handoff
+            elif leaves_a_directory:
+                # Still reserved in the book: nothing can be set up there meanwhile.
+                self._removals.clean_up_abandoned(plan, handoff.bundle)
             raise
         finally:
+            if released:
+                self._release(plan.volume_name)
             self._capacity.poke()
         self._failed_attempts.pop(plan.claim.uid, None)
         return True
@@ -449,7 +435,9 @@ class LocalPathProvisioner:
                 plan.volume_name, plan.disk_node, plan.path
             ):
                 return
-            self._reserve(plan)
+            self._paths.reserve(
+                plan.volume_name, plan.disk_node, plan.path, size_bytes=plan.size_bytes
+            )
         try:
             self._removals.clean_up_abandoned(plan, attempt.bundle)
         finally:
