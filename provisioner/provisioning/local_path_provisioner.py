@@ -316,14 +316,17 @@ class LocalPathProvisioner:
             reference = self._actions.report_claim_decision(claim, decision)
             if plan is not None:
                 clean_up = self._removals.setup_clean_up_permit(plan)
-                handoff = _Handoff(
-                    plan, bundle, time.monotonic(), plan.storage_class.name, reference
+                self._hand_over(
+                    key,
+                    "create",
+                    plan,
+                    bundle,
+                    plan.storage_class.name,
+                    reference=reference,
+                    permit=clean_up,
                 )
-                self._handoffs[key] = handoff
-                self.helper_pods.submit(VolumeJob(key, "create", plan, bundle, reference, clean_up))
         except BaseException:
             if plan is not None:
-                self._handoffs.pop(key, None)
                 self._release(plan.volume_name)
             raise
         finally:
