@@ -82,3 +82,26 @@ def no_room_reason(node: str, size: int, rooms: Iterable[PathRoom]) -> str:
 def best_free_bytes(rooms: Iterable[PathRoom]) -> int:
     """The most a single new volume can get on the node: its best path's free budget."""
     return max((room.free for room in rooms), default=0)
+
+
+class NoRoom(Exception):  # noqa: N818 (reads as a sentence at the raise site)
+    """No base path of the selected node has room for the claim: the text says sizes and
+    budgets."""
+
+
+def with_room(
+    capacities: Mapping[str, int | None],
+    candidates: list[str],
+    node_name: str,
+    size: int,
+    entries: Iterable[PathEntry],
+) -> list[str]:
+    """The candidate base paths of the node with room for `size` beside `entries` (every
+    candidate when none has a budget); NoRoom when none has."""
+    if all(capacities.get(path) is None for path in candidates):
+        return candidates
+    rooms = path_rooms(capacities, candidates, committed_bytes(entries, node_name, candidates))
+    roomy = paths_with_room(rooms, size)
+    if not roomy:
+        raise NoRoom(no_room_reason(node_name, size, rooms))
+    return roomy

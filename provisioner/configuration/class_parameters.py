@@ -17,6 +17,7 @@ from provisioner.provisioning.paths import (
     PathPatternError,
     PatternFields,
     check_pattern,
+    check_perm,
     check_volume_path,
     render_pattern,
 )
@@ -49,9 +50,6 @@ VOLUME_TYPES = {"hostpath": "hostPath", "local": "local"}
 
 _GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True}
 _GO_BOOLS |= {"0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
-
-
-_OCTAL_MODE = re.compile(r"0?[0-7]{3,4}")
 
 
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
@@ -238,11 +236,6 @@ def size_range(parameters: Mapping[str, str]) -> tuple[int | None, int | None]:
             " swap or correct them",
         )
     return low, high
-
-
-def check_perm(value: str, key: str) -> None:
-    if not _OCTAL_MODE.fullmatch(value):
-        raise ConfigError(key, f"{json.dumps(value)} is not an octal mode such as 0777")
 
 
 def volume_type_of(value: str, key: str) -> str:

@@ -676,10 +676,12 @@ def parse_config_json(text: str) -> ProvisionerConfig:
         raise _config_error(error) from None
 
 
-MAX_SCRIPT_BYTES = 128 * 1024 - len("LPS_SCRIPT=\0")
+MAX_ARG_STRLEN = 128 * 1024
+"""The kernel's limit on one argument or environment string (`NAME=value` with its NUL) that
+execve takes: a helper container given a longer one never starts (E2BIG)."""
+MAX_SCRIPT_BYTES = MAX_ARG_STRLEN - len("LPS_SCRIPT=\0")
 """The largest setup or teardown script: a helper container gets the script in one environment
-string, `LPS_SCRIPT=<script>`, and execve refuses a string over 128 KiB with its NUL (the
-kernel's MAX_ARG_STRLEN) with E2BIG, so a larger script's pod would never start. A batch pod's
+string, `LPS_SCRIPT=<script>`, so a larger script's pod would never start. A batch pod's
 annotations (256 KiB in all) carry one such script beside the provisioner's own."""
 
 

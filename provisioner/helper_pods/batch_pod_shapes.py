@@ -33,7 +33,9 @@ Only volumes whose single pod would run the scripts through the guard in one ste
 a configured setupCommand/teardownCommand (the image may have no shell for the wrapper) and a
 nested volume whose parents `prepare` must make first (its data hostPath must exist before a
 pod that mounts it can start) keep their own pods, as do the volumes of a base path that may
-not be made (base_path_checks).
+not be made (base_path_checks) and those whose path is long (BATCHABLE_PATH_BYTES). One
+volume's part that would not start (an argument or environment string execve refuses) is not
+built: that volume fails alone (VolumePartError).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from provisioner.configuration.config import ConfigBundle
+from provisioner.configuration.config import MAX_ARG_STRLEN, ConfigBundle
 from provisioner.helper_pods.pod_shapes import (
     BASE_VIEW,
     FINISH_CONTAINER,
@@ -97,6 +99,15 @@ MAX_BATCH_VOLUMES = 64
 bytes, the finish container's outcome line 76 (the largest --helper-batch-size)."""
 DEADLINE_SLACK_SECONDS = 30
 """The pod's activeDeadlineSeconds beyond every volume's own timeout: a backstop only."""
+BATCHABLE_PATH_BYTES = 1024
+"""The longest volume path a batch pod takes; a longer one (the claim decision lets through
+up to paths.MAX_VOLUME_PATH_BYTES) runs in a pod of its own. A batch pod holds each volume's
+path five times (its container's VOL_DIR and `-p` argument, its data volume's hostPath and
+mount, the finish container's LPS_DIR_<i>): MAX_BATCH_VOLUMES such paths come to 320 KiB, which
+with the 256 KiB of script annotations keeps the pod far under the 1.5 MiB an object may have
+in etcd, and the finish container's environment far under the 2 MiB execve takes with the usual
+8 MiB stack. No tenant's long paths can make a pod too large to create, or its finish container
+unable to start, for the other volumes in it."""
 
 # $1 is setup or teardown, the rest the script's arguments. The guarded script runs in the
 # background so that a watchdog can end it at the volume's timeout; what it leaves running
@@ -180,6 +191,8 @@ def is_batchable(action: HelperAction, target: HelperTarget, bundle: ConfigBundl
     if config.setup_command if action == "create" else config.teardown_command:
         return False
     if not target.base_path or not is_strictly_inside(target.path, target.base_path):
+        return False
+    if len(target.path.encode()) > BATCHABLE_PATH_BYTES:
         return False
     if action == "delete":
         # A teardown on a base path that is never made mounts its volume as `Directory`: one
@@ -390,7 +403,23 @@ def _volume_container(
         {"name": "LPS_MESSAGE", "value": OUTCOME_PATH},
     ]
     container["terminationMessagePath"] = OUTCOME_PATH
+    check_exec_strings(container)
     return container, staged
+
+
+def check_exec_strings(container: Mapping[str, Any]) -> None:
+    """Raises ValueError naming the first argument or environment string of the container that
+    execve would refuse (E2BIG): such a container never starts, and in a batch pod the kubelet
+    would start none of the containers after it."""
+    env = [f"{e['name']}={e.get('value', '')}" for e in container.get("env") or ()]
+    strings = [*(container.get("command") or ()), *(container.get("args") or ()), *env]
+    for text in strings:
+        size = len(text.encode()) + 1
+        if size > MAX_ARG_STRLEN:
+            raise ValueError(
+                f"{text[:40]!r}... is {size} bytes, over the {MAX_ARG_STRLEN} execve takes in"
+                " one argument or environment string"
+            )
 
 
 def _scripts_volume(names: Sequence[str]) -> dict[str, Any]:

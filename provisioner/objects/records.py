@@ -41,6 +41,9 @@ BETA_STORAGE_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
 _Object = TypeVar("_Object", PersistentVolumeClaim, PersistentVolume, StorageClass, Node)
 
 
+CLAIM_KIND = "PersistentVolumeClaim"
+
+
 class DataSource(msgspec.Struct, frozen=True, gc=False):
     """A claim's spec.dataSourceRef (or spec.dataSource): the object to fill its volume from."""
 
@@ -49,6 +52,12 @@ class DataSource(msgspec.Struct, frozen=True, gc=False):
     name: str
     namespace: str | None = None
     """Only a dataSourceRef names one (another namespace's source, an alpha feature)."""
+
+    @property
+    def is_claim(self) -> bool:
+        """Another claim: the one source we fill a claim from (a clone); any other kind is
+        left to whoever serves it."""
+        return self.kind == CLAIM_KIND and not self.api_group
 
 
 class ClaimRecord(msgspec.Struct, frozen=True, gc=False):

@@ -20,9 +20,10 @@ from provisioner.helper_pods.pod_runner import HelperPodError, never_ran
 from provisioner.helper_pods.pod_runs import RunResult
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
-from provisioner.kube.events import EventRecorder, ObjectReference
+from provisioner.kube.events import EventRecorder, EventType, ObjectReference
 from provisioner.kube.metrics import Metrics
 from provisioner.objects.records import (
+    CLAIM_KIND,
     ClaimRecord,
     ClaimReference,
     claim_record,
@@ -36,8 +37,16 @@ from provisioner.provisioning.annotations import (
     VOLUME_FINALIZER,
 )
 from provisioner.provisioning.base_path_checks import missing_base_path_hint
-from provisioner.provisioning.claims import ProvisionPlan
-from provisioner.provisioning.clones import CLAIM_KIND, CloneSource, source_changed
+from provisioner.provisioning.claims import (
+    ClaimDecision,
+    Ignore,
+    Provision,
+    ProvisionPlan,
+    Reject,
+    Reschedule,
+    WaitForPath,
+)
+from provisioner.provisioning.clones import CloneSource, source_changed
 from provisioner.provisioning.expansion import Expand
 from provisioner.provisioning.removal_gate import RemovalKind
 from provisioner.provisioning.volume_decisions import TeardownPlan
@@ -61,6 +70,9 @@ class VolumeSaveUnsettled(ActionFailed):
     """Whether the PV was saved is not known (a 5xx, a 429 or a lost answer; a read of it that
     failed): it may exist and bind, so its directory and its place in the book are kept, and
     the provision is retried (an AlreadyExists then shows whose it is)."""
+
+    clone_problem: str | None = None
+    """The verdict on a clone's source taken before this save, which its retries keep."""
 
 
 class GiveBack(ActionFailed):
@@ -111,13 +123,42 @@ class Actions:
         self._metrics = metrics
         self._pv_save_retry_delay = pv_save_retry_delay
 
-    def begin_provision(self, plan: ProvisionPlan) -> None:
-        claim = plan.claim
-        self._recorder.normal(
-            claim_reference(claim),
-            "Provisioning",
-            f"External provisioner is provisioning volume for claim {claim.namespace}/{claim.name}",
-        )
+    def report_claim_decision(self, claim: ClaimRecord, decision: ClaimDecision) -> ObjectReference:
+        """What the claim is told of its decision, before anything is carried out: a provision
+        writes its base path on the claim (before any directory exists, so every later attempt
+        works on the same one) and says it began; a wait, a refusal and a return to the
+        scheduler are said as they are. The claim's reference, which its later events name."""
+        named = f"{claim.namespace}/{claim.name}"
+        annotations: dict[str, str | None] = {}
+        event: tuple[EventType, str, str] | None = None
+        match decision:
+            case Provision(plan):
+                if plan.record_base_path:
+                    annotations[BASE_PATH_ANNOTATION] = plan.base_path
+                provisioning = f"External provisioner is provisioning volume for claim {named}"
+                event = ("Normal", "Provisioning", provisioning)
+            case WaitForPath(reason):
+                log.info("claim %s waits: %s", named, reason)
+                event = ("Normal", "WaitingForPath", reason)
+            case Reject(reason):
+                log.info("claim %s refused: %s", named, reason)
+                event = ("Warning", "ProvisioningFailed", reason)
+            case Reschedule(reason):
+                annotations[SELECTED_NODE] = None
+                again = f"removed {SELECTED_NODE} so that the scheduler picks a node again"
+                event = ("Warning", "ProvisioningFailed", f"{reason}: {again}")
+            case Ignore(reason):
+                log.debug("claim %s: %s", named, reason)
+        reference = claim_reference(claim)
+        if annotations:
+            self._patch(
+                f"/api/v1/namespaces/{claim.namespace}/persistentvolumeclaims/{claim.name}",
+                {"metadata": {"annotations": annotations}},
+                MERGE,
+            )
+        if event is not None:
+            self._recorder.event(reference, *event)
+        return reference
 
     def finish_provision(
         self,
@@ -126,17 +167,36 @@ class Actions:
         helper: RunResult,
         started: float,
         *,
+        ask_clone_source: bool = False,
         clone_problem: str | None = None,
     ) -> None:
         """After the setup helper's run (`helper`): the PV, or the failure reported; raises
-        `GiveBack` when no PV will point at the directory. `clone_problem`: the verdict on a
-        clone's source (`clone_source_problem`), taken once before the first save and kept
-        with the hand-off, so that a retry never gives back a clone whose source went after
-        its PV may have been saved."""
+        `GiveBack` when no PV will point at the directory. A clone's source is asked once
+        (`ask_clone_source`: this is the first save) for its verdict (`clone_source_problem`);
+        a retry gets it back as `clone_problem` (from VolumeSaveUnsettled), so that it never
+        gives back a clone whose source went after its PV may have been saved."""
         claim, class_name = plan.claim, plan.storage_class.name
         where = plan.node_name or "the shared filesystem"
         reference = claim_reference(claim)
         error = helper.error
+        if ask_clone_source and error is None and plan.clone_source is not None:
+            clone_problem = self.clone_source_problem(plan.clone_source)
+        if error is None and clone_problem is None:
+            try:
+                self._save_volume(plan)
+            except VolumeSaveUnsettled as unsettled:
+                unsettled.clone_problem = clone_problem
+                raise
+            self._metrics.provision_total.labels(class_name, _source_label(plan)).inc()
+            self._metrics.provision_duration_seconds.labels(
+                class_name, _source_label(plan)
+            ).observe(time.monotonic() - started)
+            self._recorder.normal(
+                reference,
+                "ProvisioningSucceeded",
+                f"Successfully provisioned volume {plan.volume_name} at {plan.path} on {where}",
+            )
+            return
         if isinstance(error, HelperPodError):
             self._metrics.provision_failed_total.labels(class_name, _source_label(plan)).inc()
             hint = ""
@@ -152,21 +212,8 @@ class Actions:
             raise ActionFailed(str(error)) from error
         if error is not None:
             raise error
-        if clone_problem is not None:
-            self._metrics.provision_failed_total.labels(class_name, _source_label(plan)).inc()
-            raise GiveBack(
-                RemovalKind.CLONE_GIVE_BACK, f"{clone_problem}, so the copy may miss files"
-            )
-        self._save_volume(plan)
-        self._metrics.provision_total.labels(class_name, _source_label(plan)).inc()
-        self._metrics.provision_duration_seconds.labels(class_name, _source_label(plan)).observe(
-            time.monotonic() - started
-        )
-        self._recorder.normal(
-            reference,
-            "ProvisioningSucceeded",
-            f"Successfully provisioned volume {plan.volume_name} at {plan.path} on {where}",
-        )
+        self._metrics.provision_failed_total.labels(class_name, _source_label(plan)).inc()
+        raise GiveBack(RemovalKind.CLONE_GIVE_BACK, f"{clone_problem}, so the copy may miss files")
 
     def _save_volume(self, plan: ProvisionPlan) -> None:
         volume = build_persistent_volume(plan)
@@ -264,32 +311,6 @@ class Actions:
             ) from error
         except (HTTPError, OSError) as error:
             raise VolumeSaveUnsettled(f"reading PV {name} failed ({error}); retrying") from error
-
-    def record_base_path(self, claim: ClaimRecord, base_path: str) -> None:
-        """Before any directory exists: every later attempt then works on the same base path."""
-        self._patch(
-            f"/api/v1/namespaces/{claim.namespace}/persistentvolumeclaims/{claim.name}",
-            {"metadata": {"annotations": {BASE_PATH_ANNOTATION: base_path}}},
-            MERGE,
-        )
-
-    def wait_for_path(self, claim: ClaimRecord, reason: str) -> None:
-        self._recorder.normal(claim_reference(claim), "WaitingForPath", reason)
-
-    def reject(self, claim: ClaimRecord, reason: str) -> None:
-        self._recorder.warning(claim_reference(claim), "ProvisioningFailed", reason)
-
-    def reschedule(self, claim: ClaimRecord, reason: str) -> None:
-        self._patch(
-            f"/api/v1/namespaces/{claim.namespace}/persistentvolumeclaims/{claim.name}",
-            {"metadata": {"annotations": {SELECTED_NODE: None}}},
-            MERGE,
-        )
-        self._recorder.warning(
-            claim_reference(claim),
-            "ProvisioningFailed",
-            f"{reason}: removed {SELECTED_NODE} so that the scheduler picks a node again",
-        )
 
     def expand(self, claim: ClaimRecord, expansion: Expand) -> None:
         """Grow the volume as the external-resizer does, once its quota on the node was raised

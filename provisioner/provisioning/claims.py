@@ -19,54 +19,25 @@ tests/provisioner/provisioning/test_claims.py):
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from provisioner.capacity.budgets import (
-    committed_bytes,
-    no_room_reason,
-    path_rooms,
-    paths_with_room,
-)
-from provisioner.configuration.class_parameters import (
-    allow_unsafe_path_pattern,
-    check_perm,
-    reuse_existing_data,
-    size_range,
-    validate_storage_class_parameters,
-    volume_type_of,
-)
-from provisioner.configuration.config import (
-    DEFAULT_NODE_AFFINITY_KEY,
-    ConfigError,
-    ProvisionerConfig,
-)
-from provisioner.objects.quantities import QuantityTooLarge, format_bytes
-from provisioner.objects.records import (
-    ClaimRecord,
-    NodeRecord,
-    StorageClassRecord,
-    quantity_to_bytes,
-)
+from provisioner.capacity.budgets import NoRoom, with_room
+from provisioner.configuration.class_rules import ClassRules
+from provisioner.configuration.config import ConfigError, ProvisionerConfig
+from provisioner.objects.records import ClaimRecord, NodeRecord, StorageClassRecord
 from provisioner.provisioning.annotations import (
     BASE_PATH_ANNOTATION,
     BETA_STORAGE_PROVISIONER,
     STORAGE_PROVISIONER,
 )
-from provisioner.provisioning.clones import (
-    ClaimSources,
-    CloneSource,
-    clone_node,
-    find_clone_source,
-    is_served_source,
-    wrong_node_reason,
-)
+from provisioner.provisioning.clones import ClaimSources, ClonePlace, CloneSource, place_clone
 from provisioner.provisioning.paths import (
     EVERY_NODE,
     PathBook,
     PathPatternError,
     PatternFields,
-    choose_base_path,
-    render_pattern,
+    pick_base_path,
+    render_owner_fields,
     resolve_volume_path,
 )
 from provisioner.provisioning.volume_facts import (
@@ -74,6 +45,7 @@ from provisioner.provisioning.volume_facts import (
 )
 
 NODE_LOCAL_ACCESS_MODES = frozenset({"ReadWriteOnce", "ReadWriteOncePod"})
+SHARED_ACCESS_MODES = NODE_LOCAL_ACCESS_MODES | {"ReadOnlyMany", "ReadWriteMany"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +132,7 @@ def is_our_claim(claim: ClaimRecord, provisioner_name: str) -> bool:
 
 def decide_claim_action(
     claim: ClaimRecord,
-    storage_class: StorageClassRecord | None,
-    config: ProvisionerConfig,
+    rules: ClassRules,
     existing_volume_names: Collection[str],
     nodes: Mapping[str, NodeRecord],
     *,
@@ -169,9 +140,15 @@ def decide_claim_action(
     paths: PathBook | None = None,
     sources: ClaimSources | None = None,
 ) -> ClaimDecision:
-    """`paths` is the whole picture of taken paths (live, Released, in flight); without it no
-    overlap can be seen, which only pure tests of other rules may want. `sources` finds a
-    clone's source claim and volume (see `clones`); without it no claim can be cloned."""
+    """`rules` are those of the claim's class, read once (`class_rules`). `paths` is the whole
+    picture of taken paths (live, Released, in flight); without it no overlap can be seen,
+    which only pure tests of other rules may want. `sources` finds a clone's source claim and
+    volume (see `clones`); without it no claim can be cloned.
+
+    Read in order: the claim's own checks, the class's (its sizes, its config entry), a
+    clone's source, the node, the class's place on it (`ClassRules.place`), the budgets, then
+    the path."""
+    storage_class = rules.storage_class
     if claim.volume_name:
         return Ignore(f"bound to volume {claim.volume_name}")
     if claim.being_deleted:
@@ -182,32 +159,31 @@ def decide_claim_action(
         return Ignore(f"class {storage_class.name} belongs to {storage_class.provisioner}")
     if not is_our_claim(claim, provisioner_name):
         return Ignore("not handed to us (no storage-provisioner annotation naming us)")
-    if volume_name_for(claim) in existing_volume_names:
-        return Ignore(f"volume {volume_name_for(claim)} already exists")
-    if paths is not None and volume_name_for(claim) in paths:
-        return Ignore(f"volume {volume_name_for(claim)} is being provisioned")
+    volume_name = volume_name_for(claim)
+    if volume_name in existing_volume_names:
+        return Ignore(f"volume {volume_name} already exists")
+    if paths is not None and volume_name in paths:
+        return Ignore(f"volume {volume_name} is being provisioned")
     if claim.has_selector:
         return Reject("claims with spec.selector cannot be provisioned dynamically: remove it")
-    if claim.data_source is not None and not is_served_source(claim.data_source):
+    if claim.data_source is not None and not claim.data_source.is_claim:
         return Ignore(f"data source {claim.data_source.kind} is for another controller to fill")
     if claim.volume_mode == "Block":
         return Reject("volumeMode Block is not supported: local paths are directories")
     if claim.requested_storage is None:
         return Reject("spec.resources.requests.storage is required")
-    outside = _outside_size_range(claim, claim.requested_storage, storage_class)
-    if outside is not None:
-        return Reject(outside)
-    storage = config.storage_for(storage_class.name)
-    if storage is None:
+    size = rules.claim_size(claim, claim.requested_storage)
+    if isinstance(size, str):
+        return Reject(size)
+    if not rules.configured:
         return Reject(f"config.json has no storageClassConfigs entry for {storage_class.name}")
-    shared = storage.shared_filesystem_path is not None
-    clone: CloneSource | None = None
+    shared = rules.shared_path is not None
+    clone: ClonePlace | None = None
     if claim.data_source is not None:
-        found = find_clone_source(
+        found = place_clone(
             claim,
             claim.data_source,
-            storage_class=storage_class,
-            config=config,
+            rules=rules,
             sources=sources,
             nodes=nodes,
             provisioner_name=provisioner_name,
@@ -215,22 +191,19 @@ def decide_claim_action(
         if isinstance(found, str):
             return Reject(found)
         clone = found
-    allowed = {"ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"}
-    allowed = allowed if shared else set(NODE_LOCAL_ACCESS_MODES)
+    allowed = SHARED_ACCESS_MODES if shared else NODE_LOCAL_ACCESS_MODES
     if not claim.access_modes or not set(claim.access_modes) <= allowed:
         return Reject(
             f"access modes {list(claim.access_modes)} not supported: node-local paths"
             " allow ReadWriteOnce and ReadWriteOncePod; a sharedFileSystemPath allows all"
         )
     node = None
-    if clone is not None and clone.node_name is not None:
-        wrong_node = wrong_node_reason(claim, clone)
-        if wrong_node is not None:
-            return Reschedule(wrong_node)
-        node_name = clone_node(claim, clone, storage_class.binding_mode)
-        if node_name is None:
+    if clone is not None and clone.source.node_name is not None:
+        if clone.wrong_node is not None:
+            return Reschedule(clone.wrong_node)
+        if clone.node_name is None:
             return Ignore("waiting for the scheduler to select a node")
-        node = nodes.get(node_name)
+        node = nodes.get(clone.node_name)
     elif claim.selected_node:
         node = nodes.get(claim.selected_node)
         if node is None:
@@ -243,64 +216,52 @@ def decide_claim_action(
     elif not shared:
         return Ignore("waiting for the scheduler to select a node")
     try:
-        plan = _plan(
-            claim,
-            storage_class,
-            config,
-            node=node,
-            shared=shared,
-            provisioner_name=provisioner_name,
-            paths=paths,
+        place = rules.place(claim, node)
+        taken = paths.entries() if paths else []
+        # Only node-local paths have budgets: a shared one has no capacities.
+        candidates = with_room(place.capacities, place.candidates, place.disk_node, size, taken)
+        base_path, record = pick_base_path(
+            candidates, claim.annotations.get(BASE_PATH_ANNOTATION), paths, place.disk_node
         )
+        fields = PatternFields(
+            volume_name, claim.namespace, claim.name, claim.labels, claim.annotations
+        )
+        path = resolve_volume_path(
+            base_path, rules.path_pattern, fields, allow_unsafe=rules.allow_unsafe_path_pattern
+        )
+        owner = render_owner_fields(rules.owner_patterns, fields)
     except NoRoom as error:
         return Reschedule(str(error))
     except (ConfigError, PathPatternError, ValueError) as error:
         return Reject(str(error))
-    if clone is not None:
-        plan = replace(plan, clone_source=clone)
-    blockers = paths.overlapping(plan.volume_name, plan.disk_node, plan.path) if paths else []
+    blockers = paths.overlapping(volume_name, place.disk_node, path) if paths else []
     if blockers:
         return WaitForPath(
-            f"path {plan.path} overlaps "
+            f"path {path} overlaps "
             + "; ".join(entry.describe() for entry in blockers)
             + ": waiting until it is gone",
             tuple(entry.volume_name for entry in blockers),
         )
-    return Provision(plan)
-
-
-class NoRoom(Exception):  # noqa: N818 (reads as a sentence at the raise site)
-    """No base path of the selected node has room for the claim: the text says sizes and
-    budgets."""
-
-
-def _outside_size_range(
-    claim: ClaimRecord, requested: str, storage_class: StorageClassRecord
-) -> str | None:
-    """Why the request is not a size we accept or is outside the class's minSize/maxSize, or
-    None when it is inside."""
-    try:
-        low, high = size_range(storage_class.parameters)
-    except ConfigError as error:
-        return f"StorageClass {storage_class.name}: {error}"
-    try:
-        size = quantity_to_bytes(requested)
-    except QuantityTooLarge as error:
-        return (
-            f"claim {claim.namespace}/{claim.name} requests {error}:"
-            " request a smaller spec.resources.requests.storage"
+    return Provision(
+        ProvisionPlan(
+            volume_name=volume_name,
+            provisioner_name=provisioner_name,
+            claim=claim,
+            storage_class=storage_class,
+            node_name=node.name if node else None,
+            node_affinity=place.affinity,
+            base_path=base_path,
+            path=path,
+            volume_type=place.volume_type,
+            size_bytes=size,
+            vol_user=owner["user"],
+            vol_group=owner["group"],
+            vol_perm=owner["perm"],
+            record_base_path=record,
+            reuse_existing_data=rules.reuse_existing_data,
+            clone_source=clone.source if clone is not None else None,
         )
-    except ValueError as error:
-        return str(error)
-    if (low is not None and size < low) or (high is not None and size > high):
-        shown = f"{format_bytes(low) if low is not None else '0'} .. " + (
-            format_bytes(high) if high is not None else "unlimited"
-        )
-        return (
-            f"requested {requested} is outside the size range of StorageClass"
-            f" {storage_class.name} (minSize .. maxSize: {shown}): request a size in that range"
-        )
-    return None
+    )
 
 
 def candidate_base_paths(
@@ -313,105 +274,3 @@ def candidate_base_paths(
     if node_path is not None:
         return [node_path] if node_path in candidates else []
     return candidates
-
-
-def _plan(
-    claim: ClaimRecord,
-    storage_class: StorageClassRecord,
-    config: ProvisionerConfig,
-    *,
-    node: NodeRecord | None,
-    shared: bool,
-    provisioner_name: str,
-    paths: PathBook | None,
-) -> ProvisionPlan:
-    """Raises ConfigError/PathPatternError/ValueError with the reason to reject."""
-    parameters, annotations = storage_class.parameters, storage_class.annotations
-    validate_storage_class_parameters(storage_class.name, parameters, annotations, config)
-    volume_type = volume_type_of(
-        claim.annotations.get("volumeType", annotations.get("defaultVolumeType", "hostPath")),
-        "volumeType annotation",
-    )
-    if shared and volume_type == "local":
-        raise ValueError("volumeType local needs node affinity, which a shared path has not")
-    affinity: tuple[str, str] | None = None
-    if shared:
-        candidates = config.paths_for(storage_class.name, node.name if node else "")
-        disk_node = EVERY_NODE
-    else:
-        assert node is not None  # decide_claim_action waits for a selected node
-        candidates = config.paths_for(storage_class.name, node.name)
-        key = parameters.get("nodeAffinityKey", DEFAULT_NODE_AFFINITY_KEY)
-        value = node.labels.get(key, node.name if key == DEFAULT_NODE_AFFINITY_KEY else None)
-        if value is None:
-            raise ValueError(f"node {node.name} has no label {key} (the class's nodeAffinityKey)")
-        affinity, disk_node = (key, value), node.name
-    if not candidates:
-        raise ValueError(
-            f"config.json serves no path on node {node.name if node else '?'}"
-            f" for class {storage_class.name}"
-        )
-    if "nodePath" in parameters:
-        if parameters["nodePath"] not in candidates:
-            raise ValueError(
-                f"nodePath {parameters['nodePath']} is not configured for node"
-                f" {node.name if node else '?'}"
-            )
-        candidates = [parameters["nodePath"]]
-    assert claim.requested_storage is not None
-    size = quantity_to_bytes(claim.requested_storage)
-    if node is not None and not shared:
-        capacities = config.capacities_for(storage_class.name, node.name)
-        if any(capacities.get(path) is not None for path in candidates):
-            entries = paths.entries() if paths else []
-            rooms = path_rooms(
-                capacities, candidates, committed_bytes(entries, node.name, candidates)
-            )
-            roomy = paths_with_room(rooms, size)
-            if not roomy:
-                raise NoRoom(no_room_reason(node.name, size, rooms))
-            candidates = roomy
-    recorded = claim.annotations.get(BASE_PATH_ANNOTATION)
-    if recorded in candidates:
-        base_path, record = recorded, False
-    else:
-        counts = {p: paths.count_inside(disk_node, p) for p in candidates} if paths else {}
-        base_path = choose_base_path(sorted(candidates), counts)
-        # A recorded path that has lost its room is replaced on the claim, so a retry after
-        # the room comes back cannot go back to it while a directory exists on the new one.
-        record = len(candidates) > 1 or recorded is not None
-    fields = PatternFields(
-        volume_name_for(claim), claim.namespace, claim.name, claim.labels, claim.annotations
-    )
-    path = resolve_volume_path(
-        base_path,
-        parameters.get("pathPattern"),
-        fields,
-        allow_unsafe=allow_unsafe_path_pattern(parameters, annotations),
-    )
-    rendered = {
-        k: render_pattern(parameters.get(f"{k}Pattern", ""), fields)
-        for k in ("user", "group", "perm")
-    }
-    for key, value in rendered.items():
-        if "\x00" in value or "\n" in value:
-            raise ValueError(f"{key}Pattern renders a NUL or line break")
-    if rendered["perm"]:
-        check_perm(rendered["perm"], "permPattern")
-    return ProvisionPlan(
-        volume_name=volume_name_for(claim),
-        provisioner_name=provisioner_name,
-        claim=claim,
-        storage_class=storage_class,
-        node_name=node.name if node else None,
-        node_affinity=affinity,
-        base_path=base_path,
-        path=path,
-        volume_type=volume_type,
-        size_bytes=size,
-        vol_user=rendered["user"],
-        vol_group=rendered["group"],
-        vol_perm=rendered["perm"],
-        record_base_path=record,
-        reuse_existing_data=reuse_existing_data(parameters),
-    )

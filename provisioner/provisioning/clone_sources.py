@@ -3,8 +3,8 @@
 The claim informer is keyed by UID; a clone names its source by namespace and name, so finding
 it walks the cache. Only the reconcile of an unbound clone pays for that walk. A clone refused
 because its source is not Bound yet (both applied in one manifest, say) is looked at again as
-soon as its source binds: `CloneWaits` maps each source to the clones naming it, so a binding
-finds them without a walk.
+soon as its source binds, and again when its source's volume reaches the cache: `CloneWaits`
+maps each source to the clones naming it, so a binding finds them without a walk.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import threading
 
 from provisioner.kube.informer import Informer
 from provisioner.objects.records import ClaimRecord, VolumeRecord
-from provisioner.provisioning.clones import is_served_source
 
 SourceKey = tuple[str, str]
 """(namespace, name) of a source claim."""
@@ -66,8 +65,20 @@ class CloneWaits:
                 return set()
             return set(self._clones.get((new.namespace, new.name), ()))
 
+    def volume_seen(self, old: VolumeRecord | None, new: VolumeRecord | None) -> set[str]:
+        """Follows a PV event: the clones waiting for the claim a PV just came to be bound to.
+        A source's binding and its PV reach the caches through two informers, in either
+        order: a clone looked at between the two finds its source bound to a volume not yet
+        seen, and is looked at again when the volume is."""
+        if new is None or new.claim_ref is None:
+            return set()
+        if old is not None and old.claim_ref == new.claim_ref:
+            return set()
+        with self._lock:
+            return set(self._clones.get((new.claim_ref.namespace, new.claim_ref.name), ()))
+
 
 def _source_key(claim: ClaimRecord | None) -> SourceKey | None:
-    if claim is None or claim.data_source is None or not is_served_source(claim.data_source):
+    if claim is None or claim.data_source is None or not claim.data_source.is_claim:
         return None
     return (claim.data_source.namespace or claim.namespace, claim.data_source.name)

@@ -2,7 +2,7 @@
 ours gets a new volume holding a copy of that claim's data. rancher has no clones (its issue
 352), nor has kubevirt's hostpath-provisioner (411); OpenEBS LocalPV refuses any dataSource.
 
-What this module decides, on records (claims.decide_claim_action asks `find_clone_source`;
+What this module decides, on records (claims.decide_claim_action asks `place_clone`;
 the fixed `clone` helper step in clone_step.py makes the copy):
 - Served: a source of kind PersistentVolumeClaim with an empty apiGroup. Any other kind (a
   VolumeSnapshot, a volume populator's resource) is left alone, without an event: another
@@ -28,21 +28,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from provisioner.configuration.class_parameters import reuse_existing_data
-from provisioner.configuration.config import ProvisionerConfig
+from provisioner.configuration.class_rules import ClassRules
 from provisioner.objects.records import (
     ClaimRecord,
     DataSource,
     NodeRecord,
-    StorageClassRecord,
     VolumeRecord,
     quantity_to_bytes,
 )
 from provisioner.provisioning.annotations import PROVISIONED_BY
 from provisioner.provisioning.paths import is_deletable_path, is_strictly_inside
 from provisioner.provisioning.volume_facts import volume_base_paths, volume_size_bytes
-
-CLAIM_KIND = "PersistentVolumeClaim"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,17 +59,22 @@ class CloneSource:
         return f"claim {self.claim_namespace}/{self.claim_name} (volume {self.volume_name})"
 
 
+@dataclass(frozen=True, slots=True)
+class ClonePlace:
+    """Where a clone's copy is made: from `source`, on `node_name` for a node-local source
+    (None: the scheduler has not selected it yet, or the source is on a shared filesystem,
+    where any node does), unless `wrong_node` says why the selected node cannot hold it."""
+
+    source: CloneSource
+    node_name: str | None
+    wrong_node: str | None = None
+
+
 class ClaimSources(Protocol):
     """The caches a clone's source is looked up in."""
 
     def claim(self, namespace: str, name: str) -> ClaimRecord | None: ...
     def volume(self, name: str) -> VolumeRecord | None: ...
-
-
-def is_served_source(source: DataSource) -> bool:
-    """Whether we fill a claim from this data source (another claim), rather than leave it to
-    whoever serves its kind."""
-    return source.kind == CLAIM_KIND and not source.api_group
 
 
 def source_claim_refusal(
@@ -132,28 +133,6 @@ def source_volume_refusal(
     return None
 
 
-def clone_node(claim: ClaimRecord, source: CloneSource, binding_mode: str) -> str | None:
-    """Where a node-local clone goes, once it may go somewhere (see `wrong_node_reason`): the
-    source's node, at once with Immediate binding, once it is selected with
-    WaitForFirstConsumer; None while the scheduler has not selected it."""
-    if binding_mode == "Immediate" or claim.selected_node == source.node_name:
-        return source.node_name
-    return None
-
-
-def wrong_node_reason(claim: ClaimRecord, source: CloneSource) -> str | None:
-    """Why the node the scheduler selected cannot hold a copy of `source`, or None."""
-    if source.node_name is None or not claim.selected_node:
-        return None
-    if claim.selected_node == source.node_name:
-        return None
-    return (
-        f"selected node {claim.selected_node} cannot hold a clone of {source.describe()}:"
-        f" its data is on node {source.node_name}; pin the claim's consumer there (node"
-        f" affinity on kubernetes.io/hostname={source.node_name})"
-    )
-
-
 def source_changed(
     source: CloneSource, claim: ClaimRecord | None, volume: VolumeRecord | None
 ) -> str | None:
@@ -171,17 +150,17 @@ def source_changed(
     return None
 
 
-def find_clone_source(
+def place_clone(
     claim: ClaimRecord,
     data_source: DataSource,
     *,
-    storage_class: StorageClassRecord,
-    config: ProvisionerConfig,
+    rules: ClassRules,
     sources: ClaimSources | None,
     nodes: Mapping[str, NodeRecord],
     provisioner_name: str,
-) -> CloneSource | str:
-    """The volume the claim is to be a copy of, or why it cannot be (see `clones`)."""
+) -> ClonePlace | str:
+    """The volume the claim is to be a copy of and where the copy goes, or why it cannot be
+    (see `clones`)."""
     if sources is None:
         return "cloning needs the claim and volume caches, which this caller has not"
     source_claim = sources.claim(claim.namespace, data_source.name)
@@ -201,12 +180,12 @@ def find_clone_source(
     if refusal is not None:
         return refusal
     assert volume is not None and volume.path is not None
-    if reuse_existing_data(storage_class.parameters):
+    if rules.reuse_existing_data:
         return (
-            f"StorageClass {storage_class.name} sets reuseExistingData: a clone needs a"
+            f"StorageClass {rules.name} sets reuseExistingData: a clone needs a"
             " directory of its own, never one with data already in it; use a class without it"
         )
-    place = volume_base_paths(volume, storage_class.name, config, nodes)
+    place = volume_base_paths(volume, rules, nodes)
     if isinstance(place, str):
         return f"cannot tell which node holds volume {volume.name}: {place}"
     node_name, base_paths = place
@@ -215,7 +194,7 @@ def find_clone_source(
             f"volume {volume.name}'s path {volume.path} is not clean and strictly inside a"
             f" base path configured for it ({', '.join(base_paths) or 'none'}): not copied"
         )
-    return CloneSource(
+    found = CloneSource(
         claim_namespace=source_claim.namespace,
         claim_name=source_claim.name,
         claim_uid=source_claim.uid,
@@ -224,3 +203,17 @@ def find_clone_source(
         base_path=next(base for base in base_paths if is_strictly_inside(volume.path, base)),
         node_name=node_name,
     )
+    source_node = found.node_name
+    if source_node is None or not claim.selected_node or claim.selected_node == source_node:
+        wrong_node = None
+    else:
+        wrong_node = (
+            f"selected node {claim.selected_node} cannot hold a clone of {found.describe()}:"
+            f" its data is on node {source_node}; pin the claim's consumer there (node"
+            f" affinity on kubernetes.io/hostname={source_node})"
+        )
+    # A node-local copy goes to the source's node, at once with Immediate binding, once it
+    # is selected with WaitForFirstConsumer.
+    if rules.binding_mode == "Immediate" or claim.selected_node == source_node:
+        return ClonePlace(found, source_node, wrong_node)
+    return ClonePlace(found, None, wrong_node)

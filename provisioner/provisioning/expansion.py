@@ -15,10 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from provisioner.capacity.budgets import committed_bytes, no_room_reason, path_rooms
-from provisioner.configuration.class_parameters import size_range
-from provisioner.configuration.config import ConfigError, ProvisionerConfig
+from provisioner.configuration.class_rules import ClassRules
 from provisioner.objects.quantities import QuantityTooLarge, format_bytes, quantity_to_bytes
-from provisioner.objects.records import ClaimRecord, StorageClassRecord, VolumeRecord
+from provisioner.objects.records import ClaimRecord, VolumeRecord
 from provisioner.provisioning.annotations import PROVISIONED_BY
 from provisioner.provisioning.paths import PathBook, is_strictly_inside
 from provisioner.provisioning.volume_facts import volume_node_name, volume_size_bytes
@@ -69,12 +68,12 @@ ExpansionDecision = Expand | FinishExpansion | RefuseExpansion | NoExpansion
 def decide_expansion(
     claim: ClaimRecord,
     volume: VolumeRecord | None,
-    storage_class: StorageClassRecord | None,
-    config: ProvisionerConfig,
+    rules: ClassRules,
     *,
     provisioner_name: str,
     paths: PathBook | None = None,
 ) -> ExpansionDecision:
+    """`rules`: those of the claim's class, read once (`class_rules`)."""
     if volume is None or volume.annotations.get(PROVISIONED_BY) != provisioner_name:
         return NoExpansion("not bound to a volume of ours")
     if volume.claim_ref is None or volume.claim_ref.uid != claim.uid:
@@ -97,14 +96,12 @@ def decide_expansion(
         if status < current and volume.capacity:
             return FinishExpansion(volume.capacity)
         return NoExpansion("the volume is as large as the claim asks")
-    refused = _refusal(
-        claim, volume, storage_class, config, requested=requested, current=current, paths=paths
-    )
+    refused = _refusal(claim, volume, rules, requested=requested, current=current, paths=paths)
     if refused is not None:
         return refused
     assert volume.path is not None and claim.requested_storage is not None
     node = volume_node_name(volume)
-    bases = config.capacities_for(claim.storage_class_name or "", node)
+    bases = rules.capacities_on(node)
     base = next((b for b in bases if is_strictly_inside(volume.path, b)), "")
     return Expand(volume.name, claim.requested_storage, requested, node, volume.path, base)
 
@@ -112,30 +109,28 @@ def decide_expansion(
 def _refusal(
     claim: ClaimRecord,
     volume: VolumeRecord,
-    storage_class: StorageClassRecord | None,
-    config: ProvisionerConfig,
+    rules: ClassRules,
     *,
     requested: int,
     current: int,
     paths: PathBook | None,
 ) -> RefuseExpansion | None:
     wanted = f"growing {volume.name} from {format_bytes(current)} to {format_bytes(requested)}"
-    if storage_class is None or not storage_class.allow_volume_expansion:
+    if rules.storage_class is None or not rules.storage_class.allow_volume_expansion:
         return RefuseExpansion(
             f"{wanted}: StorageClass {claim.storage_class_name} does not allowVolumeExpansion"
         )
-    try:
-        _, high = size_range(storage_class.parameters)
-    except ConfigError as error:
-        return RefuseExpansion(f"{wanted}: StorageClass {storage_class.name}: {error}")
+    if rules.size_problem is not None:
+        return RefuseExpansion(f"{wanted}: StorageClass {rules.name}: {rules.size_problem}")
+    high = rules.max_size
     if high is not None and requested > high:
         return RefuseExpansion(
-            f"{wanted}: above maxSize {format_bytes(high)} of StorageClass {storage_class.name}"
+            f"{wanted}: above maxSize {format_bytes(high)} of StorageClass {rules.name}"
         )
     if volume.path is None:
         return RefuseExpansion(f"{wanted}: the PV has no path")
     node = volume_node_name(volume)
-    capacities = config.capacities_for(storage_class.name, node)
+    capacities = rules.capacities_on(node)
     base = next((b for b in capacities if is_strictly_inside(volume.path, b)), None)
     if base is None or capacities[base] is None:
         return None  # no budget on this path: any size fits

@@ -26,8 +26,8 @@ import time
 from dataclasses import dataclass, replace
 
 from provisioner.capacity.capacity_publisher import CapacityPublisher
-from provisioner.configuration.class_parameters import node_loss_grace_seconds
-from provisioner.configuration.config import ConfigBundle, ConfigError
+from provisioner.configuration.class_rules import ClassRules, ClassRulesCache
+from provisioner.configuration.config import ConfigBundle
 from provisioner.configuration.config_watch import ConfigSource
 from provisioner.helper_pods.pod_runner import HelperPodError, HelperPodNotStarted, never_ran
 from provisioner.helper_pods.pod_shapes import HelperAction
@@ -49,7 +49,6 @@ from provisioner.provisioning.actions import (
     Actions,
     GiveBack,
     VolumeSaveUnsettled,
-    claim_reference,
     volume_reference,
 )
 from provisioner.provisioning.book_views import BookCapacities, BookRunChecks, InformerVolumeNames
@@ -58,8 +57,6 @@ from provisioner.provisioning.claims import (
     Ignore,
     Provision,
     ProvisionPlan,
-    Reject,
-    Reschedule,
     WaitForPath,
     decide_claim_action,
 )
@@ -102,6 +99,8 @@ class _Handoff:
     bundle: ConfigBundle
     started: float
     class_name: str
+    reference: ObjectReference
+    """The object a Warning about the run goes on (the claim, or the PV)."""
     result: RunResult | None = None
     """The helper run's end, once taken from the helper pods, while what follows it is retried."""
     clone_problem: str | None = None
@@ -132,6 +131,8 @@ class LocalPathProvisioner:
         self._provisioner_name = provisioner_name
         self._volume_names = InformerVolumeNames(caches.volumes)
         self._clone_sources = InformerClaimSources(caches.claims, caches.volumes)
+        # Each class's rules, read once per version of it and of the config.
+        self._class_rules = ClassRulesCache()
         # The one picture of taken paths the core decides on: our PVs as the informer sees
         # them, plus the provisions and teardowns in flight. Decisions and the bookkeeping that
         # carries them out happen under one lock, so two workers never both think a path free.
@@ -277,12 +278,11 @@ class LocalPathProvisioner:
         comes back when it ended). A bound claim that asks to grow has a key of its own
         (`reconcile_expansion`)."""
         key = (CLAIM, uid)
-        handed_over = key in self._handoffs
-        claim = None if handed_over else self._caches.claims.get(uid)
+        if key in self._handoffs:
+            return self._settle_claim(key)
+        claim = self._caches.claims.get(uid)
         if claim is not None and not claim.volume_name and not claim.being_deleted:
             return self._provision(key, claim)
-        if handed_over:
-            return self._settle_claim(key)
         if claim is None or claim.being_deleted:
             self._clean_up_after(uid)
         return True
@@ -293,61 +293,52 @@ class LocalPathProvisioner:
         over, with the gate's permit for the clean-up should the setup fail."""
         bundle = self._config.current
         nodes = dict(self._caches.nodes.items())
-        storage_class = self._caches.classes.get(claim.storage_class_name or "")
+        rules = self._rules(claim.storage_class_name or "", bundle)
         with self._paths_lock:
             decision = decide_claim_action(
                 claim,
-                storage_class,
-                bundle.config,
+                rules,
                 self._volume_names,
                 nodes,
                 provisioner_name=self._provisioner_name,
                 paths=self._paths,
                 sources=self._clone_sources,
             )
-            match decision:
-                case Provision(plan):
-                    self._reserve(plan)
-                case WaitForPath(_, blockers):
-                    for blocker in blockers:
-                        self._waiting.setdefault(blocker, set()).add(claim.uid)
-        match decision:
-            case Provision(plan):
-                try:
-                    if plan.record_base_path:
-                        self._actions.record_base_path(claim, plan.base_path)
-                    self._actions.begin_provision(plan)
-                    clean_up = self._removals.setup_clean_up_permit(plan)
-                    self._hand_over(
-                        key,
-                        "create",
-                        plan,
-                        bundle,
-                        plan.storage_class.name,
-                        reference=claim_reference(plan.claim),
-                        permit=clean_up,
-                    )
-                except BaseException:
-                    self._release(plan.volume_name)
-                    raise
-                finally:
-                    self._capacity.poke()
-                return False
-            case WaitForPath(reason):
-                log.info("claim %s/%s waits: %s", claim.namespace, claim.name, reason)
-                self._actions.wait_for_path(claim, reason)
-            case Reject(reason):
-                log.info("claim %s/%s refused: %s", claim.namespace, claim.name, reason)
-                self._actions.reject(claim, reason)
-            case Reschedule(reason):
-                self._actions.reschedule(claim, reason)
-            case Ignore(reason):
-                log.debug("claim %s/%s: %s", claim.namespace, claim.name, reason)
-        return True
+            plan = decision.plan if isinstance(decision, Provision) else None
+            if plan is not None:
+                self._paths.reserve(
+                    plan.volume_name, plan.disk_node, plan.path, size_bytes=plan.size_bytes
+                )
+            if isinstance(decision, WaitForPath):
+                for blocker in decision.blockers:
+                    self._waiting.setdefault(blocker, set()).add(claim.uid)
+        try:
+            reference = self._actions.report_claim_decision(claim, decision)
+            if plan is not None:
+                clean_up = self._removals.setup_clean_up_permit(plan)
+                self._hand_over(
+                    key,
+                    "create",
+                    plan,
+                    bundle,
+                    plan.storage_class.name,
+                    reference=reference,
+                    permit=clean_up,
+                )
+        except BaseException:
+            if plan is not None:
+                self._release(plan.volume_name)
+            raise
+        finally:
+            if plan is not None:
+                self._capacity.poke()
+        return plan is None
 
-    def _reserve(self, plan: ProvisionPlan) -> None:
-        """The plan's path and size in the book (under _paths_lock), before its setup runs."""
-        self._paths.reserve(plan.volume_name, plan.disk_node, plan.path, size_bytes=plan.size_bytes)
+    def _rules(self, class_name: str, bundle: ConfigBundle) -> ClassRules:
+        """The class's rules under the config in force, read once per version of either."""
+        return self._class_rules.rules(
+            class_name, self._caches.classes.get(class_name), bundle.config
+        )
 
     def _hand_over(
         self,
@@ -363,7 +354,7 @@ class LocalPathProvisioner:
         """Give the helper run to the helper pods, with the removal gate's permit for what it
         may remove, and the object a Warning about it goes on; the key comes back when it
         ended."""
-        self._handoffs[key] = _Handoff(plan, bundle, time.monotonic(), class_name)
+        self._handoffs[key] = _Handoff(plan, bundle, time.monotonic(), class_name, reference)
         try:
             self.helper_pods.submit(VolumeJob(key, action, plan, bundle, reference, permit))
         except BaseException:
@@ -381,39 +372,44 @@ class LocalPathProvisioner:
         del self._handoffs[key]
         plan = handoff.plan
         assert isinstance(plan, ProvisionPlan)
-        clone_problem = handoff.clone_problem
+        leaves_a_directory = self._leaves_a_directory(plan, result)
+        released = False
         try:
-            if handoff.result is None and result.error is None and plan.clone_source is not None:
-                clone_problem = self._actions.clone_source_problem(plan.clone_source)
             self._actions.finish_provision(
-                plan, handoff.bundle, result, handoff.started, clone_problem=clone_problem
+                plan,
+                handoff.bundle,
+                result,
+                handoff.started,
+                ask_clone_source=handoff.result is None,
+                clone_problem=handoff.clone_problem,
             )
-        except VolumeSaveUnsettled:
+        except VolumeSaveUnsettled as unsettled:
             # The PV may exist and bind: the directory, the path and its budget stay, and
             # the key's retry saves the same PV again (its directory is made) until a save
             # or a read settles it, whether or not the claim is still there; with the
             # clone's verdict as it was before the first save.
-            self._handoffs[key] = replace(handoff, result=result, clone_problem=clone_problem)
+            self._handoffs[key] = replace(
+                handoff, result=result, clone_problem=unsettled.clone_problem
+            )
             raise
         except GiveBack as give_back:
             # Still reserved in the book while the gate decides and the directory goes.
-            try:
-                self._removals.give_back(plan, handoff.bundle, give_back.kind, give_back.why)
-            finally:
-                self._release(plan.volume_name)
+            released = True
+            self._removals.give_back(
+                plan, handoff.bundle, give_back.kind, give_back.why, handoff.reference
+            )
         except BaseException:
-            try:
-                if self._leaves_a_directory(plan, result):
-                    claim = self._caches.claims.get(plan.claim.uid)
-                    if claim is None or claim.being_deleted:
-                        # Still reserved in the book: nothing can be set up there meanwhile.
-                        self._removals.clean_up_abandoned(plan, handoff.bundle)
-                    else:
-                        self._failed_attempts[plan.claim.uid] = handoff
-            finally:
-                self._release(plan.volume_name)
+            released = True
+            claim = self._caches.claims.get(plan.claim.uid)
+            if leaves_a_directory and claim is not None and not claim.being_deleted:
+                self._failed_attempts[plan.claim.uid] = handoff
+            elif leaves_a_directory:
+                # Still reserved in the book: nothing can be set up there meanwhile.
+                self._removals.clean_up_abandoned(plan, handoff.bundle)
             raise
         finally:
+            if released:
+                self._release(plan.volume_name)
             self._capacity.poke()
         self._failed_attempts.pop(plan.claim.uid, None)
         return True
@@ -442,7 +438,9 @@ class LocalPathProvisioner:
                 plan.volume_name, plan.disk_node, plan.path
             ):
                 return
-            self._reserve(plan)
+            self._paths.reserve(
+                plan.volume_name, plan.disk_node, plan.path, size_bytes=plan.size_bytes
+            )
         try:
             self._removals.clean_up_abandoned(plan, attempt.bundle)
         finally:
@@ -471,8 +469,7 @@ class LocalPathProvisioner:
             decision = decide_expansion(
                 claim,
                 volume,
-                self._caches.classes.get(claim.storage_class_name or ""),
-                bundle.config,
+                self._rules(claim.storage_class_name or "", bundle),
                 provisioner_name=self._provisioner_name,
                 paths=self._paths,
             )
@@ -515,18 +512,19 @@ class LocalPathProvisioner:
             return True
         bundle = self._config.current
         nodes = dict(self._caches.nodes.items())
+        rules = self._rules(volume.storage_class_name, bundle)
         # The decision is the teardown's last check: taken under the lock, with every live,
         # Released and in-flight path in view, and marked in the book before the lock is let go,
         # so no provision can take an overlapping path between the check and the helper.
         with self._paths_lock:
             decision = decide_volume_action(
                 volume,
-                bundle.config,
+                rules,
                 nodes,
                 provisioner_name=self._provisioner_name,
                 paths=self._paths,
                 directory_removed=name in self._directories_removed,
-                node_loss=self._node_loss(volume),
+                node_loss=self._node_loss(volume, rules),
             )
             if isinstance(decision, Teardown):
                 self._paths.start_teardown(name)
@@ -586,18 +584,12 @@ class LocalPathProvisioner:
                 log.debug("volume %s: %s", name, reason)
         return True
 
-    def _node_loss(self, volume: VolumeRecord) -> NodeLoss | None:
+    def _node_loss(self, volume: VolumeRecord, rules: ClassRules) -> NodeLoss | None:
         """For a volume of a class that opts in (`nodeLossGracePeriod`): the period, and how
         long its node has been seen gone. None for any other class, and for a class whose
         value is not valid (never release a claim on a value we cannot read)."""
-        storage_class = self._caches.classes.get(volume.storage_class_name)
-        if storage_class is None:
-            return None
-        try:
-            grace = node_loss_grace_seconds(storage_class.parameters)
-        except ConfigError:
-            return None
-        if grace is None:
+        grace = rules.node_loss_grace_seconds
+        if rules.storage_class is None or grace is None:
             return None
         node = volume_node_name(volume)
         if not node or self._caches.nodes.get(node) is not None:

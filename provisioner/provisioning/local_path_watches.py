@@ -124,6 +124,7 @@ class LocalPathWatches:
             Watch(caches.claims, self._claim_changed),
             Watch(caches.claims, self._clone_source_changed),
             Watch(caches.volumes, self._volume_changed, sweep_last=True),
+            Watch(caches.volumes, self._clone_source_volume_changed),
             Watch(caches.classes, self._class_changed),
             Watch(caches.nodes, self._node_changed, sweep_last=True),
             Watch(caches.helper_pods, self._helper_pod_changed),
@@ -160,6 +161,12 @@ class LocalPathWatches:
     ) -> list[Key]:
         """A claim that just bound is a source its waiting clones may now be made from."""
         return [(CLAIM, uid) for uid in self._clone_waits.update(old, new)]
+
+    def _clone_source_volume_changed(
+        self, key: str, old: VolumeRecord | None, new: VolumeRecord | None
+    ) -> list[Key]:
+        """A volume that came bound to a source is what its waiting clones are made from."""
+        return [(CLAIM, uid) for uid in self._clone_waits.volume_seen(old, new)]
 
     def _volume_changed(
         self, key: str, old: VolumeRecord | None, new: VolumeRecord | None

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Literal
 
+from provisioner.configuration.config_error import ConfigError
 from provisioner.provisioning.fresh_directory import OWNERS_DIR
 
 SUPPORTED_SYNTAX = (
@@ -40,6 +41,10 @@ _GO_SPACE = " \t\r\n"
 
 class PathPatternError(ValueError):
     """A pattern that does not parse or render, or a rendered path that is not safe."""
+
+
+class PathTooLong(PathPatternError):  # noqa: N818 (reads as a sentence at the raise site)
+    """A rendered path, or one of its components, longer than a node can hold."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,9 +154,69 @@ def resolve_volume_path(
     """The volume's directory: the rendered pattern (or the default folder) under base_path."""
     if pattern is None:
         folder = default_folder_name(fields.pv_name, fields.namespace, fields.name)
-        return check_volume_path(base_path, folder, None)
+        try:
+            return check_volume_path(base_path, folder, None)
+        except PathTooLong as error:
+            raise PathTooLong(f"{error}: shorten the claim name or use a pathPattern") from None
     scope = None if allow_unsafe else (fields.namespace, fields.name)
-    return check_volume_path(base_path, render_pattern(pattern, fields), scope)
+    try:
+        return check_volume_path(base_path, render_pattern(pattern, fields), scope)
+    except PathTooLong as error:
+        raise PathTooLong(f"{error}: {longest_rendered(pattern, fields, 'pathPattern')}") from None
+
+
+def longest_rendered(pattern: str, fields: PatternFields, parameter: str) -> str:
+    """Which of the claim's fields the class's `parameter` renders is the longest: what to
+    shorten when the rendering is too long to be used."""
+    found: list[tuple[int, str, str]] = []
+    for part in _compile(pattern):
+        if isinstance(part, str):
+            continue
+        kind, name, key = part
+        if kind == "string":
+            shown = next(go for go, ours in _STRINGS.items() if ours == name)
+            found.append((len(getattr(fields, name).encode()), shown, "value"))
+        else:
+            singular = name[:-1]
+            value = getattr(fields, name).get(key, "")
+            found.append(
+                (len(value.encode()), f"the claim's {singular} {json.dumps(key)}", singular)
+            )
+    if not found:
+        return f"the StorageClass parameter {parameter} is too long itself: shorten it"
+    size, shown, what = max(found)
+    return (
+        f"{parameter} renders {shown} ({size} bytes) into it: shorten that {what}, or change"
+        f" the StorageClass parameter {parameter}"
+    )
+
+
+def render_owner_fields(patterns: Mapping[str, str], fields: PatternFields) -> dict[str, str]:
+    """VOL_USER, VOL_GROUP and VOL_PERM as the class's patterns (by "user", "group", "perm")
+    render them for the claim; ValueError (ConfigError for the mode) naming the pattern when
+    one cannot be used."""
+    rendered = {k: render_pattern(pattern, fields) for k, pattern in patterns.items()}
+    for key, value in rendered.items():
+        parameter = f"{key}Pattern"
+        if "\x00" in value or "\n" in value:
+            raise ValueError(f"{parameter} renders a NUL or line break")
+        if len(value.encode()) > LOGIN_NAME_MAX:
+            blame = longest_rendered(patterns[key], fields, parameter)
+            raise ValueError(
+                f"{parameter} renders {len(value.encode())} bytes, over the {LOGIN_NAME_MAX}"
+                f" of a user or group name: {blame}"
+            )
+    if rendered["perm"]:
+        check_perm(rendered["perm"], "permPattern")
+    return rendered
+
+
+_OCTAL_MODE = re.compile(r"0?[0-7]{3,4}")
+
+
+def check_perm(value: str, key: str) -> None:
+    if not _OCTAL_MODE.fullmatch(value):
+        raise ConfigError(key, f"{json.dumps(value)} is not an octal mode such as 0777")
 
 
 _UNSAFE_PATH_CHARACTER = re.compile(r"[\x00-\x1f\x7f\\]")
@@ -163,6 +228,25 @@ listing, so the helper's scripts could take such a path for another one."""
 
 MAX_NAME_BYTES = 255
 """NAME_MAX of ext4, XFS and most other file systems: a longer directory name cannot exist."""
+
+PATH_MAX = 4096
+"""Linux's limit on a path handed to a system call, its NUL included."""
+HELPER_PATH_ROOM = 256
+"""What the helper puts in front of, or beside, a volume's path in one system call. The
+container runtime mounts VOL_DIR at `<rootfs>/VOL_DIR`: containerd's rootfs is
+`/run/containerd/io.containerd.runtime.v2.task/k8s.io/<64 hex>/rootfs` (124 bytes; k3s adds
+`/k3s`), CRI-O's `/var/lib/containers/storage/overlay/<64 hex>/merged` (107). The guard reads
+the volume through the read-only base view, `/.local-path-storage/base` in place of the base
+path (25 bytes more at most), and `prepare` writes the owner marker
+`<base>/.local-path-storage-owners/<sha256>.<volume name>` (133 bytes more than the base path,
+which is shorter than the volume's). 256 holds each with room to spare."""
+MAX_VOLUME_PATH_BYTES = PATH_MAX - 1 - HELPER_PATH_ROOM
+"""The longest volume path a node can hold: a longer one makes the helper's mount or `cd`
+fail with ENAMETOOLONG, on every retry. Every environment string of the helper, VOL_DIR among
+them, stays far under execve's MAX_ARG_STRLEN (128 KiB) too."""
+LOGIN_NAME_MAX = 256
+"""Linux's limit on a user or group name: the most a userPattern or groupPattern may render
+(VOL_USER and VOL_GROUP, which the setup hands to chown)."""
 
 
 def check_volume_path(base_path: str, relative: str, scope: tuple[str, str] | None) -> str:
@@ -197,12 +281,17 @@ def check_volume_path(base_path: str, relative: str, scope: tuple[str, str] | No
                 " the pattern uses missing?"
             )
         if len(component.encode()) > MAX_NAME_BYTES:
-            raise PathPatternError(
+            raise PathTooLong(
                 f"rendered path component {component[:40]!r}... is"
-                f" {len(component.encode())} bytes; file systems allow {MAX_NAME_BYTES}:"
-                " shorten the claim name or use a pathPattern"
+                f" {len(component.encode())} bytes; file systems allow {MAX_NAME_BYTES}"
             )
     path = posixpath.normpath(posixpath.join(base_path, *components))
+    if len(path.encode()) > MAX_VOLUME_PATH_BYTES:
+        raise PathTooLong(
+            f"rendered path {path[:60]!r}... is {len(path.encode())} bytes; a node holds a"
+            f" volume path of at most {MAX_VOLUME_PATH_BYTES} (PATH_MAX {PATH_MAX} less"
+            f" {HELPER_PATH_ROOM} its helper needs)"
+        )
     if not is_strictly_inside(path, base_path):
         raise PathPatternError(f"rendered path {relative!r} is not inside {base_path}")
     if scope is not None:
@@ -249,6 +338,20 @@ def choose_base_path(candidates: Sequence[str], live_volume_counts: Mapping[str,
     if not candidates:
         raise ValueError("no candidate base paths")
     return min(candidates, key=lambda path: (live_volume_counts.get(path, 0), path))
+
+
+def pick_base_path(
+    candidates: Sequence[str], recorded: str | None, book: PathBook | None, disk_node: str
+) -> tuple[str, bool]:
+    """The base path of a new volume, and whether to record it on its claim: the one the claim
+    recorded while that is still a candidate, else the one `choose_base_path` picks (recorded
+    when the node has several, so every retry uses the same one)."""
+    if recorded in candidates:
+        return str(recorded), False
+    counts = {p: book.count_inside(disk_node, p) for p in candidates} if book else {}
+    # A recorded path that has lost its room is replaced on the claim, so a retry after the
+    # room comes back cannot go back to it while a directory exists on the new one.
+    return choose_base_path(sorted(candidates), counts), len(candidates) > 1 or bool(recorded)
 
 
 EVERY_NODE = ""

@@ -20,12 +20,8 @@ from provisioner.helper_pods.pod_runner import HelperPodError
 from provisioner.helper_pods.pods import HelperPods
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
-from provisioner.kube.events import EventRecorder
-from provisioner.provisioning.actions import (
-    ActionFailed,
-    claim_reference,
-    volume_reference,
-)
+from provisioner.kube.events import EventRecorder, ObjectReference
+from provisioner.provisioning.actions import ActionFailed, volume_reference
 from provisioner.provisioning.claims import ProvisionPlan
 from provisioner.provisioning.paths import PathBook
 from provisioner.provisioning.removal_gate import (
@@ -109,13 +105,15 @@ class Removals:
         its `finish` step could remove the directory): no retry will come to use or remove
         it. The fixed `finish` step alone removes it, if it is empty and this attempt made it:
         never a teardown, never data. What is left is logged and left to the orphan scan."""
-        decision = decide_removal(self._clean_up_proof(RemovalKind.FAILED_SETUP_CLEAN_UP, plan))
+        target = cleanup_target(plan)
+        proof = self._clean_up_proof(RemovalKind.FAILED_SETUP_CLEAN_UP, plan)
+        decision = decide_removal(proof)
         claim = f"{plan.claim.namespace}/{plan.claim.name}"
         if isinstance(decision, RemovalRefused):
             log.warning("claim %s went while its setup failed; %s: left", claim, decision.reason)
             return
         try:
-            self._pods.finish(cleanup_target(plan), bundle, decision)
+            self._pods.finish(target, bundle, decision)
         except HelperPodError as error:
             log.warning(
                 "claim %s went while its setup failed; removing %s failed: %s",
@@ -127,20 +125,27 @@ class Removals:
         log.info("claim %s went while its setup failed; removed %s", claim, plan.path)
 
     def give_back(
-        self, plan: ProvisionPlan, bundle: ConfigBundle, kind: RemovalKind, why: str
+        self,
+        plan: ProvisionPlan,
+        bundle: ConfigBundle,
+        kind: RemovalKind,
+        why: str,
+        reference: ObjectReference,
     ) -> NoReturn:
         """No PV will point at the directory the setup made (`why`): remove it if the gate
-        allows, and fail the provision either way. `kind` GIVE_BACK or CLONE_GIVE_BACK; a clone's
-        give-back comes only from the source's verdict taken before its first save."""
-        reference = claim_reference(plan.claim)
-        self._recorder.warning(reference, "ProvisioningFailed", f"{why}; giving {plan.path} back")
+        allows, and fail the provision either way, with Warnings on the claim (`reference`).
+        `kind` GIVE_BACK or CLONE_GIVE_BACK; a clone's give-back comes only from the source's
+        verdict taken before its first save."""
+        target = cleanup_target(plan)
+        seen = self._claim_volume_exists(plan)
         proof = self._clean_up_proof(
             kind,
             plan,
-            claim_volume_seen=self._claim_volume_exists(plan),
+            claim_volume_seen=seen,
             clone_verdict_before_save=kind is RemovalKind.CLONE_GIVE_BACK,
         )
         decision = decide_removal(proof)
+        self._recorder.warning(reference, "ProvisioningFailed", f"{why}; giving {plan.path} back")
         if isinstance(decision, RemovalRefused):
             self._recorder.warning(
                 reference,
@@ -149,7 +154,7 @@ class Removals:
             )
             raise ActionFailed(why)
         try:
-            self._pods.run_alone("delete", cleanup_target(plan), bundle, decision)
+            self._pods.run_alone("delete", target, bundle, decision)
         except HelperPodError as error:
             self._recorder.warning(
                 reference,

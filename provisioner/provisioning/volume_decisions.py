@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from provisioner.configuration.config import ProvisionerConfig
+from provisioner.configuration.class_rules import ClassRules
 from provisioner.objects.records import (
     ClaimReference,
     NodeRecord,
@@ -180,7 +180,7 @@ VolumeDecision = (
 
 def decide_volume_action(
     volume: VolumeRecord,
-    config: ProvisionerConfig,
+    rules: ClassRules,
     nodes: Mapping[str, NodeRecord],
     *,
     provisioner_name: str,
@@ -190,7 +190,8 @@ def decide_volume_action(
 ) -> VolumeDecision:
     """`directory_removed`: this process saw the volume's teardown pod succeed (the PV may not
     show DIRECTORY_REMOVED_ANNOTATION yet: the informer lags, or the PATCH failed).
-    `node_loss`: the class releases claims whose node is gone (None: it never does)."""
+    `node_loss`: the class releases claims whose node is gone (None: it never does). `rules`:
+    those of the volume's class, read once (`class_rules`)."""
     if volume.annotations.get(PROVISIONED_BY) != provisioner_name:
         return Ignore("not provisioned by us")
     entry = paths.get(volume.name) if paths is not None else None
@@ -218,13 +219,13 @@ def decide_volume_action(
             return Ignore("deleted while bound: waiting until the claim lets go of it")
         if removed:
             return DeleteRemovedVolume(volume.name, delete_volume=False, remove_finalizer=True)
-        return _teardown(volume, config, nodes, paths, delete_volume=False)
+        return _teardown(volume, rules, nodes, paths, delete_volume=False)
     if volume.phase == "Released":
         if removed:
             return DeleteRemovedVolume(
                 volume.name, delete_volume=True, remove_finalizer=has_finalizer
             )
-        return _teardown(volume, config, nodes, paths, delete_volume=True)
+        return _teardown(volume, rules, nodes, paths, delete_volume=True)
     if volume.phase == "Bound" and node_loss is not None and volume.claim_ref is not None:
         lost = _node_loss(volume, nodes, node_loss, volume.claim_ref)
         if lost is not None:
@@ -268,7 +269,7 @@ def _node_loss(
 
 def _teardown(
     volume: VolumeRecord,
-    config: ProvisionerConfig,
+    rules: ClassRules,
     nodes: Mapping[str, NodeRecord],
     paths: PathBook | None,
     *,
@@ -277,13 +278,12 @@ def _teardown(
     fix = "; remove the data and the PV (and its finalizer) by hand once it is safe"
     if volume.path is None:
         return RefuseUnsafePath(f"the PV has neither a hostPath nor a local path{fix}")
-    storage = config.storage_for(volume.storage_class_name)
-    if storage is None:
+    if not rules.configured:
         return RefuseUnsafePath(
             f"config.json has no entry for class {volume.storage_class_name}"
             " (add it back to clean up)"
         )
-    place = volume_base_paths(volume, volume.storage_class_name, config, nodes)
+    place = volume_base_paths(volume, rules, nodes)
     if isinstance(place, str):
         if place.startswith("gone: "):
             return NodeGone(

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from provisioner.configuration.config import DEFAULT_NODE_AFFINITY_KEY, ProvisionerConfig
+from provisioner.configuration.class_rules import ClassRules
+from provisioner.configuration.config import DEFAULT_NODE_AFFINITY_KEY
 from provisioner.objects.records import (
     ClaimRecord,
     NodeRecord,
@@ -135,22 +136,18 @@ def resolve_volume_node(
 
 
 def volume_base_paths(
-    volume: VolumeRecord,
-    class_name: str,
-    config: ProvisionerConfig,
-    nodes: Mapping[str, NodeRecord],
+    volume: VolumeRecord, rules: ClassRules, nodes: Mapping[str, NodeRecord]
 ) -> tuple[str | None, list[str]] | str:
     """Where a volume's directory may lie: (its node, None on a shared filesystem, and the base
-    paths `class_name` has there), or why its node cannot be told (`resolve_volume_node`: it
-    begins "gone:" when the node is missing). Removal and cloning both hold a volume's path to
-    these base paths before they touch it."""
-    storage = config.storage_for(class_name)
-    if storage is not None and storage.shared_filesystem_path is not None:
-        return None, [storage.shared_filesystem_path]
+    paths its class (`rules`) has there), or why its node cannot be told (`resolve_volume_node`:
+    it begins "gone:" when the node is missing). Removal and cloning both hold a volume's path
+    to these base paths before they touch it."""
+    if rules.shared_path is not None:
+        return None, [rules.shared_path]
     node_name, problem = resolve_volume_node(volume, nodes)
     if node_name is None:
         return str(problem)
-    return node_name, config.paths_for(class_name, node_name) or []
+    return node_name, rules.base_paths_on(node_name)
 
 
 def _label(node: NodeRecord, key: str) -> str | None:

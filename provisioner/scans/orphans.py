@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from provisioner.configuration.class_rules import read_class_rules
 from provisioner.configuration.config import ProvisionerConfig
 from provisioner.objects.records import ClaimRecord, NodeRecord, StorageClassRecord, VolumeRecord
 from provisioner.provisioning.annotations import PROVISIONED_BY
@@ -158,10 +159,10 @@ def claim_owners(
     the provisioner's own decision gives: a claim it would not provision now names none."""
     owners = []
     for claim in claims:
+        name = claim.storage_class_name or ""
         decision = decide_claim_action(
             claim,
-            classes.get(claim.storage_class_name or ""),
-            config,
+            read_class_rules(name, classes.get(name), config),
             (),
             nodes,
             provisioner_name=provisioner_name,

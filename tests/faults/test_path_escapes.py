@@ -27,6 +27,7 @@ from localcluster.raw_api import call_json, manifest
 from provisioner.configuration.config import DEFAULT_HELPER_POD_YAML, DEFAULT_NODE
 from provisioner.helper_pods.pod_shapes import BASE_VIEW
 from tests.faults.support import (
+    HelperPodRecorder,
     changed_paths,
     create_claims_with_consumers,
     events_with_reason,
@@ -236,6 +237,42 @@ def test_a_claim_name_too_long_for_a_directory_is_reported_and_creates_nothing(
     expected = [node_relative(node, base) for node in setup.cluster.nodes]
     unexpected = unexpected_changes(changed_paths(before, snapshot_nodes(setup.cluster)), expected)
     assert not unexpected, f"touched outside the expected paths: {unexpected[:20]}"
+
+
+def test_a_path_too_long_for_the_node_is_refused_naming_the_annotation_and_no_helper_runs(
+    make_setup: Callable[..., ProvisionerSetup],
+    record_helper_pods: Callable[[ProvisionerSetup], HelperPodRecorder],
+) -> None:
+    """An annotation of many short folders passed every component's check: its 200 KB path
+    was decided, its helper pod never started (VOL_DIR over execve's limit), and the claim
+    was retried as a helper failure, a pod each time, never told why. Now it is refused with
+    a Warning naming the annotation, and no helper pod is made for it; a plain claim of the
+    same class beside it is provisioned."""
+    base = unique_base_path("longpath")
+    setup = make_setup(
+        ConfigFiles(config={"nodePathMap": [{"node": DEFAULT_NODE, "paths": [creatable(base)]}]})
+    )
+    setup.start()
+    storage_class = setup.create_class("longpath", parameters={"pathPattern": SCOPED})
+    recorder = record_helper_pods(setup)
+    folders = "/".join("d" * 99 for _ in range(2000))
+    setup.create_claim("long", storage_class, annotations={"sub": folders})
+    setup.create_consumer("long", "long", {"kubernetes.io/hostname": "node-1"})
+    setup.create_claim("plain", storage_class, annotations={"sub": "data"})
+    setup.create_consumer("plain", "plain", {"kubernetes.io/hostname": "node-1"})
+
+    setup.wait_bound("plain", timeout=120)
+    event = wait_for(partial(first_refusal, setup, "long"), 60, "the refusal to be reported", 0.5)
+    assert event["type"] == "Warning", event
+    message = event["message"]
+    assert "a node holds a volume path of at most 3839" in message, message
+    assert f'renders the claim\'s annotation "sub" ({len(folders)} bytes)' in message, message
+    assert "shorten that annotation" in message, message
+    time.sleep(2)  # a helper for it would have been made by now
+    assert setup.phase("long") == "Pending"
+    long_volume = "pvc-" + setup.claim("long")["metadata"]["uid"]
+    served = [pod for pod in recorder.stop() if long_volume in pod.volumes]
+    assert not served, f"helper pods made for the refused claim: {served}"
 
 
 def node_affinity(key: str, value: str) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """Budget accounting and path choice under budgets (pure)."""
 
 import json
+from typing import Any
 
 from provisioner.capacity.budgets import (
     UNLIMITED_BYTES,
@@ -9,6 +10,7 @@ from provisioner.capacity.budgets import (
     committed_bytes,
     paths_with_room,
 )
+from provisioner.configuration.class_rules import read_class_rules
 from provisioner.configuration.config import parse_config_json
 from provisioner.objects.records import ClaimRecord, NodeRecord, StorageClassRecord, VolumeRecord
 from provisioner.provisioning.annotations import BASE_PATH_ANNOTATION, STORAGE_PROVISIONER
@@ -52,8 +54,9 @@ def volume(name: str, path: str, size: str, phase: str = "Bound") -> VolumeRecor
     )
 
 
-def decide(c: ClaimRecord, cfg: object, book: PathBook, sc: StorageClassRecord = CLASS) -> object:
-    return decide_claim_action(c, sc, cfg, (), NODES, provisioner_name=NAME, paths=book)  # type: ignore[arg-type]
+def decide(c: ClaimRecord, cfg: Any, book: PathBook, sc: StorageClassRecord = CLASS) -> object:
+    rules = read_class_rules(sc.name, sc, cfg)
+    return decide_claim_action(c, rules, (), NODES, provisioner_name=NAME, paths=book)
 
 
 def test_committed_counts_every_state_per_node_and_base() -> None:

@@ -13,6 +13,7 @@ from provisioner.configuration.class_parameters import (
     parse_duration,
     validate_storage_class_parameters,
 )
+from provisioner.configuration.class_rules import read_class_rules
 from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_NODE,
@@ -618,7 +619,11 @@ def test_good_storage_class_parameters_pass(
         "c", "p", parameters=parameters, annotations=annotations, binding_mode="Immediate"
     )
     decision = decide_claim_action(
-        claim, storage_class, config, set(), {"n2": node}, provisioner_name="p"
+        claim,
+        read_class_rules(storage_class.name, storage_class, config),
+        set(),
+        {"n2": node},
+        provisioner_name="p",
     )
     assert isinstance(decision, Provision), decision
 

@@ -25,6 +25,7 @@ from provisioner.helper_pods.batch_outcomes import VolumeOutcome, batch_outcomes
 from provisioner.helper_pods.batch_pod_shapes import (
     BATCH_FINISH_SCRIPT,
     BATCH_VOLUMES_ANNOTATION,
+    BATCHABLE_PATH_BYTES,
     DEADLINE_SLACK_SECONDS,
     EXIT_PREFIX,
     MAX_BATCH_VOLUMES,
@@ -271,6 +272,18 @@ def test_only_volumes_whose_own_pod_runs_the_guarded_script_in_one_step_are_batc
     assert is_batchable("delete", target(1), custom)
     outside = dataclasses.replace(target(1), path="/elsewhere/pvc-1")
     assert not is_batchable("delete", outside, BUNDLE)
+
+
+def test_a_long_path_gets_a_pod_of_its_own() -> None:
+    """A batch pod holds each path five times: 64 paths of the longest a node holds would
+    come near what an object may have in etcd, and the pod, every volume in it, would not be
+    created."""
+    folders = "/".join("d" * 99 for _ in range(20))
+    at_limit = dataclasses.replace(target(1), path=f"/opt/a/{folders}"[:BATCHABLE_PATH_BYTES])
+    assert len(at_limit.path) == BATCHABLE_PATH_BYTES
+    assert is_batchable("delete", at_limit, BUNDLE)
+    longer = dataclasses.replace(at_limit, path=at_limit.path + "e")
+    assert not is_batchable("delete", longer, BUNDLE)
 
 
 def test_a_template_volume_named_as_ours_gives_way_to_the_scripts_volume() -> None:

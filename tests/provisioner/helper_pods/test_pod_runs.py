@@ -139,6 +139,19 @@ def test_a_volume_whose_part_cannot_be_built_fails_alone_and_the_batch_runs_with
     assert "not created: building the helper pod part of volume pvc-2:" in str(error)
 
 
+def test_a_volume_whose_container_would_not_start_fails_alone() -> None:
+    """An environment string over execve's limit (a 200 KB VOL_USER) never starts its
+    container, and a kubelet starts none of the init containers after it: the pod's other
+    volumes would have failed with it."""
+    bad = dataclasses.replace(target(2), vol_user="u" * 200_000)
+    results, runner = run_batch([target(1), bad, target(3)])
+    assert runner.batches == [["pvc-1", "pvc-3"]]
+    assert results["pvc-1"].error is None and results["pvc-3"].error is None
+    error = results["pvc-2"].error
+    assert isinstance(error, HelperPodNotBuilt)
+    assert "over the 131072 execve takes in one argument or environment string" in str(error)
+
+
 def test_the_one_volume_left_of_a_batch_runs_in_its_own_pod() -> None:
     bad = dataclasses.replace(target(2), size_bytes=10**5000)
     results, runner = run_batch([target(1), bad])

@@ -6,7 +6,9 @@ from typing import Any
 import msgspec
 import pytest
 
+from provisioner.configuration.class_rules import read_class_rules
 from provisioner.configuration.config import DEFAULT_NODE, parse_config_json
+from provisioner.helper_pods.batch_pod_shapes import BATCHABLE_PATH_BYTES
 from provisioner.objects.records import (
     ClaimRecord,
     ClaimReference,
@@ -33,7 +35,7 @@ from provisioner.provisioning.claims import (
     WaitForPath,
     decide_claim_action,
 )
-from provisioner.provisioning.paths import PathBook
+from provisioner.provisioning.paths import MAX_VOLUME_PATH_BYTES, PathBook
 from provisioner.provisioning.volume_decisions import (
     AddFinalizer,
     AwaitNode,
@@ -99,7 +101,12 @@ def klass(base: StorageClassRecord = LOCAL, **changes: Any) -> StorageClassRecor
 def decide(c: ClaimRecord = CLAIM, sc: StorageClassRecord | None = LOCAL, **kw: Any) -> Any:
     kw.setdefault("existing", set())
     return decide_claim_action(
-        c, sc, CONFIG, kw.pop("existing"), kw.pop("nodes", NODES), provisioner_name=ME, **kw
+        c,
+        read_class_rules(sc.name if sc else c.storage_class_name or "", sc, CONFIG),
+        kw.pop("existing"),
+        kw.pop("nodes", NODES),
+        provisioner_name=ME,
+        **kw,
     )
 
 
@@ -373,7 +380,8 @@ def volume(**changes: Any) -> VolumeRecord:
 
 
 def decide_volume(v: VolumeRecord, **kw: Any) -> Any:
-    return decide_volume_action(v, CONFIG, kw.pop("nodes", NODES), provisioner_name=ME, **kw)
+    rules = read_class_rules(v.storage_class_name, None, CONFIG)
+    return decide_volume_action(v, rules, kw.pop("nodes", NODES), provisioner_name=ME, **kw)
 
 
 def teardown(delete_volume: bool = True, remove_finalizer: bool = True, **kw: Any) -> Teardown:
@@ -817,3 +825,55 @@ def test_a_teardown_redone_after_its_directory_went_needs_no_pod(
     appear there meanwhile, start and remove it): the PV goes without one."""
     decision = decide_volume(volume(annotations=REMOVED, **changes))
     assert decision == expected
+
+
+BY_ANNOTATION = klass(
+    parameters={"pathPattern": '{{.PVC.Namespace}}/{{.PVC.Name}}/{{index .PVC.Annotations "dir"}}'}
+)
+
+
+def with_dir(size: int) -> ClaimRecord:
+    """A claim whose "dir" annotation is `size` bytes of 100-byte folders."""
+    folders = "/".join("d" * 99 for _ in range(size // 100 + 1))[:size].rstrip("/")
+    return claim(annotations={STORAGE_PROVISIONER: ME, "dir": folders})
+
+
+def test_a_path_too_long_for_the_node_is_refused_at_decision_time_naming_the_annotation() -> None:
+    decision = decide(with_dir(200_000), BY_ANNOTATION)
+    assert isinstance(decision, Reject), decision
+    assert f"at most {MAX_VOLUME_PATH_BYTES}" in decision.reason
+    assert 'the claim\'s annotation "dir"' in decision.reason
+    assert "shorten that annotation" in decision.reason
+
+
+@pytest.mark.parametrize("parameter", ["userPattern", "groupPattern"])
+def test_a_user_or_group_longer_than_a_name_may_be_is_refused_naming_the_annotation(
+    parameter: str,
+) -> None:
+    """VOL_USER and VOL_GROUP are environment strings of the helper: a 200 KB one never
+    started it (E2BIG)."""
+    owner = claim(annotations={STORAGE_PROVISIONER: ME, "owner": "u" * 200_000})
+    decision = decide(owner, klass(parameters={parameter: "{{.PVC.Annotations.owner}}"}))
+    assert isinstance(decision, Reject), decision
+    assert decision.reason.startswith(f"{parameter} renders 200000 bytes, over the 256")
+    assert f'{parameter} renders the claim\'s annotation "owner" (200000 bytes)' in decision.reason
+
+
+@pytest.mark.parametrize(
+    "size", [500, BATCHABLE_PATH_BYTES, 2000, MAX_VOLUME_PATH_BYTES - 20, 4000, 200_000]
+)
+def test_every_path_decided_is_one_its_helper_can_start(size: int) -> None:
+    """Part of the proof that one tenant's path never fails another's volumes in a batch pod:
+    a setup reaches a helper only as the plan of a Provision decision, and every such plan's
+    path is one a node holds (a longer one is refused here, naming the annotation). A nested
+    path like this one never shares a setup's pod (its parents need `prepare`), and a
+    teardown's path longer than BATCHABLE_PATH_BYTES gets a pod of its own (test_batch_pods)."""
+    decision = decide(with_dir(size), BY_ANNOTATION)
+    path_bytes = len(f"/data/ns/c/{with_dir(size).annotations['dir']}".encode())
+    if path_bytes > MAX_VOLUME_PATH_BYTES:
+        assert isinstance(decision, Reject), decision
+        assert 'the claim\'s annotation "dir"' in decision.reason
+        return
+    assert isinstance(decision, Provision), decision
+    assert len(decision.plan.path.encode()) == path_bytes
+    assert decision.plan.path.startswith("/data/ns/c/"), "nested: its setup has a pod of its own"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from provisioner.objects.records import ClaimRecord, DataSource
+from provisioner.objects.records import ClaimRecord, ClaimReference, DataSource, VolumeRecord
 from provisioner.provisioning.clone_sources import CloneWaits
 
 SOURCE = ClaimRecord(uid="u-src", namespace="ns", name="src")
@@ -42,3 +42,15 @@ def test_a_clone_that_bound_or_went_is_no_longer_woken() -> None:
     waits.update(None, second)
     waits.update(second, None)
     assert waits.update(SOURCE, msgspec.structs.replace(SOURCE, volume_name="pvc-u-src")) == set()
+
+
+def test_a_source_volume_seen_after_its_binding_wakes_the_clones_again() -> None:
+    """The source's binding can reach the cache before its PV does: the clone looked at then
+    was refused ("bound to volume ..., which is not found") and waited for a resync."""
+    waits = CloneWaits()
+    waits.update(None, CLONE)
+    volume = VolumeRecord(name="pvc-u-src", claim_ref=ClaimReference("ns", "src", "u-src"))
+    assert waits.volume_seen(None, volume) == {"u-clone"}
+    assert waits.volume_seen(volume, msgspec.structs.replace(volume, phase="Bound")) == set()
+    unbound = VolumeRecord(name="pvc-other")
+    assert waits.volume_seen(None, unbound) == set()

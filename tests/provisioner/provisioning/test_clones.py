@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from provisioner.configuration.class_rules import read_class_rules
 from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_NODE,
@@ -124,8 +125,7 @@ def decide(
 ) -> Any:
     return decide_claim_action(
         claim,
-        storage_class,
-        CONFIG,
+        read_class_rules(storage_class.name, storage_class, CONFIG),
         set(),
         NODES,
         provisioner_name=ME,
@@ -202,8 +202,7 @@ def test_a_clone_counts_against_its_nodes_budget_like_any_volume() -> None:
     def decide_with_budget(requested: str) -> Any:
         return decide_claim_action(
             msgspec.structs.replace(CLONE, requested_storage=requested),
-            LOCAL,
-            budgeted,
+            read_class_rules(LOCAL.name, LOCAL, budgeted),
             set(),
             NODES,
             provisioner_name=ME,

@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from provisioner.configuration.class_rules import read_class_rules
 from provisioner.configuration.config import DEFAULT_NODE, parse_config_json
 from provisioner.objects.records import (
     ClaimRecord,
@@ -67,8 +68,9 @@ def decide(claim: ClaimRecord, volume: VolumeRecord = VOLUME, **kwargs: Any) -> 
     return decide_expansion(
         claim,
         volume,
-        kwargs.pop("storage_class", EXPANDABLE),
-        CONFIG,
+        read_class_rules(
+            claim.storage_class_name or "", kwargs.pop("storage_class", EXPANDABLE), CONFIG
+        ),
         provisioner_name=ME,
         paths=book,
     )
@@ -163,7 +165,12 @@ def provision_2gi(book: PathBook) -> object:
         requested_storage="2Gi",
     )
     return decide_claim_action(
-        other, WAITING_CLASS, CONFIG, (), NODES, provisioner_name=ME, paths=book
+        other,
+        read_class_rules(WAITING_CLASS.name, WAITING_CLASS, CONFIG),
+        (),
+        NODES,
+        provisioner_name=ME,
+        paths=book,
     )
 
 

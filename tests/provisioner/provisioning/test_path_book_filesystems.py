@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from provisioner.configuration.class_rules import read_class_rules
 from provisioner.configuration.config import DEFAULT_NODE, parse_config_json
 from provisioner.objects.records import ClaimRecord, NodeRecord, StorageClassRecord, VolumeRecord
 from provisioner.provisioning.annotations import (
@@ -84,7 +85,19 @@ def volume(name: str, affinity: tuple[str, str] | None, **changes: Any) -> Volum
 
 
 def decide(c: ClaimRecord, storage_class: StorageClassRecord, book: PathBook) -> Any:
-    return decide_claim_action(c, storage_class, CONFIG, (), NODES, provisioner_name=ME, paths=book)
+    return decide_claim_action(
+        c,
+        read_class_rules(storage_class.name, storage_class, CONFIG),
+        (),
+        NODES,
+        provisioner_name=ME,
+        paths=book,
+    )
+
+
+def decide_volume(volume: VolumeRecord, book: PathBook) -> object:
+    rules = read_class_rules(volume.storage_class_name, None, CONFIG)
+    return decide_volume_action(volume, rules, NODES, provisioner_name=ME, paths=book)
 
 
 @pytest.mark.parametrize(
@@ -111,7 +124,7 @@ def test_a_released_volume_under_another_affinity_key_on_the_same_disk_is_waited
     plan = provisioned.plan
     assert plan.disk_node == "n1"
     book.reserve(plan.volume_name, plan.disk_node, plan.path, size_bytes=plan.size_bytes)
-    refused = decide_volume_action(old, CONFIG, NODES, provisioner_name=ME, paths=book)
+    refused = decide_volume(old, book)
     assert isinstance(refused, RefuseUnsafePath) and plan.volume_name in refused.reason
 
 
@@ -120,7 +133,7 @@ def test_the_same_path_on_another_node_under_another_key_is_no_overlap() -> None
     book = volume_book([on_n2], NODES)
     assert book.get("pvc-old") == PathEntry("pvc-old", "n2", "/data/ns/data", "released", 2**30)
     assert isinstance(decide(claim(BY_HOSTNAME), BY_HOSTNAME, book), Provision)
-    teardown = decide_volume_action(on_n2, CONFIG, NODES, provisioner_name=ME, paths=book)
+    teardown = decide_volume(on_n2, book)
     assert isinstance(teardown, Teardown)
 
 

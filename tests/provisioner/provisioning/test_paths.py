@@ -3,7 +3,10 @@
 import pytest
 
 from provisioner.provisioning.paths import (
+    MAX_VOLUME_PATH_BYTES,
+    PATH_MAX,
     PathPatternError,
+    PathTooLong,
     PatternFields,
     check_pattern,
     check_volume_path,
@@ -267,3 +270,36 @@ def test_a_folder_name_longer_than_file_systems_allow_is_refused_up_front() -> N
     with pytest.raises(PathPatternError, match="bytes; file systems allow 255"):
         check_volume_path("/opt/lp", f"pvc-1_ns_{name}", None)
     assert check_volume_path("/opt/lp", "x" * 255, None) == "/opt/lp/" + "x" * 255
+
+
+def test_a_path_longer_than_a_node_holds_is_refused_naming_the_annotation_that_made_it() -> None:
+    """A claim annotation of many short components passed every component's check: a 200 KB
+    path was decided, and its helper never started (VOL_DIR over execve's limit)."""
+    pattern = '{{.PVC.Namespace}}/{{.PVC.Name}}/{{index .PVC.Annotations "dir"}}'
+    long = PatternFields("pvc-1", "ns", "c", {}, {"dir": "/".join(["d" * 200] * 1000)})
+    with pytest.raises(PathTooLong) as raised:
+        resolve_volume_path("/opt/lp", pattern, long)
+    message = str(raised.value)
+    assert f"a node holds a volume path of at most {MAX_VOLUME_PATH_BYTES}" in message
+    assert 'pathPattern renders the claim\'s annotation "dir" (200999 bytes)' in message
+    assert "shorten that annotation, or change the StorageClass parameter pathPattern" in message
+    assert MAX_VOLUME_PATH_BYTES < PATH_MAX - 1, "the helper's room is left"
+
+
+def test_the_longest_path_a_node_holds_is_decided_and_one_byte_more_is_not() -> None:
+    base, prefix = "/opt/lp", "ns/c/"
+    fill = MAX_VOLUME_PATH_BYTES - len(base) - 1 - len(prefix)
+    folders = ("e" * 200 + "/") * (fill // 201) + "f" * (fill % 201)
+    fields = PatternFields("pvc-1", "ns", "c", {"sub": "x"}, {"dir": folders})
+    pattern = "{{.PVC.Namespace}}/{{.PVC.Name}}/{{.PVC.Annotations.dir}}"
+    assert len(resolve_volume_path(base, pattern, fields)) == MAX_VOLUME_PATH_BYTES
+    with pytest.raises(PathTooLong, match='annotation "dir"'):
+        resolve_volume_path(base, pattern + "g", fields)
+
+
+def test_a_component_too_long_names_the_label_that_made_it() -> None:
+    fields = PatternFields("pvc-1", "ns", "c", {"tier": "t" * 256}, {})
+    with pytest.raises(PathTooLong, match='label "tier" \\(256 bytes\\)'):
+        resolve_volume_path(
+            "/opt/lp", "{{.PVC.Namespace}}/{{.PVC.Name}}/{{.PVC.Labels.tier}}", fields
+        )

@@ -4,6 +4,7 @@ import json
 
 import msgspec
 
+from provisioner.configuration.class_rules import read_class_rules
 from provisioner.configuration.config import parse_config_json
 from provisioner.objects.records import (
     ClaimRecord,
@@ -54,7 +55,13 @@ LOCAL = StorageClassRecord(
 
 
 def plan(claim: ClaimRecord = CLAIM, storage_class: StorageClassRecord = LOCAL) -> Provision:
-    decision = decide_claim_action(claim, storage_class, CONFIG, set(), NODES, provisioner_name=ME)
+    decision = decide_claim_action(
+        claim,
+        read_class_rules(storage_class.name, storage_class, CONFIG),
+        set(),
+        NODES,
+        provisioner_name=ME,
+    )
     assert isinstance(decision, Provision), decision
     return decision
 
@@ -132,7 +139,12 @@ def test_built_volume_reads_back_as_ours_and_tears_down_where_it_was_made() -> N
     storage_class = msgspec.structs.replace(LOCAL, parameters={"nodeAffinityKey": "disk"})
     pv = build_persistent_volume(plan(storage_class=storage_class).plan)
     record = volume_record({**pv, "status": {"phase": "Released"}})
-    decision = decide_volume_action(record, CONFIG, NODES, provisioner_name=ME)
+    decision = decide_volume_action(
+        record,
+        read_class_rules(record.storage_class_name, None, CONFIG),
+        NODES,
+        provisioner_name=ME,
+    )
     assert decision.plan.node_name == "n1"  # type: ignore[union-attr]
     assert decision.plan.path == "/opt/lp/pvc-0b5c3f3e_ns_c"  # type: ignore[union-attr]
     assert decision.plan.size_bytes == 5 * 1024**3  # type: ignore[union-attr]
