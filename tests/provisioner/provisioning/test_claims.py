@@ -512,8 +512,9 @@ NO_N1 = {name: node for name, node in NODES.items() if name != "n1"}
 RELEASED_FOR_N1 = {
     PROVISIONED_BY: ME,
     NODE_ANNOTATION: "n1",
-    RELEASED_FOR_NODE_LOSS_ANNOTATION: "n1",
+    RELEASED_FOR_NODE_LOSS_ANNOTATION: "n1/c-1",
 }
+"""A PV whose node-loss release deleted its claim c-1 (the API server answered the DELETE)."""
 
 
 def test_a_bound_volume_whose_node_is_gone_waits_out_the_grace_then_its_claim_is_released() -> None:
@@ -552,13 +553,7 @@ def test_a_volume_released_for_node_loss_goes_without_a_helper_and_keeps_its_dat
     nodes: dict[str, NodeRecord],
 ) -> None:
     """Even with its node back: the claim was let go, and with it the data on that node."""
-    marked = volume(
-        annotations={
-            PROVISIONED_BY: ME,
-            NODE_ANNOTATION: "n1",
-            RELEASED_FOR_NODE_LOSS_ANNOTATION: "n1",
-        }
-    )
+    marked = volume(annotations=RELEASED_FOR_N1, claim_ref=CLAIM_REF)
     decision = decide_volume(marked, nodes=nodes)
     assert isinstance(decision, LetGoOfVolume)
     assert (decision.delete_volume, decision.remove_finalizer) == (True, True)
@@ -567,16 +562,34 @@ def test_a_volume_released_for_node_loss_goes_without_a_helper_and_keeps_its_dat
     assert isinstance(deleted, LetGoOfVolume) and not deleted.delete_volume
 
 
-def test_a_marked_volume_still_bound_is_released_again_not_let_go() -> None:
-    """The claim's DELETE failed after the mark: the claim is asked to go again."""
+UNPROVEN_MARKS = {
+    "bare-mark-of-an-older-version": ("n1", CLAIM_REF),
+    "mark-of-another-claim": ("n1/c-0", CLAIM_REF),
+    "mark-without-a-uid": ("n1/", CLAIM_REF),
+    "no-claim-ref": ("n1/c-1", None),
+}
+
+
+@pytest.mark.parametrize(("mark", "claim_ref"), UNPROVEN_MARKS.values(), ids=UNPROVEN_MARKS)
+@pytest.mark.parametrize("being_deleted", [False, True], ids=["released", "pv-deleted"])
+def test_a_mark_that_does_not_prove_its_claim_was_released_leaves_an_ordinary_volume(
+    mark: str, claim_ref: ClaimReference | None, being_deleted: bool
+) -> None:
+    """A release whose DELETE failed (a 5xx, no answer, a 403) and whose node came back: the
+    claim deleted weeks later by its tenant is torn down as any Delete volume; with the node
+    gone, it waits for it as any other (NodeGone)."""
     marked = volume(
-        annotations={
-            PROVISIONED_BY: ME,
-            NODE_ANNOTATION: "n1",
-            RELEASED_FOR_NODE_LOSS_ANNOTATION: "n1",
-        },
-        **BOUND,
+        annotations={**RELEASED_FOR_N1, RELEASED_FOR_NODE_LOSS_ANNOTATION: mark},
+        claim_ref=claim_ref,
+        being_deleted=being_deleted,
     )
+    assert decide_volume(marked) == teardown(delete_volume=not being_deleted)
+    assert isinstance(decide_volume(marked, nodes=NO_N1), NodeGone)
+
+
+def test_a_marked_volume_still_bound_is_released_again_not_let_go() -> None:
+    """Its claim is still there (a pod holds it): the claim is asked to go again."""
+    marked = volume(annotations=RELEASED_FOR_N1, **BOUND)
     assert isinstance(
         decide_volume(marked, nodes=NO_N1, node_loss=NodeLoss(60, 61.0)), ReleaseClaim
     )
