@@ -329,9 +329,38 @@ def test_volume_type_claim_annotation_beats_class_default() -> None:
     assert decision.plan.volume_type == "hostPath"
 
 
-@pytest.mark.parametrize(
-    "modes", [("ReadWriteMany",), ("ReadOnlyMany", "ReadWriteOnce"), ("ReadWriteOncePod",)]
+ONE_POD = {STORAGE_PROVISIONER: ME}
+ONE_POD_REFUSED = (
+    "access mode ReadWriteOncePod is held to one pod only on a volume of volumeType: local"
+    " (the kubelet does not hold it on a hostPath volume)"
 )
+
+
+def test_a_read_write_once_pod_claim_gets_a_local_volume_and_never_a_host_path_one() -> None:
+    """The kubelet holds ReadWriteOncePod to one pod only for a volume plugin that supports it:
+    a second pod put on the node with spec.nodeName runs beside the first on a hostPath
+    volume, and is refused (FailedMount) on a `local` one."""
+    one_pod = claim(access_modes=("ReadWriteOncePod",))
+    assert decide(one_pod) == Reject(
+        f"{ONE_POD_REFUSED}: set the claim annotation volumeType: local, or the annotation"
+        " defaultVolumeType: local on StorageClass local"
+    )
+    by_class = decide(one_pod, klass(annotations={"defaultVolumeType": "local"}))
+    by_claim = decide(
+        msgspec.structs.replace(one_pod, annotations={**ONE_POD, "volumeType": "local"})
+    )
+    for decision in (by_class, by_claim):
+        assert isinstance(decision, Provision) and decision.plan.volume_type == "local"
+    overridden = msgspec.structs.replace(one_pod, annotations={**ONE_POD, "volumeType": "hostPath"})
+    assert isinstance(decide(overridden, klass(annotations={"defaultVolumeType": "local"})), Reject)
+    shared = claim(storage_class_name="nfs", selected_node=None, access_modes=("ReadWriteOncePod",))
+    assert decide(shared, NFS) == Reject(
+        f"{ONE_POD_REFUSED}, which a sharedFileSystemPath cannot have: use ReadWriteOnce or"
+        " another mode"
+    )
+
+
+@pytest.mark.parametrize("modes", [("ReadWriteMany",), ("ReadOnlyMany", "ReadWriteOnce")])
 def test_shared_path_allows_every_access_mode_and_immediate_binding(modes: tuple[str, ...]) -> None:
     decision = decide(claim(storage_class_name="nfs", selected_node=None, access_modes=modes), NFS)
     assert isinstance(decision, Provision)
