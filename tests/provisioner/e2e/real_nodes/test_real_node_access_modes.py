@@ -126,6 +126,7 @@ def test_the_kubelet_does_not_hold_read_write_once_pod_on_a_host_path_volume(
     path = f"{base}/by-hand"
     setup.node_path("real-1", path).mkdir(parents=True)
     name = f"rwop-by-hand-{setup.suffix}"
+    on_real_1 = {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": ["real-1"]}]}
     body = {
         "metadata": {"name": name},
         "spec": {
@@ -135,17 +136,7 @@ def test_the_kubelet_does_not_hold_read_write_once_pod_on_a_host_path_volume(
             "storageClassName": "",
             "hostPath": {"path": path, "type": "Directory"},
             "claimRef": {"namespace": setup.namespace, "name": "by-hand"},
-            "nodeAffinity": {
-                "required": {
-                    "nodeSelectorTerms": [
-                        {
-                            "matchExpressions": [
-                                {"key": HOSTNAME, "operator": "In", "values": ["real-1"]}
-                            ]
-                        }
-                    ]
-                }
-            },
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [on_real_1]}},
         },
     }
     setup.core.create_persistent_volume(manifest(body))
