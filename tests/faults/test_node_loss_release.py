@@ -207,7 +207,7 @@ def test_a_release_whose_delete_failed_leaves_an_ordinary_volume_once_the_node_i
     flaky = node_names("flaky")
     cluster.add_node(flaky, zone)
     with provisioner_with_faults(setup, cluster) as (_, faults):
-        releasing = setup.create_class("release", parameters={"nodeLossGracePeriod": "3s"})
+        releasing = setup.create_class("release", parameters={"nodeLossGracePeriod": "5s"})
         create_stateful_set(setup, "web", releasing, zone)
         volume = wait_for(lambda: bound_volume(setup, "data-web-0"), 120, "data-web-0 bound")
         pv = volume["metadata"]["name"]
