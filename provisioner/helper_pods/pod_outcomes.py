@@ -66,6 +66,21 @@ class HelperPodNotStarted(HelperPodError):  # noqa: N818 (the contract's name)
         self.reason = reason
 
 
+class DirectoryUnknown(HelperPodError):  # noqa: N818 (a helper pod's outcome, as its peers)
+    """A teardown pod that never ran, and the look at whether its directory is gone (asked
+    then) that proved nothing: it refused, say, a base path declared a mount point with no
+    filesystem mounted there, whose directory only seems gone. The teardown is retried, and
+    its Warning says what the look said (the helper's own words: what to do)."""
+
+    def __init__(self, teardown: HelperPodError, look: HelperPodError) -> None:
+        said = look.log_tail.strip() if isinstance(look, HelperPodFailed) else ""
+        teardown_said = str(teardown).removeprefix(f"helper pod {teardown.pod}: ")
+        super().__init__(
+            teardown.pod,
+            f"{teardown_said}; whether its directory is gone is not known: {said or look}",
+        )
+
+
 def never_ran(error: HelperPodError) -> bool:
     """Whether the helper's code never ran: its pod did not start, did not finish in time, or
     was ended by its kubelet at its deadline before any container ran. A kubelet keeps a pod

@@ -183,7 +183,9 @@ class PodRuns:
     def directory_gone(self, target: HelperTarget, bundle: ConfigBundle) -> bool:
         """Whether the volume's directory is gone, by a read-only look through its base path
         (asked only after a teardown pod that never started: nothing on the common path).
-        False when the look failed: nothing is proven."""
+        Raises `HelperPodError` when the look failed or refused (nothing is proven): through
+        a declared mount point with no filesystem mounted, the directory would only seem
+        gone (node_scripts.PRESENCE_SCRIPT)."""
         manifest = build_presence_pod(
             bundle,
             self._helper.namespace,
@@ -192,13 +194,9 @@ class PodRuns:
             base_path=target.base_path,
             path=target.path,
         )
-        try:
-            _, message = self._runner.run_for_message(
-                manifest, float(bundle.config.cmd_timeout_seconds)
-            )
-        except HelperPodError as error:
-            log.warning("looking for %s failed: %s", target.path, error)
-            return False
+        _, message = self._runner.run_for_message(
+            manifest, float(bundle.config.cmd_timeout_seconds)
+        )
         return message.strip() == "gone"
 
     def run_batch(

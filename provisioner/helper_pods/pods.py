@@ -236,7 +236,7 @@ class HelperPods(Generic[K]):
 
     def directory_gone(self, target: HelperTarget, bundle: ConfigBundle) -> bool:
         """Whether the volume's directory is gone, by a read-only look (see
-        `PodRuns.directory_gone`)."""
+        `PodRuns.directory_gone`); raises `HelperPodError` when the look proved nothing."""
         return self._runs.directory_gone(target, bundle)
 
     def run_for_message(self, manifest: Mapping[str, Any], timeout: float) -> tuple[float, str]:

@@ -35,6 +35,7 @@ from provisioner.provisioning.annotations import (
     RELEASED_FOR_NODE_LOSS_ANNOTATION,
     SELECTED_NODE,
     VOLUME_FINALIZER,
+    node_loss_release_mark,
 )
 from provisioner.provisioning.base_path_checks import missing_base_path_hint
 from provisioner.provisioning.claims import (
@@ -385,34 +386,54 @@ class Actions:
     def release_claim(
         self, volume_name: str, node_name: str, claim: ClaimReference, reason: str
     ) -> None:
-        """The volume's node has been gone for its class's grace period: the PV is marked
-        first (so that, once its claim is gone, it is let go and never torn down on a node
-        that comes back), then that very claim (by UID) is deleted. Kubernetes keeps a claim
-        that a scheduled pod uses until that pod goes (its pvc-protection)."""
-        self._patch(
-            f"/api/v1/persistentvolumes/{volume_name}",
-            {"metadata": {"annotations": {RELEASED_FOR_NODE_LOSS_ANNOTATION: node_name}}},
-            MERGE,
-        )
+        """The volume's node has been gone for its class's grace period: that very claim (by
+        UID) is deleted, then the PV is marked with the claim it released, so that it is let go
+        and never torn down on a node that comes back. The mark follows the DELETE's commit:
+        one refused (a 403 where the stack grants no claim `delete`), or one unanswered that a
+        fresh read shows did not happen, leaves the PV unmarked, an ordinary volume whose
+        teardown runs when its node is there. Kubernetes keeps a claim that a scheduled pod
+        uses until that pod goes (its pvc-protection)."""
         self._recorder.warning(volume_reference(volume_name), CLAIM_RELEASED, reason)
         self._recorder.warning(bound_claim_reference(claim), CLAIM_RELEASED, reason)
         path = f"/api/v1/namespaces/{claim.namespace}/persistentvolumeclaims/{claim.name}"
         try:
             self._clients.request_json("DELETE", path, body={"preconditions": {"uid": claim.uid}})
         except ApiError as error:
-            # Gone, or another claim of that name now: not ours to delete.
+            # Gone, or another claim of that name now, before this DELETE: not ours to delete,
+            # nor to mark (its tenant may have deleted it).
             if error.status in (HTTPStatus.NOT_FOUND, HTTPStatus.CONFLICT):
                 return
-            hint = (
-                ": the stack grants it when a class sets nodeLossGracePeriod"
-                if error.status == HTTPStatus.FORBIDDEN
-                else ""
-            )
-            raise ActionFailed(
-                f"deleting claim {claim.namespace}/{claim.name}: {error.status} {error.reason}"
-                + hint
-            ) from error
+            if _refused(error.status) or not self._claim_deleted(path, claim):
+                hint = (
+                    ": the stack grants it when a class sets nodeLossGracePeriod"
+                    if error.status == HTTPStatus.FORBIDDEN
+                    else ""
+                )
+                raise ActionFailed(
+                    f"deleting claim {claim.namespace}/{claim.name}: {error.status}"
+                    f" {error.reason}{hint}"
+                ) from error
+        except (HTTPError, OSError) as error:
+            if not self._claim_deleted(path, claim):
+                raise ActionFailed(
+                    f"deleting claim {claim.namespace}/{claim.name}: no answer: {error}"
+                ) from error
+        mark = node_loss_release_mark(node_name, claim.uid)
+        self._patch(
+            f"/api/v1/persistentvolumes/{volume_name}",
+            {"metadata": {"annotations": {RELEASED_FOR_NODE_LOSS_ANNOTATION: mark}}},
+            MERGE,
+        )
         log.warning("volume %s: %s", volume_name, reason)
+
+    def _claim_deleted(self, path: str, claim: ClaimReference) -> bool:
+        """After a DELETE of `claim` whose answer was lost or a 5xx: whether a fresh read shows
+        it carried out (the claim gone, made again under another UID, or being deleted)."""
+        current = self._read_or_none(path)
+        if current is None:
+            return True
+        metadata = current.get("metadata", {})
+        return metadata.get("uid") != claim.uid or bool(metadata.get("deletionTimestamp"))
 
     def let_go_of_volume(
         self, volume_name: str, reason: str, *, delete_volume: bool, remove_finalizer: bool

@@ -234,6 +234,8 @@ def decide_claim_action(
         return Reschedule(str(error))
     except (ConfigError, PathPatternError, ValueError) as error:
         return Reject(str(error))
+    if "ReadWriteOncePod" in claim.access_modes and place.volume_type != "local":
+        return Reject(_one_pod_refused(storage_class.name, shared=shared))
     blockers = paths.overlapping(volume_name, place.disk_node, path) if paths else []
     if blockers:
         return WaitForPath(
@@ -261,6 +263,22 @@ def decide_claim_action(
             reuse_existing_data=rules.reuse_existing_data,
             clone_source=clone.source if clone is not None else None,
         )
+    )
+
+
+def _one_pod_refused(class_name: str, *, shared: bool) -> str:
+    """Why a ReadWriteOncePod claim gets no hostPath volume: the kubelet holds that mode to one
+    pod only for a volume plugin that supports it (`local` does, hostPath does not), so a
+    second pod placed on the node directly (spec.nodeName, past the scheduler) would run."""
+    why = (
+        "access mode ReadWriteOncePod is held to one pod only on a volume of volumeType: local"
+        " (the kubelet does not hold it on a hostPath volume)"
+    )
+    if shared:
+        return f"{why}, which a sharedFileSystemPath cannot have: use ReadWriteOnce or another mode"
+    return (
+        f"{why}: set the claim annotation volumeType: local, or the annotation"
+        f" defaultVolumeType: local on StorageClass {class_name}"
     )
 
 

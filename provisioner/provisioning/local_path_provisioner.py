@@ -29,6 +29,7 @@ from provisioner.capacity.capacity_publisher import CapacityPublisher
 from provisioner.configuration.class_rules import ClassRules, ClassRulesCache
 from provisioner.configuration.config import ConfigBundle
 from provisioner.configuration.config_watch import ConfigSource
+from provisioner.helper_pods.pod_outcomes import DirectoryUnknown
 from provisioner.helper_pods.pod_runner import HelperPodError, HelperPodNotStarted, never_ran
 from provisioner.helper_pods.pod_shapes import HelperAction
 from provisioner.helper_pods.pods import (
@@ -610,15 +611,19 @@ class LocalPathProvisioner:
         # A teardown pod waits for a missing `Directory` hostPath until its deadline (a real
         # kubelet then fails it DeadlineExceeded, its container never made): an earlier
         # teardown removed the directory (its process died before the PATCH that says so).
-        # What it was to remove is gone: the rest of the teardown goes on.
+        # What it was to remove is gone: the rest of the teardown goes on. A look that proved
+        # nothing (a declared mount point with no disk mounted) keeps the teardown failed, and
+        # its Warning says why.
         error = result.error
-        if (
-            isinstance(error, HelperPodError)
-            and never_ran(error)
-            and self.helper_pods.directory_gone(plan, handoff.bundle)
-        ):
-            log.info("volume %s: its directory %s is gone already", plan.volume_name, plan.path)
-            result = RunResult(result.seconds)
+        if isinstance(error, HelperPodError) and never_ran(error):
+            try:
+                if self.helper_pods.directory_gone(plan, handoff.bundle):
+                    log.info(
+                        "volume %s: its directory %s is gone already", plan.volume_name, plan.path
+                    )
+                    result = RunResult(result.seconds)
+            except HelperPodError as look:
+                result = RunResult(result.seconds, DirectoryUnknown(error, look))
         if result.error is None:
             self._directories_removed.add(plan.volume_name)
         succeeded = False

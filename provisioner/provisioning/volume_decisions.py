@@ -17,7 +17,9 @@ becomes the event or log line. Decisions where we differ from rancher and the li
   gone that long, its bound claim is released (deleted, so that a StatefulSet makes a new one
   elsewhere; Kubernetes keeps a claim that a scheduled pod still uses until that pod goes), and
   the PV then goes without a helper pod, its data left on that node; a node back within the
-  period keeps its volumes untouched. Without the parameter, as above.
+  period keeps its volumes untouched. Without the parameter, as above. Only a release whose
+  DELETE the API server answered lets the PV go: one that failed, followed by the node's return,
+  leaves an ordinary volume, torn down when its claim is deleted.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from provisioner.provisioning.annotations import (
     PROVISIONED_BY,
     RELEASED_FOR_NODE_LOSS_ANNOTATION,
     VOLUME_FINALIZER,
+    node_loss_release_mark,
 )
 from provisioner.provisioning.claims import Ignore
 from provisioner.provisioning.paths import (
@@ -203,7 +206,7 @@ def decide_volume_action(
             return RemoveFinalizer(f"reclaim policy {volume.reclaim_policy}: the data is kept")
         return Ignore(f"reclaim policy {volume.reclaim_policy}: the data is kept")
     removed = directory_removed or volume.annotations.get(DIRECTORY_REMOVED_ANNOTATION) == "true"
-    lost_node = volume.annotations.get(RELEASED_FOR_NODE_LOSS_ANNOTATION)
+    lost_node = _released_for_node_loss(volume)
     if lost_node and (volume.being_deleted or volume.phase == "Released"):
         return LetGoOfVolume(
             volume.name,
@@ -233,6 +236,21 @@ def decide_volume_action(
     if not has_finalizer and volume.phase != "Failed":
         return AddFinalizer()
     return Ignore(f"phase {volume.phase or 'unknown'}: nothing to do")
+
+
+def _released_for_node_loss(volume: VolumeRecord) -> str | None:
+    """The lost node's name when the PV's mark proves that the node-loss release deleted the
+    very claim the PV was bound to (the mark names that claim's UID, written once the API
+    server answered its DELETE); None for no mark, an older bare mark (the node's name alone,
+    written before the DELETE was sent, which may have failed) or a mark for another claim:
+    the volume is then an ordinary one, torn down when its node is there."""
+    mark = volume.annotations.get(RELEASED_FOR_NODE_LOSS_ANNOTATION, "")
+    node, _, claim_uid = mark.partition("/")
+    if not node or not claim_uid or volume.claim_ref is None:
+        return None
+    if mark != node_loss_release_mark(node, volume.claim_ref.uid):
+        return None
+    return node
 
 
 def _node_loss(

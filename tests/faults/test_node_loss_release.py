@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from localcluster import wait_for
+from localcluster import LocalCluster, wait_for
 from localcluster.raw_api import manifest
+from tests.faults.api_answer_faults import provisioner_with_faults
 from tests.faults.support import events_with_reason, helper_pods, unique_base_path
 from tests.provisioner.e2e.support import (
     ConfigFiles,
@@ -178,3 +179,83 @@ def test_a_node_back_within_the_grace_period_keeps_its_volumes(
     assert current is not None and current["status"]["phase"] == "Bound"
     assert data.read_text() == "kept"
     assert not events_with_reason(setup, "data-web-0", "ClaimReleasedForNodeLoss")
+
+
+CLAIMS = "/api/v1/namespaces/{namespace}/persistentvolumeclaims/data-web-0"
+DELETE_FAULTS = {
+    "5xx": (HTTPStatus.SERVICE_UNAVAILABLE, False),
+    "refused-403": (HTTPStatus.FORBIDDEN, False),
+    "answer-lost-after-commit": (HTTPStatus.SERVICE_UNAVAILABLE, True),
+}
+
+
+@pytest.mark.parametrize(("status", "committed"), DELETE_FAULTS.values(), ids=DELETE_FAULTS)
+def test_a_release_whose_delete_failed_leaves_an_ordinary_volume_once_the_node_is_back(
+    make_setup: Callable[..., ProvisionerSetup],
+    cluster: LocalCluster,
+    node_names: Callable[[str], str],
+    status: int,
+    committed: bool,
+) -> None:
+    """The release's DELETE of the claim fails (a 5xx or a 403, the server never carrying it
+    out) and the node comes back: the claim stays, and when its tenant deletes it weeks later
+    the volume is torn down as any Delete volume. A DELETE carried out whose answer was lost
+    is a release all the same: the PV is let go, its data kept, node back or not."""
+    base = unique_base_path("halfrelease")
+    setup = make_setup(ConfigFiles(config=default_config(base)))
+    zone = {ZONE: setup.suffix}
+    flaky = node_names("flaky")
+    cluster.add_node(flaky, zone)
+    with provisioner_with_faults(setup, cluster) as (_, faults):
+        releasing = setup.create_class("release", parameters={"nodeLossGracePeriod": "5s"})
+        create_stateful_set(setup, "web", releasing, zone)
+        volume = wait_for(lambda: bound_volume(setup, "data-web-0"), 120, "data-web-0 bound")
+        pv = volume["metadata"]["name"]
+        uid = setup.claim("data-web-0")["metadata"]["uid"]
+        data = cluster.node_dir(flaky) / volume_path(volume).lstrip("/") / "data.txt"
+        data.write_text("the tenant's")
+        claim_path = CLAIMS.format(namespace=setup.namespace)
+        failing = faults.arm(
+            "DELETE", lambda path: path == claim_path, status, times=10**6, send_first=committed
+        )
+
+        cluster.delete_node(flaky)
+        setup.core.delete_namespaced_pod("web-0", setup.namespace, grace_period_seconds=0)
+        failing.wait_answered(1, 60)
+        cluster.add_node(flaky, zone)
+        if committed:
+            wait_gone(lambda: setup.volume(pv), 60, f"{pv} to be let go")
+            assert data.read_text() == "the tenant's", "the released claim's data stays"
+            wait_for(
+                lambda: events_with_reason(setup, pv, "VolumeLetGo") or None, 30, "VolumeLetGo"
+            )
+            return
+        time.sleep(5)  # the node is back: the release is not tried again
+        tries = failing.answered
+        time.sleep(5)
+        assert failing.answered == tries, "the release goes on with the node back"
+        claim = setup.claim("data-web-0")
+        assert claim["metadata"]["uid"] == uid and not claim["metadata"].get("deletionTimestamp")
+        current = setup.volume(pv)
+        assert current is not None and current["status"]["phase"] == "Bound"
+
+        # Weeks later, its tenant deletes the claim the ordinary way.
+        apps = client.AppsV1Api(cluster.admin_client)
+        apps.delete_namespaced_stateful_set("web", setup.namespace)
+        wait_gone(lambda: delete_pod(setup, "web-0"), 60, "web-0 to go")
+        setup.core.delete_namespaced_persistent_volume_claim("data-web-0", setup.namespace)
+        wait_gone(lambda: setup.volume(pv), 120, f"{pv} to be torn down")
+        assert not data.parent.exists(), "the volume went without its teardown: data left"
+        assert not events_with_reason(setup, pv, "VolumeLetGo")
+
+
+def delete_pod(setup: ProvisionerSetup, name: str) -> dict[str, Any] | None:
+    """Deletes the pod of that name at once; None once there is none (its StatefulSet, deleted,
+    makes it no more)."""
+    try:
+        pod = setup.core.delete_namespaced_pod(name, setup.namespace, grace_period_seconds=0)
+    except client.ApiException as error:
+        if error.status == HTTPStatus.NOT_FOUND:
+            return None
+        raise
+    return dict(pod.to_dict())

@@ -8,10 +8,12 @@ from __future__ import annotations
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from provisioner.configuration.config import RANCHER_DEFAULT_PATH
 from tests.provisioner.e2e.support import ConfigFiles, ProvisionerSetup, eventually
@@ -121,3 +123,72 @@ def test_a_mounted_mount_point_and_rancher_s_default_path_get_volumes(
     setup.create_consumer("other", "other", node_selector={"kubernetes.io/hostname": "node-2"})
     other = setup.wait_bound("other", timeout=90)
     assert other["spec"]["hostPath"]["path"].startswith(f"{RANCHER_DEFAULT_PATH}/")
+
+
+def test_a_teardown_through_a_mount_point_whose_disk_is_not_mounted_waits_for_the_disk(
+    make_setup: Callable[..., ProvisionerSetup], tmp_path: Path
+) -> None:
+    """The disk under a declared mount point is unmounted while a volume on it is Released: its
+    teardown pod cannot start (its directory is on the disk), and the look that follows sees
+    only the empty mount point. The volume is not taken for gone: the PV stays, with a Warning
+    that says the disk is not mounted and what to do, and its data waits on the disk; once the
+    disk is mounted again the teardown is done as usual."""
+    base = f"/opt/disk-{uuid.uuid4().hex[:6]}"
+    setup = make_setup(config({"path": base, "mountPoint": True}, timeout=10))
+    host = setup.node_path(NODE, base)
+    kept = tmp_path / "disk"  # the disk itself, reachable here while it is off the node
+    kept.mkdir()
+    host.mkdir(parents=True)
+    mounts: list[Path] = []
+
+    def mount(*args: str) -> None:
+        subprocess.run(["mount", *args], check=True)
+        mounts.append(Path(args[-1]))
+
+    try:
+        mount("-t", "tmpfs", "lps-disk", str(host))
+        mount("--bind", str(host), str(kept))
+        setup.start()
+        claim_on_node(setup, "data")
+        volume = setup.wait_bound("data", timeout=90)
+        pv, path = volume["metadata"]["name"], volume["spec"]["hostPath"]["path"]
+        data = kept / path.removeprefix(f"{base}/") / "data.txt"
+        data.write_text("on the disk")
+
+        setup.core.delete_namespaced_pod("data", setup.namespace, grace_period_seconds=0)
+        eventually(lambda: consumer_gone(setup, "data"), 60, "the consumer pod to go")
+        subprocess.run(["umount", str(host)], check=True)
+        mounts.remove(host)
+        setup.core.delete_namespaced_persistent_volume_claim("data", setup.namespace)
+
+        def warned() -> dict[str, Any] | None:
+            for event in setup.events(pv):
+                if event.get("reason") == "VolumeFailedDelete" and "mount" in event["message"]:
+                    return event
+            return None
+
+        event = eventually(warned, 120, f"a VolumeFailedDelete Warning on {pv}")
+        assert event["type"] == "Warning"
+        assert f"its base path {base} is declared a mount point" in event["message"], event
+        assert "no filesystem is mounted there on this node: mount it" in event["message"]
+        current = setup.volume(pv)
+        assert current is not None and current["status"]["phase"] == "Released"
+        assert data.read_text() == "on the disk"
+        assert list(host.iterdir()) == [], "something was made on the root filesystem"
+
+        mount("--bind", str(kept), str(host))
+        eventually(lambda: setup.volume(pv) is None or None, 180, f"{pv} to be torn down")
+        assert not data.parent.exists(), "the teardown left the volume's data on the disk"
+    finally:
+        for where in reversed(mounts):
+            subprocess.run(["umount", str(where)], check=False)
+
+
+def consumer_gone(setup: ProvisionerSetup, name: str) -> bool | None:
+    try:
+        setup.core.read_namespaced_pod(name, setup.namespace)
+    except ApiException as error:
+        if error.status == HTTPStatus.NOT_FOUND:
+            return True
+        raise
+    return None

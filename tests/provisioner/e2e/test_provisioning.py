@@ -73,12 +73,22 @@ def test_local_volume_by_claim_annotation_and_by_class_default(
         assert provisioner.node_path(volume_node(volume), volume_path(volume)).is_dir()
 
 
-def test_read_write_once_pod(provisioner: ProvisionerSetup) -> None:
-    storage_class = provisioner.create_class("rwop")
-    provisioner.create_claim("solo", storage_class, access_modes=["ReadWriteOncePod"])
+def test_read_write_once_pod_gets_a_local_volume_and_no_host_path_one(
+    provisioner: ProvisionerSetup,
+) -> None:
+    """The kubelet holds ReadWriteOncePod to one pod on a `local` volume only (the real-node
+    tests show both): a hostPath class's claim of that mode is refused."""
+    local = provisioner.create_class("rwop", annotations={"defaultVolumeType": "local"})
+    provisioner.create_claim("solo", local, access_modes=["ReadWriteOncePod"])
     provisioner.create_consumer("only", "solo")
     volume = provisioner.wait_bound("solo")
-    assert volume["spec"]["accessModes"] == ["ReadWriteOncePod"]
+    assert volume["spec"]["accessModes"] == ["ReadWriteOncePod"] and "local" in volume["spec"]
+    host_path = provisioner.create_class("rwop-hostpath")
+    provisioner.create_claim("rwop-hostpath", host_path, access_modes=["ReadWriteOncePod"])
+    provisioner.create_consumer("rwop-hostpath", "rwop-hostpath")
+    failed = provisioner.wait_event("rwop-hostpath", "ProvisioningFailed")
+    assert "held to one pod only on a volume of volumeType: local" in failed["message"]
+    assert provisioner.phase("rwop-hostpath") == "Pending"
 
 
 def test_pod_pinned_by_node_selector_gets_its_volume_there(provisioner: ProvisionerSetup) -> None:

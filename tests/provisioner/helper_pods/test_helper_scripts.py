@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from provisioner.helper_pods.pod_shapes import FINISH_SCRIPT, PREPARE_SCRIPT
+from provisioner.provisioning.base_path_checks import mountinfo_path
 from provisioner.scans.node_scripts import PRESENCE_SCRIPT
 
 
@@ -162,3 +163,31 @@ def test_the_presence_look_proves_nothing_through_a_symbolic_link(tmp_path: Path
     code, said = presence(base, base / "team" / "claim")
     assert code == 1
     assert "is a symbolic link" in said
+
+
+def test_the_presence_look_never_says_gone_through_a_mount_point_with_no_disk(
+    tmp_path: Path,
+) -> None:
+    """A base path declared a mount point (mountPoint) whose disk is not mounted: its volumes'
+    directories are on that disk, and only seem gone through the empty mount point. The look
+    refuses (nothing is proven) with what to do, as `prepare` does; once the helper's mount
+    table shows a filesystem's root there, it answers."""
+    base = make_base(tmp_path)
+    volume = base / "team" / "claim"
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text("1500 1400 0:52 / / rw,relatime - overlay overlay rw\n")
+    result = tmp_path / "presence-result"
+    env = {
+        "LPS_RESULT": str(result),
+        "LPS_MOUNT_POINT": mountinfo_path(str(base)),
+        "LPS_MOUNTINFO": str(mountinfo),
+    }
+    done = run_script(PRESENCE_SCRIPT, base, volume, extra_env=env)
+    assert done.returncode == 1
+    assert not result.exists(), "the look answered"
+    assert f"its base path {base} is declared a mount point" in done.stderr
+    assert "no filesystem is mounted there on this node: mount it" in done.stderr
+    with mountinfo.open("a") as table:
+        table.write(f"1501 1500 7:7 / {mountinfo_path(str(base))} rw - xfs /dev/loop7 rw\n")
+    done = run_script(PRESENCE_SCRIPT, base, volume, extra_env=env)
+    assert (done.returncode, result.read_text().strip()) == (0, "gone")

@@ -8,6 +8,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, cast
 
+import pytest
+
 from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
@@ -15,6 +17,7 @@ from provisioner.configuration.config import (
     load_config_bundle,
 )
 from provisioner.helper_pods.batch_pod_shapes import batch_volume_names
+from provisioner.helper_pods.pod_outcomes import HelperPodFailed
 from provisioner.helper_pods.pod_runner import PodStates
 from provisioner.helper_pods.pod_runs import (
     HelperPodNotBuilt,
@@ -159,3 +162,27 @@ def test_the_one_volume_left_of_a_batch_runs_in_its_own_pod() -> None:
     assert runner.singles == ["helper-create-pvc-1"]
     assert results["pvc-1"] == RunResult(1.0)
     assert isinstance(results["pvc-2"].error, HelperPodNotBuilt)
+
+
+UNMOUNTED = (
+    "refusing /opt/a/pvc-1: its base path /opt/a is declared a mount point (mountPoint in"
+    " config.json), but no filesystem is mounted there on this node: mount it (see /etc/fstab),"
+    " or correct config.json"
+)
+
+
+class RefusingLook(SucceedingRunner):
+    """The presence look fails as PRESENCE_SCRIPT does through a declared mount point with no
+    disk mounted."""
+
+    def run_for_message(self, manifest: Mapping[str, Any], timeout: float) -> tuple[float, str]:
+        raise HelperPodFailed(manifest["metadata"]["name"], 1, "Error", UNMOUNTED)
+
+
+def test_a_presence_look_that_refused_proves_nothing_and_says_why() -> None:
+    """A teardown pod that never started (its `Directory` hostPath missing) is followed by a
+    look; one through a mount point whose disk is not mounted must not read as `gone` (the PV
+    would go while its data waits on the disk), nor be lost: its refusal is raised."""
+    runs = PodRuns(cast(Any, RefusingLook()), Metrics(), PodSettings("lps", "helper"))
+    with pytest.raises(HelperPodFailed, match="no filesystem is mounted there"):
+        runs.directory_gone(target(1), BUNDLE)

@@ -336,9 +336,38 @@ def test_volume_type_claim_annotation_beats_class_default() -> None:
     assert decision.plan.volume_type == "hostPath"
 
 
-@pytest.mark.parametrize(
-    "modes", [("ReadWriteMany",), ("ReadOnlyMany", "ReadWriteOnce"), ("ReadWriteOncePod",)]
+ONE_POD = {STORAGE_PROVISIONER: ME}
+ONE_POD_REFUSED = (
+    "access mode ReadWriteOncePod is held to one pod only on a volume of volumeType: local"
+    " (the kubelet does not hold it on a hostPath volume)"
 )
+
+
+def test_a_read_write_once_pod_claim_gets_a_local_volume_and_never_a_host_path_one() -> None:
+    """The kubelet holds ReadWriteOncePod to one pod only for a volume plugin that supports it:
+    a second pod put on the node with spec.nodeName runs beside the first on a hostPath
+    volume, and is refused (FailedMount) on a `local` one."""
+    one_pod = claim(access_modes=("ReadWriteOncePod",))
+    assert decide(one_pod) == Reject(
+        f"{ONE_POD_REFUSED}: set the claim annotation volumeType: local, or the annotation"
+        " defaultVolumeType: local on StorageClass local"
+    )
+    by_class = decide(one_pod, klass(annotations={"defaultVolumeType": "local"}))
+    by_claim = decide(
+        msgspec.structs.replace(one_pod, annotations={**ONE_POD, "volumeType": "local"})
+    )
+    for decision in (by_class, by_claim):
+        assert isinstance(decision, Provision) and decision.plan.volume_type == "local"
+    overridden = msgspec.structs.replace(one_pod, annotations={**ONE_POD, "volumeType": "hostPath"})
+    assert isinstance(decide(overridden, klass(annotations={"defaultVolumeType": "local"})), Reject)
+    shared = claim(storage_class_name="nfs", selected_node=None, access_modes=("ReadWriteOncePod",))
+    assert decide(shared, NFS) == Reject(
+        f"{ONE_POD_REFUSED}, which a sharedFileSystemPath cannot have: use ReadWriteOnce or"
+        " another mode"
+    )
+
+
+@pytest.mark.parametrize("modes", [("ReadWriteMany",), ("ReadOnlyMany", "ReadWriteOnce")])
 def test_shared_path_allows_every_access_mode_and_immediate_binding(modes: tuple[str, ...]) -> None:
     decision = decide(claim(storage_class_name="nfs", selected_node=None, access_modes=modes), NFS)
     assert isinstance(decision, Provision)
@@ -520,8 +549,9 @@ NO_N1 = {name: node for name, node in NODES.items() if name != "n1"}
 RELEASED_FOR_N1 = {
     PROVISIONED_BY: ME,
     NODE_ANNOTATION: "n1",
-    RELEASED_FOR_NODE_LOSS_ANNOTATION: "n1",
+    RELEASED_FOR_NODE_LOSS_ANNOTATION: "n1/c-1",
 }
+"""A PV whose node-loss release deleted its claim c-1 (the API server answered the DELETE)."""
 
 
 def test_a_bound_volume_whose_node_is_gone_waits_out_the_grace_then_its_claim_is_released() -> None:
@@ -560,13 +590,7 @@ def test_a_volume_released_for_node_loss_goes_without_a_helper_and_keeps_its_dat
     nodes: dict[str, NodeRecord],
 ) -> None:
     """Even with its node back: the claim was let go, and with it the data on that node."""
-    marked = volume(
-        annotations={
-            PROVISIONED_BY: ME,
-            NODE_ANNOTATION: "n1",
-            RELEASED_FOR_NODE_LOSS_ANNOTATION: "n1",
-        }
-    )
+    marked = volume(annotations=RELEASED_FOR_N1, claim_ref=CLAIM_REF)
     decision = decide_volume(marked, nodes=nodes)
     assert isinstance(decision, LetGoOfVolume)
     assert (decision.delete_volume, decision.remove_finalizer) == (True, True)
@@ -575,16 +599,34 @@ def test_a_volume_released_for_node_loss_goes_without_a_helper_and_keeps_its_dat
     assert isinstance(deleted, LetGoOfVolume) and not deleted.delete_volume
 
 
-def test_a_marked_volume_still_bound_is_released_again_not_let_go() -> None:
-    """The claim's DELETE failed after the mark: the claim is asked to go again."""
+UNPROVEN_MARKS = {
+    "bare-mark-of-an-older-version": ("n1", CLAIM_REF),
+    "mark-of-another-claim": ("n1/c-0", CLAIM_REF),
+    "mark-without-a-uid": ("n1/", CLAIM_REF),
+    "no-claim-ref": ("n1/c-1", None),
+}
+
+
+@pytest.mark.parametrize(("mark", "claim_ref"), UNPROVEN_MARKS.values(), ids=UNPROVEN_MARKS)
+@pytest.mark.parametrize("being_deleted", [False, True], ids=["released", "pv-deleted"])
+def test_a_mark_that_does_not_prove_its_claim_was_released_leaves_an_ordinary_volume(
+    mark: str, claim_ref: ClaimReference | None, being_deleted: bool
+) -> None:
+    """A release whose DELETE failed (a 5xx, no answer, a 403) and whose node came back: the
+    claim deleted weeks later by its tenant is torn down as any Delete volume; with the node
+    gone, it waits for it as any other (NodeGone)."""
     marked = volume(
-        annotations={
-            PROVISIONED_BY: ME,
-            NODE_ANNOTATION: "n1",
-            RELEASED_FOR_NODE_LOSS_ANNOTATION: "n1",
-        },
-        **BOUND,
+        annotations={**RELEASED_FOR_N1, RELEASED_FOR_NODE_LOSS_ANNOTATION: mark},
+        claim_ref=claim_ref,
+        being_deleted=being_deleted,
     )
+    assert decide_volume(marked) == teardown(delete_volume=not being_deleted)
+    assert isinstance(decide_volume(marked, nodes=NO_N1), NodeGone)
+
+
+def test_a_marked_volume_still_bound_is_released_again_not_let_go() -> None:
+    """Its claim is still there (a pod holds it): the claim is asked to go again."""
+    marked = volume(annotations=RELEASED_FOR_N1, **BOUND)
     assert isinstance(
         decide_volume(marked, nodes=NO_N1, node_loss=NodeLoss(60, 61.0)), ReleaseClaim
     )

@@ -18,7 +18,7 @@ from provisioner.configuration.config import (
     DEFAULT_TEARDOWN_SCRIPT,
     load_config_bundle,
 )
-from provisioner.helper_pods.pod_outcomes import HelperPodFailed
+from provisioner.helper_pods.pod_outcomes import HelperPodError, HelperPodFailed
 from provisioner.helper_pods.pod_shapes import HelperAction, HelperTarget
 from provisioner.helper_pods.pods import BatchSettings, PodSettings, RunRefused, RunResult
 from provisioner.kube.events import ObjectReference
@@ -368,3 +368,36 @@ def test_a_helper_pod_key_the_cache_has_not_is_settled() -> None:
     """A leftover that went already (the informer never started here): nothing to delete."""
     made, _, _ = provisioner()
     assert made.reconcile((HELPER_POD, "ns/h")) == SETTLED
+
+
+def test_a_teardown_whose_directory_only_seems_gone_fails_and_says_the_disk_is_not_mounted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The teardown pod never ran (its directory is missing), and the look at whether it is
+    gone refused: the base path is declared a mount point with no filesystem mounted there.
+    The teardown fails (retried), its error (the Warning's text) says both, and the path stays
+    Released in the book, decided again."""
+    lp, queue, actions = provisioner()
+    never_ran = HelperPodFailed("ns/helper-delete-pvc-old", None, "DeadlineExceeded", "")
+    actions.helper_runs.failures["pvc-old"] = never_ran
+    refusal = (
+        "refusing /data/ns/c: its base path /data is declared a mount point (mountPoint in"
+        " config.json), but no filesystem is mounted there on this node: mount it (see"
+        " /etc/fstab), or correct config.json"
+    )
+
+    def directory_gone(target: HelperTarget, bundle: Any) -> bool:
+        raise HelperPodFailed("ns/helper-presence-x", 1, "Error", refusal)
+
+    monkeypatch.setattr(lp.helper_pods, "directory_gone", directory_gone)
+    key = start_teardown(lp, "pvc-old", "/data/ns/c")
+    assert next_key(queue) == key
+    with pytest.raises(HelperPodError) as raised:
+        lp.reconcile_volume("pvc-old")
+    said = str(raised.value)
+    assert said.startswith("helper pod ns/helper-delete-pvc-old: failed (DeadlineExceeded"), said
+    assert f"whether its directory is gone is not known: {refusal}" in said
+    assert "pvc-old" not in lp._directories_removed
+    entry = lp._paths.get("pvc-old")
+    assert entry is not None and entry.state == RELEASED
+    lp.helper_pods.stop()

@@ -46,7 +46,7 @@ CLAIM = ClaimRecord(
     annotations={STORAGE_PROVISIONER: ME},
     storage_class_name="local",
     selected_node="n1",
-    access_modes=("ReadWriteOncePod",),
+    access_modes=("ReadWriteOnce",),
     requested_storage="5Gi",
 )
 LOCAL = StorageClassRecord(
@@ -86,7 +86,7 @@ def test_node_local_hostpath_volume() -> None:
             },
             "storageClassName": "local",
             "capacity": {"storage": "5Gi"},
-            "accessModes": ["ReadWriteOncePod"],
+            "accessModes": ["ReadWriteOnce"],
             "persistentVolumeReclaimPolicy": "Delete",
             "volumeMode": "Filesystem",
             "mountOptions": ["noatime"],
