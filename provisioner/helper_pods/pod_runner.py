@@ -30,6 +30,7 @@ from typing import Any, cast
 
 from urllib3.exceptions import HTTPError
 
+from provisioner.helper_pods.pod_deletions import PodDeletions
 from provisioner.helper_pods.pod_events import PodEventHub
 from provisioner.helper_pods.pod_outcomes import (
     HelperPodError,
@@ -41,7 +42,7 @@ from provisioner.helper_pods.pod_outcomes import (
     never_ran,
 )
 from provisioner.kube import watch_stream
-from provisioner.kube.api_error import ApiError
+from provisioner.kube.api_error import ApiError, describe_api_error
 from provisioner.kube.client import KubeClients
 from provisioner.kube.clock import SYSTEM_CLOCK, Clock
 
@@ -141,6 +142,7 @@ class PodRunner:
         self._creations = threading.Condition()
         self._closed = False
         self._creating = 0
+        self._deletions = PodDeletions(clients)
 
     def run(self, manifest: Mapping[str, Any], timeout: float) -> float:
         """Create the pod (namespace and name from its metadata), wait for it to succeed, delete
@@ -212,7 +214,9 @@ class PodRunner:
                 return self._create(pod, label)
             except ApiError as e:
                 if e.status != HTTPStatus.CONFLICT:
-                    raise HelperPodNotStarted(label, f"creating it failed: {_api_error(e)}") from e
+                    raise HelperPodNotStarted(
+                        label, f"creating it failed: {describe_api_error(e)}"
+                    ) from e
             except (HTTPError, OSError) as e:
                 raise HelperPodNotStarted(label, f"creating it failed: {e}") from e
             try:
@@ -220,7 +224,9 @@ class PodRunner:
             except ApiError as e:
                 if e.status == HTTPStatus.NOT_FOUND:
                     continue
-                raise HelperPodNotStarted(label, f"reading it failed: {_api_error(e)}") from e
+                raise HelperPodNotStarted(
+                    label, f"reading it failed: {describe_api_error(e)}"
+                ) from e
             except (HTTPError, OSError) as e:
                 raise HelperPodNotStarted(label, f"reading it failed: {e}") from e
             existing_metadata = existing.get("metadata") or {}
@@ -257,9 +263,11 @@ class PodRunner:
     def close(self, deadline: float) -> bool:
         """At a stop: no helper pod is created after this. Waits until the creations already
         sent have been answered (or `deadline`, monotonic), so that a look at the helper pods
-        afterwards sees every pod this process made. Whether none was left unanswered."""
+        afterwards sees every pod this process made. Whether none was left unanswered. A failed
+        deletion is not tried again after this: the stop deletes every helper pod itself."""
         with self._creations:
             self._closed = True
+            self._deletions.close()
             return self._creations.wait_for(
                 lambda: not self._creating, max(0.0, deadline - time.monotonic())
             )
@@ -457,7 +465,7 @@ class PodRunner:
         except ApiError as e:
             if e.status == HTTPStatus.NOT_FOUND:
                 raise _PodGoneError from e
-            log.warning("reading helper pod %s/%s: %s", namespace, name, _api_error(e))
+            log.warning("reading helper pod %s/%s: %s", namespace, name, describe_api_error(e))
         except (HTTPError, OSError) as e:
             log.warning("reading helper pod %s/%s: %s", namespace, name, e)
         return pod
@@ -482,16 +490,9 @@ class PodRunner:
             log.warning("deleting helper pod %s: %s", name, error)
 
     def _delete(self, namespace: str, name: str, uid: str | None = None) -> None:
-        body: dict[str, Any] = {"propagationPolicy": "Background"}
-        if uid:
-            body["preconditions"] = {"uid": uid}
-        try:
-            self._clients.request_json("DELETE", _pods(namespace, name), body=body)
-        except ApiError as e:
-            if e.status not in (HTTPStatus.NOT_FOUND, HTTPStatus.CONFLICT):
-                log.warning("deleting helper pod %s/%s failed: %s", namespace, name, _api_error(e))
-        except (HTTPError, OSError) as e:
-            log.warning("deleting helper pod %s/%s failed: %s", namespace, name, e)
+        """Delete the pod, tried again in the background until the server took it (see
+        `PodDeletions`): a run's end does not wait for an API server that is restarting."""
+        self._deletions.delete(namespace, name, uid)
 
 
 class _ExpiredError(Exception):
@@ -506,13 +507,3 @@ def _event_time(event: Mapping[str, Any]) -> str:
 def _pods(namespace: str, name: str = "") -> str:
     path = f"/api/v1/namespaces/{namespace}/pods"
     return f"{path}/{name}" if name else path
-
-
-def _api_error(error: ApiError) -> str:
-    message = ""
-    if error.body:
-        try:
-            message = json.loads(error.body).get("message", "")
-        except (ValueError, AttributeError):
-            message = str(error.body)[:200]
-    return f"HTTP {error.status} {error.reason}" + (f": {message}" if message else "")
