@@ -151,7 +151,7 @@ class LocalPathWatches:
             return []
         if not new.volume_name and is_our_claim(new, self._name):
             return [(CLAIM, key)]
-        if new.volume_name and self._may_expand(new):
+        if new.volume_name and self._may_expand(old, new):
             return [(EXPANSION, key)]
         return []
 
@@ -221,16 +221,26 @@ class LocalPathWatches:
             return [(HELPER_POD, key)]
         return []
 
-    def _may_expand(self, claim: ClaimRecord) -> bool:
+    def _may_expand(self, old: ClaimRecord | None, claim: ClaimRecord) -> bool:
         """Cheap filter: the claim asks for more than its PV of ours has, or its status lags (a
         claim with no status capacity yet is still being bound: not ours to act on, see
-        `decide_expansion`, so a fresh bind wakes no worker)."""
+        `decide_expansion`, so a fresh bind wakes no worker). A status that lags only in its
+        allocatedResources (a claim bound, or grown by an earlier version, before this one
+        set them) is caught up on any later event of the claim, the first list and resyncs
+        included, not on its bind: a burst of new claims is not slowed by a write each."""
         volume = self._caches.volumes.get(claim.volume_name)
         if volume is None or volume.annotations.get(PROVISIONED_BY) != self._name:
             return False
         status = claim.status_capacity
-        return claim.requested_storage != volume.capacity or (
+        if claim.requested_storage != volume.capacity or (
             status is not None and status != volume.capacity
+        ):
+            return True
+        just_bound = old is not None and old.status_capacity is None
+        return (
+            status is not None
+            and not just_bound
+            and (claim.resize_status is not None or claim.allocated_storage != volume.capacity)
         )
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, cast
 
+import msgspec
+
 from provisioner.kube.workqueue import WorkQueue
 from provisioner.loop.controller import Key, Watch
 from provisioner.objects.records import ClaimRecord, NodeRecord, VolumeRecord
@@ -79,9 +81,27 @@ def test_a_bound_claim_that_asks_to_grow_gets_an_expansion_key_and_one_that_does
     # The informer's own store, as its watch would fill it (no handler is registered yet).
     made._caches.volumes._store("pvc-1", volume)
     grows = claim(volume_name="pvc-1", status_capacity="1Gi", requested_storage="2Gi")
-    stays = claim(volume_name="pvc-1", status_capacity="1Gi", requested_storage="1Gi")
+    stays = claim(
+        volume_name="pvc-1", status_capacity="1Gi", requested_storage="1Gi", allocated_storage="1Gi"
+    )
     assert keys(made, "claims", "u-1", None, grows) == [(EXPANSION, "u-1")]
     assert keys(made, "claims", "u-1", None, stays) == []
+
+
+def test_a_claim_without_allocated_resources_gets_a_key_except_as_it_binds() -> None:
+    """One grown by an earlier version: at the first list, a resync or a later change. Not
+    as it binds: a burst of new claims is not slowed by a status write each."""
+    made, _, _ = watches_of()
+    made._caches.volumes._store("pvc-1", VolumeRecord("pvc-1", annotations=OURS, capacity="2Gi"))
+    binding = claim(volume_name="pvc-1", requested_storage="2Gi")
+    bound = claim(volume_name="pvc-1", status_capacity="2Gi", requested_storage="2Gi")
+    assert keys(made, "claims", "u-1", binding, bound) == []
+    assert keys(made, "claims", "u-1", None, bound) == [(EXPANSION, "u-1")]
+    assert keys(made, "claims", "u-1", bound, bound) == [(EXPANSION, "u-1")]
+    left = msgspec.structs.replace(
+        bound, allocated_storage="2Gi", resize_status="ControllerResizeInProgress"
+    )
+    assert keys(made, "claims", "u-1", left, left) == [(EXPANSION, "u-1")]
 
 
 def test_a_volume_of_ours_is_recorded_and_queued_and_its_going_frees_its_path() -> None:
