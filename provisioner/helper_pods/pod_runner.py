@@ -11,8 +11,9 @@ and every outcome is reported as soon as the pod shows it:
   `HelperPodNotStarted`;
 - nothing of that within the timeout: `HelperPodTimeout`.
 
-A pod of the same name left by an earlier run (say, the provisioner restarted mid-action) is
-adopted when it was made from the same manifest (compared by a hash annotation), else replaced.
+A pod of the same name left by an earlier run (one whose creation was answered too late, say;
+a new leader deletes what its predecessor left before it runs anything) is adopted when it was
+made from the same manifest (compared by a hash annotation), else replaced.
 """
 
 from __future__ import annotations
@@ -169,7 +170,7 @@ class PodRunner:
     def delete(self, manifest: Mapping[str, Any]) -> None:
         """Delete the pod a `follow_to_end` left (NotFound is fine)."""
         metadata = manifest["metadata"]
-        self._delete(metadata["namespace"], metadata["name"])
+        self.delete_until_gone(metadata["namespace"], metadata["name"])
 
     def _run(
         self,
@@ -202,7 +203,7 @@ class PodRunner:
             raise
         finally:
             if not (keep and ended):
-                self._delete(namespace, name)
+                self.delete_until_gone(namespace, name)
 
     def _create_or_adopt(
         self, pod: dict[str, Any], label: str, deadline: float, timeout: float
@@ -237,7 +238,7 @@ class PodRunner:
                     return existing
             elif not deleting:
                 log.info("replacing helper pod %s: it was made from a different manifest", label)
-                self._delete(namespace, name, uid=existing_metadata.get("uid"))
+                self.delete_until_gone(namespace, name, uid=existing_metadata.get("uid"))
             self._wait_until_deleted(existing, label, deadline, timeout)
         raise HelperPodNotStarted(label, "a pod of that name keeps reappearing")
 
@@ -489,9 +490,10 @@ class PodRunner:
         except (HTTPError, OSError) as error:
             log.warning("deleting helper pod %s: %s", name, error)
 
-    def _delete(self, namespace: str, name: str, uid: str | None = None) -> None:
-        """Delete the pod, tried again in the background until the server took it (see
-        `PodDeletions`): a run's end does not wait for an API server that is restarting."""
+    def delete_until_gone(self, namespace: str, name: str, uid: str | None = None) -> None:
+        """Delete the pod (only the one of `uid`, if given), tried again in the background
+        until the server took it (see `PodDeletions`): the caller does not wait for an API
+        server that is restarting."""
         self._deletions.delete(namespace, name, uid)
 
 

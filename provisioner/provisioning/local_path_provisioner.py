@@ -191,6 +191,9 @@ class LocalPathProvisioner:
     # -- lifecycle, as the loop drives it ----------------------------------------------------
 
     def start(self) -> None:
+        """As this process begins to lead, before a worker takes a key: the helper pods whoever
+        led before left are cleared (see `HelperPods.clear_left_pods`)."""
+        self.helper_pods.clear_left_pods()
         self._capacity.start()
 
     def stop_starting(self) -> None:
