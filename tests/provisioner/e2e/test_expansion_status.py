@@ -21,12 +21,16 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from localcluster.raw_api import call_json
-from tests.provisioner.e2e.support import ConfigFiles, ProvisionerSetup, eventually
+from tests.provisioner.e2e.support import (
+    ConfigFiles,
+    ProvisionerSetup,
+    default_config,
+    eventually,
+)
 
 pytestmark = pytest.mark.cluster
 
 NODE = {"kubernetes.io/hostname": "node-1"}
-CONFIG = {"nodePathMap": [{"node": "node-1", "paths": ["/opt/expansion-status"]}]}
 IN_PROGRESS = "ControllerResizeInProgress"
 
 Allocation = tuple[str | None, str | None, str | None]
@@ -89,7 +93,7 @@ def grown(
     make_setup: Callable[..., ProvisionerSetup],
 ) -> Iterator[tuple[ProvisionerSetup, list[Allocation]]]:
     """A claim "g" of 1Gi, bound, then grown to 2Gi; with its statuses seen meanwhile."""
-    setup = make_setup(ConfigFiles(config=CONFIG))
+    setup = make_setup(ConfigFiles(config=default_config("/opt/expansion-status")))
     setup.start()
     storage_class = setup.create_class("grow")
     call_json(setup.storage.patch_storage_class, storage_class, {"allowVolumeExpansion": True})

@@ -11,7 +11,7 @@ import msgspec
 
 from provisioner.kube.workqueue import WorkQueue
 from provisioner.loop.controller import Key, Watch
-from provisioner.objects.records import ClaimRecord, NodeRecord, VolumeRecord
+from provisioner.objects.records import ClaimRecord, ClaimReference, NodeRecord, VolumeRecord
 from provisioner.provisioning.annotations import PROVISIONED_BY, STORAGE_PROVISIONER
 from provisioner.provisioning.local_path_watches import LocalPathWatches, watched_caches
 from provisioner.provisioning.work_keys import CLAIM, EXPANSION, HELPER_POD, VOLUME
@@ -102,6 +102,22 @@ def test_a_claim_without_allocated_resources_gets_a_key_except_as_it_binds() -> 
         bound, allocated_storage="2Gi", resize_status="ControllerResizeInProgress"
     )
     assert keys(made, "claims", "u-1", left, left) == [(EXPANSION, "u-1")]
+
+
+def test_a_volumes_first_look_queues_its_claim_when_that_may_expand() -> None:
+    """The claims are listed first, before their volumes are in the cache: a claim that asks
+    to grow, or lags in its status, is found from its volume's first look (or a resync)."""
+    made, _, _ = watches_of()
+    lagging = claim(volume_name="pvc-1", status_capacity="2Gi", requested_storage="2Gi")
+    made._caches.claims._store("u-1", lagging)
+    ref = ClaimReference("ns", "c", "u-1")
+    volume = VolumeRecord("pvc-1", annotations=OURS, claim_ref=ref, capacity="2Gi")
+    assert keys(made, "volumes", "pvc-1", None, volume) == [(VOLUME, "pvc-1"), (EXPANSION, "u-1")]
+    assert keys(made, "volumes", "pvc-1", volume, volume) == [(VOLUME, "pvc-1"), (EXPANSION, "u-1")]
+    bound = msgspec.structs.replace(volume, phase="Bound")
+    assert keys(made, "volumes", "pvc-1", volume, bound) == [(VOLUME, "pvc-1")]
+    made._caches.claims._store("u-1", msgspec.structs.replace(lagging, allocated_storage="2Gi"))
+    assert keys(made, "volumes", "pvc-1", None, volume) == [(VOLUME, "pvc-1")]
 
 
 def test_a_volume_of_ours_is_recorded_and_queued_and_its_going_frees_its_path() -> None:
