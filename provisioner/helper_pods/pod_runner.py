@@ -11,8 +11,9 @@ and every outcome is reported as soon as the pod shows it:
   `HelperPodNotStarted`;
 - nothing of that within the timeout: `HelperPodTimeout`.
 
-A pod of the same name left by an earlier run (say, the provisioner restarted mid-action) is
-adopted when it was made from the same manifest (compared by a hash annotation), else replaced.
+A pod of the same name left by an earlier run (one whose creation was answered too late, say;
+a new leader deletes what its predecessor left before it runs anything) is adopted when it was
+made from the same manifest (compared by a hash annotation), else replaced.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any, cast
 
 from urllib3.exceptions import HTTPError
 
+from provisioner.helper_pods.pod_deletions import PodDeletions
 from provisioner.helper_pods.pod_events import PodEventHub
 from provisioner.helper_pods.pod_outcomes import (
     HelperPodError,
@@ -41,7 +43,7 @@ from provisioner.helper_pods.pod_outcomes import (
     never_ran,
 )
 from provisioner.kube import watch_stream
-from provisioner.kube.api_error import ApiError
+from provisioner.kube.api_error import ApiError, describe_api_error
 from provisioner.kube.client import KubeClients
 from provisioner.kube.clock import SYSTEM_CLOCK, Clock
 
@@ -141,6 +143,7 @@ class PodRunner:
         self._creations = threading.Condition()
         self._closed = False
         self._creating = 0
+        self._deletions = PodDeletions(clients)
 
     def run(self, manifest: Mapping[str, Any], timeout: float) -> float:
         """Create the pod (namespace and name from its metadata), wait for it to succeed, delete
@@ -167,7 +170,7 @@ class PodRunner:
     def delete(self, manifest: Mapping[str, Any]) -> None:
         """Delete the pod a `follow_to_end` left (NotFound is fine)."""
         metadata = manifest["metadata"]
-        self._delete(metadata["namespace"], metadata["name"])
+        self.delete_until_gone(metadata["namespace"], metadata["name"])
 
     def _run(
         self,
@@ -200,7 +203,7 @@ class PodRunner:
             raise
         finally:
             if not (keep and ended):
-                self._delete(namespace, name)
+                self.delete_until_gone(namespace, name)
 
     def _create_or_adopt(
         self, pod: dict[str, Any], label: str, deadline: float, timeout: float
@@ -212,7 +215,9 @@ class PodRunner:
                 return self._create(pod, label)
             except ApiError as e:
                 if e.status != HTTPStatus.CONFLICT:
-                    raise HelperPodNotStarted(label, f"creating it failed: {_api_error(e)}") from e
+                    raise HelperPodNotStarted(
+                        label, f"creating it failed: {describe_api_error(e)}"
+                    ) from e
             except (HTTPError, OSError) as e:
                 raise HelperPodNotStarted(label, f"creating it failed: {e}") from e
             try:
@@ -220,7 +225,9 @@ class PodRunner:
             except ApiError as e:
                 if e.status == HTTPStatus.NOT_FOUND:
                     continue
-                raise HelperPodNotStarted(label, f"reading it failed: {_api_error(e)}") from e
+                raise HelperPodNotStarted(
+                    label, f"reading it failed: {describe_api_error(e)}"
+                ) from e
             except (HTTPError, OSError) as e:
                 raise HelperPodNotStarted(label, f"reading it failed: {e}") from e
             existing_metadata = existing.get("metadata") or {}
@@ -231,7 +238,7 @@ class PodRunner:
                     return existing
             elif not deleting:
                 log.info("replacing helper pod %s: it was made from a different manifest", label)
-                self._delete(namespace, name, uid=existing_metadata.get("uid"))
+                self.delete_until_gone(namespace, name, uid=existing_metadata.get("uid"))
             self._wait_until_deleted(existing, label, deadline, timeout)
         raise HelperPodNotStarted(label, "a pod of that name keeps reappearing")
 
@@ -257,9 +264,11 @@ class PodRunner:
     def close(self, deadline: float) -> bool:
         """At a stop: no helper pod is created after this. Waits until the creations already
         sent have been answered (or `deadline`, monotonic), so that a look at the helper pods
-        afterwards sees every pod this process made. Whether none was left unanswered."""
+        afterwards sees every pod this process made. Whether none was left unanswered. A failed
+        deletion is not tried again after this: the stop deletes every helper pod itself."""
         with self._creations:
             self._closed = True
+            self._deletions.close()
             return self._creations.wait_for(
                 lambda: not self._creating, max(0.0, deadline - time.monotonic())
             )
@@ -457,7 +466,7 @@ class PodRunner:
         except ApiError as e:
             if e.status == HTTPStatus.NOT_FOUND:
                 raise _PodGoneError from e
-            log.warning("reading helper pod %s/%s: %s", namespace, name, _api_error(e))
+            log.warning("reading helper pod %s/%s: %s", namespace, name, describe_api_error(e))
         except (HTTPError, OSError) as e:
             log.warning("reading helper pod %s/%s: %s", namespace, name, e)
         return pod
@@ -481,17 +490,11 @@ class PodRunner:
         except (HTTPError, OSError) as error:
             log.warning("deleting helper pod %s: %s", name, error)
 
-    def _delete(self, namespace: str, name: str, uid: str | None = None) -> None:
-        body: dict[str, Any] = {"propagationPolicy": "Background"}
-        if uid:
-            body["preconditions"] = {"uid": uid}
-        try:
-            self._clients.request_json("DELETE", _pods(namespace, name), body=body)
-        except ApiError as e:
-            if e.status not in (HTTPStatus.NOT_FOUND, HTTPStatus.CONFLICT):
-                log.warning("deleting helper pod %s/%s failed: %s", namespace, name, _api_error(e))
-        except (HTTPError, OSError) as e:
-            log.warning("deleting helper pod %s/%s failed: %s", namespace, name, e)
+    def delete_until_gone(self, namespace: str, name: str, uid: str | None = None) -> None:
+        """Delete the pod (only the one of `uid`, if given), tried again in the background
+        until the server took it (see `PodDeletions`): the caller does not wait for an API
+        server that is restarting."""
+        self._deletions.delete(namespace, name, uid)
 
 
 class _ExpiredError(Exception):
@@ -506,13 +509,3 @@ def _event_time(event: Mapping[str, Any]) -> str:
 def _pods(namespace: str, name: str = "") -> str:
     path = f"/api/v1/namespaces/{namespace}/pods"
     return f"{path}/{name}" if name else path
-
-
-def _api_error(error: ApiError) -> str:
-    message = ""
-    if error.body:
-        try:
-            message = json.loads(error.body).get("message", "")
-        except (ValueError, AttributeError):
-            message = str(error.body)[:200]
-    return f"HTTP {error.status} {error.reason}" + (f": {message}" if message else "")

@@ -149,6 +149,11 @@ class PodRuns:
         `PodRunner.list_pods`)."""
         return self._runner.list_pods(self._helper.namespace, HELPER_POD_SELECTOR, timeout=timeout)
 
+    def delete_left_pod(self, name: str, uid: str) -> None:
+        """Delete a helper pod of our namespace that an earlier leader left, that one only (by
+        its UID), tried again until the server took it (see `PodRunner.delete_until_gone`)."""
+        self._runner.delete_until_gone(self._helper.namespace, name, uid)
+
     def delete_pod(self, name: str, *, timeout: float = 30.0) -> None:
         """Delete a helper pod of our namespace by name (see `PodRunner.delete_by_name`)."""
         self._runner.delete_by_name(self._helper.namespace, name, timeout=timeout)

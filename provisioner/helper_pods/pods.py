@@ -66,6 +66,8 @@ K = TypeVar("K", bound=Hashable)
 POD_CLEANUP_SECONDS = 8.0
 """At a stop, how long clearing the helper pods may take: a running one is gone after its
 grace (5 s unless helperPod.yaml says otherwise) and the kubelet's next look."""
+LIST_LEFT_PODS_SECONDS = 10.0
+"""As this process begins to lead, how long the list of the helper pods left may take."""
 CLEAR_POLL_SECONDS = 0.2
 """At a stop, how often the helper pods are listed again until they are gone."""
 
@@ -142,6 +144,38 @@ class HelperPods(Generic[K]):
             "deleting leftover helper pod %s (%s)", name, (pod.get("status") or {}).get("phase")
         )
         self._runs.delete_pod(name)
+
+    def clear_left_pods(self) -> None:
+        """As this process begins to lead, before a worker takes a key: every helper pod there
+        is was left by whoever led before, which crashed or lost its Lease (a leader that
+        stops clears its own, `clear_pods`). Each is deleted now, and its deletion tried
+        again until the server took it, rather than adopted or waited out one by one: a pod
+        left running serves volumes that nothing follows until their keys come up, and a
+        finished one waits for the next resync. Nothing is lost: a pod's work is accounted
+        for by its volume's key (a claim still unbound, a PV still there), which runs it
+        again, idempotently; and never beside it: a volume whose pod is still being deleted
+        waits until it is gone (`PodBatcher`, and `PodRunner` for a pod of the volume's own
+        name). Left to those same paths when the pods cannot be listed now."""
+        try:
+            pods = self._runs.helper_pods(timeout=LIST_LEFT_PODS_SECONDS)
+        except (ApiError, HTTPError, OSError) as error:
+            log.warning(
+                "listing the helper pods an earlier leader left: %s; each is deleted when its"
+                " volume's turn comes",
+                error,
+            )
+            return
+        for pod in pods:
+            metadata = pod["metadata"]
+            if metadata.get("deletionTimestamp") is not None:
+                continue
+            log.info(
+                "deleting helper pod %s (%s), left by an earlier leader; its volumes' work is"
+                " redone once it is gone",
+                metadata["name"],
+                (pod.get("status") or {}).get("phase"),
+            )
+            self._runs.delete_left_pod(str(metadata["name"]), str(metadata["uid"]))
 
     # -- stopping and health ---------------------------------------------------------------
 

@@ -8,6 +8,7 @@ client's typed calls, which tests and tools still make, raise its own ApiExcepti
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,3 +38,14 @@ class ApiError(Exception):
         if self.body:
             text += f"HTTP response body: {self.body}\n"
         return text
+
+
+def describe_api_error(error: ApiError) -> str:
+    """`HTTP <status> <reason>: <the server's message>`, for a log line."""
+    message = ""
+    if error.body:
+        try:
+            message = json.loads(error.body).get("message", "")
+        except (ValueError, AttributeError):
+            message = str(error.body)[:200]
+    return f"HTTP {error.status} {error.reason}" + (f": {message}" if message else "")

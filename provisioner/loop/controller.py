@@ -106,7 +106,7 @@ class Lifecycle(Protocol):
     checks and stops it."""
 
     def start(self) -> None:
-        """Once the informers synced and the workers run."""
+        """Once the informers synced, before a worker takes a key."""
         ...
 
     def stop_starting(self) -> None:
@@ -227,11 +227,11 @@ class Controller:
             ", ".join(f"{len(informer)} {informer.name}" for informer in self.informers),
         )
         settle_long_lived()
+        self._lifecycle.start()
         for number in range(self._settings.workers):
             worker = threading.Thread(target=self._work, name=f"worker-{number}", daemon=True)
             worker.start()
             self._workers.append(worker)
-        self._lifecycle.start()
         self._started = True
 
     def stop(self, drain_seconds: float = DRAIN_SECONDS) -> None:

@@ -74,9 +74,11 @@ class ClaimSpec(msgspec.Struct, rename="camel", gc=False):
     volume_name: str | None = None
 
 
-class ClaimStatus(msgspec.Struct, gc=False):
+class ClaimStatus(msgspec.Struct, rename="camel", gc=False):
     phase: str | None = None
     capacity: dict[str, str] | None = None
+    allocated_resources: dict[str, str] | None = None
+    allocated_resource_statuses: dict[str, str] | None = None
 
 
 class PersistentVolumeClaim(_ApiObject):

@@ -82,6 +82,11 @@ class ClaimRecord(msgspec.Struct, frozen=True, gc=False):
     being_deleted: bool = False
     status_capacity: str | None = None
     """status.capacity.storage: what the claim has been told it has."""
+    allocated_storage: str | None = None
+    """status.allocatedResources.storage: the size a resize last set out to allocate (None:
+    never resized, or resized by a version that did not say it)."""
+    resize_status: str | None = None
+    """status.allocatedResourceStatuses.storage: where a resize stands (None: none under way)."""
 
 
 class ClaimReference(msgspec.Struct, frozen=True, gc=False):
@@ -162,6 +167,8 @@ def claim_record(obj: PersistentVolumeClaim | Mapping[str, Any]) -> ClaimRecord:
         class_name = annotations.get(BETA_STORAGE_CLASS_ANNOTATION)
     requests = spec.resources.requests if spec.resources is not None else None
     capacity = claim.status.capacity
+    allocated = claim.status.allocated_resources
+    resize_statuses = claim.status.allocated_resource_statuses
     return ClaimRecord(
         uid=meta.uid,
         namespace=intern(meta.namespace),
@@ -179,6 +186,8 @@ def claim_record(obj: PersistentVolumeClaim | Mapping[str, Any]) -> ClaimRecord:
         volume_name=spec.volume_name or "",
         being_deleted=meta.deletion_timestamp is not None,
         status_capacity=_optional_shared(capacity.get("storage") if capacity else None),
+        allocated_storage=_optional_shared(allocated.get("storage") if allocated else None),
+        resize_status=_optional_shared(resize_statuses.get("storage") if resize_statuses else None),
     )
 
 

@@ -10,7 +10,7 @@ reconciles finish (bounded: `STOP_BUDGET_SECONDS`, below the Deployment's
 terminationGracePeriodSeconds, so the lease is released before any SIGKILL), releases the lease
 so a standby takes over at once, and exits 0. A lost lease is not a shutdown: the process exits 1
 at once, without draining (and during a drain too), as client-go does, because another replica
-is already working or about to, and may adopt the helper pods this one's workers follow. A
+is already working or about to, and deletes the helper pods this one's workers follow. A
 controller that cannot start or sync exits 1 too, and /healthz fails when the election, the
 informers or the work loop wedge.
 
@@ -336,8 +336,8 @@ class Provisioner:
 
     def _predecessor_returned(self, pod: PredecessorPod) -> None:
         """No drain: a draining reconcile could still start a helper pod beside the
-        predecessor's. The helper pods already running are adopted by the next leader, which
-        first waits for this pod to be gone."""
+        predecessor's. The helper pods already running are deleted by the next leader, which
+        first waits for this pod to be gone, and their work redone."""
         message = (
             f"pod {pod.name} of the provisioner this one took over runs in namespace"
             f" {self.options.namespace} ({pod.why}): stopped working so that the two never"
@@ -365,7 +365,7 @@ class Provisioner:
         replica that takes the lease next."""
         log.error(
             "lost the leader lease%s; exiting at once so that only one replica works (the new"
-            " leader redoes or adopts what was running)",
+            " leader deletes the helper pods left and redoes what was running)",
             " while shutting down" if self._stopping.is_set() else "",
         )
         for handler in logging.getLogger().handlers:

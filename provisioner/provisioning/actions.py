@@ -57,6 +57,10 @@ log = logging.getLogger(__name__)
 
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
+CONTROLLER_RESIZE_IN_PROGRESS = "ControllerResizeInProgress"
+CONTROLLER_RESIZE_FAILED = "ControllerResizeFailed"
+"""The values of a claim's status.allocatedResourceStatuses that a resize with no node step
+passes through (Kubernetes' ClaimResourceStatus)."""
 NODE_LOST = "NodeLost"
 CLAIM_RELEASED = "ClaimReleasedForNodeLoss"
 PV_SAVE_ATTEMPTS = 5
@@ -313,9 +317,34 @@ class Actions:
         except (HTTPError, OSError) as error:
             raise VolumeSaveUnsettled(f"reading PV {name} failed ({error}); retrying") from error
 
+    def begin_expansion(self, claim: ClaimRecord, expansion: Expand) -> None:
+        """Say on the claim that its resize started, as the external-resizer does before it
+        asks the driver: status.allocatedResources is the new size, and
+        allocatedResourceStatuses says ControllerResizeInProgress."""
+        self._patch_claim_status(
+            claim,
+            {
+                "allocatedResources": {"storage": expansion.capacity},
+                "allocatedResourceStatuses": {"storage": CONTROLLER_RESIZE_IN_PROGRESS},
+            },
+        )
+
+    def expansion_failed(self, claim: ClaimRecord) -> None:
+        """Say on the claim that its resize failed (it is retried with backoff), as the
+        external-resizer does when the driver's expansion fails. Best effort: the failure
+        itself is what the retry reports."""
+        try:
+            self._patch_claim_status(
+                claim, {"allocatedResourceStatuses": {"storage": CONTROLLER_RESIZE_FAILED}}
+            )
+        except ActionFailed as error:
+            log.warning(
+                "claim %s/%s: saying its resize failed: %s", claim.namespace, claim.name, error
+            )
+
     def expand(self, claim: ClaimRecord, expansion: Expand) -> None:
         """Grow the volume as the external-resizer does, once its quota on the node was raised
-        (`HelperPods.raise_quota`): the PV's capacity, then the claim's status.capacity (status
+        (`HelperPods.raise_quota`): the PV's capacity, then the claim's status (status
         subresource), then the event."""
         self._patch(
             f"/api/v1/persistentvolumes/{expansion.volume_name}",
@@ -324,16 +353,31 @@ class Actions:
         )
         self.finish_expansion(claim, expansion.capacity)
 
-    def finish_expansion(self, claim: ClaimRecord, capacity: str) -> None:
+    def finish_expansion(self, claim: ClaimRecord, capacity: str, *, resized: bool = True) -> None:
+        """The claim's status says the volume has `capacity`, as the external-resizer leaves it
+        when no node step follows: status.capacity and allocatedResources that size, no
+        allocatedResourceStatuses entry for storage. `resized`: the end of a resize, said in an
+        event (else only allocatedResources lagged, from before this version set it)."""
+        self._patch_claim_status(
+            claim,
+            {
+                "capacity": {"storage": capacity},
+                "allocatedResources": {"storage": capacity},
+                "allocatedResourceStatuses": {"storage": None},
+            },
+        )
+        if resized:
+            self._recorder.normal(
+                claim_reference(claim),
+                "VolumeResizeSuccessful",
+                f"resize volume {claim.volume_name} to {capacity} succeeded",
+            )
+
+    def _patch_claim_status(self, claim: ClaimRecord, status: dict[str, Any]) -> None:
         self._patch(
             f"/api/v1/namespaces/{claim.namespace}/persistentvolumeclaims/{claim.name}/status",
-            {"status": {"capacity": {"storage": capacity}}},
+            {"status": status},
             MERGE,
-        )
-        self._recorder.normal(
-            claim_reference(claim),
-            "VolumeResizeSuccessful",
-            f"resize volume {claim.volume_name} to {capacity} succeeded",
         )
 
     def refuse_expansion(self, claim: ClaimRecord, reason: str) -> None:

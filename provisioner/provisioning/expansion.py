@@ -1,10 +1,18 @@
 """Volume expansion: whether a bound claim of ours that asks for more gets it (pure).
 
 A directory needs no node-side step, so the provisioner resizes its own volumes, as the
-external-resizer does for a CSI driver: the PV's spec.capacity first, then the claim's
-status.capacity. kube-controller-manager's expand controller leaves these claims alone: no
-in-tree plugin can expand a hostPath or local PV, so it only records that an external
-controller is expected (event ExternalExpanding) and never writes either object.
+external-resizer does for a CSI driver whose volumes need none: the claim's
+status.allocatedResources set to the new size with allocatedResourceStatuses saying
+ControllerResizeInProgress, then the PV's spec.capacity, then the claim's status.capacity with
+that status entry cleared (Kubernetes 1.34 and later read allocatedResources: quota, and the
+recovery from a failed resize). kube-controller-manager's expand controller leaves these
+claims alone: no in-tree plugin can expand a hostPath or local PV, so it only records that an
+external controller is expected (event ExternalExpanding) and never writes either object.
+
+A bound claim whose status lacks allocatedResources (bound, or grown by an earlier version,
+before this one set them) has them set to its volume's size: nothing tells a claim grown by
+that version from one never grown (the PV and the claim read the same), and for a volume that
+has what it was asked for that is what the field says.
 
 Granted only when the class has allowVolumeExpansion, the claim is still inside the class's
 maxSize, and the volume's base path has room for the difference in its budget.
@@ -44,9 +52,14 @@ class Expand:
 
 @dataclass(frozen=True, slots=True)
 class FinishExpansion:
-    """The PV has grown but the claim's status has not caught up (a crash in between)."""
+    """The PV has grown but the claim's status has not caught up: a crash in between, or an
+    earlier version that never set allocatedResources."""
 
     capacity: str
+    """The PV's capacity: what the claim's status is told it has and was allocated."""
+    resized: bool = True
+    """Whether the claim's status.capacity is behind (the end of a resize, worth an event);
+    False: only its allocatedResources (or a resize status left set) is."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +108,8 @@ def decide_expansion(
         status = _bytes_or_zero(claim.status_capacity)
         if status < current and volume.capacity:
             return FinishExpansion(volume.capacity)
+        if allocation_behind(claim, current) and volume.capacity:
+            return FinishExpansion(volume.capacity, resized=False)
         return NoExpansion("the volume is as large as the claim asks")
     refused = _refusal(claim, volume, rules, requested=requested, current=current, paths=paths)
     if refused is not None:
@@ -104,6 +119,14 @@ def decide_expansion(
     bases = rules.capacities_on(node)
     base = next((b for b in bases if is_strictly_inside(volume.path, b)), "")
     return Expand(volume.name, claim.requested_storage, requested, node, volume.path, base)
+
+
+def allocation_behind(claim: ClaimRecord, volume_bytes: int) -> bool:
+    """Whether a bound claim's status does not say what its volume of `volume_bytes` has, as
+    the resize path leaves it when done: allocatedResources that size, no resize status."""
+    return claim.resize_status is not None or (
+        claim.allocated_storage is None or _bytes_or_zero(claim.allocated_storage) != volume_bytes
+    )
 
 
 def _refusal(

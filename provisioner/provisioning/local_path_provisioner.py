@@ -193,6 +193,9 @@ class LocalPathProvisioner:
     # -- lifecycle, as the loop drives it ----------------------------------------------------
 
     def start(self) -> None:
+        """As this process begins to lead, before a worker takes a key: the helper pods whoever
+        led before left are cleared (see `HelperPods.clear_left_pods`)."""
+        self.helper_pods.clear_left_pods()
         self._capacity.start()
 
     def stop_starting(self) -> None:
@@ -488,14 +491,19 @@ class LocalPathProvisioner:
                     "claim %s/%s: expanding to %s", claim.namespace, claim.name, decision.capacity
                 )
                 try:
-                    self.helper_pods.raise_quota(decision, bundle)
-                    self._actions.expand(claim, decision)
+                    self._actions.begin_expansion(claim, decision)
+                    try:
+                        self.helper_pods.raise_quota(decision, bundle)
+                        self._actions.expand(claim, decision)
+                    except ActionFailed:
+                        self._actions.expansion_failed(claim)
+                        raise
                 finally:
                     self._capacity.poke()
                 with self._paths_lock:
                     self._paths.finish_resize(decision.volume_name, decision.size_bytes)
-            case FinishExpansion(capacity):
-                self._actions.finish_expansion(claim, capacity)
+            case FinishExpansion(capacity, resized):
+                self._actions.finish_expansion(claim, capacity, resized=resized)
             case RefuseExpansion(reason, _):
                 log.info("claim %s/%s: expansion refused: %s", claim.namespace, claim.name, reason)
                 self._actions.refuse_expansion(claim, reason)

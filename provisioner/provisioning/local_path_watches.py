@@ -152,7 +152,7 @@ class LocalPathWatches:
             return []
         if not new.volume_name and is_our_claim(new, self._name):
             return [(CLAIM, key)]
-        if new.volume_name and self._may_expand(new):
+        if new.volume_name and self._may_expand(old, new):
             return [(EXPANSION, key)]
         return []
 
@@ -177,6 +177,8 @@ class LocalPathWatches:
         elif new.annotations.get(PROVISIONED_BY) == self._name:
             self._local_path.volume_seen(new)
             keys.append((VOLUME, key))
+            if old is None or old == new:
+                keys += self._claim_lagging(new)
         if _budget_changed(old, new, self._name):
             self._local_path.poke_capacity()
         return keys
@@ -228,16 +230,41 @@ class LocalPathWatches:
             return [(HELPER_POD, key)]
         return []
 
-    def _may_expand(self, claim: ClaimRecord) -> bool:
+    def _claim_lagging(self, volume: VolumeRecord) -> list[Key]:
+        """At a volume's first look or resync: its claim's key, if that claim may expand. The
+        claims are listed before the volumes, so at a claim's first look its volume was not in
+        the cache yet (`_may_expand` said no)."""
+        ref = volume.claim_ref
+        claim = self._caches.claims.get(ref.uid) if ref is not None else None
+        if claim is None or claim.volume_name != volume.name:
+            return []
+        return [(EXPANSION, claim.uid)] if self._volume_may_grow(None, claim, volume) else []
+
+    def _may_expand(self, old: ClaimRecord | None, claim: ClaimRecord) -> bool:
+        volume = self._caches.volumes.get(claim.volume_name)
+        return volume is not None and self._volume_may_grow(old, claim, volume)
+
+    def _volume_may_grow(
+        self, old: ClaimRecord | None, claim: ClaimRecord, volume: VolumeRecord
+    ) -> bool:
         """Cheap filter: the claim asks for more than its PV of ours has, or its status lags (a
         claim with no status capacity yet is still being bound: not ours to act on, see
-        `decide_expansion`, so a fresh bind wakes no worker)."""
-        volume = self._caches.volumes.get(claim.volume_name)
-        if volume is None or volume.annotations.get(PROVISIONED_BY) != self._name:
+        `decide_expansion`, so a fresh bind wakes no worker). A status that lags only in its
+        allocatedResources (a claim bound, or grown by an earlier version, before this one
+        set them) is caught up on any later event of the claim, the first list and resyncs
+        included, not on its bind: a burst of new claims is not slowed by a write each."""
+        if volume.annotations.get(PROVISIONED_BY) != self._name:
             return False
         status = claim.status_capacity
-        return claim.requested_storage != volume.capacity or (
+        if claim.requested_storage != volume.capacity or (
             status is not None and status != volume.capacity
+        ):
+            return True
+        just_bound = old is not None and old.status_capacity is None
+        return (
+            status is not None
+            and not just_bound
+            and (claim.resize_status is not None or claim.allocated_storage != volume.capacity)
         )
 
 

@@ -69,8 +69,15 @@ def test_claim_record_keeps_what_decisions_need() -> None:
                 "selector": {},
                 "dataSourceRef": {"kind": "PersistentVolumeClaim", "name": "x"},
             },
+            "status": {
+                "capacity": {"storage": "1Gi"},
+                "allocatedResources": {"storage": "2Gi"},
+                "allocatedResourceStatuses": {"storage": "ControllerResizeInProgress"},
+            },
         }
     )
+    assert (record.status_capacity, record.allocated_storage) == ("1Gi", "2Gi")
+    assert record.resize_status == "ControllerResizeInProgress"
     assert record.storage_class_name == "legacy"
     assert record.selected_node == "n1"
     assert record.requested_storage == "1Gi"

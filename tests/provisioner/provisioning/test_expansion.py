@@ -49,6 +49,7 @@ CLAIM = ClaimRecord(
     requested_storage="1Gi",
     volume_name="pvc-1",
     status_capacity="1Gi",
+    allocated_storage="1Gi",
 )
 VOLUME = VolumeRecord(
     "pvc-1",
@@ -95,6 +96,26 @@ def test_a_pv_grown_before_a_crash_gets_the_claim_status_caught_up() -> None:
 
 def test_the_same_size_is_nothing_to_do() -> None:
     assert isinstance(decide(CLAIM), NoExpansion)
+
+
+def test_a_claim_grown_or_bound_before_allocated_resources_were_set_gets_them() -> None:
+    # An earlier version grew the PV and status.capacity, never status.allocatedResources.
+    earlier = msgspec.structs.replace(CLAIM, allocated_storage=None)
+    assert decide(earlier) == FinishExpansion("1Gi", resized=False)
+    smaller = msgspec.structs.replace(CLAIM, allocated_storage="512Mi")
+    assert decide(smaller) == FinishExpansion("1Gi", resized=False)
+
+
+def test_a_resize_status_left_set_after_the_volume_grew_is_cleared() -> None:
+    # A crash between the PV's growth and the claim's status: the status entry still says so.
+    left = msgspec.structs.replace(CLAIM, resize_status="ControllerResizeInProgress")
+    assert decide(left) == FinishExpansion("1Gi", resized=False)
+
+
+def test_the_same_size_written_otherwise_is_nothing_to_do() -> None:
+    assert isinstance(
+        decide(msgspec.structs.replace(CLAIM, allocated_storage="1024Mi")), NoExpansion
+    )
 
 
 def test_a_class_without_allow_volume_expansion_refuses() -> None:

@@ -7,9 +7,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, cast
 
+import msgspec
+
 from provisioner.kube.workqueue import WorkQueue
 from provisioner.loop.controller import Key, Watch
-from provisioner.objects.records import ClaimRecord, NodeRecord, VolumeRecord
+from provisioner.objects.records import ClaimRecord, ClaimReference, NodeRecord, VolumeRecord
 from provisioner.provisioning.annotations import PROVISIONED_BY, STORAGE_PROVISIONER
 from provisioner.provisioning.local_path_watches import LocalPathWatches, watched_caches
 from provisioner.provisioning.work_keys import CLAIM, EXPANSION, HELPER_POD, VOLUME
@@ -79,9 +81,43 @@ def test_a_bound_claim_that_asks_to_grow_gets_an_expansion_key_and_one_that_does
     # The informer's own store, as its watch would fill it (no handler is registered yet).
     made._caches.volumes._store("pvc-1", volume)
     grows = claim(volume_name="pvc-1", status_capacity="1Gi", requested_storage="2Gi")
-    stays = claim(volume_name="pvc-1", status_capacity="1Gi", requested_storage="1Gi")
+    stays = claim(
+        volume_name="pvc-1", status_capacity="1Gi", requested_storage="1Gi", allocated_storage="1Gi"
+    )
     assert keys(made, "claims", "u-1", None, grows) == [(EXPANSION, "u-1")]
     assert keys(made, "claims", "u-1", None, stays) == []
+
+
+def test_a_claim_without_allocated_resources_gets_a_key_except_as_it_binds() -> None:
+    """One grown by an earlier version: at the first list, a resync or a later change. Not
+    as it binds: a burst of new claims is not slowed by a status write each."""
+    made, _, _ = watches_of()
+    made._caches.volumes._store("pvc-1", VolumeRecord("pvc-1", annotations=OURS, capacity="2Gi"))
+    binding = claim(volume_name="pvc-1", requested_storage="2Gi")
+    bound = claim(volume_name="pvc-1", status_capacity="2Gi", requested_storage="2Gi")
+    assert keys(made, "claims", "u-1", binding, bound) == []
+    assert keys(made, "claims", "u-1", None, bound) == [(EXPANSION, "u-1")]
+    assert keys(made, "claims", "u-1", bound, bound) == [(EXPANSION, "u-1")]
+    left = msgspec.structs.replace(
+        bound, allocated_storage="2Gi", resize_status="ControllerResizeInProgress"
+    )
+    assert keys(made, "claims", "u-1", left, left) == [(EXPANSION, "u-1")]
+
+
+def test_a_volumes_first_look_queues_its_claim_when_that_may_expand() -> None:
+    """The claims are listed first, before their volumes are in the cache: a claim that asks
+    to grow, or lags in its status, is found from its volume's first look (or a resync)."""
+    made, _, _ = watches_of()
+    lagging = claim(volume_name="pvc-1", status_capacity="2Gi", requested_storage="2Gi")
+    made._caches.claims._store("u-1", lagging)
+    ref = ClaimReference("ns", "c", "u-1")
+    volume = VolumeRecord("pvc-1", annotations=OURS, claim_ref=ref, capacity="2Gi")
+    assert keys(made, "volumes", "pvc-1", None, volume) == [(VOLUME, "pvc-1"), (EXPANSION, "u-1")]
+    assert keys(made, "volumes", "pvc-1", volume, volume) == [(VOLUME, "pvc-1"), (EXPANSION, "u-1")]
+    bound = msgspec.structs.replace(volume, phase="Bound")
+    assert keys(made, "volumes", "pvc-1", volume, bound) == [(VOLUME, "pvc-1")]
+    made._caches.claims._store("u-1", msgspec.structs.replace(lagging, allocated_storage="2Gi"))
+    assert keys(made, "volumes", "pvc-1", None, volume) == [(VOLUME, "pvc-1")]
 
 
 def test_a_volume_of_ours_is_recorded_and_queued_and_its_going_frees_its_path() -> None:
