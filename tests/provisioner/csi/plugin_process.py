@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,10 +49,15 @@ def write_config(path: Path, base_path: Path, *, mount_point: bool) -> None:
 
 @contextmanager
 def plugin_process(
-    directory: Path, base_path: Path | None = None, *, mount_point: bool = False
+    directory: Path,
+    base_path: Path | None = None,
+    *,
+    mount_point: bool = False,
+    flags: Sequence[str] = (),
 ) -> Iterator[PluginProcess]:
     """Starts the plugin and waits until its socket answers; stops it (SIGTERM) after.
-    `mount_point`: config.json says a filesystem must be mounted at the base path."""
+    `mount_point`: config.json says a filesystem must be mounted at the base path; `flags`:
+    more of the plugin's command line."""
     directory.mkdir(parents=True, exist_ok=True)
     base = base_path or directory / "base"
     base.mkdir(parents=True, exist_ok=True)
@@ -69,6 +74,7 @@ def plugin_process(
                 f"--endpoint=unix://{socket}",
                 f"--node-name={NODE_NAME}",
                 f"--config-file={config}",
+                *flags,
             ],
             cwd=REPOSITORY,
             stdout=output,
