@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -39,6 +40,13 @@ class PluginProcess:
     @property
     def endpoint(self) -> str:
         return f"unix://{self.socket}"
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (for the plugin's --health-port)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def write_config(path: Path, base_path: Path, *, mount_point: bool) -> None:

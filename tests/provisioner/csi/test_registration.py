@@ -3,7 +3,6 @@ it can be used: these tests play the kubelet's plugin watcher on the registratio
 
 from __future__ import annotations
 
-import socket
 import tempfile
 import time
 import urllib.error
@@ -16,18 +15,17 @@ import pytest
 from google.protobuf.message import Message
 
 from provisioner.csi.generated import pluginregistration_pb2
-from tests.provisioner.csi.plugin_process import PluginProcess, plugin_process, require_root
+from tests.provisioner.csi.plugin_process import (
+    PluginProcess,
+    free_port,
+    plugin_process,
+    require_root,
+)
 
 pytestmark = pytest.mark.csi
 
 DRIVER = "local-path.local-path-storage.io"
 KUBELET_ENDPOINT = "/var/lib/kubelet/plugins/local-path.local-path-storage.io/csi.sock"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _serialize(message: Message) -> bytes:
