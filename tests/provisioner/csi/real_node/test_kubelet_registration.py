@@ -1,7 +1,8 @@
 """The node plugin registers itself with a real kubelet (v1.36.3), no sidecar: started as a
 process in real-1's mount namespace with that kubelet's root directory, it is found by the
 kubelet's plugin watcher, and the kubelet writes the driver, the node ID and the topology key
-into the node's CSINode object; stopped, it is taken out again."""
+into the node's CSINode object; stopped, it is taken out again. A registration the kubelet
+refuses fails the plugin's /healthz."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from http import HTTPStatus
 from pathlib import Path
 
 import pytest
@@ -27,10 +30,11 @@ from tests.provisioner.csi.plugin_process import REPOSITORY, free_port
 pytestmark = [pytest.mark.realnode, pytest.mark.cluster]
 
 NODE = "real-1"
-# A short name: the cluster's kubelet root lies deep in a temporary directory, and a unix
-# socket's path (<root>/plugins_registry/<driver>-reg.sock) holds at most 107 bytes.
-PROVISIONER_NAME = "example.com/lps"
+# Short names (example.com/<name> gives the driver <name>.example.com): the cluster's kubelet
+# root lies deep in a temporary directory, and a unix socket's path
+# (<root>/plugins_registry/<driver>-reg.sock) holds at most 107 bytes.
 DRIVER = "lps.example.com"
+REFUSED_DRIVER = "refused.example.com"
 TIMEOUT_SECONDS = 60.0
 NODE_ID_ANNOTATION = "csi.volume.kubernetes.io/nodeid"
 
@@ -42,16 +46,22 @@ class NodePlugin:
     health_port: int
     registration_socket: Path
 
-    def healthz(self) -> int:
+    def healthz(self) -> tuple[int, str]:
+        """(status, body); status 0 while nothing listens on the port yet."""
         url = f"http://127.0.0.1:{self.health_port}/healthz"
-        with urllib.request.urlopen(url, timeout=10) as answer:
-            return int(answer.status)
+        try:
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                return int(answer.status), answer.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+        except urllib.error.URLError as error:
+            return 0, str(error.reason)
 
 
 @contextmanager
-def node_plugin(node: RealNode, directory: Path) -> Iterator[NodePlugin]:
-    """The plugin run in the node's mount namespace (nsenter execs it: the PID is the
-    plugin's), its CSI socket in `directory`, registering in the node's kubelet root."""
+def node_plugin(node: RealNode, directory: Path, driver: str, *flags: str) -> Iterator[NodePlugin]:
+    """The plugin of `driver` run in the node's mount namespace (nsenter execs it: the PID is
+    the plugin's), its CSI socket in `directory`, registering in the node's kubelet root."""
     config = directory / "config.json"
     paths = {"nodePathMap": [{"node": NODE, "paths": ["/opt/local-path-provisioner"]}]}
     config.write_text(json.dumps(paths), encoding="utf-8")
@@ -74,14 +84,15 @@ def node_plugin(node: RealNode, directory: Path) -> Iterator[NodePlugin]:
                 f"--endpoint=unix://{directory}/csi.sock",
                 f"--node-name={NODE}",
                 f"--config-file={config}",
-                f"--provisioner-name={PROVISIONER_NAME}",
+                f"--provisioner-name=example.com/{driver.removesuffix('.example.com')}",
                 f"--kubelet-root={node.plan.kubelet_root}",
                 f"--health-port={port}",
+                *flags,
             ],
             stdout=output,
             stderr=subprocess.STDOUT,
         )
-    socket = node.plan.kubelet_root / "plugins_registry" / f"{DRIVER}-reg.sock"
+    socket = node.plan.kubelet_root / "plugins_registry" / f"{driver}-reg.sock"
     try:
         yield NodePlugin(process, log, port, socket)
     finally:
@@ -125,7 +136,7 @@ def test_the_kubelet_registers_the_plugin_in_the_csi_node_and_removes_it_when_it
     node = cluster.real.node_by_name(NODE)
     with (
         tempfile.TemporaryDirectory(prefix="csi-") as scratch,
-        node_plugin(node, Path(scratch)) as plugin,
+        node_plugin(node, Path(scratch), DRIVER) as plugin,
     ):
         registered = wait_for(
             "the CSINode lists the driver", lambda: DRIVER in csi_node_drivers(cluster), plugin
@@ -142,7 +153,7 @@ def test_the_kubelet_registers_the_plugin_in_the_csi_node_and_removes_it_when_it
             lambda: "the kubelet registered" in plugin.log.read_text(),
             plugin,
         )
-        assert plugin.healthz() == 200
+        assert plugin.healthz() == (200, "ok\n")
 
         plugin.process.terminate()
         assert plugin.process.wait(timeout=30) == 0, plugin.log.read_text()
@@ -154,3 +165,31 @@ def test_the_kubelet_registers_the_plugin_in_the_csi_node_and_removes_it_when_it
             plugin_stopped=True,
         )
         print(f"removed from the CSINode {removed:.1f} s after the plugin stopped")
+
+
+def test_a_registration_the_kubelet_refuses_fails_the_liveness_probe(
+    cluster: LocalCluster,
+) -> None:
+    """The kubelet refuses a driver whose topology contradicts the node's own label (the
+    node's kubernetes.io/hostname is real-1): the plugin hears why, and /healthz fails, so a
+    liveness probe would restart it."""
+    assert cluster.real is not None
+    node = cluster.real.node_by_name(NODE)
+    with (
+        tempfile.TemporaryDirectory(prefix="csi-") as scratch,
+        node_plugin(
+            node, Path(scratch), REFUSED_DRIVER, f"--topology-value={NODE}-elsewhere"
+        ) as plugin,
+    ):
+        wait_for(
+            "the kubelet's refusal reached the plugin",
+            lambda: plugin.healthz()[0] == HTTPStatus.INTERNAL_SERVER_ERROR,
+            plugin,
+        )
+        status, reason = plugin.healthz()
+        assert status == HTTPStatus.INTERNAL_SERVER_ERROR
+        assert reason.startswith("the kubelet refused the registration:"), reason
+        assert f"{NODE}-elsewhere" in reason
+        print(f"/healthz {status}: {reason.strip()}")
+        assert "the kubelet refused to register" in plugin.log.read_text()
+        assert REFUSED_DRIVER not in csi_node_drivers(cluster)
