@@ -45,12 +45,12 @@ def probe_failure(socket_path: Path) -> str | None:
 class Liveness:
     """The /healthz check: (alive, reason)."""
 
-    def __init__(self, socket_path: Path, registration: RegistrationServer | None) -> None:
+    def __init__(self, socket_path: Path, registration: RegistrationServer) -> None:
         self.socket_path = socket_path
         self.registration = registration
 
     def __call__(self) -> tuple[bool, str]:
-        refusal = self.registration.refusal if self.registration is not None else None
+        refusal = self.registration.refusal
         if refusal is not None:
             return False, f"the kubelet refused the registration: {refusal}"
         failure = probe_failure(self.socket_path)

@@ -58,7 +58,13 @@ def start_server(socket_path: Path, handlers: list[grpc.GenericRpcHandler]) -> g
     """Listening on `socket_path` (a stale socket of a previous run replaced), readable and
     writable by root only: whoever can call Publish can mount a volume anywhere, and whoever
     can call NotifyRegistrationStatus can make the plugin restart."""
-    socket_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        socket_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise NodePluginError(
+            f"cannot make the socket's directory {socket_path.parent}: {error.strerror}: check"
+            " the path (--endpoint, --kubelet-root) and the mounts"
+        ) from None
     try:
         if stat.S_ISSOCK(socket_path.lstat().st_mode):
             socket_path.unlink()
@@ -88,6 +94,9 @@ def run(options: NodePluginOptions) -> int:
             "config.json gives node %s no base path: every publish will be refused",
             options.node_name,
         )
+    registration = RegistrationServer(options.driver_name, options.kubelet_endpoint)
+    # First, so that a port already taken stops the plugin before any socket is made.
+    health = start_health(options, Liveness(options.socket_path, registration))
     identity = IdentityServer(options.driver_name)
     node = NodeServer(options.node_name, base_paths, {options.topology_key: options.topology_value})
     server = start_server(options.socket_path, [identity_handler(identity), node_handler(node)])
@@ -98,19 +107,10 @@ def run(options: NodePluginOptions) -> int:
         options.node_name,
         ", ".join(base_paths) or "(none)",
     )
-    registration = (
-        RegistrationServer(options.driver_name, options.kubelet_endpoint)
-        if options.registration_socket is not None
-        else None
-    )
-    health = start_health(options, Liveness(options.socket_path, registration))
     # Only once the CSI socket answers: the kubelet calls NodeGetInfo right after GetInfo.
-    registrar = (
-        start_server(options.registration_socket, [registration_handler(registration)])
-        if registration is not None and options.registration_socket is not None
-        else None
-    )
-    if registrar is not None:
+    registrar = None
+    if options.registration_socket is not None:
+        registrar = start_server(options.registration_socket, [registration_handler(registration)])
         log.info(
             "registering with the kubelet on %s (CSI endpoint %s)",
             options.registration_socket,

@@ -3,6 +3,9 @@ it can be used: these tests play the kubelet's plugin watcher on the registratio
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -16,10 +19,12 @@ from google.protobuf.message import Message
 
 from provisioner.csi.generated import pluginregistration_pb2
 from tests.provisioner.csi.plugin_process import (
+    REPOSITORY,
     PluginProcess,
     free_port,
     plugin_process,
     require_root,
+    write_config,
 )
 
 pytestmark = pytest.mark.csi
@@ -124,3 +129,50 @@ def test_a_stopped_plugin_leaves_no_registration_socket(registered: Registered) 
     registered.plugin.process.terminate()
     assert registered.plugin.process.wait(timeout=30) == 0
     assert not registered.socket.exists()
+
+
+def run_plugin_expecting_failure(tmp_path: Path, *flags: str) -> str:
+    """Runs the plugin with `flags`; asserts it exits 1, and returns what it printed."""
+    config = tmp_path / "config.json"
+    write_config(config, tmp_path, mount_point=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "provisioner.csi",
+            f"--endpoint=unix://{tmp_path}/csi.sock",
+            "--node-name=n",
+            f"--config-file={config}",
+            *flags,
+        ],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    return done.stderr
+
+
+def test_a_kubelet_root_where_no_socket_can_be_made_stops_the_plugin_saying_so(
+    tmp_path: Path,
+) -> None:
+    require_root()
+    # Short, so that the socket's path is within a unix socket's 107 bytes.
+    with tempfile.TemporaryDirectory(prefix="kubelet-") as short:
+        root = Path(short) / "file"
+        root.write_text("")
+        said = run_plugin_expecting_failure(tmp_path, f"--kubelet-root={root}")
+    assert f"cannot make the socket's directory {root}/plugins_registry: Not a directory" in said
+    assert "Traceback" not in said
+
+
+def test_a_health_port_already_taken_stops_the_plugin_before_it_serves(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        said = run_plugin_expecting_failure(tmp_path, f"--health-port={port}")
+    assert f"cannot serve /healthz on port {port}: Address already in use" in said
+    assert not (tmp_path / "csi.sock").exists()
