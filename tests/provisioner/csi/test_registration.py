@@ -8,8 +8,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from tests.provisioner.csi.plugin_process import (
     REPOSITORY,
     PluginProcess,
     free_port,
+    healthz,
     plugin_process,
     require_root,
     write_config,
@@ -54,12 +53,7 @@ class Registered:
             return response
 
     def healthz(self) -> tuple[int, str]:
-        url = f"http://127.0.0.1:{self.port}/healthz"
-        try:
-            with urllib.request.urlopen(url, timeout=10) as answer:
-                return int(answer.status), answer.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
+        return healthz(self.port)
 
 
 @pytest.fixture

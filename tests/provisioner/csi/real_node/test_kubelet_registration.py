@@ -11,8 +11,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,7 +23,7 @@ from localcluster import LocalCluster
 from localcluster.raw_api import call_json
 from localcluster.real_node import RealNode, mount_namespace
 from provisioner.configuration.config import DEFAULT_NODE_AFFINITY_KEY
-from tests.provisioner.csi.plugin_process import REPOSITORY, free_port
+from tests.provisioner.csi.plugin_process import REPOSITORY, free_port, healthz
 
 pytestmark = [pytest.mark.realnode, pytest.mark.cluster]
 
@@ -47,15 +45,7 @@ class NodePlugin:
     registration_socket: Path
 
     def healthz(self) -> tuple[int, str]:
-        """(status, body); status 0 while nothing listens on the port yet."""
-        url = f"http://127.0.0.1:{self.health_port}/healthz"
-        try:
-            with urllib.request.urlopen(url, timeout=10) as answer:
-                return int(answer.status), answer.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
-        except urllib.error.URLError as error:
-            return 0, str(error.reason)
+        return healthz(self.health_port)
 
 
 @contextmanager
