@@ -1,12 +1,14 @@
 """The node plugin's command line, each flag with an environment fallback: pure.
 
     python -m provisioner.csi --endpoint unix:///csi/csi.sock --node-name "$NODE_NAME" \\
-        --config-file /etc/config/config.json
+        --config-file /etc/config/config.json --kubelet-root /var/lib/kubelet \\
+        --kubelet-registration-path /var/lib/kubelet/plugins/<driver>/csi.sock --health-port 9808
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,11 @@ from provisioner.configuration.config import DEFAULT_NODE_AFFINITY_KEY
 from provisioner.csi.driver_name import DriverNameError, driver_name_for
 
 UNIX_SCHEME = "unix://"
+MAX_PORT = 65535
+MAX_SOCKET_PATH_BYTES = 107
+"""sockaddr_un's sun_path holds 108 bytes, the last a NUL."""
+REGISTRY_DIRECTORY = "plugins_registry"
+"""The kubelet's plugin watcher's directory, under its root directory."""
 
 
 class NodePluginOptionsError(ValueError):
@@ -30,6 +37,12 @@ class NodePluginOptions:
     config_file: Path
     topology_key: str
     topology_value: str
+    registration_socket: Path | None
+    """<kubelet root>/plugins_registry/<driver>-reg.sock; None: the plugin does not register."""
+    kubelet_endpoint: Path
+    """The CSI socket as the kubelet sees it (told it at registration)."""
+    health_port: int | None
+    """The port of /healthz; None: no HTTP endpoint."""
 
 
 def parse_node_plugin_options(
@@ -69,6 +82,24 @@ def parse_node_plugin_options(
         default=environment.get("TOPOLOGY_VALUE", ""),
         help="this node's value of that label (default for kubernetes.io/hostname: the node name)",
     )
+    parser.add_argument(
+        "--kubelet-root",
+        default=environment.get("KUBELET_ROOT", ""),
+        help="the kubelet's root directory (e.g. /var/lib/kubelet): register there, in"
+        f" {REGISTRY_DIRECTORY}/; empty: do not register (env KUBELET_ROOT)",
+    )
+    parser.add_argument(
+        "--kubelet-registration-path",
+        default=environment.get("KUBELET_REGISTRATION_PATH", ""),
+        help="the CSI socket's path on the node, where the kubelet reaches it (default: the"
+        " --endpoint path, right when the plugin mounts that directory at the same path)"
+        " (env KUBELET_REGISTRATION_PATH)",
+    )
+    parser.add_argument(
+        "--health-port",
+        default=environment.get("HEALTH_PORT", "0"),
+        help="serve /healthz on this TCP port; 0: not at all (env HEALTH_PORT)",
+    )
     arguments = parser.parse_args(list(argv))
     endpoint: str = arguments.endpoint
     if not endpoint.startswith(UNIX_SCHEME) or len(endpoint) == len(UNIX_SCHEME):
@@ -90,11 +121,46 @@ def parse_node_plugin_options(
         driver_name = driver_name_for(arguments.provisioner_name)
     except DriverNameError as error:
         raise NodePluginOptionsError(str(error)) from None
+    socket_path = Path(endpoint.removeprefix(UNIX_SCHEME))
+    kubelet_endpoint = Path(arguments.kubelet_registration_path or socket_path)
+    if not kubelet_endpoint.is_absolute():
+        raise NodePluginOptionsError(
+            f"--kubelet-registration-path {str(kubelet_endpoint)!r} must be an absolute path:"
+            " the kubelet dials it as given"
+        )
+    kubelet_root: str = arguments.kubelet_root
+    if kubelet_root and not Path(kubelet_root).is_absolute():
+        raise NodePluginOptionsError(
+            f"--kubelet-root {kubelet_root!r} must be an absolute path, e.g. /var/lib/kubelet"
+        )
+    registration_socket = (
+        Path(kubelet_root) / REGISTRY_DIRECTORY / f"{driver_name}-reg.sock"
+        if kubelet_root
+        else None
+    )
+    for flag, path in (("--endpoint", socket_path), ("--kubelet-root", registration_socket)):
+        if path is not None and len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
+            raise NodePluginOptionsError(
+                f"{flag}: the socket {path} is longer than a unix socket's path may be"
+                f" ({MAX_SOCKET_PATH_BYTES} bytes): choose a shorter directory"
+            )
     return NodePluginOptions(
-        socket_path=Path(endpoint.removeprefix(UNIX_SCHEME)),
+        socket_path=socket_path,
         driver_name=driver_name,
         node_name=node_name,
         config_file=Path(arguments.config_file),
         topology_key=key,
         topology_value=value,
+        registration_socket=registration_socket,
+        kubelet_endpoint=kubelet_endpoint,
+        health_port=_health_port(arguments.health_port),
     )
+
+
+def _health_port(text: str) -> int | None:
+    port = int(text) if text.isdigit() else -1
+    if not 0 <= port <= MAX_PORT:
+        raise NodePluginOptionsError(
+            f"--health-port {text!r} must be a TCP port number (1-{MAX_PORT}), or 0 for none"
+        )
+    return port or None

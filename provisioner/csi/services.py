@@ -1,4 +1,5 @@
-"""Binds the Identity and Node services to gRPC, typed by the generated messages.
+"""Binds the Identity and Node services, and the kubelet's Registration, to gRPC, typed by
+the generated messages.
 
 Each RPC is a method that takes the request and returns the response; a CsiError becomes the
 call's status, an OSError an INTERNAL one naming it. Methods not bound here (staging, expansion,
@@ -16,14 +17,16 @@ import grpc
 from google.protobuf.message import Message
 
 from provisioner.csi.csi_errors import CsiError
-from provisioner.csi.generated import csi_pb2
+from provisioner.csi.generated import csi_pb2, pluginregistration_pb2
 from provisioner.csi.identity_server import IdentityServer
 from provisioner.csi.node_server import NodeServer
+from provisioner.csi.registration_server import RegistrationServer
 
 log = logging.getLogger(__name__)
 
 IDENTITY_SERVICE = "csi.v1.Identity"
 NODE_SERVICE = "csi.v1.Node"
+REGISTRATION_SERVICE = "pluginregistration.Registration"
 
 
 RequestT = TypeVar("RequestT", bound=Message)
@@ -87,3 +90,15 @@ def node_handler(server: NodeServer) -> grpc.GenericRpcHandler:
         ),
     }
     return grpc.method_handlers_generic_handler(NODE_SERVICE, methods)
+
+
+def registration_handler(server: RegistrationServer) -> grpc.GenericRpcHandler:
+    methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+        "GetInfo": _unary("GetInfo", server.get_info, pluginregistration_pb2.InfoRequest),
+        "NotifyRegistrationStatus": _unary(
+            "NotifyRegistrationStatus",
+            server.notify_registration_status,
+            pluginregistration_pb2.RegistrationStatus,
+        ),
+    }
+    return grpc.method_handlers_generic_handler(REGISTRATION_SERVICE, methods)

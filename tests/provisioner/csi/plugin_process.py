@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +44,25 @@ class PluginProcess:
         return f"unix://{self.socket}"
 
 
+def free_port() -> int:
+    """A TCP port free on loopback now (for the plugin's --health-port)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def healthz(port: int) -> tuple[int, str]:
+    """The plugin's /healthz on `port`: (status, body); status 0 while nothing listens yet."""
+    url = f"http://127.0.0.1:{port}/healthz"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return int(answer.status), answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except urllib.error.URLError as error:
+        return 0, str(error.reason)
+
+
 def write_config(path: Path, base_path: Path, *, mount_point: bool) -> None:
     entry: object = {"path": str(base_path), "mountPoint": True} if mount_point else str(base_path)
     config = {"nodePathMap": [{"node": DEFAULT_NODE, "paths": [entry]}]}
@@ -49,10 +71,15 @@ def write_config(path: Path, base_path: Path, *, mount_point: bool) -> None:
 
 @contextmanager
 def plugin_process(
-    directory: Path, base_path: Path | None = None, *, mount_point: bool = False
+    directory: Path,
+    base_path: Path | None = None,
+    *,
+    mount_point: bool = False,
+    flags: Sequence[str] = (),
 ) -> Iterator[PluginProcess]:
     """Starts the plugin and waits until its socket answers; stops it (SIGTERM) after.
-    `mount_point`: config.json says a filesystem must be mounted at the base path."""
+    `mount_point`: config.json says a filesystem must be mounted at the base path; `flags`:
+    more of the plugin's command line."""
     directory.mkdir(parents=True, exist_ok=True)
     base = base_path or directory / "base"
     base.mkdir(parents=True, exist_ok=True)
@@ -69,6 +96,7 @@ def plugin_process(
                 f"--endpoint=unix://{socket}",
                 f"--node-name={NODE_NAME}",
                 f"--config-file={config}",
+                *flags,
             ],
             cwd=REPOSITORY,
             stdout=output,

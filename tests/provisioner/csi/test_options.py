@@ -35,3 +35,41 @@ def test_a_command_line_the_plugin_cannot_serve_is_refused_saying_why(
 ) -> None:
     with pytest.raises(NodePluginOptionsError, match=says):
         parse_node_plugin_options(argv, environment)
+
+
+def test_a_kubelet_root_gives_the_registration_socket_and_the_endpoint_the_kubelet_dials() -> None:
+    options = parse_node_plugin_options(
+        [
+            "--endpoint=unix:///csi/csi.sock",
+            "--kubelet-root=/var/lib/kubelet",
+            "--kubelet-registration-path=/var/lib/kubelet/plugins/d/csi.sock",
+            "--health-port=9808",
+        ],
+        {"NODE_NAME": "n"},
+    )
+    assert options.registration_socket == Path(
+        "/var/lib/kubelet/plugins_registry/local-path.local-path-storage.io-reg.sock"
+    )
+    assert options.kubelet_endpoint == Path("/var/lib/kubelet/plugins/d/csi.sock")
+    assert options.health_port == 9808
+    plain = parse_node_plugin_options(["--endpoint=unix:///csi/csi.sock"], {"NODE_NAME": "n"})
+    assert (plain.registration_socket, plain.health_port) == (None, None)
+    assert plain.kubelet_endpoint == Path("/csi/csi.sock")
+
+
+@pytest.mark.parametrize(
+    ("flag", "says"),
+    [
+        ("--kubelet-root=var/lib/kubelet", "--kubelet-root 'var/lib/kubelet' must be an absolute"),
+        ("--kubelet-registration-path=csi.sock", "must be an absolute path"),
+        ("--health-port=http", "--health-port 'http' must be a TCP port"),
+        ("--health-port=70000", "1-65535"),
+        ("--kubelet-root=/" + "k" * 80, "--kubelet-root: the socket .* is longer than"),
+        ("--endpoint=unix:///" + "e" * 110, r"--endpoint: the socket .* \(107 bytes\)"),
+    ],
+)
+def test_registration_and_health_flags_the_plugin_cannot_use_are_refused(
+    flag: str, says: str
+) -> None:
+    with pytest.raises(NodePluginOptionsError, match=says):
+        parse_node_plugin_options([flag], {"NODE_NAME": "n"})
