@@ -204,10 +204,14 @@ done
 # setup that succeeded, the quota step (see `quota`) limits the directory where it can. Before a
 # teardown, the removal's owner check (fresh_directory.OWNER_CHECK) runs first, through the
 # read-only base path: a teardown pod that starts late removes nothing another volume now owns.
+# Before that, a base path declared a mount point must have its filesystem mounted (as
+# `prepare` checks before a setup): else VOL_DIR is a directory on the root filesystem under
+# the empty mount point, and removing it would let the PV go while its data waits on the disk.
 GUARD_SCRIPT = (
     "set -u\n"
     + INSIDE_BASE
     + 'if [ "$0" = teardown ]; then\n'
+    + MOUNT_POINT_CHECK
     + '  owners_root="$LPS_BASE_VIEW"\n'
     + textwrap.indent(OWNER_CHECK, "  ")
     + "fi\n"
@@ -527,6 +531,9 @@ def _command(
     env["LPS_BASE_VIEW"] = BASE_VIEW
     if action == "create":
         env.update(quota_environment(target.volume_name, target.size_bytes))
+    else:
+        # The guard's mount point check, where this pod mounts the base path.
+        env.update(mount_point_environment(BASE_VIEW, config.base_path_rules(target.base_path)))
     if custom:
         env["LPS_COMMAND"] = custom
     else:

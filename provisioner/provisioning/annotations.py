@@ -27,13 +27,14 @@ new volume's directory appear at the path meanwhile, start and remove it."""
 
 RELEASED_FOR_NODE_LOSS_ANNOTATION = "local-path-storage.io/released-for-node-loss"
 """On a PV: the node it was on had been gone for its class's `nodeLossGracePeriod`, and the API
-server answered the DELETE of its claim (that claim's UID) with success; the value is
-`node-name/claim-uid` (`node_loss_release_mark`). Such a PV, once Released, is let go without a
-helper pod and its data left on that node, even should the node come back (the orphan report
-lists it then). The mark is written only after that answer, and proves only the claim it names:
-a release whose DELETE failed (a 5xx, no answer, a 403) leaves no mark, and an older bare mark
-(the node's name alone, set before the DELETE was sent) proves nothing, so that such a volume
-stays an ordinary Delete volume, torn down when its node is there."""
+server carried out the DELETE of its claim (that claim's UID: its answer said so, or, the answer
+lost, a fresh read showed the claim gone or going); the value is `node-name/claim-uid`
+(`node_loss_release_mark`). Such a PV, once Released, is let go without a helper pod and its
+data left on that node, even should the node come back (the orphan report lists it then). The
+mark proves only the claim it names: a release whose DELETE was refused (a 403) or not carried
+out (a 5xx, no answer) leaves no mark, and an older bare mark (the node's name alone, set
+before the DELETE was sent) proves nothing, so that such a volume stays an ordinary Delete
+volume, torn down when its node is there."""
 
 
 def node_loss_release_mark(node_name: str, claim_uid: str) -> str:

@@ -18,8 +18,9 @@ becomes the event or log line. Decisions where we differ from rancher and the li
   elsewhere; Kubernetes keeps a claim that a scheduled pod still uses until that pod goes), and
   the PV then goes without a helper pod, its data left on that node; a node back within the
   period keeps its volumes untouched. Without the parameter, as above. Only a release whose
-  DELETE the API server answered lets the PV go: one that failed, followed by the node's return,
-  leaves an ordinary volume, torn down when its claim is deleted.
+  DELETE of the claim was carried out lets the PV go (its mark names that claim's UID): one
+  refused or lost, followed by the node's return, leaves an ordinary volume, torn down when
+  its claim is deleted.
 """
 
 from __future__ import annotations
@@ -147,8 +148,8 @@ class AwaitNode:
 
 @dataclass(frozen=True, slots=True)
 class ReleaseClaim:
-    """The volume's node has been gone for its class's grace period: mark the PV, then delete
-    its claim (that very claim: its UID), with Warning events on both."""
+    """The volume's node has been gone for its class's grace period: delete its claim (that
+    very claim: its UID), then mark the PV with it, with Warning events on both."""
 
     volume_name: str
     node_name: str

@@ -5,6 +5,7 @@ made.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator
@@ -125,14 +126,17 @@ def test_a_mounted_mount_point_and_rancher_s_default_path_get_volumes(
     assert other["spec"]["hostPath"]["path"].startswith(f"{RANCHER_DEFAULT_PATH}/")
 
 
+@pytest.mark.parametrize("stray", [False, True], ids=["directory-on-the-disk", "stray-below"])
 def test_a_teardown_through_a_mount_point_whose_disk_is_not_mounted_waits_for_the_disk(
-    make_setup: Callable[..., ProvisionerSetup], tmp_path: Path
+    make_setup: Callable[..., ProvisionerSetup], tmp_path: Path, stray: bool
 ) -> None:
     """The disk under a declared mount point is unmounted while a volume on it is Released: its
     teardown pod cannot start (its directory is on the disk), and the look that follows sees
-    only the empty mount point. The volume is not taken for gone: the PV stays, with a Warning
-    that says the disk is not mounted and what to do, and its data waits on the disk; once the
-    disk is mounted again the teardown is done as usual."""
+    only the empty mount point; or (`stray`) a directory of that name on the root filesystem,
+    below the empty mount point, lets the pod start. The volume is not taken for gone, nor is
+    that directory removed in its place: the PV stays, with a Warning that says the disk is not
+    mounted and what to do, and its data waits on the disk; once the disk is mounted again the
+    teardown is done as usual."""
     base = f"/opt/disk-{uuid.uuid4().hex[:6]}"
     setup = make_setup(config({"path": base, "mountPoint": True}, timeout=10))
     host = setup.node_path(NODE, base)
@@ -159,6 +163,9 @@ def test_a_teardown_through_a_mount_point_whose_disk_is_not_mounted_waits_for_th
         eventually(lambda: consumer_gone(setup, "data"), 60, "the consumer pod to go")
         subprocess.run(["umount", str(host)], check=True)
         mounts.remove(host)
+        below = host / path.removeprefix(f"{base}/")
+        if stray:
+            below.mkdir()
         setup.core.delete_namespaced_persistent_volume_claim("data", setup.namespace)
 
         def warned() -> dict[str, Any] | None:
@@ -174,7 +181,7 @@ def test_a_teardown_through_a_mount_point_whose_disk_is_not_mounted_waits_for_th
         current = setup.volume(pv)
         assert current is not None and current["status"]["phase"] == "Released"
         assert data.read_text() == "on the disk"
-        assert list(host.iterdir()) == [], "something was made on the root filesystem"
+        assert list(host.iterdir()) == ([below] if stray else []), "the root filesystem changed"
 
         mount("--bind", str(kept), str(host))
         eventually(lambda: setup.volume(pv) is None or None, 180, f"{pv} to be torn down")
@@ -182,6 +189,7 @@ def test_a_teardown_through_a_mount_point_whose_disk_is_not_mounted_waits_for_th
     finally:
         for where in reversed(mounts):
             subprocess.run(["umount", str(where)], check=False)
+        shutil.rmtree(host, ignore_errors=True)
 
 
 def consumer_gone(setup: ProvisionerSetup, name: str) -> bool | None:

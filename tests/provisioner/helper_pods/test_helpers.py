@@ -558,3 +558,52 @@ def test_the_guard_runs_the_code_only_on_the_real_directory(tmp_path: Path) -> N
     assert code == 1
     assert "the directory mounted at it is another one" in output
     assert "ran" not in output
+
+
+MOUNTED_BUNDLE = load_config_bundle(
+    '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths":'
+    ' [{"path": "/opt/lp", "mountPoint": true}]}]}',
+    DEFAULT_SETUP_SCRIPT,
+    DEFAULT_TEARDOWN_SCRIPT,
+    DEFAULT_HELPER_POD_YAML,
+)
+
+
+def test_a_teardown_under_a_declared_mount_point_checks_its_filesystem_is_mounted() -> None:
+    """The guard checks the base path, as this pod mounts it (read-only at BASE_VIEW), is the
+    root of a mounted filesystem before the teardown code runs; a plain base path has no such
+    check."""
+    mounted = build("delete", bundle=MOUNTED_BUNDLE)["spec"]["initContainers"][0]
+    assert {"name": "LPS_MOUNT_POINT", "value": BASE_VIEW} in mounted["env"]
+    plain = build("delete")["spec"]["initContainers"][0]
+    assert "LPS_MOUNT_POINT" not in {e["name"] for e in plain["env"]}
+
+
+def test_the_guard_removes_nothing_through_a_mount_point_with_no_disk(tmp_path: Path) -> None:
+    """Under an empty mount point (its disk not mounted), VOL_DIR may be a directory on the root
+    filesystem: removing it would let the PV go while the data waits on the disk. The guard
+    refuses before the teardown code runs, as `prepare` does before a setup."""
+    base = tmp_path / "base"
+    (base / "own").mkdir(parents=True)
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text("1500 1400 0:52 / / rw,relatime - overlay overlay rw\n")
+    done = subprocess.run(
+        ["/bin/sh", "-c", GUARD_SCRIPT, "teardown", "-p", str(base / "own")],
+        env={
+            "PATH": os.environ["PATH"],
+            "VOL_DIR": str(base / "own"),
+            "LPS_BASE": str(base),
+            "LPS_BASE_VIEW": str(base),
+            "LPS_SCRIPT": 'echo "ran $0"; rm -rf "$VOL_DIR"/*',
+            "LPS_MOUNT_POINT": str(base),
+            "LPS_MOUNTINFO": str(mountinfo),
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert f"its base path {base} is declared a mount point" in done.stderr
+    assert "no filesystem is mounted there on this node: mount it" in done.stderr
+    assert "ran" not in done.stdout
+    assert (base / "own").is_dir()
