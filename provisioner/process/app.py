@@ -365,7 +365,7 @@ class Provisioner:
         replica that takes the lease next."""
         log.error(
             "lost the leader lease%s; exiting at once so that only one replica works (the new"
-            " leader deletes the helper pods left and redoes what was running)",
+            " leader clears what was left running and redoes it)",
             " while shutting down" if self._stopping.is_set() else "",
         )
         for handler in logging.getLogger().handlers:

@@ -33,9 +33,9 @@ def test_a_leader_that_lost_its_lease_exits_at_once_and_leaves_its_work_to_the_n
     make_setup: Callable[..., ProvisionerSetup],
 ) -> None:
     """The leader is frozen (SIGSTOP) while its setup helper runs (40 s); the standby takes the
-    lease and adopts the helper pod. Thawed, the old leader must exit 1 at once: before, it
-    drained its workers for up to 30 s, still working beside the new leader, and then deleted
-    the helper pods it had been following."""
+    lease and deletes the helper pod (to run the setup again once it is gone). Thawed, the old
+    leader must exit 1 at once: before, it drained its workers for up to 30 s, still working
+    beside the new leader, and then deleted the helper pods it had been following."""
     base = unique_base_path("lost-lease")
     slow_setup = DEFAULT_SETUP_SCRIPT.replace("set -eu\n", "set -eu\nsleep 40\n", 1)
     setup = make_setup(ConfigFiles(config=default_config(base), setup=slow_setup))
@@ -71,7 +71,7 @@ def test_a_leader_that_lost_its_lease_exits_at_once_and_leaves_its_work_to_the_n
             interval=0.2,
         )
         setup.wait_ready(standby, timeout=30)
-        time.sleep(2)  # the new leader adopts the running helper pod
+        time.sleep(2)  # the new leader deletes the running helper pod
     finally:
         os.kill(leader.pid, signal.SIGCONT)
     thawed = time.monotonic()
