@@ -19,8 +19,9 @@ from urllib3.exceptions import HTTPError
 
 from provisioner.kube.api_error import ApiError, describe_api_error
 from provisioner.kube.client import KubeClients
+from provisioner.kube.rate_limit import ItemExponentialBackoff
 
-__all__ = ["FIRST_RETRY_SECONDS", "LAST_RETRY_SECONDS", "PodDeletions", "retry_delay"]
+__all__ = ["FIRST_RETRY_SECONDS", "LAST_RETRY_SECONDS", "PodDeletions", "deletion_backoff"]
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +32,10 @@ DONE_STATUSES = frozenset({HTTPStatus.NOT_FOUND, HTTPStatus.CONFLICT})
 """Answers that end the tries: the pod is gone, or the name is another pod's now."""
 
 
-def retry_delay(failures: int) -> float:
-    """How long after its `failures`-th failed try (1 for the first) a deletion is tried again:
-    one second, doubling, at most `LAST_RETRY_SECONDS`."""
-    return float(min(LAST_RETRY_SECONDS, FIRST_RETRY_SECONDS * 2 ** min(failures - 1, 16)))
+def deletion_backoff() -> ItemExponentialBackoff:
+    """How long after each failed try a deletion is tried again: one second, doubling, at most
+    `LAST_RETRY_SECONDS` (counted per pod)."""
+    return ItemExponentialBackoff(FIRST_RETRY_SECONDS, LAST_RETRY_SECONDS)
 
 
 class PodDeletions:
@@ -44,6 +45,7 @@ class PodDeletions:
         self._clients = clients
         self._lock = threading.Lock()
         self._pending: dict[tuple[str, str], threading.Timer] = {}
+        self._backoff = deletion_backoff()
         self._closed = False
 
     def delete(self, namespace: str, name: str, uid: str | None = None) -> bool:
@@ -55,7 +57,8 @@ class PodDeletions:
             pending = self._pending.pop(key, None)
         if pending is not None:
             pending.cancel()
-        return self._try(key, uid, failures=0)
+        self._backoff.forget(key)
+        return self._try(key, uid)
 
     def pending(self) -> set[tuple[str, str]]:
         """The pods (namespace, name) whose deletion is still to be tried again."""
@@ -70,7 +73,7 @@ class PodDeletions:
         for timer in timers:
             timer.cancel()
 
-    def _try(self, key: tuple[str, str], uid: str | None, *, failures: int) -> bool:
+    def _try(self, key: tuple[str, str], uid: str | None) -> bool:
         namespace, name = key
         body: dict[str, Any] = {"propagationPolicy": "Background"}
         if uid:
@@ -83,13 +86,14 @@ class PodDeletions:
         except (HTTPError, OSError) as error:
             problem = str(error) or type(error).__name__
         if not problem:
+            failures = self._backoff.num_requeues(key)
+            self._backoff.forget(key)
             if failures:
                 log.info(
                     "deleted helper pod %s/%s after %d failed tries", namespace, name, failures
                 )
             return True
-        failures += 1
-        delay = retry_delay(failures)
+        delay = self._backoff.when(key)
         log.warning(
             "deleting helper pod %s/%s failed (%s): trying again in %gs",
             namespace,
@@ -97,7 +101,7 @@ class PodDeletions:
             problem,
             delay,
         )
-        timer = threading.Timer(delay, self._retry, args=(key, uid, failures))
+        timer = threading.Timer(delay, self._retry, args=(key, uid))
         timer.daemon = True
         timer.name = f"delete-{name}"
         with self._lock:
@@ -107,12 +111,12 @@ class PodDeletions:
         timer.start()
         return False
 
-    def _retry(self, key: tuple[str, str], uid: str | None, failures: int) -> None:
+    def _retry(self, key: tuple[str, str], uid: str | None) -> None:
         with self._lock:
             if self._pending.get(key) is not threading.current_thread():
                 return  # cancelled, or replaced by a newer deletion of the name
             del self._pending[key]
-        self._try(key, uid, failures=failures)
+        self._try(key, uid)
 
 
 def _pod_path(namespace: str, name: str) -> str:

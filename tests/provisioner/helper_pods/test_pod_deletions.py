@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from provisioner.helper_pods.pod_deletions import LAST_RETRY_SECONDS, retry_delay
+from provisioner.helper_pods.pod_deletions import LAST_RETRY_SECONDS, deletion_backoff
 
 
 @pytest.mark.parametrize(
@@ -21,4 +21,6 @@ from provisioner.helper_pods.pod_deletions import LAST_RETRY_SECONDS, retry_dela
 def test_a_failed_deletion_is_tried_again_after_a_doubling_wait_up_to_a_minute(
     failures: int, seconds: float
 ) -> None:
-    assert retry_delay(failures) == seconds
+    backoff = deletion_backoff()
+    delays = [backoff.when("pod") for _ in range(failures)]
+    assert delays[-1] == seconds
