@@ -17,9 +17,7 @@ import grpc
 
 from provisioner.configuration.config import BasePathRules, ProvisionerConfig
 from provisioner.csi.csi_errors import CsiError
-
-VOLUME_PATH_KEY = "local-path-storage.io/path"
-"""The volume context key (a PV's `spec.csi.volumeAttributes`) holding the volume's directory."""
+from provisioner.objects.node_handoff import VOLUME_PATH_KEY
 
 
 @dataclass(frozen=True)

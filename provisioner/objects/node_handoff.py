@@ -1,0 +1,178 @@
+"""What the controller hands a node plugin through a CSI volume's PV, and how each side reads
+it: pure, shared by the controller (which writes) and the node plugin (which reads and acts).
+
+A CSI class's volume needs no helper pod: the controller saves the PV at once, carrying
+- the label NODE_LABEL=`node_label_value(node)`, so a node plugin watches only its own node's
+  PVs (a label-selected watch: the API server's load stays flat in the number of nodes);
+- the volume attribute VOLUME_PATH_KEY (the directory) and the annotation SETUP_ANNOTATION
+  (`VolumeSetup`, what the setup needs), which the node plugin reads to make the directory (the
+  same fixed scripts and config scripts a helper pod runs), when it first sees the PV and, at the
+  latest, before it publishes the volume to a pod.
+
+Its removal stays the controller's decision, by the one gate (`decide_removal`): the permit it
+gives travels as REMOVAL_PERMIT_ANNOTATION (`NodeRemoval`, the gate's owner check with the
+volume and path it covers and the claim whose release it follows). The node plugin acts on it
+only while the PV is Released from that very claim and the permit names the PV's own directory,
+runs the owner check on the node just before anything goes, and then marks the PV
+DIRECTORY_REMOVED_ANNOTATION; the controller deletes the PV as after any teardown. Nobody else
+writes these: tenants cannot write PVs, and a node plugin may patch only its own node's PVs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+NODE_LABEL = "local-path-storage.io/node-key"
+"""On a CSI volume's PV: its node, as `node_label_value` gives it (a label selector's key)."""
+
+SETUP_ANNOTATION = "local-path-storage.io/setup"
+"""On a CSI volume's PV: the `VolumeSetup` JSON the node plugin makes the directory from."""
+
+REMOVAL_PERMIT_ANNOTATION = "local-path-storage.io/removal-permit"
+"""On a Released CSI volume's PV: the `NodeRemoval` JSON, the gate's permit for its directory."""
+
+VOLUME_PATH_KEY = "local-path-storage.io/path"
+"""The volume context key (a PV's `spec.csi.volumeAttributes`) holding the volume's directory."""
+
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
+
+
+def node_label_value(node_name: str) -> str:
+    """A label value that names `node_name`: the name itself when it is a valid label value (63
+    characters at most), else `h-` and a hash of it (a node's name may be 253 characters)."""
+    if _LABEL_VALUE.match(node_name):
+        return node_name
+    return "h-" + hashlib.sha256(node_name.encode()).hexdigest()[:40]
+
+
+def node_selector(node_name: str) -> str:
+    """The label selector of `node_name`'s CSI volumes."""
+    return f"{NODE_LABEL}={node_label_value(node_name)}"
+
+
+class HandoffError(ValueError):
+    """An annotation that does not read as what it must be: the node plugin does nothing."""
+
+
+@dataclass(frozen=True)
+class VolumeSetup:
+    """What the node plugin needs to make a volume's directory: the fields a helper pod's
+    setup gets (helper_pods.pod_shapes.HelperTarget) beyond the PV's name and node."""
+
+    base_path: str
+    path: str
+    volume_mode: str
+    size_bytes: int
+    vol_user: str = ""
+    vol_group: str = ""
+    vol_perm: str = ""
+    reuse_existing_data: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @staticmethod
+    def from_json(text: str) -> VolumeSetup:
+        fields = _object(text, SETUP_ANNOTATION)
+        try:
+            setup = VolumeSetup(
+                base_path=_text(fields, "base_path"),
+                path=_text(fields, "path"),
+                volume_mode=_text(fields, "volume_mode"),
+                size_bytes=_count(fields, "size_bytes"),
+                vol_user=_text(fields, "vol_user", ""),
+                vol_group=_text(fields, "vol_group", ""),
+                vol_perm=_text(fields, "vol_perm", ""),
+                reuse_existing_data=_flag(fields, "reuse_existing_data"),
+            )
+        except KeyError as missing:
+            raise HandoffError(f"{SETUP_ANNOTATION} has no {missing.args[0]}") from None
+        return setup
+
+
+@dataclass(frozen=True)
+class NodeRemoval:
+    """The gate's permit for a CSI volume's directory, as the node plugin receives it: the
+    volume and path it covers, the owner check (removal_gate.OwnerCheck) the node runs before
+    anything goes, and the UID of the claim whose release it follows."""
+
+    volume_name: str
+    path: str
+    owner: str
+    made_only: bool
+    absent_ok: bool
+    claim_uid: str
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @staticmethod
+    def from_json(text: str) -> NodeRemoval:
+        fields = _object(text, REMOVAL_PERMIT_ANNOTATION)
+        try:
+            return NodeRemoval(
+                volume_name=_text(fields, "volume_name"),
+                path=_text(fields, "path"),
+                owner=_text(fields, "owner"),
+                made_only=_flag(fields, "made_only"),
+                absent_ok=_flag(fields, "absent_ok"),
+                claim_uid=_text(fields, "claim_uid"),
+            )
+        except KeyError as missing:
+            raise HandoffError(f"{REMOVAL_PERMIT_ANNOTATION} has no {missing.args[0]}") from None
+
+
+def removal_refusal(
+    removal: NodeRemoval, *, volume_name: str, path: str, phase: str, claim_uid: str
+) -> str | None:
+    """None when the node may act on `removal` for the PV it was found on (its name, its
+    directory, its status phase, its claimRef's UID); else why not. A permit found on another
+    PV, for another path, or on a PV no longer Released from the claim it followed (an admin
+    re-bound it) is stale: nothing goes."""
+    if removal.volume_name != volume_name or removal.owner != volume_name:
+        return f"the permit names volume {removal.volume_name}, not {volume_name}"
+    if removal.path != path:
+        return f"the permit covers {removal.path}, not the volume's directory {path}"
+    if phase != "Released":
+        return f"the volume is {phase or 'of no phase'}, not Released"
+    if removal.claim_uid != claim_uid:
+        return f"the volume's claim is {claim_uid or 'none'}, not {removal.claim_uid}"
+    return None
+
+
+def _object(text: str, what: str) -> Mapping[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise HandoffError(f"{what} is not JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise HandoffError(f"{what} is not a JSON object")
+    return value
+
+
+def _text(fields: Mapping[str, Any], key: str, default: str | None = None) -> str:
+    value = fields.get(key, default)
+    if value is None:
+        raise KeyError(key)
+    if not isinstance(value, str):
+        raise HandoffError(f"{key} must be a string")
+    return value
+
+
+def _count(fields: Mapping[str, Any], key: str) -> int:
+    value = fields[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise HandoffError(f"{key} must be a whole number of bytes")
+    return value
+
+
+def _flag(fields: Mapping[str, Any], key: str) -> bool:
+    value = fields.get(key, False)
+    if not isinstance(value, bool):
+        raise HandoffError(f"{key} must be true or false")
+    return value
