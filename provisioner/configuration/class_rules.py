@@ -11,11 +11,13 @@ path rules. rancher reads its StorageClassConfig once; sig-storage-lib hands `Pr
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from provisioner.configuration.class_parameters import (
+    VOLUME_TYPES,
     allow_unsafe_path_pattern,
     node_loss_grace_seconds,
     reuse_existing_data,
@@ -125,7 +127,15 @@ class ClassRules:
         annotation = claim.annotations.get("volumeType")
         volume_type = self.default_volume_type
         if annotation is not None:
-            volume_type = volume_type_of(annotation, "volumeType annotation")
+            # The claim's own choice, read here with the class's (rancher's names,
+            # case-insensitive as its ToLower compare).
+            canonical = VOLUME_TYPES.get(annotation.lower())
+            if canonical is None:
+                raise ConfigError(
+                    "volumeType annotation",
+                    f"{json.dumps(annotation)} is not a volume type: use hostPath or local",
+                )
+            volume_type = canonical
         shared = self.shared_path is not None
         if shared and volume_type == "local":
             raise ValueError("volumeType local needs node affinity, which a shared path has not")

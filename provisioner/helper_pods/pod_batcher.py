@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Hashable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar
 
 from provisioner.configuration.config import ConfigBundle
@@ -34,7 +34,7 @@ from provisioner.helper_pods.batch_pod_shapes import (
     is_batchable,
 )
 from provisioner.helper_pods.pod_index import ServingPod
-from provisioner.helper_pods.pod_runner import HelperPodError
+from provisioner.helper_pods.pod_runner import HelperPodError, never_ran
 from provisioner.helper_pods.pod_runs import (
     BATCH_WAIT_MARGIN_SECONDS,
     BatchResults,
@@ -49,6 +49,7 @@ from provisioner.helper_pods.pod_shapes import (
 )
 from provisioner.kube.events import ObjectReference
 from provisioner.provisioning.actions import ActionFailed
+from provisioner.provisioning.base_path_checks import missing_base_path_hint
 from provisioner.provisioning.removal_gate import RemovalPermit
 
 log = logging.getLogger(__name__)
@@ -283,7 +284,7 @@ class PodBatcher(Generic[K]):
                     to_delete = []
                     self._jobs.pop(job.key, None)
                     self._held_since.pop(job.key, None)
-                    self._results[job.key] = RunResult(waited, stuck)
+                    self._results[job.key] = _with_hint(job, RunResult(waited, stuck))
                 elif blockers:
                     to_delete = self._hold(job, blockers, still_ours, now)
                 else:
@@ -488,7 +489,7 @@ class PodBatcher(Generic[K]):
         with self._lock:
             for job in jobs:
                 self._jobs.pop(job.key, None)
-                self._results[job.key] = results[job.target.volume_name]
+                self._results[job.key] = _with_hint(job, results[job.target.volume_name])
                 self._reported_early[job.target.volume_name] = pod
         for job in jobs:
             self._queue.add(job.key)
@@ -512,9 +513,8 @@ class PodBatcher(Generic[K]):
                 del self._held[job.key]
             for job in jobs:
                 self._jobs.pop(job.key, None)
-                self._results[job.key] = results.get(job.target.volume_name) or RunResult(
-                    0.0, missing
-                )
+                result = results.get(job.target.volume_name) or RunResult(0.0, missing)
+                self._results[job.key] = _with_hint(job, result)
             self._running -= 1
             started = [] if self._stopped else self._planner.finished(launch)
             self._claim_pods(started)
@@ -571,3 +571,16 @@ def _pod_names(launch: Launch[VolumeJob[Any]]) -> list[str]:
     if len(launch.jobs) > 1:
         return [batch_pod_name(first.action, [job.target.volume_name for job in launch.jobs])]
     return [helper_pod_name(step, first.target.volume_name) for step in HELPER_STEPS[first.action]]
+
+
+def _with_hint(job: VolumeJob[Any], result: RunResult) -> RunResult:
+    """A setup whose helper never ran most likely waited for a base path that is missing and
+    may not be made: its result says so, here where the volume's base path and rules are
+    known, so the claim's Warning needs nothing more than the result."""
+    error = result.error
+    if job.action != "create" or not isinstance(error, HelperPodError) or not never_ran(error):
+        return result
+    target = job.target
+    rules = job.bundle.config.base_path_rules(target.base_path)
+    where = target.node_name or "the shared filesystem"
+    return replace(result, hint=missing_base_path_hint(target.base_path, where, rules))

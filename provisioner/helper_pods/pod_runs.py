@@ -63,6 +63,9 @@ class RunResult:
 
     seconds: float
     error: Exception | None = None
+    hint: str = ""
+    """What the failure most likely means, said after it: set by the batcher, which knows the
+    volume's base path and its rules (a setup's helper that never ran: its base path missing)."""
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,7 @@ from typing import Any
 
 from urllib3.exceptions import HTTPError
 
-from provisioner.configuration.config import ConfigBundle
-from provisioner.helper_pods.pod_runner import HelperPodError, never_ran
+from provisioner.helper_pods.pod_runner import HelperPodError
 from provisioner.helper_pods.pod_runs import RunResult
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
@@ -37,7 +36,6 @@ from provisioner.provisioning.annotations import (
     VOLUME_FINALIZER,
     node_loss_release_mark,
 )
-from provisioner.provisioning.base_path_checks import missing_base_path_hint
 from provisioner.provisioning.claims import (
     ClaimDecision,
     Ignore,
@@ -168,7 +166,6 @@ class Actions:
     def finish_provision(
         self,
         plan: ProvisionPlan,
-        bundle: ConfigBundle,
         helper: RunResult,
         started: float,
         *,
@@ -204,15 +201,11 @@ class Actions:
             return
         if isinstance(error, HelperPodError):
             self._metrics.provision_failed_total.labels(class_name, _source_label(plan)).inc()
-            hint = ""
-            if never_ran(error):
-                # Its pod waits for a base path that is missing and may not be made.
-                rules = bundle.config.base_path_rules(plan.base_path)
-                hint = missing_base_path_hint(plan.base_path, where, rules)
             self._recorder.warning(
                 reference,
                 "ProvisioningFailed",
-                f"failed to create {plan.path} on {where}: {error}{hint}; will retry with backoff",
+                f"failed to create {plan.path} on {where}: {error}{helper.hint};"
+                " will retry with backoff",
             )
             raise ActionFailed(str(error)) from error
         if error is not None:

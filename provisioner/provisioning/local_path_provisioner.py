@@ -381,7 +381,6 @@ class LocalPathProvisioner:
         try:
             self._actions.finish_provision(
                 plan,
-                handoff.bundle,
                 result,
                 handoff.started,
                 ask_clone_source=handoff.result is None,

@@ -17,7 +17,6 @@ from provisioner.provisioning.actions import ActionFailed, Actions, GiveBack
 from provisioner.provisioning.clones import CloneSource
 from provisioner.provisioning.removal_gate import RemovalKind
 from tests.provisioner.provisioning.test_volume_save import (
-    BUNDLE,
     ME,
     OURS,
     PLAN,
@@ -57,9 +56,7 @@ def finish(api: ScriptedApi, metrics: Metrics | None = None) -> ActionFailed | N
     )
     try:
         problem = actions.clone_source_problem(SOURCE)
-        actions.finish_provision(
-            CLONE_PLAN, BUNDLE, RunResult(1.0), started=0.0, clone_problem=problem
-        )
+        actions.finish_provision(CLONE_PLAN, RunResult(1.0), started=0.0, clone_problem=problem)
     except ActionFailed as error:
         return error
     return None

@@ -88,7 +88,7 @@ class FakeActions:
         self.saves = 0
 
     def finish_provision(
-        self, plan: Any, bundle: Any, result: RunResult, started: Any, **_: Any
+        self, plan: Any, result: RunResult, started: Any, **_: Any
     ) -> None:
         if result.error is not None:
             raise result.error

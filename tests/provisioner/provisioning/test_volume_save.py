@@ -98,7 +98,7 @@ def save(api: ScriptedApi) -> Recorded:
     """Carries out the setup's end (the PV saved) against `api`; the events it recorded.
     Nothing on the node: `Actions` runs no helper pod (the helper pods are `HelperPods`'s)."""
     recorded = Recorded()
-    actions_on(api, recorded).finish_provision(PLAN, BUNDLE, RunResult(1.0), started=0.0)
+    actions_on(api, recorded).finish_provision(PLAN, RunResult(1.0), started=0.0)
     return recorded
 
 
@@ -108,7 +108,7 @@ def failing_save(api: ScriptedApi, error: type[ActionFailed]) -> Recorded:
     recorded = Recorded()
     actions = actions_on(api, recorded)
     with pytest.raises(ActionFailed) as raised:
-        actions.finish_provision(PLAN, BUNDLE, RunResult(1.0), started=0.0)
+        actions.finish_provision(PLAN, RunResult(1.0), started=0.0)
     assert type(raised.value) is error, raised.value
     if isinstance(raised.value, GiveBack):
         assert raised.value.kind is RemovalKind.GIVE_BACK
