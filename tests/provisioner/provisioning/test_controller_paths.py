@@ -87,9 +87,7 @@ class FakeActions:
         self.save_error: Exception | None = None
         self.saves = 0
 
-    def finish_provision(
-        self, plan: Any, result: RunResult, started: Any, **_: Any
-    ) -> None:
+    def finish_provision(self, plan: Any, result: RunResult, started: Any, **_: Any) -> None:
         if result.error is not None:
             raise result.error
         self.saves += 1
