@@ -26,8 +26,8 @@ import grpc
 from provisioner.csi.driver_name import DEFAULT_DRIVER_NAME
 from provisioner.csi.generated import csi_pb2
 from provisioner.csi.identity_server import IdentityServer
-from provisioner.csi.node_paths import VOLUME_PATH_KEY
 from provisioner.csi.services import identity_handler
+from provisioner.objects.node_handoff import VOLUME_PATH_KEY
 
 _Rpc = csi_pb2.ControllerServiceCapability.RPC
 _Service = csi_pb2.PluginCapability.Service

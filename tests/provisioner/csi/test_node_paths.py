@@ -10,11 +10,11 @@ import pytest
 from provisioner.configuration.config import DEFAULT_NODE, BasePathRules, parse_config_json
 from provisioner.csi.csi_errors import CsiError
 from provisioner.csi.node_paths import (
-    VOLUME_PATH_KEY,
     VolumeDirectory,
     node_base_paths,
     volume_directory,
 )
+from provisioner.objects.node_handoff import VOLUME_PATH_KEY
 
 BASES = {
     "/mnt/disk1": BasePathRules(create=False),

@@ -22,7 +22,7 @@ import pytest
 from provisioner.csi.generated import csi_pb2
 from provisioner.csi.mount_table import mount_at
 from provisioner.csi.mounts import read_mount_table
-from provisioner.csi.node_paths import VOLUME_PATH_KEY
+from provisioner.objects.node_handoff import VOLUME_PATH_KEY
 from tests.provisioner.csi.plugin_process import (
     PluginProcess,
     call,

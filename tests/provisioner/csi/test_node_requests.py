@@ -8,8 +8,8 @@ import pytest
 from provisioner.configuration.config import BasePathRules
 from provisioner.csi.csi_errors import CsiError
 from provisioner.csi.generated import csi_pb2
-from provisioner.csi.node_paths import VOLUME_PATH_KEY
 from provisioner.csi.node_requests import publish_request, stats_request, unpublish_request
+from provisioner.objects.node_handoff import VOLUME_PATH_KEY
 from tests.provisioner.csi.plugin_process import mount_capability
 
 BASES = {"/mnt/disk1": BasePathRules(create=False)}
