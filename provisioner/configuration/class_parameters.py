@@ -34,6 +34,7 @@ STORAGE_CLASS_PARAMETERS = (
     "maxSize",
     "reuseExistingData",
     "nodeLossGracePeriod",
+    "volumeType",
 )
 
 
@@ -206,6 +207,18 @@ def validate_storage_class_parameters(
             "parameters.nodeAffinityKey",
             f"{json.dumps(key_name)} is not a valid label key such as kubernetes.io/hostname",
         )
+    if is_csi_class(parameters):
+        if storage.shared_filesystem_path is not None:
+            raise ConfigError(
+                "parameters.volumeType",
+                f"class {json.dumps(class_name)} serves a sharedFileSystemPath; a CSI volume"
+                " lives on one node's disk: drop the parameter, or give the class a nodePathMap",
+            )
+        if "defaultVolumeType" in annotations:
+            raise ConfigError(
+                "annotations.defaultVolumeType",
+                "the class's parameter volumeType: csi sets its volumes' type: drop the annotation",
+            )
     if (default_type := annotations.get("defaultVolumeType")) is not None:
         volume_type = volume_type_of(default_type, "annotations.defaultVolumeType")
         if volume_type == "local" and storage.shared_filesystem_path is not None:
@@ -214,6 +227,25 @@ def validate_storage_class_parameters(
                 "local volumes need node affinity,"
                 " which a sharedFileSystemPath class does not give: use hostPath",
             )
+
+
+CSI_VOLUME_TYPE = "csi"
+
+
+def is_csi_class(parameters: Mapping[str, str]) -> bool:
+    """Whether the class's volumes are CSI volumes (parameter `volumeType: csi`, fixed with the
+    class: a StorageClass's parameters cannot change). ConfigError for any other value: the
+    hostPath and local types are rancher's annotations (`defaultVolumeType`, `volumeType`)."""
+    value = parameters.get("volumeType")
+    if value is None:
+        return False
+    if value.lower() != CSI_VOLUME_TYPE:
+        raise ConfigError(
+            "parameters.volumeType",
+            f"{json.dumps(value)} is not a class type: the parameter takes only csi (hostPath"
+            " and local are set by the annotation defaultVolumeType)",
+        )
+    return True
 
 
 def size_range(parameters: Mapping[str, str]) -> tuple[int | None, int | None]:

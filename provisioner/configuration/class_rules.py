@@ -17,8 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from provisioner.configuration.class_parameters import (
+    CSI_VOLUME_TYPE,
     VOLUME_TYPES,
     allow_unsafe_path_pattern,
+    is_csi_class,
     node_loss_grace_seconds,
     reuse_existing_data,
     size_range,
@@ -126,7 +128,14 @@ class ClassRules:
             raise ValueError(self.problem)
         annotation = claim.annotations.get("volumeType")
         volume_type = self.default_volume_type
-        if annotation is not None:
+        if annotation is not None and volume_type == CSI_VOLUME_TYPE:
+            if annotation.lower() != CSI_VOLUME_TYPE:
+                raise ValueError(
+                    f"StorageClass {self.name} gives CSI volumes (its parameter volumeType:"
+                    f" csi), not {annotation}: drop the claim's volumeType annotation, or use a"
+                    " class of that type"
+                )
+        elif annotation is not None:
             # The claim's own choice, read here with the class's (rancher's names,
             # case-insensitive as its ToLower compare).
             canonical = VOLUME_TYPES.get(annotation.lower())
@@ -226,7 +235,9 @@ def read_class_rules(
         rules,
         allow_unsafe_path_pattern=allow_unsafe_path_pattern(parameters, annotations),
         reuse_existing_data=reuse_existing_data(parameters),
-        default_volume_type=volume_type_of(
+        default_volume_type=CSI_VOLUME_TYPE
+        if is_csi_class(parameters)
+        else volume_type_of(
             annotations.get("defaultVolumeType", "hostPath"), "annotations.defaultVolumeType"
         ),
     )

@@ -92,6 +92,14 @@ class PathSource(msgspec.Struct, gc=False):
     path: str | None = None
 
 
+class CsiSource(msgspec.Struct, rename="camel", gc=False):
+    """spec.csi of a volume: the parts a CSI volume of ours is told apart by."""
+
+    driver: str = ""
+    volume_handle: str = ""
+    volume_attributes: dict[str, str] | None = None
+
+
 class NodeSelectorRequirement(msgspec.Struct, gc=False):
     key: str = ""
     operator: str = ""
@@ -121,6 +129,7 @@ class ObjectReference(msgspec.Struct, gc=False):
 class VolumeSpec(msgspec.Struct, rename="camel", gc=False):
     host_path: PathSource | None = None
     local: PathSource | None = None
+    csi: CsiSource | None = None
     node_affinity: VolumeNodeAffinity | None = None
     claim_ref: ObjectReference | None = None
     capacity: dict[str, str] | None = None

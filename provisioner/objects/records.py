@@ -33,6 +33,7 @@ from provisioner.objects.api_objects import (
     StorageClass,
     TypedObjectReference,
 )
+from provisioner.objects.node_handoff import VOLUME_PATH_KEY
 from provisioner.objects.quantities import quantity_to_bytes
 
 __all__ = ["quantity_to_bytes"]  # re-exported: the decisions read sizes through records
@@ -102,9 +103,13 @@ class VolumeRecord(msgspec.Struct, frozen=True, gc=False):
     reclaim_policy: str = "Delete"
     storage_class_name: str = ""
     path: str | None = None
-    """hostPath.path or local.path; None when the volume has neither (not one of our shapes)."""
+    """hostPath.path, local.path or the directory a CSI volume's attributes name
+    (node_handoff.VOLUME_PATH_KEY); None when the volume has none of them (not one of our
+    shapes)."""
     volume_type: str | None = None
-    """"hostPath" or "local", matching `path`."""
+    """"hostPath", "local" or "csi", matching `path`."""
+    csi_driver: str | None = None
+    """A CSI volume's driver (a volume of ours only when it is our driver's)."""
     affinity: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """Every required `In` expression of the node affinity, as (key, values)."""
     finalizers: tuple[str, ...] = ()
@@ -211,11 +216,15 @@ def _data_source(value: TypedObjectReference | None) -> DataSource | None:
 def volume_record(obj: PersistentVolume | Mapping[str, Any]) -> VolumeRecord:
     volume = _as_struct(obj, PersistentVolume)
     meta, spec = volume.metadata, volume.spec
-    path, volume_type = None, None
-    if spec.host_path is not None and spec.local is None:
+    path, volume_type, driver = None, None, None
+    sources = [s for s in (spec.host_path, spec.local, spec.csi) if s is not None]
+    if len(sources) == 1 and spec.host_path is not None:
         path, volume_type = spec.host_path.path, "hostPath"
-    elif spec.local is not None and spec.host_path is None:
+    elif len(sources) == 1 and spec.local is not None:
         path, volume_type = spec.local.path, "local"
+    elif len(sources) == 1 and spec.csi is not None:
+        path = (spec.csi.volume_attributes or {}).get(VOLUME_PATH_KEY)
+        volume_type, driver = "csi", intern(spec.csi.driver)
     required = spec.node_affinity.required if spec.node_affinity is not None else None
     affinity = tuple(
         (intern(expression.key), _shared_tuple(expression.values))
@@ -232,6 +241,7 @@ def volume_record(obj: PersistentVolume | Mapping[str, Any]) -> VolumeRecord:
         storage_class_name=intern(spec.storage_class_name or ""),
         path=path,
         volume_type=volume_type,
+        csi_driver=driver,
         affinity=affinity,
         finalizers=_shared_tuple(meta.finalizers),
         being_deleted=meta.deletion_timestamp is not None,

@@ -39,6 +39,7 @@ from typing import Any
 from provisioner.configuration.config import ConfigBundle, ConfigError
 from provisioner.configuration.config_watch import ConfigWatcher
 from provisioner.configuration.options import Options
+from provisioner.csi.driver_name import driver_name_for
 from provisioner.helper_pods.pod_runner import kubelet_deadline_wait
 from provisioner.helper_pods.pod_shapes import helper_grace_seconds
 from provisioner.helper_pods.pods import POD_CLEANUP_SECONDS, BatchSettings, PodSettings
@@ -164,7 +165,12 @@ class Provisioner:
             self._lease_watch = lease_watch(
                 self.clients, lease_namespace, self.elector.lease_name, self.elector.heard
             )
-        actions = Actions(self.clients, self.recorder, self.metrics)
+        actions = Actions(
+            self.clients,
+            self.recorder,
+            self.metrics,
+            csi_driver=driver_name_for(options.provisioner_name),
+        )
         # The loop's queue: the local-path side adds the keys its helper runs and freed paths
         # wake, the loop's workers take them.
         queue: WorkQueue[Key] = WorkQueue(

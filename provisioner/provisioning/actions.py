@@ -15,16 +15,19 @@ from typing import Any
 
 from urllib3.exceptions import HTTPError
 
+from provisioner.csi.driver_name import DEFAULT_DRIVER_NAME
 from provisioner.helper_pods.pod_runner import HelperPodError
 from provisioner.helper_pods.pod_runs import RunResult
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
 from provisioner.kube.events import EventRecorder, EventType, ObjectReference
 from provisioner.kube.metrics import Metrics
+from provisioner.objects.node_handoff import REMOVAL_PERMIT_ANNOTATION, NodeRemoval
 from provisioner.objects.records import (
     CLAIM_KIND,
     ClaimRecord,
     ClaimReference,
+    VolumeRecord,
     claim_record,
     volume_record,
 )
@@ -47,7 +50,7 @@ from provisioner.provisioning.claims import (
 )
 from provisioner.provisioning.clones import CloneSource, source_changed
 from provisioner.provisioning.expansion import Expand
-from provisioner.provisioning.removal_gate import RemovalKind
+from provisioner.provisioning.removal_gate import RemovalKind, RemovalPermit
 from provisioner.provisioning.volume_decisions import TeardownPlan
 from provisioner.provisioning.volumes import build_persistent_volume, foreign_volume_problem
 
@@ -118,9 +121,12 @@ class Actions:
         recorder: EventRecorder,
         metrics: Metrics,
         *,
+        csi_driver: str = DEFAULT_DRIVER_NAME,
         pv_save_retry_delay: float = 2.0,
     ) -> None:
         self._clients = clients
+        self._csi_driver = csi_driver
+        """The driver a CSI class's volumes name (derived from the provisioner's name)."""
         self.recorder = recorder
         self._recorder = recorder
         self._metrics = metrics
@@ -214,7 +220,7 @@ class Actions:
         raise GiveBack(RemovalKind.CLONE_GIVE_BACK, f"{clone_problem}, so the copy may miss files")
 
     def _save_volume(self, plan: ProvisionPlan) -> None:
-        volume = build_persistent_volume(plan)
+        volume = build_persistent_volume(plan, self._csi_driver)
         last_error = ""
         # Any answer but a definite refusal may hide a save that happened (the server
         # committed, then the answer was lost or turned into a 5xx; a request that timed out
@@ -231,7 +237,7 @@ class Actions:
                     # PV of that name that is not this claim's volume at this path.
                     existing = self._read_volume(plan.volume_name)
                     if existing is not None:
-                        problem = foreign_volume_problem(existing, plan)
+                        problem = foreign_volume_problem(existing, plan, self._csi_driver)
                         if problem is None:
                             return
                         log.warning("PV %s exists and is not ours: %s", plan.volume_name, problem)
@@ -492,6 +498,31 @@ class Actions:
             {"metadata": {"finalizers": [VOLUME_FINALIZER]}},
             STRATEGIC_MERGE,
         )
+
+    def hand_removal_to_node(self, volume: VolumeRecord, permit: RemovalPermit) -> None:
+        """A CSI volume's teardown: the gate's permit goes onto its PV, where its node's plugin
+        reads it, runs the owner check and the teardown on the node, and marks the PV
+        DIRECTORY_REMOVED_ANNOTATION; the PV is deleted then, as after a helper's teardown.
+        Writing the same permit again (a resync, a retried key) changes nothing."""
+        check = permit.check
+        if check is None or not permit.covers(volume.name, volume.path or ""):
+            raise ActionFailed(f"the permit for {permit.path} is not volume {volume.name}'s")
+        removal = NodeRemoval(
+            volume_name=volume.name,
+            path=permit.path,
+            owner=check.owner,
+            made_only=check.made_only,
+            absent_ok=check.absent_ok,
+            claim_uid=volume.claim_ref.uid if volume.claim_ref is not None else "",
+        )
+        if volume.annotations.get(REMOVAL_PERMIT_ANNOTATION) == removal.to_json():
+            return
+        self._patch(
+            f"/api/v1/persistentvolumes/{volume.name}",
+            {"metadata": {"annotations": {REMOVAL_PERMIT_ANNOTATION: removal.to_json()}}},
+            MERGE,
+        )
+        log.info("volume %s: its node's plugin removes %s", volume.name, permit.path)
 
     def remove_finalizer(self, volume_name: str, *, directory_removed: bool = False) -> None:
         metadata: dict[str, Any] = {"$deleteFromPrimitiveList/finalizers": [VOLUME_FINALIZER]}

@@ -22,6 +22,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from provisioner.capacity.budgets import NoRoom, with_room
+from provisioner.configuration.class_parameters import CSI_VOLUME_TYPE
 from provisioner.configuration.class_rules import ClassRules
 from provisioner.configuration.config import ConfigError, ProvisionerConfig
 from provisioner.objects.records import ClaimRecord, NodeRecord, StorageClassRecord
@@ -234,8 +235,13 @@ def decide_claim_action(
         return Reschedule(str(error))
     except (ConfigError, PathPatternError, ValueError) as error:
         return Reject(str(error))
+    if clone is not None and place.volume_type == CSI_VOLUME_TYPE:
+        return Reject(
+            f"StorageClass {storage_class.name} gives CSI volumes, whose node plugin does not"
+            " copy a clone's data yet: clone into a class of volumeType hostPath or local"
+        )
     if "ReadWriteOncePod" in claim.access_modes and place.volume_type != "local":
-        return Reject(_one_pod_refused(storage_class.name, shared=shared))
+        return Reject(_one_pod_refused(storage_class.name, place.volume_type, shared=shared))
     blockers = paths.overlapping(volume_name, place.disk_node, path) if paths else []
     if blockers:
         return WaitForPath(
@@ -266,7 +272,7 @@ def decide_claim_action(
     )
 
 
-def _one_pod_refused(class_name: str, *, shared: bool) -> str:
+def _one_pod_refused(class_name: str, volume_type: str, *, shared: bool) -> str:
     """Why a ReadWriteOncePod claim gets no hostPath volume: the kubelet holds that mode to one
     pod only for a volume plugin that supports it (`local` does, hostPath does not), so a
     second pod placed on the node directly (spec.nodeName, past the scheduler) would run."""
@@ -276,6 +282,11 @@ def _one_pod_refused(class_name: str, *, shared: bool) -> str:
     )
     if shared:
         return f"{why}, which a sharedFileSystemPath cannot have: use ReadWriteOnce or another mode"
+    if volume_type == CSI_VOLUME_TYPE:
+        return (
+            f"{why}; StorageClass {class_name} gives CSI volumes, whose node plugin does not"
+            " hold it yet: use ReadWriteOnce, or a class with defaultVolumeType: local"
+        )
     return (
         f"{why}: set the claim annotation volumeType: local, or the annotation"
         f" defaultVolumeType: local on StorageClass {class_name}"

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, replace
 
 from provisioner.capacity.capacity_publisher import CapacityPublisher
+from provisioner.configuration.class_parameters import CSI_VOLUME_TYPE
 from provisioner.configuration.class_rules import ClassRules, ClassRulesCache
 from provisioner.configuration.config import ConfigBundle
 from provisioner.configuration.config_watch import ConfigSource
@@ -316,9 +317,21 @@ class LocalPathProvisioner:
             if isinstance(decision, WaitForPath):
                 for blocker in decision.blockers:
                     self._waiting.setdefault(blocker, set()).add(claim.uid)
+        node_made = plan is not None and plan.volume_type == CSI_VOLUME_TYPE
         try:
             reference = self._actions.report_claim_decision(claim, decision)
-            if plan is not None:
+            if plan is not None and node_made:
+                # No helper run: the PV is saved now, and its node's plugin makes the
+                # directory from it (objects/node_handoff.py) before any pod can use it.
+                self._handoffs[key] = _Handoff(
+                    plan,
+                    bundle,
+                    time.monotonic(),
+                    plan.storage_class.name,
+                    reference,
+                    result=RunResult(0.0),
+                )
+            elif plan is not None:
                 clean_up = self._removals.setup_clean_up_permit(plan)
                 self._hand_over(
                     key,
@@ -336,6 +349,8 @@ class LocalPathProvisioner:
         finally:
             if plan is not None:
                 self._capacity.poke()
+        if node_made:
+            return self._settle_claim(key)
         return plan is None
 
     def _rules(self, class_name: str, bundle: ConfigBundle) -> ClassRules:
@@ -492,7 +507,9 @@ class LocalPathProvisioner:
                 try:
                     self._actions.begin_expansion(claim, decision)
                     try:
-                        self.helper_pods.raise_quota(decision, bundle)
+                        if volume is None or volume.volume_type != CSI_VOLUME_TYPE:
+                            # A CSI volume has no helper pod, and no project quota to raise.
+                            self.helper_pods.raise_quota(decision, bundle)
                         self._actions.expand(claim, decision)
                     except ActionFailed:
                         self._actions.expansion_failed(claim)
@@ -538,24 +555,7 @@ class LocalPathProvisioner:
                 self._paths.start_teardown(name)
         match decision:
             case Teardown(plan):
-                try:
-                    permit = self._removals.teardown_permit(plan)
-                    if isinstance(permit, RemovalRefused):
-                        self._teardown_ended(name, succeeded=False)
-                        return True
-                    self._hand_over(
-                        key,
-                        "delete",
-                        plan,
-                        bundle,
-                        volume.storage_class_name,
-                        reference=volume_reference(plan.volume_name),
-                        permit=permit,
-                    )
-                except BaseException:
-                    self._teardown_ended(name, succeeded=False)
-                    raise
-                return False
+                return self._start_teardown(key, volume, plan, bundle)
             case DeleteRemovedVolume(_, delete_volume, remove_finalizer):
                 log.info("volume %s: its directory was removed already; deleting the PV", name)
                 self._actions.finish_removed_volume(
@@ -591,6 +591,37 @@ class LocalPathProvisioner:
             case Ignore(reason):
                 log.debug("volume %s: %s", name, reason)
         return True
+
+    def _start_teardown(
+        self, key: Key, volume: VolumeRecord, plan: TeardownPlan, bundle: ConfigBundle
+    ) -> bool:
+        """The gate's permit for the teardown decided (and marked in the book), handed to the
+        helper pods, or for a CSI volume to its node's plugin; whether the key is settled."""
+        name = plan.volume_name
+        try:
+            permit = self._removals.teardown_permit(plan)
+            if isinstance(permit, RemovalRefused):
+                self._teardown_ended(name, succeeded=False)
+                return True
+            if volume.volume_type == CSI_VOLUME_TYPE:
+                # The node's plugin carries it out; its mark on the PV brings the key back
+                # (DeleteRemovedVolume). The path stays the PV's in the book.
+                self._actions.hand_removal_to_node(volume, permit)
+                self._teardown_ended(name, succeeded=False)
+                return True
+            self._hand_over(
+                key,
+                "delete",
+                plan,
+                bundle,
+                volume.storage_class_name,
+                reference=volume_reference(plan.volume_name),
+                permit=permit,
+            )
+        except BaseException:
+            self._teardown_ended(name, succeeded=False)
+            raise
+        return False
 
     def _node_loss(self, volume: VolumeRecord, rules: ClassRules) -> NodeLoss | None:
         """For a volume of a class that opts in (`nodeLossGracePeriod`): the period, and how

@@ -28,7 +28,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from provisioner.configuration.class_parameters import CSI_VOLUME_TYPE
 from provisioner.configuration.class_rules import ClassRules
+from provisioner.csi.driver_name import driver_name_for
 from provisioner.objects.records import (
     ClaimReference,
     NodeRecord,
@@ -207,6 +209,16 @@ def decide_volume_action(
             return RemoveFinalizer(f"reclaim policy {volume.reclaim_policy}: the data is kept")
         return Ignore(f"reclaim policy {volume.reclaim_policy}: the data is kept")
     removed = directory_removed or volume.annotations.get(DIRECTORY_REMOVED_ANNOTATION) == "true"
+    if volume.volume_type == CSI_VOLUME_TYPE and (
+        volume.being_deleted or volume.phase == "Released"
+    ):
+        driver = driver_name_for(provisioner_name)
+        if volume.csi_driver != driver and has_finalizer:
+            return RefuseUnsafePath(
+                f"the PV names CSI driver {volume.csi_driver}, not {driver}, whose node plugin"
+                " alone removes our CSI volumes: remove the data and the PV (and its"
+                " finalizer) by hand once it is safe"
+            )
     lost_node = _released_for_node_loss(volume)
     if lost_node and (volume.being_deleted or volume.phase == "Released"):
         return LetGoOfVolume(

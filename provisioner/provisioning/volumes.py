@@ -17,11 +17,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from provisioner.configuration.class_parameters import CSI_VOLUME_TYPE
+from provisioner.objects.node_handoff import (
+    NODE_LABEL,
+    SETUP_ANNOTATION,
+    VOLUME_PATH_KEY,
+    VolumeSetup,
+    node_label_value,
+)
 from provisioner.provisioning.annotations import NODE_ANNOTATION, PROVISIONED_BY, VOLUME_FINALIZER
 from provisioner.provisioning.claims import ProvisionPlan
 
 
-def build_persistent_volume(plan: ProvisionPlan) -> dict[str, Any]:
+def build_persistent_volume(plan: ProvisionPlan, driver: str) -> dict[str, Any]:
+    """`driver`: the CSI driver a CSI class's volume names (csi.driver_name)."""
     claim, storage_class = plan.claim, plan.storage_class
     annotations = {PROVISIONED_BY: plan.provisioner_name}
     if plan.node_affinity is not None and plan.node_name is not None:
@@ -29,8 +38,20 @@ def build_persistent_volume(plan: ProvisionPlan) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": plan.volume_name, "annotations": annotations}
     if storage_class.reclaim_policy == "Delete":
         metadata["finalizers"] = [VOLUME_FINALIZER]
-    if plan.volume_type == "local":
-        source: dict[str, Any] = {"local": {"path": plan.path}}
+    if plan.volume_type == CSI_VOLUME_TYPE and plan.node_name is not None:
+        # No helper made the directory: the node plugin that watches its node's PVs (the
+        # label) makes it from the setup annotation, before it publishes the volume to a pod.
+        metadata["labels"] = {NODE_LABEL: node_label_value(plan.node_name)}
+        annotations[SETUP_ANNOTATION] = volume_setup(plan).to_json()
+        source: dict[str, Any] = {
+            "csi": {
+                "driver": driver,
+                "volumeHandle": plan.volume_name,
+                "volumeAttributes": {VOLUME_PATH_KEY: plan.path},
+            }
+        }
+    elif plan.volume_type == "local":
+        source = {"local": {"path": plan.path}}
     else:
         # Directory, not DirectoryOrCreate: the setup helper made it, so a missing directory
         # means the disk or share is not mounted, and the pod must fail to start rather than
@@ -61,7 +82,23 @@ def build_persistent_volume(plan: ProvisionPlan) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": metadata, "spec": spec}
 
 
-def foreign_volume_problem(existing: Mapping[str, Any], plan: ProvisionPlan) -> str | None:
+def volume_setup(plan: ProvisionPlan) -> VolumeSetup:
+    """What the node plugin makes a CSI volume's directory from."""
+    return VolumeSetup(
+        base_path=plan.base_path,
+        path=plan.path,
+        volume_mode=plan.volume_mode,
+        size_bytes=plan.size_bytes,
+        vol_user=plan.vol_user,
+        vol_group=plan.vol_group,
+        vol_perm=plan.vol_perm,
+        reuse_existing_data=plan.reuse_existing_data,
+    )
+
+
+def foreign_volume_problem(
+    existing: Mapping[str, Any], plan: ProvisionPlan, driver: str
+) -> str | None:
     """None when `existing` (a PV's API JSON) is the volume this plan saves, as an earlier
     attempt would have saved it; otherwise what differs."""
     metadata = existing.get("metadata") or {}
@@ -72,10 +109,15 @@ def foreign_volume_problem(existing: Mapping[str, Any], plan: ProvisionPlan) -> 
     claim_uid = (spec.get("claimRef") or {}).get("uid")
     if claim_uid != plan.claim.uid:
         return f"PV {plan.volume_name} exists for claim uid {claim_uid}, not {plan.claim.uid}"
+    wanted_spec = build_persistent_volume(plan, driver)["spec"]
     source = spec.get("hostPath") or spec.get("local") or {}
-    if source.get("path") != plan.path:
-        return f"PV {plan.volume_name} exists at {source.get('path')}, not at {plan.path}"
-    wanted = build_persistent_volume(plan)["spec"].get("nodeAffinity")
+    csi = spec.get("csi") or {}
+    path = source.get("path") or (csi.get("volumeAttributes") or {}).get(VOLUME_PATH_KEY)
+    if path != plan.path:
+        return f"PV {plan.volume_name} exists at {path}, not at {plan.path}"
+    if csi.get("driver") != (wanted_spec.get("csi") or {}).get("driver"):
+        return f"PV {plan.volume_name} exists for CSI driver {csi.get('driver') or 'none'}"
+    wanted = wanted_spec.get("nodeAffinity")
     if spec.get("nodeAffinity") != wanted:
         return f"PV {plan.volume_name} exists with another node affinity"
     return None

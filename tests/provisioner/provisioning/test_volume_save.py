@@ -18,6 +18,7 @@ from provisioner.configuration.config import (
     DEFAULT_TEARDOWN_SCRIPT,
     load_config_bundle,
 )
+from provisioner.csi.driver_name import DEFAULT_DRIVER_NAME
 from provisioner.helper_pods.pod_runs import RunResult
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.metrics import Metrics
@@ -54,7 +55,7 @@ PLAN = ProvisionPlan(
     volume_type="hostPath",
     size_bytes=1024**3,
 )
-OURS = build_persistent_volume(PLAN)
+OURS = build_persistent_volume(PLAN, DEFAULT_DRIVER_NAME)
 FOREIGN = {**OURS, "spec": {**OURS["spec"], "claimRef": {"uid": "someone-else"}}}
 
 Answer = dict[str, Any] | ApiError | OSError

@@ -22,6 +22,8 @@ from provisioner.provisioning.claims import Provision, decide_claim_action
 from provisioner.provisioning.volume_decisions import decide_volume_action
 from provisioner.provisioning.volumes import build_persistent_volume, foreign_volume_problem
 
+DRIVER = "local-path.local-path-storage.io"
+
 ME = "local-path-storage.io/local-path"
 CONFIG = parse_config_json(
     json.dumps(
@@ -67,7 +69,7 @@ def plan(claim: ClaimRecord = CLAIM, storage_class: StorageClassRecord = LOCAL) 
 
 
 def test_node_local_hostpath_volume() -> None:
-    assert build_persistent_volume(plan().plan) == {
+    assert build_persistent_volume(plan().plan, DRIVER) == {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
         "metadata": {
@@ -114,7 +116,7 @@ def test_local_source_and_custom_affinity_key() -> None:
     storage_class = msgspec.structs.replace(
         LOCAL, parameters={"nodeAffinityKey": "disk"}, annotations={"defaultVolumeType": "local"}
     )
-    pv = build_persistent_volume(plan(storage_class=storage_class).plan)
+    pv = build_persistent_volume(plan(storage_class=storage_class).plan, DRIVER)
     assert pv["spec"]["local"] == {"path": "/opt/lp/pvc-0b5c3f3e_ns_c"}
     assert "hostPath" not in pv["spec"]
     expression = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"]
@@ -126,7 +128,7 @@ def test_shared_retain_volume_has_no_affinity_and_no_finalizer() -> None:
     claim = msgspec.structs.replace(
         CLAIM, storage_class_name="nfs", selected_node=None, access_modes=("ReadWriteMany",)
     )
-    pv = build_persistent_volume(plan(claim, nfs).plan)
+    pv = build_persistent_volume(plan(claim, nfs).plan, DRIVER)
     assert "nodeAffinity" not in pv["spec"]
     assert "finalizers" not in pv["metadata"]
     assert pv["metadata"]["annotations"] == {PROVISIONED_BY: ME}
@@ -137,7 +139,7 @@ def test_shared_retain_volume_has_no_affinity_and_no_finalizer() -> None:
 
 def test_built_volume_reads_back_as_ours_and_tears_down_where_it_was_made() -> None:
     storage_class = msgspec.structs.replace(LOCAL, parameters={"nodeAffinityKey": "disk"})
-    pv = build_persistent_volume(plan(storage_class=storage_class).plan)
+    pv = build_persistent_volume(plan(storage_class=storage_class).plan, DRIVER)
     record = volume_record({**pv, "status": {"phase": "Released"}})
     decision = decide_volume_action(
         record,
@@ -152,27 +154,27 @@ def test_built_volume_reads_back_as_ours_and_tears_down_where_it_was_made() -> N
 
 def test_an_existing_volume_counts_as_ours_only_for_this_claim_at_this_path() -> None:
     decision = plan()
-    ours = build_persistent_volume(decision.plan)
-    assert foreign_volume_problem(ours, decision.plan) is None
+    ours = build_persistent_volume(decision.plan, DRIVER)
+    assert foreign_volume_problem(ours, decision.plan, DRIVER) is None
     forged = json.loads(json.dumps(ours))
     forged["spec"]["claimRef"]["uid"] = "someone-else"
-    assert foreign_volume_problem(forged, decision.plan) == (
+    assert foreign_volume_problem(forged, decision.plan, DRIVER) == (
         "PV pvc-0b5c3f3e exists for claim uid someone-else, not 0b5c3f3e"
     )
     elsewhere = json.loads(json.dumps(ours))
     elsewhere["spec"]["hostPath"]["path"] = "/data/pvc-0b5c3f3e_ns_c"
-    assert foreign_volume_problem(elsewhere, decision.plan) == (
+    assert foreign_volume_problem(elsewhere, decision.plan, DRIVER) == (
         "PV pvc-0b5c3f3e exists at /data/pvc-0b5c3f3e_ns_c, not at /opt/lp/pvc-0b5c3f3e_ns_c"
     )
     theirs = json.loads(json.dumps(ours))
     theirs["metadata"]["annotations"] = {}
-    assert foreign_volume_problem(theirs, decision.plan) == (
+    assert foreign_volume_problem(theirs, decision.plan, DRIVER) == (
         "PV pvc-0b5c3f3e exists, provisioned by nobody"
     )
     moved = json.loads(json.dumps(ours))
     moved["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0][
         "values"
     ] = ["n2"]
-    assert foreign_volume_problem(moved, decision.plan) == (
+    assert foreign_volume_problem(moved, decision.plan, DRIVER) == (
         "PV pvc-0b5c3f3e exists with another node affinity"
     )
