@@ -4,10 +4,11 @@ replaced."""
 import json
 
 import msgspec
+import pytest
 
 from provisioner.configuration.class_rules import ClassRulesCache, read_class_rules
 from provisioner.configuration.config import DEFAULT_NODE, parse_config_json
-from provisioner.objects.records import StorageClassRecord
+from provisioner.objects.records import ClaimRecord, NodeRecord, StorageClassRecord
 
 ME = "local-path-storage.io/local-path"
 CONFIG = parse_config_json(
@@ -67,3 +68,48 @@ def test_a_class_is_read_once_per_version_of_it_and_of_the_config() -> None:
     again = cache.rules("local", changed, reloaded)
     assert again is cache.rules("local", changed, reloaded)
     assert again is not cache.rules("local", changed, CONFIG)
+
+
+def test_a_csi_class_s_type_is_its_parameter_and_a_claim_cannot_change_it() -> None:
+    csi = StorageClassRecord("local", ME, parameters={"volumeType": "CSI"})
+    rules = read_class_rules("local", csi, CONFIG)
+    assert rules.problem is None and rules.default_volume_type == "csi"
+    claim = ClaimRecord(uid="u", namespace="ns", name="c", annotations={"volumeType": "local"})
+    node = NodeRecord("n1", {"kubernetes.io/hostname": "n1"})
+    with pytest.raises(ValueError, match="StorageClass local gives CSI volumes"):
+        rules.place(claim, node)
+    same = msgspec.structs.replace(claim, annotations={"volumeType": "csi"})
+    assert rules.place(same, node).volume_type == "csi"
+
+
+@pytest.mark.parametrize(
+    ("name", "parameters", "annotations", "problem"),
+    [
+        (
+            "local",
+            {"volumeType": "hostPath"},
+            {},
+            'parameters.volumeType: "hostPath" is not a class type: the parameter takes only'
+            " csi (hostPath and local are set by the annotation defaultVolumeType)",
+        ),
+        (
+            "nfs",
+            {"volumeType": "csi"},
+            {},
+            'parameters.volumeType: class "nfs" serves a sharedFileSystemPath; a CSI volume'
+            " lives on one node's disk: drop the parameter, or give the class a nodePathMap",
+        ),
+        (
+            "local",
+            {"volumeType": "csi"},
+            {"defaultVolumeType": "local"},
+            "annotations.defaultVolumeType: the class's parameter volumeType: csi sets its"
+            " volumes' type: drop the annotation",
+        ),
+    ],
+)
+def test_a_csi_class_that_cannot_be_says_why_in_one_line(
+    name: str, parameters: dict[str, str], annotations: dict[str, str], problem: str
+) -> None:
+    storage_class = StorageClassRecord(name, ME, parameters=parameters, annotations=annotations)
+    assert read_class_rules(name, storage_class, CONFIG).problem == problem

@@ -6,6 +6,12 @@ import msgspec
 
 from provisioner.configuration.class_rules import read_class_rules
 from provisioner.configuration.config import parse_config_json
+from provisioner.objects.node_handoff import (
+    NODE_LABEL,
+    SETUP_ANNOTATION,
+    VOLUME_PATH_KEY,
+    VolumeSetup,
+)
 from provisioner.objects.records import (
     ClaimRecord,
     NodeRecord,
@@ -178,3 +184,44 @@ def test_an_existing_volume_counts_as_ours_only_for_this_claim_at_this_path() ->
     assert foreign_volume_problem(moved, decision.plan, DRIVER) == (
         "PV pvc-0b5c3f3e exists with another node affinity"
     )
+
+
+CSI = StorageClassRecord(
+    "local", ME, binding_mode="WaitForFirstConsumer", parameters={"volumeType": "csi"}
+)
+
+
+def test_a_csi_class_s_volume_names_the_driver_its_directory_and_its_node_s_setup() -> None:
+    decided = plan(storage_class=CSI).plan
+    pv = build_persistent_volume(decided, DRIVER)
+    assert "hostPath" not in pv["spec"] and "local" not in pv["spec"]
+    assert pv["spec"]["csi"] == {
+        "driver": DRIVER,
+        "volumeHandle": "pvc-0b5c3f3e",
+        "volumeAttributes": {VOLUME_PATH_KEY: decided.path},
+    }
+    assert pv["metadata"]["labels"] == {NODE_LABEL: "n1"}
+    setup = VolumeSetup.from_json(pv["metadata"]["annotations"][SETUP_ANNOTATION])
+    assert (setup.base_path, setup.path, setup.size_bytes) == ("/opt/lp", decided.path, 5 << 30)
+    # The node affinity is the class's, as for any other type: the scheduler obeys it.
+    assert (
+        pv["spec"]["nodeAffinity"]
+        == build_persistent_volume(plan().plan, DRIVER)["spec"]["nodeAffinity"]
+    )
+    record = volume_record(pv)
+    assert (record.path, record.volume_type, record.csi_driver) == (decided.path, "csi", DRIVER)
+
+
+def test_a_csi_volume_of_another_driver_is_not_ours_to_save_or_to_tear_down() -> None:
+    decided = plan(storage_class=CSI).plan
+    ours = build_persistent_volume(decided, DRIVER)
+    assert foreign_volume_problem(ours, decided, DRIVER) is None
+    theirs = build_persistent_volume(decided, "other.example.com")
+    assert foreign_volume_problem(theirs, decided, DRIVER) == (
+        "PV pvc-0b5c3f3e exists for CSI driver other.example.com"
+    )
+    released = msgspec.structs.replace(volume_record(theirs), phase="Released")
+    decision = decide_volume_action(
+        released, read_class_rules("local", CSI, CONFIG), NODES, provisioner_name=ME
+    )
+    assert "names CSI driver other.example.com" in getattr(decision, "reason", ""), decision
