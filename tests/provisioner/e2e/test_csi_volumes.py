@@ -1,0 +1,98 @@
+"""A CSI class's claims, the controller's half (the node plugin's half is in
+tests/provisioner/node_volumes): the claim is bound to a PV with a csi source at once, no
+helper pod made or removed anything, and its release hands the gate's permit to the node
+plugin on the PV; the PV goes only once the node has marked its directory removed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from localcluster.raw_api import call_json
+from provisioner.csi.driver_name import driver_name_for
+from provisioner.objects.node_handoff import (
+    NODE_LABEL,
+    REMOVAL_PERMIT_ANNOTATION,
+    SETUP_ANNOTATION,
+    VOLUME_PATH_KEY,
+    NodeRemoval,
+    VolumeSetup,
+)
+from provisioner.provisioning.annotations import DIRECTORY_REMOVED_ANNOTATION
+from tests.provisioner.e2e.support import (
+    ConfigFiles,
+    ProvisionerSetup,
+    default_config,
+    eventually,
+    wait_gone,
+)
+
+pytestmark = pytest.mark.cluster
+
+NODE = {"kubernetes.io/hostname": "node-1"}
+BASE = "/opt/csi-volumes"
+
+
+def helper_runs(setup: ProvisionerSetup) -> float:
+    """How many helper pods the provisioner ran, by its own histogram's counts."""
+    total = 0.0
+    for line in setup.replicas[0].metrics().splitlines():
+        if line.startswith("local_path_helper_pod_duration_seconds_count"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_a_csi_claim_binds_without_a_helper_and_its_release_waits_for_its_node(
+    make_setup: Callable[..., ProvisionerSetup],
+) -> None:
+    setup = make_setup(ConfigFiles(config=default_config(BASE)))
+    setup.start()
+    storage_class = setup.create_class("csi", parameters={"volumeType": "csi"})
+    setup.create_claim("c", storage_class, size="2Gi")
+    setup.create_consumer("c", "c", NODE)
+    volume = setup.wait_bound("c")
+    claim_uid = setup.claim("c")["metadata"]["uid"]
+    name = volume["metadata"]["name"]
+    path = volume["spec"]["csi"]["volumeAttributes"][VOLUME_PATH_KEY]
+    assert volume["spec"]["csi"]["driver"] == driver_name_for(setup.name)
+    assert volume["spec"]["csi"]["volumeHandle"] == name == f"pvc-{claim_uid}"
+    assert "hostPath" not in volume["spec"] and "local" not in volume["spec"]
+    assert volume["metadata"]["labels"][NODE_LABEL] == "node-1"
+    setup_fields = VolumeSetup.from_json(volume["metadata"]["annotations"][SETUP_ANNOTATION])
+    assert (setup_fields.base_path, setup_fields.path) == (BASE, path)
+    assert setup_fields.size_bytes == 2 << 30
+    assert not setup.node_path("node-1", path).exists(), "no helper made the directory"
+    assert helper_runs(setup) == 0
+
+    setup.core.delete_namespaced_pod("c", setup.namespace, grace_period_seconds=0)
+    setup.core.delete_namespaced_persistent_volume_claim("c", setup.namespace)
+    started = time.monotonic()
+
+    def permit() -> NodeRemoval | None:
+        found = setup.volume(name)
+        text = ((found or {}).get("metadata", {}).get("annotations") or {}).get(
+            REMOVAL_PERMIT_ANNOTATION
+        )
+        return None if text is None else NodeRemoval.from_json(text)
+
+    removal = eventually(permit, 30, "the gate's permit on the released PV")
+    print(f"permit after {time.monotonic() - started:.1f}s")
+    assert removal == NodeRemoval(
+        volume_name=name,
+        path=path,
+        owner=name,
+        made_only=False,
+        absent_ok=True,
+        claim_uid=claim_uid,
+    )
+    # Until its node says the directory is gone, the PV stays (its path with it).
+    assert setup.volume(name) is not None
+    call_json(
+        setup.core.patch_persistent_volume,
+        name,
+        {"metadata": {"annotations": {DIRECTORY_REMOVED_ANNOTATION: "true"}}},
+    )
+    wait_gone(lambda: setup.volume(name), 30, f"PV {name} to be deleted once its node marked it")
+    assert helper_runs(setup) == 0
