@@ -13,7 +13,7 @@ from provisioner.configuration.config import (
     DEFAULT_TEARDOWN_SCRIPT,
     load_config_bundle,
 )
-from provisioner.helper_pods.pod_shapes import BASE_VIEW, build_helper_pod
+from provisioner.helper_pods.pod_shapes import BASE_VIEW, build_helper_pod, step_command
 from provisioner.node_volumes.volume_steps import (
     NodeStep,
     VolumeTarget,
@@ -55,8 +55,7 @@ def as_step(container: dict[str, Any]) -> tuple[tuple[str, ...], dict[str, str]]
 
 def on_the_node(env: dict[str, str]) -> dict[str, str]:
     """The pod's environment with the base path seen where the node plugin sees it."""
-    seen = {k: v.replace(BASE_VIEW, SETUP.base_path) for k, v in env.items()}
-    return seen
+    return {k: v.replace(BASE_VIEW, SETUP.base_path) for k, v in env.items()}
 
 
 def compare(step: NodeStep, container: dict[str, Any]) -> None:
@@ -71,12 +70,8 @@ def test_a_setup_runs_the_pods_prepare_and_create_containers() -> None:
     assert [s.name for s in steps] == ["prepare", "create"]
     containers = pod_containers(build_helper_pod("create", TARGET, BUNDLE, "ns", "sa"))
     compare(steps[0], containers["prepare"])
-    compare(
-        steps[1],
-        containers["helper"]
-        if "helper" in containers
-        else containers[next(name for name in containers if name != "prepare")],
-    )
+    (setup_container,) = [c for name, c in containers.items() if name != "prepare"]
+    compare(steps[1], setup_container)
     assert steps[1].env["LPS_BASE_VIEW"] == "/data"
 
 
@@ -143,3 +138,9 @@ def test_the_clean_up_after_a_failed_setup_removes_only_what_this_volume_made() 
         "pvc-1", "n1", VolumeSetup("/data", "/data/x", "Filesystem", 1, reuse_existing_data=True)
     )
     assert failed_setup_clean_up(reusing, BUNDLE) == ()
+
+
+@pytest.mark.parametrize("step", ["delete", "finish"])
+def test_a_removing_step_has_no_command_without_an_owner_check(step: str) -> None:
+    with pytest.raises(ValueError, match="owner check"):
+        step_command(step, TARGET, BUNDLE, removal={})  # type: ignore[arg-type]
