@@ -202,7 +202,7 @@ def test_a_forged_or_stale_permit_removes_nothing(
     elif removal == "outside":
         volume_path = str(stand.root / "state")
         given = permit(volume_path)
-    outcome = tear_down(executor, setup, given, volume_path=volume_path, **overrides)  # type: ignore[arg-type]
+    outcome = tear_down(executor, setup, given, volume_path=volume_path, **overrides)
     assert outcome.kind == "refused"
     assert says in outcome.message
     assert Path(setup.path).is_dir()
