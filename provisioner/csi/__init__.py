@@ -21,4 +21,8 @@ Layout: pure decisions (`node_paths`, `mount_table`, `volume_condition`, `node_r
 `driver_name`, `options`) beside thin I/O (`mounts`, `volume_usage`), the services
 (`identity_server`, `node_server`, `registration_server`), their gRPC binding (`services`),
 the liveness check (`liveness`) and the process (`server`, `__main__`).
+
+With `--manage-volumes`, `__main__` also starts provisioner.node_volumes, which holds the
+Kubernetes client this package does without: it makes and removes the node's CSI volumes'
+directories, and NodePublishVolume asks it for the setup (node_server.VolumeSetups) first.
 """

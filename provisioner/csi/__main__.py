@@ -18,7 +18,14 @@ def main() -> None:
         print(f"csi node plugin: {error}", file=sys.stderr)
         sys.exit(2)
     try:
-        sys.exit(run(options))
+        volumes = None
+        if options.manage_volumes:
+            # The one module of this package that reaches the Kubernetes client, through the
+            # volume manager: the gRPC and mount modules stay without one.
+            from provisioner.node_volumes.plugin import start_node_volumes  # noqa: PLC0415
+
+            volumes = start_node_volumes(options)
+        sys.exit(run(options, volumes))
     except NodePluginError as error:
         print(f"csi node plugin: {error}", file=sys.stderr)
         sys.exit(1)

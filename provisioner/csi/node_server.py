@@ -13,6 +13,7 @@ import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol
 
 import grpc
 
@@ -30,16 +31,26 @@ MAX_UNMOUNTS = 8
 """Mounts stacked on one target that an unpublish takes off before it gives up."""
 
 
+class VolumeSetups(Protocol):
+    """What makes a volume's directory on this node (provisioner.node_volumes, which holds the
+    Kubernetes client this package does without)."""
+
+    def ensure_set_up(self, volume_id: str, path: str) -> None:
+        """Returns once the volume's directory at `path` is set up; raises CsiError if not."""
+
+
 class NodeServer:
     def __init__(
         self,
         node_name: str,
         base_paths: Mapping[str, BasePathRules],
         topology: Mapping[str, str],
+        volume_setups: VolumeSetups | None = None,
     ) -> None:
         self.node_name = node_name
         self.base_paths = dict(base_paths)
         self.topology = dict(topology)
+        self.volume_setups = volume_setups
         self._mounting = threading.Lock()
 
     def node_get_info(self, _: csi_pb2.NodeGetInfoRequest) -> csi_pb2.NodeGetInfoResponse:
@@ -64,6 +75,9 @@ class NodeServer:
         self, request: csi_pb2.NodePublishVolumeRequest
     ) -> csi_pb2.NodePublishVolumeResponse:
         publish = publish_request(request, self.base_paths, self.node_name)
+        if self.volume_setups is not None:
+            # Before the mount lock: a setup may take a while, and holds its volume's own lock.
+            self.volume_setups.ensure_set_up(publish.volume_id, publish.directory.path)
         with self._mounting:
             fd = mounts.open_volume_directory(publish.directory)
             try:

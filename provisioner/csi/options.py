@@ -43,6 +43,12 @@ class NodePluginOptions:
     """The CSI socket as the kubelet sees it (told it at registration)."""
     health_port: int | None
     """The port of /healthz; None: no HTTP endpoint."""
+    manage_volumes: bool = False
+    """Make and remove this node's CSI volumes' directories (provisioner.node_volumes)."""
+    kubeconfig: str | None = None
+    """With manage_volumes: a kubeconfig; None: in-cluster credentials (or $KUBECONFIG)."""
+    state_dir: Path | None = None
+    """With manage_volumes: where the volumes' locks and records live on the host."""
 
 
 def parse_node_plugin_options(
@@ -100,6 +106,25 @@ def parse_node_plugin_options(
         default=environment.get("HEALTH_PORT", "0"),
         help="serve /healthz on this TCP port; 0: not at all (env HEALTH_PORT)",
     )
+    parser.add_argument(
+        "--manage-volumes",
+        action="store_true",
+        default=environment.get("MANAGE_VOLUMES", "") == "true",
+        help="make and remove this node's CSI volumes' directories, watching its PVs (needs"
+        " Kubernetes credentials) (env MANAGE_VOLUMES=true)",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="with --manage-volumes: a kubeconfig (default: $KUBECONFIG, then in-cluster)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        default=environment.get("STATE_DIR", ""),
+        help="with --manage-volumes: the host directory of the volumes' locks and records,"
+        " shared by every plugin process of the node (default: <kubelet root>/plugins/<driver>)"
+        " (env STATE_DIR)",
+    )
     arguments = parser.parse_args(list(argv))
     endpoint: str = arguments.endpoint
     if not endpoint.startswith(UNIX_SCHEME) or len(endpoint) == len(UNIX_SCHEME):
@@ -144,6 +169,8 @@ def parse_node_plugin_options(
                 f"{flag}: the socket {path} is longer than a unix socket's path may be"
                 f" ({MAX_SOCKET_PATH_BYTES} bytes): choose a shorter directory"
             )
+    manage_volumes: bool = arguments.manage_volumes
+    state_dir = _state_dir(arguments.state_dir, kubelet_root, driver_name, manage_volumes)
     return NodePluginOptions(
         socket_path=socket_path,
         driver_name=driver_name,
@@ -154,6 +181,24 @@ def parse_node_plugin_options(
         registration_socket=registration_socket,
         kubelet_endpoint=kubelet_endpoint,
         health_port=_health_port(arguments.health_port),
+        manage_volumes=manage_volumes,
+        kubeconfig=arguments.kubeconfig,
+        state_dir=state_dir,
+    )
+
+
+def _state_dir(given: str, kubelet_root: str, driver_name: str, manage: bool) -> Path | None:
+    if not manage:
+        return None
+    if given:
+        if not Path(given).is_absolute():
+            raise NodePluginOptionsError(f"--state-dir {given!r} must be an absolute path")
+        return Path(given)
+    if kubelet_root:
+        return Path(kubelet_root) / "plugins" / driver_name
+    raise NodePluginOptionsError(
+        "--manage-volumes needs --state-dir or --kubelet-root: the volumes' locks must live on"
+        " the host, where every plugin process of the node sees them"
     )
 
 

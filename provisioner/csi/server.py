@@ -14,6 +14,7 @@ import threading
 from concurrent import futures
 from pathlib import Path
 from types import FrameType
+from typing import Protocol
 
 import grpc
 from prometheus_client import CollectorRegistry
@@ -23,7 +24,7 @@ from provisioner.configuration.config_error import ConfigError
 from provisioner.csi.identity_server import IdentityServer
 from provisioner.csi.liveness import Liveness
 from provisioner.csi.node_paths import node_base_paths
-from provisioner.csi.node_server import NodeServer
+from provisioner.csi.node_server import NodeServer, VolumeSetups
 from provisioner.csi.options import NodePluginOptions
 from provisioner.csi.registration_server import RegistrationServer
 from provisioner.csi.services import identity_handler, node_handler, registration_handler
@@ -87,7 +88,13 @@ def start_server(socket_path: Path, handlers: list[grpc.GenericRpcHandler]) -> g
     return server
 
 
-def run(options: NodePluginOptions) -> int:
+class ManagedVolumes(VolumeSetups, Protocol):
+    """The node's volume manager (--manage-volumes), started before `run`, stopped by it."""
+
+    def stop(self) -> None: ...
+
+
+def run(options: NodePluginOptions, volumes: ManagedVolumes | None = None) -> int:
     base_paths = load_base_paths(options)
     if not base_paths:
         log.warning(
@@ -98,7 +105,12 @@ def run(options: NodePluginOptions) -> int:
     # First, so that a port already taken stops the plugin before any socket is made.
     health = start_health(options, Liveness(options.socket_path, registration))
     identity = IdentityServer(options.driver_name)
-    node = NodeServer(options.node_name, base_paths, {options.topology_key: options.topology_value})
+    node = NodeServer(
+        options.node_name,
+        base_paths,
+        {options.topology_key: options.topology_value},
+        volume_setups=volumes,
+    )
     server = start_server(options.socket_path, [identity_handler(identity), node_handler(node)])
     log.info(
         "CSI node plugin %s serving on %s for node %s, base paths %s",
@@ -128,6 +140,8 @@ def run(options: NodePluginOptions) -> int:
     if registrar is not None:
         registrar.stop(STOP_GRACE_SECONDS).wait()
     server.stop(STOP_GRACE_SECONDS).wait()
+    if volumes is not None:
+        volumes.stop()
     if health is not None:
         health.stop()
     return 0

@@ -32,7 +32,7 @@ from provisioner.provisioning.fresh_directory import (
     OWNER_CHECK,
 )
 from provisioner.provisioning.paths import is_named_for_volume, is_strictly_inside
-from provisioner.provisioning.removal_gate import RemovalPermit
+from provisioner.provisioning.removal_gate import OwnerCheck, RemovalPermit
 
 HELPER_POD_LABEL = "local-path-storage.io/helper-pod"
 HELPER_POD_LABEL_VALUE = "true"
@@ -360,6 +360,12 @@ def removal_environment(
     check = permit.check
     if check is None:
         raise ValueError(f"the permit for {target.path} is not a volume's")
+    return owner_check_environment(check)
+
+
+def owner_check_environment(check: OwnerCheck) -> dict[str, str]:
+    """The owner check's environment (fresh_directory.OWNER_CHECK reads it): for a helper
+    pod from the gate's permit, for the node plugin from the permit as the PV carries it."""
     env = {"LPS_REMOVAL_OWNER": check.owner}
     if check.made_only:
         env["LPS_REMOVAL_MADE_ONLY"] = "true"
@@ -384,17 +390,9 @@ def step_container(
     container["volumeMounts"] = [
         m for m in container.get("volumeMounts") or () if m.get("name") not in ours
     ] + mounts
-    env = {
-        "VOL_DIR": target.path,
-        "VOL_MODE": target.volume_mode,
-        "VOL_SIZE_BYTES": str(target.size_bytes),
-        "VOL_USER": target.vol_user,
-        "VOL_GROUP": target.vol_group,
-        "VOL_PERM": target.vol_perm,
-        "LPS_BASE": target.base_path,
-        **removal,
-    }
-    container["command"], container["args"] = _command(step, target, bundle, env)
+    container["command"], container["args"], env = step_command(
+        step, target, bundle, removal=removal
+    )
     kept = [e for e in container.get("env") or () if e.get("name") not in env]
     container["env"] = kept + [{"name": k, "value": v} for k, v in env.items()]
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
@@ -506,8 +504,44 @@ def data_sub_path_mount(target: HelperTarget) -> dict[str, Any]:
     }
 
 
+def step_command(
+    step: HelperStep,
+    target: HelperTarget,
+    bundle: ConfigBundle,
+    *,
+    removal: Mapping[str, str],
+    base_view: str = BASE_VIEW,
+) -> tuple[list[str], list[str], dict[str, str]]:
+    """One step's command, arguments and environment: what its helper container runs, and
+    what the node plugin runs for a CSI volume (node_volumes), from this one source.
+    `removal`: the owner check a removing step runs (`owner_check_environment`); `base_view`:
+    where the setup and teardown code's guard sees the base path (a pod mounts it read-only at
+    BASE_VIEW; the node plugin has it at its own path)."""
+    if step in REMOVING_STEPS and not removal.get("LPS_REMOVAL_OWNER"):
+        raise ValueError(
+            f"the {step} step of volume {target.volume_name} removes {target.path}: it needs"
+            " the owner check of the removal gate's permit"
+        )
+    env = {
+        "VOL_DIR": target.path,
+        "VOL_MODE": target.volume_mode,
+        "VOL_SIZE_BYTES": str(target.size_bytes),
+        "VOL_USER": target.vol_user,
+        "VOL_GROUP": target.vol_group,
+        "VOL_PERM": target.vol_perm,
+        "LPS_BASE": target.base_path,
+        **removal,
+    }
+    command, args = _command(step, target, bundle, env, base_view)
+    return command, args, env
+
+
 def _command(
-    step: HelperStep, target: HelperTarget, bundle: ConfigBundle, env: dict[str, str]
+    step: HelperStep,
+    target: HelperTarget,
+    bundle: ConfigBundle,
+    env: dict[str, str],
+    base_view: str,
 ) -> tuple[list[str], list[str]]:
     """The step's command and arguments; adds what the guard needs to `env`."""
     args = ["-p", target.path, "-s", str(target.size_bytes), "-m", target.volume_mode]
@@ -528,12 +562,12 @@ def _command(
     # provisioner refused must never be what runs. The guard then calls it as rancher does,
     # `sh -c SCRIPT setup -p PATH -s SIZE -m MODE -a ACTION` (or the command with those
     # arguments), with the same $0-$N as rancher's `sh /script/setup ARGS`.
-    env["LPS_BASE_VIEW"] = BASE_VIEW
+    env["LPS_BASE_VIEW"] = base_view
     if action == "create":
         env.update(quota_environment(target.volume_name, target.size_bytes))
     else:
-        # The guard's mount point check, where this pod mounts the base path.
-        env.update(mount_point_environment(BASE_VIEW, config.base_path_rules(target.base_path)))
+        # The guard's mount point check, where this pod (or the node plugin) sees the base path.
+        env.update(mount_point_environment(base_view, config.base_path_rules(target.base_path)))
     if custom:
         env["LPS_COMMAND"] = custom
     else:

@@ -73,3 +73,15 @@ def test_registration_and_health_flags_the_plugin_cannot_use_are_refused(
 ) -> None:
     with pytest.raises(NodePluginOptionsError, match=says):
         parse_node_plugin_options([flag], {"NODE_NAME": "n"})
+
+
+def test_managed_volumes_keep_their_locks_on_the_host_by_the_kubelet_or_where_told() -> None:
+    base = ["--node-name", "n1", "--manage-volumes"]
+    by_kubelet = parse_node_plugin_options([*base, "--kubelet-root", "/var/lib/kubelet"], {})
+    assert by_kubelet.manage_volumes
+    assert by_kubelet.state_dir == Path(f"/var/lib/kubelet/plugins/{by_kubelet.driver_name}")
+    told = parse_node_plugin_options(base, {"STATE_DIR": "/var/lib/lps"})
+    assert told.state_dir == Path("/var/lib/lps")
+    assert parse_node_plugin_options(["--node-name", "n1"], {}).state_dir is None
+    with pytest.raises(NodePluginOptionsError, match="--state-dir or --kubelet-root"):
+        parse_node_plugin_options(base, {})

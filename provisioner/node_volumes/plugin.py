@@ -1,0 +1,61 @@
+"""Starts the node plugin's volume manager (--manage-volumes): the ConfigMap's files beside
+config.json (the setup and teardown scripts in force, as a helper pod gets them), this node's
+base paths, the state directory on the host, a client with the plugin's credentials, and the
+watch of this node's PVs."""
+
+from __future__ import annotations
+
+import logging
+
+from provisioner.configuration.config import load_config_directory
+from provisioner.configuration.config_error import ConfigError
+from provisioner.csi.node_paths import node_base_paths
+from provisioner.csi.options import NodePluginOptions
+from provisioner.csi.server import NodePluginError
+from provisioner.kube.client import DEFAULT_USER_AGENT, KubeConfigError, create_clients
+from provisioner.node_volumes.volume_executor import VolumeExecutor
+from provisioner.node_volumes.volume_state import VolumeState
+from provisioner.node_volumes.volume_watch import NodeVolumes
+
+log = logging.getLogger(__name__)
+
+QPS = 5.0
+BURST = 10
+CONNECTIONS = 4
+"""One watch and a few requests at a time: a node plugin's share of the API server is small."""
+
+
+def start_node_volumes(options: NodePluginOptions) -> NodeVolumes:
+    if options.state_dir is None:
+        raise NodePluginError("--manage-volumes needs a state directory (--state-dir)")
+    try:
+        bundle = load_config_directory(options.config_file.parent, config_file=options.config_file)
+    except ConfigError as error:
+        raise NodePluginError(f"{options.config_file.parent}: {error}") from None
+    try:
+        state = VolumeState(options.state_dir)
+    except OSError as error:
+        raise NodePluginError(
+            f"cannot make the state directory {options.state_dir}: {error.strerror}: mount a"
+            " host directory there (--state-dir)"
+        ) from None
+    try:
+        clients = create_clients(
+            options.kubeconfig,
+            qps=QPS,
+            burst=BURST,
+            user_agent=f"{DEFAULT_USER_AGENT} csi-node/{options.node_name}",
+            connection_pool_size=CONNECTIONS,
+        )
+    except KubeConfigError as error:
+        raise NodePluginError(str(error)) from None
+    executor = VolumeExecutor(
+        options.node_name,
+        bundle,
+        node_base_paths(bundle.config, options.node_name),
+        state,
+    )
+    volumes = NodeVolumes(clients, executor, options.driver_name)
+    volumes.start()
+    log.info("managing node %s's CSI volumes (state in %s)", options.node_name, options.state_dir)
+    return volumes

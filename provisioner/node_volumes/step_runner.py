@@ -1,0 +1,75 @@
+"""Runs a volume's steps (volume_steps.py) as processes, in order, each within the config's
+cmdTimeoutSeconds, stopping at the first that fails.
+
+Each step runs in a session of its own, and a step past its deadline is killed with its whole
+process group (a setup script's children too): otherwise a child holding the output pipe open
+would keep the plugin waiting after the step itself was killed, as a helper pod's deadline
+would not. What a step wrote (stdout and stderr together) is kept to its tail, for the event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from provisioner.node_volumes.volume_steps import NodeStep
+
+TAIL_BYTES = 2048
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class StepResult:
+    name: str
+    ok: bool
+    tail: str
+    """The end of what the step wrote, or why it did not run to its end."""
+
+
+def run_steps(steps: Sequence[NodeStep], timeout_seconds: float) -> list[StepResult]:
+    """The results of the steps that ran: all of them, or up to the first that failed."""
+    results: list[StepResult] = []
+    for step in steps:
+        result = run_step(step, timeout_seconds)
+        results.append(result)
+        if not result.ok:
+            break
+    return results
+
+
+def run_step(step: NodeStep, timeout_seconds: float) -> StepResult:
+    # Only the step's own environment and a PATH: a helper container sees nothing of the
+    # plugin's own (its service account's address, its options).
+    env = {"PATH": os.environ.get("PATH", DEFAULT_PATH), **step.env}
+    process = subprocess.Popen(
+        list(step.argv),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd="/",
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=timeout_seconds)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        return StepResult(
+            step.name,
+            False,
+            _tail(output) + f"\n{step.name}: killed after {timeout_seconds:g}s (cmdTimeoutSeconds)",
+        )
+    tail = _tail(output)
+    if process.returncode != 0:
+        tail += f"\n{step.name}: exit status {process.returncode}"
+    return StepResult(step.name, process.returncode == 0, tail.strip())
+
+
+def _tail(output: bytes | None) -> str:
+    return (output or b"")[-TAIL_BYTES:].decode("utf-8", "replace")

@@ -1,0 +1,35 @@
+"""Whether this node plugin may act on a volume's directory at all: pure.
+
+Checked before any lock is taken or any process runs. The directory the PV's volume attribute
+names must be the one its setup (or the gate's permit) names, lexically normal, and strictly
+inside one of the base paths config.json gives this node; a setup's own base path must be that
+very base path. So no PV, whatever it carries, leads the plugin outside its node's base paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from provisioner.csi.node_paths import is_normal_absolute, parts_below
+
+
+def path_refusal(
+    volume_path: str, named_path: str, base_path: str | None, node_base_paths: Iterable[str]
+) -> str | None:
+    """None when `volume_path` (the PV's volume attribute) may be acted on, given the path the
+    setup or permit names (`named_path`) and, for a setup, its base path; else why not."""
+    if volume_path != named_path:
+        return (
+            f"the PV's directory {volume_path!r} is not the one its hand-off names ({named_path!r})"
+        )
+    if not is_normal_absolute(volume_path):
+        return f"{volume_path!r} is not an absolute path without '.', '..', '//' or a trailing '/'"
+    listed = list(node_base_paths)
+    inside = [base for base in listed if parts_below(base, volume_path)]
+    if not inside:
+        return (
+            f"{volume_path} is not inside a base path of this node ({', '.join(listed) or 'none'})"
+        )
+    if base_path is not None and base_path not in inside:
+        return f"its setup names the base path {base_path!r}, not {' or '.join(inside)}"
+    return None

@@ -1,0 +1,187 @@
+"""Makes and removes CSI volumes' directories on this node: the checks, the volume's lock, its
+record, and the steps (volume_steps.py) run as processes.
+
+Before anything, without a lock: the PV's directory must be the one the setup or the permit
+names, inside one of this node's base paths (volume_checks.py), and a permit must be current for
+the PV as the caller saw it (node_handoff.removal_refusal). Then, under the volume's lock, the
+record decides (volume_records.py), and a teardown asks the caller to confirm the permit once
+more from a fresh read of the PV (`confirm`): the watch that brought the permit may lag behind
+an admin who re-bound the volume meanwhile. The gate's facts are the controller's; the node only
+confirms that the permit it acts on is current, and its owner check runs in the scripts, on the
+node, just before anything goes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from provisioner.configuration.config import BasePathRules, ConfigBundle
+from provisioner.csi.mount_table import mount_at
+from provisioner.csi.mounts import read_mount_table
+from provisioner.node_volumes.step_runner import StepResult, run_steps
+from provisioner.node_volumes.volume_checks import path_refusal
+from provisioner.node_volumes.volume_records import (
+    RecordConflictError,
+    SetupDecision,
+    TeardownDecision,
+    VolumeRecord,
+    setup_decision,
+    teardown_decision,
+)
+from provisioner.node_volumes.volume_state import VolumeBusyError, VolumeState
+from provisioner.node_volumes.volume_steps import (
+    VolumeTarget,
+    failed_setup_clean_up,
+    node_steps,
+)
+from provisioner.objects.node_handoff import NodeRemoval, VolumeSetup, removal_refusal
+
+log = logging.getLogger(__name__)
+
+OutcomeKind = Literal["done", "already", "refused", "failed", "busy"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """`done`: this call made or removed the directory; `already`: it was so (a removal: the PV
+    is to be marked again); `refused`: a check said no, nothing ran; `failed`: a step failed,
+    `busy`: another process holds the volume (both to retry)."""
+
+    kind: OutcomeKind
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.kind in ("done", "already")
+
+
+class VolumeExecutor:
+    def __init__(
+        self,
+        node_name: str,
+        bundle: ConfigBundle,
+        base_paths: Mapping[str, BasePathRules],
+        state: VolumeState,
+        *,
+        lock_wait_seconds: float | None = None,
+    ) -> None:
+        self.node_name = node_name
+        self.bundle = bundle
+        self.base_paths = dict(base_paths)
+        self.state = state
+        self.timeout = float(bundle.config.cmd_timeout_seconds)
+        # A holder runs at most three steps, each within the timeout.
+        self.lock_wait = 3 * self.timeout + 5 if lock_wait_seconds is None else lock_wait_seconds
+
+    def set_up(self, volume_name: str, volume_path: str, setup: VolumeSetup) -> Outcome:
+        """Makes the volume's directory unless this node did already (`already`)."""
+        refusal = path_refusal(volume_path, setup.path, setup.base_path, self.base_paths)
+        if refusal is not None:
+            return Outcome("refused", refusal)
+        target = VolumeTarget.of(volume_name, self.node_name, setup)
+        try:
+            with self.state.locked(volume_name, self.lock_wait):
+                record = self.state.read(volume_name)
+                decision = setup_decision(record, setup.path, _is_directory(setup.path))
+                if decision is SetupDecision.DONE:
+                    return Outcome("already")
+                results = run_steps(node_steps("create", target, self.bundle), self.timeout)
+                if _succeeded(results):
+                    self.state.write(volume_name, VolumeRecord("set-up", setup.path))
+                    log.info("volume %s: made %s", volume_name, setup.path)
+                    return Outcome("done")
+                clean_up = run_steps(failed_setup_clean_up(target, self.bundle), self.timeout)
+                message = _failure("setup", results)
+                if clean_up and not _succeeded(clean_up):
+                    message += "; the clean-up after it: " + _failure("clean-up", clean_up)
+                return Outcome("failed", message)
+        except RecordConflictError as conflict:
+            return Outcome("failed", str(conflict))
+        except VolumeBusyError as busy:
+            return Outcome("busy", str(busy))
+
+    def tear_down(
+        self,
+        volume_name: str,
+        volume_path: str,
+        setup: VolumeSetup,
+        removal: NodeRemoval,
+        *,
+        phase: str,
+        claim_uid: str,
+        confirm: Callable[[], str | None],
+    ) -> Outcome:
+        """Removes the volume's directory by the gate's permit, as the PV showed it (`phase`,
+        `claim_uid`); `confirm()` reads the PV afresh and says why the permit is no longer
+        current, or None. `already`: this node removed it before (mark the PV again)."""
+        refusal = path_refusal(volume_path, removal.path, setup.base_path, self.base_paths)
+        if refusal is None and setup.path != removal.path:
+            refusal = f"the setup names {setup.path}, the permit {removal.path}"
+        if refusal is None:
+            refusal = removal_refusal(
+                removal, volume_name=volume_name, path=volume_path, phase=phase, claim_uid=claim_uid
+            )
+        if refusal is not None:
+            return Outcome("refused", refusal)
+        target = VolumeTarget.of(volume_name, self.node_name, setup)
+        try:
+            with self.state.locked(volume_name, self.lock_wait):
+                record = self.state.read(volume_name)
+                if teardown_decision(record, removal.path) is TeardownDecision.MARK_ONLY:
+                    return Outcome("already")
+                stale = confirm()
+                if stale is not None:
+                    return Outcome("refused", f"the permit is no longer current: {stale}")
+                if not os.path.lexists(removal.path) and self._base_path_in_order(setup.base_path):
+                    # Gone already (a setup that never ran, a hand-made removal): nothing to
+                    # remove; the base path is there and mounted, so it is not a disk away.
+                    self.state.write(volume_name, VolumeRecord("removed", removal.path))
+                    return Outcome("already", f"{removal.path} was not there")
+                steps = node_steps("delete", target, self.bundle, removal=removal)
+                results = run_steps(steps, self.timeout)
+                if not _succeeded(results):
+                    return Outcome("failed", _failure("teardown", results))
+                self.state.write(volume_name, VolumeRecord("removed", removal.path))
+                log.info("volume %s: removed %s", volume_name, removal.path)
+                return Outcome("done")
+        except RecordConflictError as conflict:
+            return Outcome("failed", str(conflict))
+        except VolumeBusyError as busy:
+            return Outcome("busy", str(busy))
+
+    def forget(self, volume_name: str) -> None:
+        """Drops what this node keeps of a volume whose PV is gone."""
+        try:
+            with self.state.locked(volume_name, 0):
+                self.state.forget(volume_name)
+        except VolumeBusyError:
+            pass  # someone acts on it: forgotten at the next start
+
+    def _base_path_in_order(self, base_path: str) -> bool:
+        rules = self.base_paths.get(base_path)
+        if rules is None or not _is_directory(base_path):
+            return False
+        return not rules.mount_point or mount_at(read_mount_table(), base_path) is not None
+
+
+def _is_directory(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def _succeeded(results: list[StepResult]) -> bool:
+    return all(result.ok for result in results)
+
+
+def _failure(what: str, results: list[StepResult]) -> str:
+    failed = next((result for result in results if not result.ok), None)
+    if failed is None:
+        return f"{what}: no step ran"
+    return f"{what} step {failed.name} failed: {failed.tail or '(no output)'}"

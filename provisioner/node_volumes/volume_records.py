@@ -1,0 +1,85 @@
+"""The node's own record of what it did to a volume's directory, and what it decides from it:
+pure (volume_state.py keeps the records on the node's disk, under the volume's lock).
+
+Why a record: the PV says what is wanted, only the node knows what it did. A setup runs once:
+a directory that vanishes after its setup is a lost volume, to report, never to re-create
+empty under a pod that expects its data. A removal runs once: the mark on the PV is a PATCH
+whose answer may be lost, and a second sighting of the permit then only marks again.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import Enum
+from typing import Literal
+
+RecordState = Literal["set-up", "removed"]
+
+
+@dataclass(frozen=True)
+class VolumeRecord:
+    state: RecordState
+    path: str
+
+    def to_json(self) -> str:
+        return json.dumps({"state": self.state, "path": self.path}, sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> VolumeRecord | None:
+        """The record, or None for a file that is not one (a torn write cannot happen: records
+        are replaced by rename; anything else is treated as no record and logged by the caller)."""
+        try:
+            fields = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(fields, dict):
+            return None
+        state, path = fields.get("state"), fields.get("path")
+        if state not in ("set-up", "removed") or not isinstance(path, str):
+            return None
+        return VolumeRecord(state, path)
+
+
+class SetupDecision(Enum):
+    RUN = "run the setup"
+    DONE = "set up already"
+
+
+class TeardownDecision(Enum):
+    RUN = "run the teardown"
+    MARK_ONLY = "removed already: only mark the PV"
+
+
+class RecordConflictError(Exception):
+    """What the record says forbids the action; the message says why and what to do."""
+
+
+def setup_decision(
+    record: VolumeRecord | None, path: str, directory_present: bool
+) -> SetupDecision:
+    if record is None:
+        return SetupDecision.RUN
+    if record.path != path:
+        raise RecordConflictError(
+            f"this node set the volume up at {record.path}, but its PV now names {path}"
+        )
+    if record.state == "removed":
+        raise RecordConflictError(f"this node removed the volume's directory {path} already")
+    if not directory_present:
+        raise RecordConflictError(
+            f"the volume's directory {path} was set up on this node and is gone: its data is"
+            " lost or its disk is not mounted; it is not made again empty (restore it, or"
+            " delete the claim)"
+        )
+    return SetupDecision.DONE
+
+
+def teardown_decision(record: VolumeRecord | None, path: str) -> TeardownDecision:
+    if record is not None and record.state == "removed":
+        if record.path != path:
+            raise RecordConflictError(
+                f"this node removed the volume's directory at {record.path}, not {path}"
+            )
+        return TeardownDecision.MARK_ONLY
+    return TeardownDecision.RUN

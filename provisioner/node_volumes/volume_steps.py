@@ -1,0 +1,124 @@
+"""What the node plugin runs to make and remove a CSI volume's directory: pure.
+
+The same fixed scripts and the same setup and teardown code, with the same environment, as a
+helper pod's containers get (`pod_shapes.step_command`, the one source of both), run on the
+node as plain processes instead. Two differences, both forced by where they run:
+
+- the guard sees the base path at its own path (the node plugin mounts every base path of its
+  node at the path it has on the node), not at a pod's read-only BASE_VIEW;
+- `prepare` always runs first. A helper pod may skip it for a directory named for its volume
+  directly in its base path, because there the kubelet makes the directory (a hostPath
+  `DirectoryOrCreate`); on the node nobody else makes it, and `prepare` makes it one component
+  at a time without following a link, and writes the owner marker.
+
+A teardown runs the teardown code, then `finish` only if that succeeded, both with the owner
+check of the gate's permit as the PV carries it (`NodeRemoval`). A setup that failed runs
+`finish` with an owner check that only what this volume made passes (`failed_setup_clean_up`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from provisioner.configuration.config import ConfigBundle
+from provisioner.helper_pods.pod_shapes import (
+    HelperStep,
+    owner_check_environment,
+    step_command,
+)
+from provisioner.objects.node_handoff import NodeRemoval, VolumeSetup
+from provisioner.provisioning.paths import is_strictly_inside
+from provisioner.provisioning.removal_gate import OwnerCheck
+
+NodeAction = Literal["create", "delete"]
+
+
+@dataclass(frozen=True)
+class VolumeTarget:
+    """A CSI volume as the steps see it (a pod_shapes.HelperTarget): its PV's name, its node
+    and what its `VolumeSetup` says."""
+
+    volume_name: str
+    node_name: str | None
+    path: str
+    base_path: str
+    volume_mode: str
+    size_bytes: int
+    vol_user: str = ""
+    vol_group: str = ""
+    vol_perm: str = ""
+    reuse_existing_data: bool = False
+
+    @staticmethod
+    def of(volume_name: str, node_name: str, setup: VolumeSetup) -> VolumeTarget:
+        return VolumeTarget(
+            volume_name=volume_name,
+            node_name=node_name,
+            path=setup.path,
+            base_path=setup.base_path,
+            volume_mode=setup.volume_mode,
+            size_bytes=setup.size_bytes,
+            vol_user=setup.vol_user,
+            vol_group=setup.vol_group,
+            vol_perm=setup.vol_perm,
+            reuse_existing_data=setup.reuse_existing_data,
+        )
+
+
+@dataclass(frozen=True)
+class NodeStep:
+    """One process: its step's name, its argv and its whole environment."""
+
+    name: HelperStep
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+
+
+def node_steps(
+    action: NodeAction,
+    target: VolumeTarget,
+    bundle: ConfigBundle,
+    *,
+    removal: NodeRemoval | None = None,
+) -> tuple[NodeStep, ...]:
+    """The steps of `action`, in order, each to run only if the one before it succeeded. A
+    `delete` is built only with the permit for this very volume and path (ValueError else)."""
+    if not target.base_path or not is_strictly_inside(target.path, target.base_path):
+        raise ValueError(
+            f"volume path {target.path!r} is not strictly inside its base path {target.base_path!r}"
+        )
+    if action == "create":
+        return (_step("prepare", target, bundle, {}), _step("create", target, bundle, {}))
+    if removal is None or removal.volume_name != target.volume_name or removal.path != target.path:
+        raise ValueError(
+            f"the teardown of volume {target.volume_name} removes {target.path}: it is built"
+            " only with the removal gate's permit for that volume and path"
+        )
+    check = owner_check_environment(
+        OwnerCheck(owner=removal.owner, made_only=removal.made_only, absent_ok=removal.absent_ok)
+    )
+    return (_step("delete", target, bundle, check), _step("finish", target, bundle, check))
+
+
+def failed_setup_clean_up(target: VolumeTarget, bundle: ConfigBundle) -> tuple[NodeStep, ...]:
+    """After a setup that failed, `finish`, which removes the directory only while it is empty
+    and its owner marker says this volume made it (never one `prepare` found and reused, nor
+    one without a marker); () for a class that hands existing data over (reuseExistingData),
+    whose directory the gate would never give back either."""
+    if target.reuse_existing_data:
+        return ()
+    check = owner_check_environment(
+        OwnerCheck(owner=target.volume_name, made_only=True, absent_ok=False)
+    )
+    return (_step("finish", target, bundle, check),)
+
+
+def _step(
+    step: HelperStep, target: VolumeTarget, bundle: ConfigBundle, removal: Mapping[str, str]
+) -> NodeStep:
+    command, args, env = step_command(
+        step, target, bundle, removal=removal, base_view=target.base_path
+    )
+    return NodeStep(step, (*command, *args), env)

@@ -1,0 +1,263 @@
+"""The node plugin's watch of its own node's CSI volumes: sets each up when it appears, tears
+it down once the controller's gate put its permit on the Released PV, and marks the PV
+DIRECTORY_REMOVED_ANNOTATION after (the controller then deletes it).
+
+It lists and watches only the PVs labelled for this node (`node_selector`), never every PV or
+claim: a steady cluster costs the API server one idle watch per node. Failures are reported as
+Warning events on the PV (and its claim) with the tail of what the script wrote, and retried
+with a per-volume exponential backoff. `ensure_set_up` serves NodePublishVolume: the volume's
+setup, done by the watch or, when the kubelet is first, right then under the same lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from http import HTTPStatus
+from typing import Any
+
+import grpc
+from urllib3.exceptions import HTTPError
+
+from provisioner.csi.csi_errors import CsiError
+from provisioner.kube.api_error import ApiError, describe_api_error
+from provisioner.kube.client import KubeClients
+from provisioner.kube.events import EventRecorder, ObjectReference
+from provisioner.kube.informer import Informer, name_key
+from provisioner.kube.object_decoding import DictObjects
+from provisioner.kube.workqueue import WorkQueue
+from provisioner.node_volumes.volume_executor import Outcome, VolumeExecutor
+from provisioner.node_volumes.volume_facts import (
+    VolumeFacts,
+    permit_staleness,
+    volume_facts,
+    volume_work,
+)
+from provisioner.objects.node_handoff import (
+    HandoffError,
+    NodeRemoval,
+    VolumeSetup,
+    node_selector,
+    removal_refusal,
+)
+from provisioner.provisioning.annotations import DIRECTORY_REMOVED_ANNOTATION
+
+log = logging.getLogger(__name__)
+
+VOLUMES_PATH = "/api/v1/persistentvolumes"
+MERGE_PATCH = "application/merge-patch+json"
+WORKERS = 2
+PUBLISH_LOOKUP_SECONDS = 5.0
+"""How long NodePublishVolume waits for the watch to show a PV it does not know yet."""
+
+
+class NodeVolumes:
+    def __init__(
+        self,
+        clients: KubeClients,
+        executor: VolumeExecutor,
+        driver_name: str,
+        *,
+        base_delay: float = 1.0,
+        max_delay: float = 300.0,
+    ) -> None:
+        self.clients = clients
+        self.executor = executor
+        self.driver_name = driver_name
+        self.node_name = executor.node_name
+        self.informer: Informer[VolumeFacts] = Informer(
+            f"node-volumes-{self.node_name}",
+            clients.list_function(VOLUMES_PATH),
+            objects=DictObjects(),
+            to_record=volume_facts,
+            key=name_key,
+            label_selector=node_selector(self.node_name),
+        )
+        self.queue: WorkQueue[str] = WorkQueue(
+            "node-volumes", base_delay=base_delay, max_delay=max_delay
+        )
+        self.events = EventRecorder(
+            clients, driver_name, host=self.node_name, spare_capacity=clients.spare_capacity
+        )
+        self.informer.add_event_handler(
+            on_add=self._enqueue, on_update=self._enqueue, on_delete=self._enqueue
+        )
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        self.informer.start()
+        for number in range(WORKERS):
+            thread = threading.Thread(target=self._work, name=f"node-volumes-{number}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self.queue.shutdown()
+        self.informer.stop()
+        for thread in self._threads:
+            thread.join(10)
+        self.events.stop()
+
+    def liveness(self) -> str | None:
+        return self.informer.liveness()
+
+    def _enqueue(self, key: str, _: VolumeFacts | None, __: VolumeFacts | None) -> None:
+        self.queue.add(key)
+
+    def _work(self) -> None:
+        while (name := self.queue.get()) is not None:
+            try:
+                if self.process(name):
+                    self.queue.forget(name)
+                else:
+                    self.queue.add_rate_limited(name)
+            except Exception:
+                log.exception("volume %s: unexpected failure", name)
+                self.queue.add_rate_limited(name)
+            finally:
+                self.queue.done(name)
+
+    def process(self, name: str) -> bool:
+        """Does what the PV asks for; True when done (or nothing to do), False to retry."""
+        facts = self.informer.get(name)
+        if facts is None:
+            self.executor.forget(name)
+            return True
+        work = volume_work(facts, self.driver_name)
+        if work == "none":
+            return True
+        try:
+            setup = VolumeSetup.from_json(facts.setup)
+            removal = NodeRemoval.from_json(facts.permit) if work == "tear-down" else None
+        except HandoffError as error:
+            # Only the controller writes these; a new version of the PV re-enqueues it.
+            self._warn(facts, "VolumeHandoffInvalid", str(error))
+            return True
+        if removal is None:
+            outcome = self.executor.set_up(name, facts.path, setup)
+            return self._report(facts, "set up", outcome)
+        outcome = self.executor.tear_down(
+            name,
+            facts.path,
+            setup,
+            removal,
+            phase=facts.phase,
+            claim_uid=facts.claim_uid,
+            confirm=lambda: self._confirm(facts, removal),
+        )
+        if not self._report(facts, "remove", outcome):
+            return False
+        return self._mark_removed(facts)
+
+    def ensure_set_up(self, volume_id: str, path: str) -> None:
+        """For NodePublishVolume: the volume's directory is set up on return, by this call or
+        an earlier one; CsiError (the kubelet retries) when it cannot be."""
+        facts = self._find(volume_id, path)
+        if facts is None:
+            raise CsiError(
+                grpc.StatusCode.UNAVAILABLE,
+                f"no PV of volume {volume_id} at {path} is labelled for node {self.node_name}"
+                " yet (the node plugin's watch has not seen it)",
+            )
+        try:
+            setup = VolumeSetup.from_json(facts.setup)
+        except HandoffError as error:
+            raise CsiError(grpc.StatusCode.FAILED_PRECONDITION, str(error)) from None
+        outcome = self.executor.set_up(facts.name, facts.path, setup)
+        if outcome.kind == "busy":
+            raise CsiError(grpc.StatusCode.UNAVAILABLE, outcome.message)
+        if not outcome.ok:
+            raise CsiError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"volume {facts.name} cannot be set up on this node: {outcome.message}",
+            )
+
+    def _find(self, volume_id: str, path: str) -> VolumeFacts | None:
+        deadline = time.monotonic() + PUBLISH_LOOKUP_SECONDS
+        while True:
+            for _, facts in self.informer.items():
+                if facts.handle == volume_id and facts.path == path and facts.setup:
+                    return facts
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.2)
+
+    def _confirm(self, seen: VolumeFacts, removal: NodeRemoval) -> str | None:
+        """A fresh read of the PV, just before its directory goes: why the permit the watch
+        showed is not current (or None)."""
+        try:
+            current: VolumeFacts | None = volume_facts(
+                self.clients.request_json("GET", f"{VOLUMES_PATH}/{seen.name}")
+            )
+        except ApiError as error:
+            if error.status != HTTPStatus.NOT_FOUND:
+                return f"cannot read the PV: {describe_api_error(error)}"
+            current = None
+        except HTTPError as error:
+            return f"cannot read the PV: {error}"
+        stale = permit_staleness(seen.permit, seen.uid, current)
+        if stale is not None or current is None:
+            return stale
+        return removal_refusal(
+            removal,
+            volume_name=current.name,
+            path=current.path,
+            phase=current.phase,
+            claim_uid=current.claim_uid,
+        )
+
+    def _mark_removed(self, facts: VolumeFacts) -> bool:
+        # The UID makes the PATCH a precondition: never marks a new PV of the same name.
+        body: dict[str, Any] = {
+            "metadata": {"uid": facts.uid, "annotations": {DIRECTORY_REMOVED_ANNOTATION: "true"}}
+        }
+        try:
+            self.clients.request_json(
+                "PATCH", f"{VOLUMES_PATH}/{facts.name}", body=body, content_type=MERGE_PATCH
+            )
+        except ApiError as error:
+            if error.status == HTTPStatus.NOT_FOUND:
+                return True
+            log.warning("volume %s: marking it removed: %s", facts.name, describe_api_error(error))
+            return False
+        except HTTPError as error:
+            log.warning("volume %s: marking it removed: %s", facts.name, error)
+            return False
+        log.info("volume %s: marked %s", facts.name, DIRECTORY_REMOVED_ANNOTATION)
+        return True
+
+    def _report(self, facts: VolumeFacts, action: str, outcome: Outcome) -> bool:
+        if outcome.ok:
+            return True
+        if outcome.kind == "busy":
+            log.info("volume %s: %s", facts.name, outcome.message)
+            return False
+        reason = "VolumeRefused" if outcome.kind == "refused" else f"Volume{_title(action)}Failed"
+        self._warn(
+            facts, reason, f"node {self.node_name} cannot {action} {facts.path}: {outcome.message}"
+        )
+        return False
+
+    def _warn(self, facts: VolumeFacts, reason: str, message: str) -> None:
+        log.warning("volume %s: %s: %s", facts.name, reason, message)
+        self.events.warning(
+            ObjectReference(kind="PersistentVolume", name=facts.name, uid=facts.uid),
+            reason,
+            message,
+        )
+        if facts.claim_name and facts.claim_namespace:
+            self.events.warning(
+                ObjectReference(
+                    kind="PersistentVolumeClaim",
+                    name=facts.claim_name,
+                    namespace=facts.claim_namespace,
+                    uid=facts.claim_uid,
+                ),
+                reason,
+                message,
+            )
+
+
+def _title(action: str) -> str:
+    return "".join(word.capitalize() for word in action.split())
