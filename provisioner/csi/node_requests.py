@@ -17,6 +17,8 @@ from provisioner.csi.csi_errors import CsiError
 from provisioner.csi.generated import csi_pb2
 from provisioner.csi.node_paths import VolumeDirectory, volume_directory
 
+_Mode = csi_pb2.VolumeCapability.AccessMode
+
 
 @dataclass(frozen=True)
 class Publish:
@@ -24,6 +26,8 @@ class Publish:
     target: str
     directory: VolumeDirectory
     read_only: bool
+    single_writer: bool = False
+    """ReadWriteOncePod (SINGLE_NODE_SINGLE_WRITER): published to one target at a time."""
 
 
 def _required(value: str, field: str) -> str:
@@ -64,7 +68,10 @@ def publish_request(
             grpc.StatusCode.INVALID_ARGUMENT, f"target_path {target!r} must be an absolute path"
         )
     directory = volume_directory(request.volume_context, base_paths, node)
-    return Publish(volume_id, target, directory, read_only=request.readonly)
+    single_writer = capability.access_mode.mode == _Mode.SINGLE_NODE_SINGLE_WRITER
+    return Publish(
+        volume_id, target, directory, read_only=request.readonly, single_writer=single_writer
+    )
 
 
 def unpublish_request(request: csi_pb2.NodeUnpublishVolumeRequest) -> str:

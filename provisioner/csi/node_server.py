@@ -67,7 +67,13 @@ class NodeServer:
         return csi_pb2.NodeGetCapabilitiesResponse(
             capabilities=[
                 csi_pb2.NodeServiceCapability(rpc=_Rpc(type=kind))
-                for kind in (_Rpc.GET_VOLUME_STATS, _Rpc.VOLUME_CONDITION)
+                for kind in (
+                    _Rpc.GET_VOLUME_STATS,
+                    _Rpc.VOLUME_CONDITION,
+                    # The kubelet then asks SINGLE_NODE_SINGLE_WRITER for a ReadWriteOncePod
+                    # claim, which publish holds to one target.
+                    _Rpc.SINGLE_NODE_MULTI_WRITER,
+                )
             ]
         )
 
@@ -81,15 +87,38 @@ class NodeServer:
         with self._mounting:
             fd = mounts.open_volume_directory(publish.directory)
             try:
-                existing = mount_at(mounts.read_mount_table(), os.path.realpath(publish.target))
+                entries = mounts.read_mount_table()
+                target = os.path.realpath(publish.target)
+                existing = mount_at(entries, target)
                 if existing is not None:
                     _check_compatible(existing, fd, publish)
                 else:
+                    if publish.single_writer:
+                        self._check_single_writer(entries, target, publish)
                     Path(publish.target).mkdir(parents=True, exist_ok=True)
                     mounts.bind_mount(fd, publish.target, read_only=publish.read_only)
             finally:
                 os.close(fd)
         return csi_pb2.NodePublishVolumeResponse()
+
+    def _check_single_writer(
+        self, entries: list[MountEntry], target: str, publish: Publish
+    ) -> None:
+        """A ReadWriteOncePod volume published at another target (another pod's) is not
+        published again: the spec's FAILED_PRECONDITION, which the kubelet shows as the second
+        pod's FailedMount. Read from the mount table, so it holds across plugin restarts: any
+        other mount of exactly this directory is a publish (a subPath mounts a directory below
+        it, and the base path's own mount holds it, neither is the directory)."""
+        wanted = (publish.directory.base_path, publish.directory.path)
+        for entry in entries:
+            if entry.mount_point == target:
+                continue
+            if published_directory(entries, entry, list(self.base_paths)) == wanted:
+                raise CsiError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"volume {publish.volume_id} is ReadWriteOncePod and published to another"
+                    f" pod already (at {entry.mount_point}): it is held to one pod at a time",
+                )
 
     def node_unpublish_volume(
         self, request: csi_pb2.NodeUnpublishVolumeRequest

@@ -240,8 +240,9 @@ def decide_claim_action(
             f"StorageClass {storage_class.name} gives CSI volumes, whose node plugin does not"
             " copy a clone's data yet: clone into a class of volumeType hostPath or local"
         )
-    if "ReadWriteOncePod" in claim.access_modes and place.volume_type != "local":
-        return Reject(_one_pod_refused(storage_class.name, place.volume_type, shared=shared))
+    one_pod_held = place.volume_type in ("local", CSI_VOLUME_TYPE)
+    if "ReadWriteOncePod" in claim.access_modes and not one_pod_held:
+        return Reject(_one_pod_refused(storage_class.name, shared=shared))
     blockers = paths.overlapping(volume_name, place.disk_node, path) if paths else []
     if blockers:
         return WaitForPath(
@@ -272,21 +273,17 @@ def decide_claim_action(
     )
 
 
-def _one_pod_refused(class_name: str, volume_type: str, *, shared: bool) -> str:
+def _one_pod_refused(class_name: str, *, shared: bool) -> str:
     """Why a ReadWriteOncePod claim gets no hostPath volume: the kubelet holds that mode to one
-    pod only for a volume plugin that supports it (`local` does, hostPath does not), so a
-    second pod placed on the node directly (spec.nodeName, past the scheduler) would run."""
+    pod only for a volume plugin that supports it (`local` does, and our CSI node plugin, which
+    publishes such a volume to one target at a time; hostPath does not), so a second pod placed
+    on the node directly (spec.nodeName, past the scheduler) would run."""
     why = (
         "access mode ReadWriteOncePod is held to one pod only on a volume of volumeType: local"
-        " (the kubelet does not hold it on a hostPath volume)"
+        " or of a CSI class (the kubelet does not hold it on a hostPath volume)"
     )
     if shared:
         return f"{why}, which a sharedFileSystemPath cannot have: use ReadWriteOnce or another mode"
-    if volume_type == CSI_VOLUME_TYPE:
-        return (
-            f"{why}; StorageClass {class_name} gives CSI volumes, whose node plugin does not"
-            " hold it yet: use ReadWriteOnce, or a class with defaultVolumeType: local"
-        )
     return (
         f"{why}: set the claim annotation volumeType: local, or the annotation"
         f" defaultVolumeType: local on StorageClass {class_name}"

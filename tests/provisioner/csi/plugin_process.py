@@ -145,12 +145,18 @@ def call(endpoint: str, method: str, request: Message, response_type: type[Messa
         return stub(request, timeout=30)
 
 
-def mount_capability(*, block: bool = False) -> csi_pb2.VolumeCapability:
-    mode = csi_pb2.VolumeCapability.AccessMode(
-        mode=csi_pb2.VolumeCapability.AccessMode.SINGLE_NODE_WRITER
-    )
+def mount_capability(
+    *,
+    block: bool = False,
+    mode: csi_pb2.VolumeCapability.AccessMode.Mode = (
+        csi_pb2.VolumeCapability.AccessMode.SINGLE_NODE_WRITER
+    ),
+) -> csi_pb2.VolumeCapability:
+    access = csi_pb2.VolumeCapability.AccessMode(mode=mode)
     if block:
         return csi_pb2.VolumeCapability(
-            block=csi_pb2.VolumeCapability.BlockVolume(), access_mode=mode
+            block=csi_pb2.VolumeCapability.BlockVolume(), access_mode=access
         )
-    return csi_pb2.VolumeCapability(mount=csi_pb2.VolumeCapability.MountVolume(), access_mode=mode)
+    return csi_pb2.VolumeCapability(
+        mount=csi_pb2.VolumeCapability.MountVolume(), access_mode=access
+    )

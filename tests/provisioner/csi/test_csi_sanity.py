@@ -43,11 +43,12 @@ PASSING = {
     "Node Service NodeGetVolumeStats should fail when no volume path is provided",
     "Node Service NodeGetVolumeStats should fail when volume is not found",
     "Node Service NodeGetVolumeStats should fail when volume does not exist on the specified path",
+    "Node Service NodePublishVolume with single node multi writer capability should fail when"
+    " volume with single node single writer access mode is already mounted at a different"
+    " target path",
 }
 WHOLE_VOLUME = {"Node Service should work", "Node Service should be idempotent"}
 SKIPPED_WHY = {
-    "NodePublishVolume with single node multi writer": "no SINGLE_NODE_MULTI_WRITER: a local"
-    " volume's access modes are the provisioner's (ReadWriteOnce, ReadWriteOncePod)",
     "NodeStageVolume": "no STAGE_UNSTAGE_VOLUME: a directory needs no staging",
     "NodeUnstageVolume": "no STAGE_UNSTAGE_VOLUME",
     "NodeExpandVolume": "no EXPAND_VOLUME: a directory has no size to grow on the node",

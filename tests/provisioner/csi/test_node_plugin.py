@@ -242,3 +242,32 @@ def test_a_full_disk_and_an_unmounted_one_are_abnormal(small_disk: Path, tmp_pat
         assert "not mounted" in condition.message
         unpublish(plugin, target)
         assert not target.exists()
+
+
+def test_a_read_write_once_pod_volume_is_published_to_one_target_at_a_time(
+    plugin: PluginProcess, tmp_path: Path
+) -> None:
+    volume = plugin.base_path / "pvc-1"
+    volume.mkdir()
+    one_pod = csi_pb2.VolumeCapability.AccessMode.SINGLE_NODE_SINGLE_WRITER
+
+    def publish_once(target: Path) -> csi_pb2.NodePublishVolumeResponse:
+        request = csi_pb2.NodePublishVolumeRequest(
+            volume_id=volume.name,
+            target_path=str(target),
+            volume_capability=mount_capability(mode=one_pod),
+            volume_context={VOLUME_PATH_KEY: str(volume)},
+        )
+        return call(
+            plugin.endpoint, "Node/NodePublishVolume", request, csi_pb2.NodePublishVolumeResponse
+        )
+
+    first, second = tmp_path / "pod-1" / "mount", tmp_path / "pod-2" / "mount"
+    publish_once(first)
+    publish_once(first)  # the same target again: idempotent
+    assert refusal(lambda: publish_once(second)) == grpc.StatusCode.FAILED_PRECONDITION
+    assert not mounted(second)
+    unpublish(plugin, first)
+    publish_once(second)  # the first pod gone: the second may have it
+    assert mounted(second)
+    unpublish(plugin, second)

@@ -339,7 +339,7 @@ def test_volume_type_claim_annotation_beats_class_default() -> None:
 ONE_POD = {STORAGE_PROVISIONER: ME}
 ONE_POD_REFUSED = (
     "access mode ReadWriteOncePod is held to one pod only on a volume of volumeType: local"
-    " (the kubelet does not hold it on a hostPath volume)"
+    " or of a CSI class (the kubelet does not hold it on a hostPath volume)"
 )
 
 
@@ -358,6 +358,8 @@ def test_a_read_write_once_pod_claim_gets_a_local_volume_and_never_a_host_path_o
     )
     for decision in (by_class, by_claim):
         assert isinstance(decision, Provision) and decision.plan.volume_type == "local"
+    csi = decide(one_pod, klass(parameters={"volumeType": "csi"}))
+    assert isinstance(csi, Provision) and csi.plan.volume_type == "csi"
     overridden = msgspec.structs.replace(one_pod, annotations={**ONE_POD, "volumeType": "hostPath"})
     assert isinstance(decide(overridden, klass(annotations={"defaultVolumeType": "local"})), Reject)
     shared = claim(storage_class_name="nfs", selected_node=None, access_modes=("ReadWriteOncePod",))
