@@ -235,14 +235,10 @@ def decide_claim_action(
         return Reschedule(str(error))
     except (ConfigError, PathPatternError, ValueError) as error:
         return Reject(str(error))
-    if clone is not None and place.volume_type == CSI_VOLUME_TYPE:
-        return Reject(
-            f"StorageClass {storage_class.name} gives CSI volumes, whose node plugin does not"
-            " copy a clone's data yet: clone into a class of volumeType hostPath or local"
-        )
-    one_pod_held = place.volume_type in ("local", CSI_VOLUME_TYPE)
-    if "ReadWriteOncePod" in claim.access_modes and not one_pod_held:
-        return Reject(_one_pod_refused(storage_class.name, shared=shared))
+    if (
+        refused := _volume_type_refusal(claim, place.volume_type, clone, shared=shared)
+    ) is not None:
+        return Reject(refused)
     blockers = paths.overlapping(volume_name, place.disk_node, path) if paths else []
     if blockers:
         return WaitForPath(
@@ -271,6 +267,22 @@ def decide_claim_action(
             clone_source=clone.source if clone is not None else None,
         )
     )
+
+
+def _volume_type_refusal(
+    claim: ClaimRecord, volume_type: str, clone: ClonePlace | None, *, shared: bool
+) -> str | None:
+    """What the claim asks that its volume type cannot give, if anything."""
+    class_name = claim.storage_class_name or ""
+    if clone is not None and volume_type == CSI_VOLUME_TYPE:
+        return (
+            f"StorageClass {class_name} gives CSI volumes, whose node plugin does not copy a"
+            " clone's data yet: clone into a class of volumeType hostPath or local"
+        )
+    one_pod_held = volume_type in ("local", CSI_VOLUME_TYPE)
+    if "ReadWriteOncePod" in claim.access_modes and not one_pod_held:
+        return _one_pod_refused(class_name, shared=shared)
+    return None
 
 
 def _one_pod_refused(class_name: str, *, shared: bool) -> str:
