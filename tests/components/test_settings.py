@@ -373,7 +373,7 @@ BAD_CONFIGS: list[tuple[str, dict[str, Any], str]] = [
         {"storageClasses": one_class(parameters={"nodepath": "/opt/local-path-provisioner"})},
         "storageClasses[0].parameters.nodepath: unknown parameter (known: nodePath, pathPattern, "
         "nodeAffinityKey, allowUnsafePathPattern, userPattern, groupPattern, permPattern, minSize,"
-        " maxSize, reuseExistingData, nodeLossGracePeriod)",
+        " maxSize, reuseExistingData, nodeLossGracePeriod, volumeType)",
     ),
     (
         "provisioner name",

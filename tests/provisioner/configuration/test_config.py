@@ -524,7 +524,7 @@ BAD_PARAMETERS: list[tuple[ProvisionerConfig, dict[str, str], dict[str, str], st
         {},
         "parameters.nodepath: unknown parameter (known: nodePath, pathPattern, nodeAffinityKey,"
         " allowUnsafePathPattern, userPattern, groupPattern, permPattern, minSize, maxSize,"
-        " reuseExistingData, nodeLossGracePeriod)",
+        " reuseExistingData, nodeLossGracePeriod, volumeType)",
     ),
     (
         LOCAL,
