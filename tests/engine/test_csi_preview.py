@@ -68,8 +68,8 @@ def test_a_csi_class_brings_the_node_plugin_and_none_comes_without(
         {"name": f"{stack.names.class_name}-csi", "volumeType": "csi"},
     ]
     outcome = preview(stack, pack, {"storageClasses": classes})
-    assert NEW_TYPES <= planned_types(outcome), outcome.output
-    # The node plugin's ClusterRole beside the provisioner's, and its service account.
+    assert planned_types(outcome) >= NEW_TYPES, outcome.output
+    # The node plugin's ClusterRole beside the provisioner's.
     creates = outcome.of("create")
     assert (
         "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole",
