@@ -51,6 +51,7 @@ from components.args import (
     UpdateStrategy,
 )
 from components.capacity_scheduling import csi_driver_name_problem
+from components.node_plugin import driver_name
 from components.node_plugin_keys import NODE_PLUGIN_KEY, NodePluginKeys
 from components.node_plugin_settings import check_csi_class, node_plugin_args, volume_type_key
 from components.stack_values import (
@@ -198,6 +199,11 @@ def parse_settings(
     plugin = node_plugin_args(plugin_keys, names.provisioner_name, classes, config)
     if plugin is not None:
         deployment = dataclasses.replace(deployment, node_plugin=plugin)
+        if name_problem is not None:
+            # A CSIDriver is deployed after all, for the csi classes: say which one.
+            driver = driver_name(names.provisioner_name)
+            problem = csi_driver_name_problem(names.provisioner_name, driver) or name_problem
+            warnings = (str(SettingsError("provisionerName", problem)),)
     elif plugin_keys is not None:
         warnings += (
             str(

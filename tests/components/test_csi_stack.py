@@ -310,3 +310,16 @@ def test_a_custom_kubelet_directory() -> None:
     )
     (container,) = pod["containers"]
     assert "--kubelet-root=/var/snap/microk8s/common/var/lib/kubelet" in container["args"]
+
+
+def test_the_capacity_warning_names_the_csi_driver_deployed_instead() -> None:
+    budgeted = [
+        {
+            "node": DEFAULT_NODE,
+            "paths": [{"path": "/opt/local-path-provisioner", "capacity": "1Gi"}],
+        }
+    ]
+    settings = parse_settings(with_csi_class(nodePathMap=budgeted))
+    (warning,) = settings.warnings
+    assert f'the csi classes\' CSIDriver "{DRIVER}" is deployed without storageCapacity' in warning
+    assert settings.deployment.deploy_csi_driver is False
