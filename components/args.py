@@ -14,6 +14,7 @@ from typing import Any
 
 from components import naming
 from provisioner.configuration import defaults
+from provisioner.configuration.class_parameters import is_csi_class
 from provisioner.configuration.config import (
     ConfigBundle,
     ConfigError,
@@ -163,6 +164,38 @@ class AdoptionArgs:
     of rancher's helper pods (bare pods with a hostPath)."""
 
 
+DEFAULT_KUBELET_DIRECTORY = "/var/lib/kubelet"
+NODE_PLUGIN_HEALTH_PORT = 9808
+"""The node plugin's /healthz port (the community's csi livenessprobe port)."""
+
+
+@dataclass(frozen=True)
+class NodePluginArgs:
+    """The CSI node plugin's DaemonSet (stack config `csiNodePlugin`), deployed when a class is
+    a CSI class."""
+
+    kubelet_directory: str = DEFAULT_KUBELET_DIRECTORY
+    """The kubelet's root directory on the nodes (k0s, microk8s and some others move it)."""
+    image: str | None = None
+    """The node plugin's image; None: the provisioner Deployment's."""
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    """The node plugin pod's nodeSelector: the nodes whose CSI volumes can be mounted."""
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    """The node plugin pod's tolerations, in Kubernetes' shape."""
+    priority_class_name: str | None = None
+    """The node plugin pod's PriorityClass (e.g. system-node-critical); None: the default."""
+    resources: ContainerResources = field(
+        default_factory=lambda: ContainerResources(
+            cpu_request="10m", memory_request="48Mi", cpu_limit=None, memory_limit="128Mi"
+        )
+    )
+    """The node plugin container's requests and limits."""
+    health_port: int = NODE_PLUGIN_HEALTH_PORT
+    """The port of its /healthz (host network is not used: the pod's own port)."""
+    base_directories: tuple[str, ...] = ()
+    """Host directories holding the CSI classes' base paths (node_plugin.base_path_mounts)."""
+
+
 @dataclass(frozen=True)
 class ProvisionerDeploymentArgs:
     """Everything the provisioner's namespace, RBAC, ConfigMap and Deployment are built from."""
@@ -238,6 +271,9 @@ class ProvisionerDeploymentArgs:
     """Grant the provisioner `delete` on claims (`rbac.NODE_LOSS_RULES`): it releases the claims
     of a class with `nodeLossGracePeriod` whose node has gone. The stack sets it when a class
     sets that parameter; no other class needs the right."""
+    node_plugin: NodePluginArgs | None = None
+    """The CSI node plugin (DaemonSet, its RBAC and admission policy) and the CSIDriver of the
+    CSI classes; None when no class is a CSI class (nothing of it is deployed)."""
     adopt: AdoptionArgs | None = None
     """The rancher installation taken over (its namespace, ConfigMap and Deployment); None for a
     fresh installation."""
@@ -280,9 +316,24 @@ class StorageClassArgs:
     """Where volumes can be provisioned: a node must match every expression of one term."""
     mount_options: tuple[str, ...] = ()
     """Mount options copied into each PersistentVolume."""
+    volume_type: str | None = None
+    """csi: the class's volumes are CSI volumes of the node plugin (the parameter
+    `volumeType: csi`); None: hostPath or local, as default_volume_type says."""
     allow_volume_expansion: bool = True
     """Let claims grow: the runtime grants an expansion when the volume's path has room
     (docs/configure.md, "Budgets, size limits and scheduler-visible capacity")."""
+
+    def all_parameters(self) -> dict[str, str]:
+        """The class's parameters including the one derived from volume_type."""
+        parameters = dict(self.parameters)
+        if self.volume_type is not None:
+            parameters["volumeType"] = self.volume_type
+        return parameters
+
+    @property
+    def is_csi(self) -> bool:
+        """Whether the class's volumes are CSI volumes (the key or the parameter says so)."""
+        return is_csi_class(self.all_parameters())
 
     def all_annotations(self) -> dict[str, str]:
         """The class's annotations including the ones derived from is_default and

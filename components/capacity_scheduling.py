@@ -22,17 +22,24 @@ from components.stack_values import DNS_SUBDOMAIN
 CSI_DRIVER_NAME_LIMIT = 63
 
 
-def csi_driver_name_problem(provisioner_name: str) -> str | None:
+def csi_driver_name_problem(provisioner_name: str, csi_driver: str | None = None) -> str | None:
     """Why a CSIDriver cannot be named `provisioner_name` (Kubernetes' ValidateCSIDriverName),
-    or None."""
+    or None. `csi_driver`: the name of the CSIDriver the stack deploys for its csi classes
+    (node_plugin.driver_name), which the scheduler does not look up for capacities."""
     if len(provisioner_name) <= CSI_DRIVER_NAME_LIMIT and DNS_SUBDOMAIN.fullmatch(
         provisioner_name.lower()
     ):
         return None
+    deployed = (
+        "none is deployed"
+        if csi_driver is None
+        else f"the csi classes' CSIDriver {json.dumps(csi_driver)} is deployed without"
+        " storageCapacity"
+    )
     return (
         f"{json.dumps(provisioner_name)} cannot name the CSIDriver through which the "
         "kube-scheduler sees the paths' capacities (a DNS subdomain of at most "
-        f'{CSI_DRIVER_NAME_LIMIT} characters, without "/"), so none is deployed and the '
+        f'{CSI_DRIVER_NAME_LIMIT} characters, without "/"), so {deployed} and the '
         "scheduler may place pods on full nodes (the provisioner then asks it to choose "
         "again); use a provisionerName such as local-path-storage.io (a rename: see "
         'components/README.md, "What a change does"), or set capacityAwareScheduling to false'

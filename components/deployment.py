@@ -11,12 +11,12 @@ a config edit; the kubernetes provider is expected to update ConfigMaps in place
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import naming, rbac
+from components import naming, node_plugin, node_plugin_resources, rbac
 from components.args import AdoptionArgs, ProvisionerDeploymentArgs
 from components.plain_args import refuse_outputs
 
@@ -494,7 +494,32 @@ class ProvisionerDeployment(pulumi.ComponentResource):
         )
         if args.adopt is not None:
             _take_rancher_rights(self, name, args.namespace, args.adopt, deployment)
-        if args.deploy_csi_driver:
+        if args.node_plugin is not None:
+            # One CSIDriver, named as the node plugin names its driver: the kubelet and the
+            # attach/detach controller look it up by the PV's driver (without it they would
+            # wait for an attachment that never comes). With a provisionerName without "/" it is
+            # also the scheduler's (its name is then the provisioner's), capacity included.
+            kubernetes.storage.v1.CSIDriver(
+                f"{name}-csidriver",
+                metadata={
+                    "name": node_plugin.driver_name(args.provisioner_name),
+                    "labels": labels("csi-driver"),
+                    "annotations": naming.FIELD_OWNERSHIP_ANNOTATIONS,
+                },
+                spec=cast(
+                    "kubernetes.storage.v1.CSIDriverSpecArgsDict",
+                    node_plugin.csi_driver_spec(args.deploy_csi_driver),
+                ),
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    replace_on_changes=list(node_plugin.CSI_DRIVER_REPLACED_ON),
+                    delete_before_replace=True,
+                ),
+            )
+            node_plugin_resources.register(
+                self, name, args, args.node_plugin, namespace, metadata, labels, config_map
+            )
+        elif args.deploy_csi_driver:
             # Named as the StorageClasses' provisioner: that is how the scheduler finds it.
             # Cluster-scoped, so a rename replaces it (a new name is a new object).
             kubernetes.storage.v1.CSIDriver(

@@ -59,6 +59,9 @@ class StorageClass(TypedDict, total=False):
     groupPattern, permPattern, allowUnsafePathPattern."""
     default_volume_type: pulumi.Input[str]
     """hostPath or local: the class's defaultVolumeType annotation."""
+    volume_type: pulumi.Input[str]
+    """csi: the class's volumes are CSI volumes of the node plugin (the class parameter
+    volumeType: csi, fixed once the class exists); unset for hostPath or local."""
     annotations: pulumi.Input[dict[str, pulumi.Input[str]]]
     """Further annotations of the class, copied as they are."""
     allowed_topologies: pulumi.Input[list[pulumi.Input[TopologySelectorTerm]]]
@@ -101,6 +104,36 @@ class Toleration(TypedDict, total=False):
     """NoSchedule, PreferNoSchedule or NoExecute; empty for all."""
     toleration_seconds: pulumi.Input[int]
     """With NoExecute: how long the pod stays bound after the taint appears."""
+
+
+class NodePluginResources(TypedDict, total=False):
+    """Requests and limits of the node plugin container (Kubernetes quantities)."""
+
+    cpu_request: pulumi.Input[str]
+    """CPU request (default 10m)."""
+    memory_request: pulumi.Input[str]
+    """Memory request (default 48Mi)."""
+    cpu_limit: pulumi.Input[str]
+    """CPU limit; empty (the default) for none."""
+    memory_limit: pulumi.Input[str]
+    """Memory limit (default 128Mi); empty for none."""
+
+
+class CsiNodePlugin(TypedDict, total=False):
+    """The CSI node plugin's DaemonSet, deployed when a class has volumeType csi."""
+
+    kubelet_directory: pulumi.Input[str]
+    """The kubelet's root directory on the nodes (default /var/lib/kubelet)."""
+    image: pulumi.Input[str]
+    """The node plugin's image; empty for the provisioner's."""
+    node_selector: pulumi.Input[dict[str, pulumi.Input[str]]]
+    """The node plugin pod's nodeSelector."""
+    tolerations: pulumi.Input[list[pulumi.Input[Toleration]]]
+    """The node plugin pod's tolerations."""
+    priority_class_name: pulumi.Input[str]
+    """The node plugin pod's PriorityClass (e.g. system-node-critical)."""
+    resources: pulumi.Input[NodePluginResources]
+    """The node plugin container's requests and limits."""
 
 
 class ServiceAccount(TypedDict, total=False):
@@ -262,6 +295,8 @@ class LocalPathStorageArgs(TypedDict, total=False):
     """The Deployment's update strategy; unset keeps Kubernetes' (RollingUpdate, 25%/25%)."""
     metrics: pulumi.Input[Metrics]
     """A metrics Service and ServiceMonitor."""
+    csi_node_plugin: pulumi.Input[CsiNodePlugin]
+    """The CSI node plugin's DaemonSet knobs, used when a class has volumeType csi."""
     adopt: pulumi.Input[Adoption]
     """Take over a running rancher/local-path-provisioner in place (its names, classes,
     ConfigMap; its Deployment scaled to 0)."""

@@ -51,6 +51,9 @@ from components.args import (
     UpdateStrategy,
 )
 from components.capacity_scheduling import csi_driver_name_problem
+from components.node_plugin import driver_name
+from components.node_plugin_keys import NODE_PLUGIN_KEY, NodePluginKeys
+from components.node_plugin_settings import check_csi_class, node_plugin_args, volume_type_key
 from components.stack_values import (
     InvalidValueError,
     SettingsError,
@@ -146,7 +149,7 @@ def parse_settings(
     # The runtime's own model says whether a path has a budget: one reader of that fact.
     wants_csi_driver = keys.capacity_aware_scheduling and config.declares_capacity()
     name_problem = csi_driver_name_problem(names.provisioner_name) if wants_csi_driver else None
-    warnings = (
+    warnings: tuple[str, ...] = (
         () if name_problem is None else (str(SettingsError("provisionerName", name_problem)),)
     )
     deployment = ProvisionerDeploymentArgs(
@@ -192,6 +195,25 @@ def parse_settings(
     # Releasing a claim for its node's loss deletes it: a right granted only when a class asks.
     if any("nodeLossGracePeriod" in storage_class.parameters for storage_class in classes):
         deployment = dataclasses.replace(deployment, release_claims_on_node_loss=True)
+    plugin_keys = _validated(_NodePluginPart, values).csi_node_plugin
+    plugin = node_plugin_args(plugin_keys, names.provisioner_name, classes, config)
+    if plugin is not None:
+        deployment = dataclasses.replace(deployment, node_plugin=plugin)
+        if name_problem is not None:
+            # A CSIDriver is deployed after all, for the csi classes: say which one.
+            driver = driver_name(names.provisioner_name)
+            problem = csi_driver_name_problem(names.provisioner_name, driver) or name_problem
+            warnings = (str(SettingsError("provisionerName", problem)),)
+    elif plugin_keys is not None:
+        warnings += (
+            str(
+                SettingsError(
+                    NODE_PLUGIN_KEY,
+                    "is set, but no class is a csi class (storageClasses[].volumeType: csi), so"
+                    " no node plugin is deployed",
+                )
+            ),
+        )
     if adoption is not None:
         check_adopted_classes(adoption, [storage_class.name for storage_class in classes])
     return StackSettings(
@@ -375,12 +397,19 @@ STORAGE_CLASS_KEYS = (
     "volumeBindingMode",
     "parameters",
     "defaultVolumeType",
+    "volumeType",
     "annotations",
     "allowedTopologies",
     "mountOptions",
     "allowVolumeExpansion",
 )
 """The keys of a storageClasses entry, in the order an unknown key's message lists them."""
+
+
+class _NodePluginPart(_Keys):
+    csi_node_plugin: Annotated[
+        NodePluginKeys | None, structured(dict, "an object {kubeletDirectory, image, ...}")
+    ] = None
 
 
 class _StorageClassKeys(BaseModel):
@@ -396,6 +425,8 @@ class _StorageClassKeys(BaseModel):
     parameters: Annotated[dict[str, str] | None, class_parameters()] = None
     default_volume_type: Annotated[str | None, nullable_string()] = None
     """hostPath or local: provisioner.configuration.config's rule, checked against config.json."""
+    volume_type: Annotated[str | None, volume_type_key()] = None
+    """csi: the class's volumes are the node plugin's (the parameter volumeType: csi)."""
     annotations: Annotated[dict[str, str] | None, class_annotations()] = None
     allowed_topologies: Annotated[tuple[TopologyTerm, ...] | None, topologies()] = None
     mount_options: Annotated[tuple[str, ...] | None, strings()] = None
@@ -440,6 +471,7 @@ STRUCTURED_KEYS = (
     "serviceAccount",
     "updateStrategy",
     "metrics",
+    NODE_PLUGIN_KEY,
     ADOPT_KEY,
 )
 """Keys without a default in Pulumi.yaml (lists, objects, multi-line text)."""
@@ -495,6 +527,8 @@ def _stored_in(key: str) -> str:
         return "the provisioner ServiceAccount"
     if key == "metrics":
         return "the metrics Service"
+    if key == NODE_PLUGIN_KEY:
+        return "the node plugin DaemonSet"
     if key in _fields_by_key(_DeploymentKeys) or key == "allowUnsafeHelperTemplate":
         return "the provisioner Deployment"
     if key == "storageClasses":
@@ -607,10 +641,19 @@ def _check_against_config(
     """The class's parameters and binding mode against the paths config.json gives it."""
     try:
         validate_storage_class_parameters(
-            storage_class.name, storage_class.parameters, storage_class.all_annotations(), config
+            storage_class.name,
+            storage_class.all_parameters(),
+            storage_class.all_annotations(),
+            config,
         )
     except ConfigError as error:
+        if (
+            error.key_path == "parameters.volumeType"
+            and "volumeType" not in storage_class.parameters
+        ):
+            raise SettingsError(f"{key}.volumeType", error.message) from error
         raise SettingsError(_class_key_of(key, error.key_path), error.message) from error
+    check_csi_class(key, storage_class)
     if (
         storage_class.volume_binding_mode == "Immediate"
         and config.shared_path_for(storage_class.name) is None

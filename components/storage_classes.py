@@ -76,7 +76,7 @@ class StorageClasses(pulumi.ComponentResource):
                 provisioner=args.provisioner_name,
                 reclaim_policy=storage_class.reclaim_policy,
                 volume_binding_mode=storage_class.volume_binding_mode,
-                parameters=dict(storage_class.parameters),
+                parameters=storage_class.all_parameters(),
                 # The runtime grants an expansion when the volume's path has room.
                 allow_volume_expansion=storage_class.allow_volume_expansion,
                 allowed_topologies=[_topology_term(t) for t in storage_class.allowed_topologies]

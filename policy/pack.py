@@ -29,7 +29,15 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from policy import default_class, helper_pods, production, provisioner_config, rbac, storage_paths
+from policy import (
+    default_class,
+    helper_pods,
+    node_plugin,
+    production,
+    provisioner_config,
+    rbac,
+    storage_paths,
+)
 from policy.resources import Resource
 
 STACK_NAMESPACE = "local-path-storage-policy"
@@ -148,6 +156,17 @@ def policies(production_stack: bool | None = None) -> list[Policy]:
             "Production settings: replicas, memory limit, leader election, a Retain class.",
             production.check_stack,
             EnforcementLevel.MANDATORY if production_stack else EnforcementLevel.ADVISORY,
+        ),
+        _resource_policy(
+            node_plugin.RBAC_NAME,
+            "The CSI node plugin's ClusterRole reads and patches PVs and writes events, no more.",
+            lambda resource, _: node_plugin.check_role(resource),
+        ),
+        _stack_policy(
+            node_plugin.MOUNTS_NAME,
+            "The CSI node plugin mounts only the kubelet's directory and the base paths.",
+            node_plugin.check_stack,
+            EnforcementLevel.MANDATORY,
         ),
         _resource_policy(
             provisioner_config.NAME,

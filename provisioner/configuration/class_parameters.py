@@ -48,6 +48,18 @@ SIZE_PARAMETERS = ("minSize", "maxSize")
 
 VOLUME_TYPES = {"hostpath": "hostPath", "local": "local"}
 
+CSI_VOLUME_TYPE = "csi"
+"""The one value of the class parameter `volumeType`: the class's PVs are CSI volumes served
+by the node plugin. hostPath and local stay annotations (`defaultVolumeType`), as in rancher;
+a parameter, unlike an annotation, cannot change once the class exists, so a class's type is
+fixed."""
+
+
+def is_csi_class(parameters: Mapping[str, str]) -> bool:
+    """Whether a class's parameters make it a CSI class (checked by
+    validate_storage_class_parameters)."""
+    return parameters.get("volumeType") == CSI_VOLUME_TYPE
+
 
 _GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True}
 _GO_BOOLS |= {"0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}
@@ -201,24 +213,13 @@ def validate_storage_class_parameters(
             f"class {json.dumps(class_name)} serves a sharedFileSystemPath, whose volumes no"
             " node holds alone: drop the parameter",
         )
+    _check_csi(class_name, parameters, annotations, storage.shared_filesystem_path)
     key_name = parameters.get("nodeAffinityKey")
     if key_name is not None and not is_label_key(key_name):
         raise ConfigError(
             "parameters.nodeAffinityKey",
             f"{json.dumps(key_name)} is not a valid label key such as kubernetes.io/hostname",
         )
-    if is_csi_class(parameters):
-        if storage.shared_filesystem_path is not None:
-            raise ConfigError(
-                "parameters.volumeType",
-                f"class {json.dumps(class_name)} serves a sharedFileSystemPath; a CSI volume"
-                " lives on one node's disk: drop the parameter, or give the class a nodePathMap",
-            )
-        if "defaultVolumeType" in annotations:
-            raise ConfigError(
-                "annotations.defaultVolumeType",
-                "the class's parameter volumeType: csi sets its volumes' type: drop the annotation",
-            )
     if (default_type := annotations.get("defaultVolumeType")) is not None:
         volume_type = volume_type_of(default_type, "annotations.defaultVolumeType")
         if volume_type == "local" and storage.shared_filesystem_path is not None:
@@ -229,23 +230,33 @@ def validate_storage_class_parameters(
             )
 
 
-CSI_VOLUME_TYPE = "csi"
-
-
-def is_csi_class(parameters: Mapping[str, str]) -> bool:
-    """Whether the class's volumes are CSI volumes (parameter `volumeType: csi`, fixed with the
-    class: a StorageClass's parameters cannot change). ConfigError for any other value: the
-    hostPath and local types are rancher's annotations (`defaultVolumeType`, `volumeType`)."""
+def _check_csi(
+    class_name: str,
+    parameters: Mapping[str, str],
+    annotations: Mapping[str, str],
+    shared_path: str | None,
+) -> None:
     value = parameters.get("volumeType")
     if value is None:
-        return False
-    if value.lower() != CSI_VOLUME_TYPE:
+        return
+    if value != CSI_VOLUME_TYPE:
         raise ConfigError(
             "parameters.volumeType",
-            f"{json.dumps(value)} is not a class type: the parameter takes only csi (hostPath"
-            " and local are set by the annotation defaultVolumeType)",
+            f"{json.dumps(value)} is not a volume type parameter: only {CSI_VOLUME_TYPE!r} is"
+            " one (hostPath and local are the defaultVolumeType annotation's)",
         )
-    return True
+    if shared_path is not None:
+        raise ConfigError(
+            "parameters.volumeType",
+            f"class {json.dumps(class_name)} serves a sharedFileSystemPath, which a node plugin"
+            " does not serve: drop volumeType csi, or give the class a nodePathMap",
+        )
+    if "defaultVolumeType" in annotations:
+        raise ConfigError(
+            "annotations.defaultVolumeType",
+            f"class {json.dumps(class_name)} is a csi class, whose volumes are always CSI:"
+            " drop the defaultVolumeType annotation",
+        )
 
 
 def size_range(parameters: Mapping[str, str]) -> tuple[int | None, int | None]:

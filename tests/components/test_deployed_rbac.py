@@ -75,13 +75,14 @@ def response_status(api: Any, request: Any) -> int:
 
 
 class Applied:
-    def __init__(self, cluster: LocalCluster) -> None:
+    def __init__(self, cluster: LocalCluster, collections: dict[str, str] | None = None) -> None:
         self.api = cluster.admin_client
+        self.collections = COLLECTIONS if collections is None else collections
         self.created: list[str] = []
 
     def create(self, body: dict[str, Any]) -> None:
         namespace = body["metadata"].get("namespace", "")
-        collection = COLLECTIONS[body["kind"]].format(ns=namespace)
+        collection = self.collections[body["kind"]].format(ns=namespace)
         request = self.api.param_serialize(
             "POST", collection, body=body, header_params={"Content-Type": "application/json"}
         )

@@ -89,6 +89,21 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
         {"extraClass": {"name": "by-disk", "parameters": {"nodeAffinityKey": "example.com/disk"}}},
         "storageClasses[1].parameters.nodeAffinityKey",
     ),
+    (
+        "csi: another volume type",
+        {"class": {"volumeType": "hostPath"}},
+        "storageClasses[0].volumeType",
+    ),
+    (
+        "csi: a default volume type too",
+        {"class": {"volumeType": "csi", "defaultVolumeType": "local"}},
+        "storageClasses[0].defaultVolumeType",
+    ),
+    (
+        "csi: a node plugin key",
+        {"class": {"volumeType": "csi"}, "csiNodePlugin": {"kubeletDirectory": "var/lib/kubelet"}},
+        "csiNodePlugin.kubeletDirectory",
+    ),
 ]
 
 

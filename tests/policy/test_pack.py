@@ -29,6 +29,8 @@ NAMES = [
     "pinned-helper-image",
     "least-privilege-rbac",
     "production-readiness",
+    "least-privilege-node-plugin",
+    "node-plugin-host-mounts",
     "provisioner-config-valid",
 ]
 

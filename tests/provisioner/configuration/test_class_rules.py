@@ -71,7 +71,7 @@ def test_a_class_is_read_once_per_version_of_it_and_of_the_config() -> None:
 
 
 def test_a_csi_class_s_type_is_its_parameter_and_a_claim_cannot_change_it() -> None:
-    csi = StorageClassRecord("local", ME, parameters={"volumeType": "CSI"})
+    csi = StorageClassRecord("local", ME, parameters={"volumeType": "csi"})
     rules = read_class_rules("local", csi, CONFIG)
     assert rules.problem is None and rules.default_volume_type == "csi"
     claim = ClaimRecord(uid="u", namespace="ns", name="c", annotations={"volumeType": "local"})
@@ -89,22 +89,22 @@ def test_a_csi_class_s_type_is_its_parameter_and_a_claim_cannot_change_it() -> N
             "local",
             {"volumeType": "hostPath"},
             {},
-            'parameters.volumeType: "hostPath" is not a class type: the parameter takes only'
-            " csi (hostPath and local are set by the annotation defaultVolumeType)",
+            "parameters.volumeType: \"hostPath\" is not a volume type parameter: only 'csi' is"
+            " one (hostPath and local are the defaultVolumeType annotation's)",
         ),
         (
             "nfs",
             {"volumeType": "csi"},
             {},
-            'parameters.volumeType: class "nfs" serves a sharedFileSystemPath; a CSI volume'
-            " lives on one node's disk: drop the parameter, or give the class a nodePathMap",
+            'parameters.volumeType: class "nfs" serves a sharedFileSystemPath, which a node'
+            " plugin does not serve: drop volumeType csi, or give the class a nodePathMap",
         ),
         (
             "local",
             {"volumeType": "csi"},
             {"defaultVolumeType": "local"},
-            "annotations.defaultVolumeType: the class's parameter volumeType: csi sets its"
-            " volumes' type: drop the annotation",
+            'annotations.defaultVolumeType: class "local" is a csi class, whose volumes are'
+            " always CSI: drop the defaultVolumeType annotation",
         ),
     ],
 )
