@@ -77,6 +77,10 @@ def arguments(args: NodePluginArgs, provisioner_name: str) -> list[str]:
         f"--kubelet-root={args.kubelet_directory}",
         f"--kubelet-registration-path={plugin_directory(args, provisioner_name)}/csi.sock",
         f"--health-port={args.health_port}",
+        # Makes and removes its node's CSI volumes' directories (no helper pod), watching only
+        # its node's PVs, with the pod's service account (the ClusterRole and the admission
+        # policy hold it to that node's PVs).
+        "--manage-volumes",
     ]
 
 
