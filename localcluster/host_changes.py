@@ -99,6 +99,7 @@ class HostChanges:
             "bridges": [],
             "cgroup_roots": [],
             "containerd_sockets": [],
+            "mount_points": [],
         }
         self.problems: list[str] = []
 
@@ -145,6 +146,16 @@ class HostChanges:
                 if (path / name).exists():
                     (path / name).write_text((hierarchy / name).read_text())
 
+    def make_mount_point(self, path: Path) -> None:
+        """`path` made (an empty directory, its parent existing) where the nodes' namespaces
+        bind a directory of their own; recorded only when made here, so the undo removes only
+        what was not there before."""
+        if path.is_dir():
+            return
+        self.record["mount_points"].append(str(path))
+        self._save()
+        path.mkdir()
+
     def note_containerd(self, socket: Path) -> None:
         """A containerd listening on `socket`: its shims name it on their command line, which
         is how the shims of a killed harness are found (they outlive containerd by design)."""
@@ -178,6 +189,13 @@ def undo_recorded(record: dict[str, Any]) -> list[str]:
                 _remove_cgroup_tree(hierarchy / root.lstrip("/"))
             except OSError as error:
                 problems.append(f"remove cgroup {hierarchy / root}: {error}")
+    for made in record.get("mount_points", []):
+        try:
+            Path(made).rmdir()
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            problems.append(f"remove directory {made}: {error}")
     for name, value in record["sysctls"].items():
         path = Path("/proc/sys") / name
         try:

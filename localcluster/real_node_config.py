@@ -35,6 +35,11 @@ MIRRORED_REGISTRIES = ("docker.io", "registry.k8s.io")
 """Registries whose names pods use and whose content the local registry serves instead:
 nothing is ever pulled from outside this machine."""
 DISK_ROOTS = ("opt", "mnt", "srv", "var/log")
+KUBELET_ROOT = Path("/var/lib/kubelet")
+"""The kubelet's root directory inside every real node's mount namespace (its own directory,
+`RealNodePlan.kubelet_root`, bound there), as on real machines: one DaemonSet's hostPath of it
+(the CSI node plugin's) serves every node, the kubelet's device-plugin socket (always under
+/var/lib/kubelet) is each node's own, and a plugin's socket paths stay short."""
 """The host directories each real node sees as its own disk (see RealNodePlan.disk_mounts)."""
 
 
@@ -111,6 +116,8 @@ class RealNodePlan:
 
     @property
     def kubelet_root(self) -> Path:
+        """The kubelet's root directory as the host sees it (the node's own); inside the
+        node's mount namespace it is KUBELET_ROOT (see `disk_mounts`)."""
         return self.state / "kubelet"
 
     @property
@@ -138,7 +145,8 @@ class RealNodePlan:
         emulated helper pod would put it. /run is a fresh tmpfs there (containerd's shim
         sockets, the pods' /run/netns links), so nothing of the node lands in the host's /run.
         """
-        return [(self.disk / root, Path("/") / root) for root in DISK_ROOTS]
+        disks = [(self.disk / root, Path("/") / root) for root in DISK_ROOTS]
+        return [*disks, (self.kubelet_root, KUBELET_ROOT)]
 
 
 def containerd_config(plan: RealNodePlan, runc: Path, cni_plugins: Path) -> str:
@@ -300,8 +308,8 @@ def kubelet_args(
         # The node's address lives on its private bridge, never on eth0: the API server
         # reaches the kubelet there (logs, exec).
         f"--node-ip={plan.node_ip}",
-        f"--root-dir={plan.kubelet_root}",
-        f"--cert-dir={plan.kubelet_root / 'pki'}",
+        f"--root-dir={KUBELET_ROOT}",
+        f"--cert-dir={KUBELET_ROOT / 'pki'}",
         "--node-labels=" + ",".join(f"{key}={value}" for key, value in labels.items()),
         "--v=2",
     ]

@@ -29,6 +29,7 @@ from localcluster.real_node import RealNode
 from localcluster.real_node_config import (
     BUSYBOX_IMAGE,
     COREUTILS_IMAGE_PATH,
+    KUBELET_ROOT,
     PAUSE_IMAGE,
     RealNodePlan,
 )
@@ -118,6 +119,8 @@ class RealNodes:
         """Saves the sysctls, makes the bridges and the Service address, starts the relay."""
         self.claim_host()
         self.host.save_kernel_tunables()
+        # /var/lib exists on any Debian host; /var/lib/kubelet only where a kubelet ran.
+        self.host.make_mount_point(KUBELET_ROOT)
         for plan in self.plans:
             self.host.make_bridge(plan.bridge, f"{plan.node_ip}/24", plan.bridge_mac)
             self.host.make_cgroup_root(plan.cgroup_root)
