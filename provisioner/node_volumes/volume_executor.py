@@ -95,7 +95,9 @@ class VolumeExecutor:
                     self.state.write(volume_name, VolumeRecord("set-up", setup.path))
                     log.info("volume %s: made %s", volume_name, setup.path)
                     return Outcome("done")
-                clean_up = run_steps(failed_setup_clean_up(target, self.bundle), self.timeout)
+                clean_up = run_steps(
+                    failed_setup_clean_up(target, self.bundle, setup.clean_up), self.timeout
+                )
                 message = _failure("setup", results)
                 if clean_up and not _succeeded(clean_up):
                     message += "; the clean-up after it: " + _failure("clean-up", clean_up)

@@ -13,7 +13,8 @@ node as plain processes instead. Two differences, both forced by where they run:
 
 A teardown runs the teardown code, then `finish` only if that succeeded, both with the owner
 check of the gate's permit as the PV carries it (`NodeRemoval`). A setup that failed runs
-`finish` with an owner check that only what this volume made passes (`failed_setup_clean_up`).
+`finish` with the gate's permit for that clean-up, which the controller wrote in the setup
+(`failed_setup_clean_up`); without one the directory stays for the retry.
 """
 
 from __future__ import annotations
@@ -102,15 +103,21 @@ def node_steps(
     return (_step("delete", target, bundle, check), _step("finish", target, bundle, check))
 
 
-def failed_setup_clean_up(target: VolumeTarget, bundle: ConfigBundle) -> tuple[NodeStep, ...]:
-    """After a setup that failed, `finish`, which removes the directory only while it is empty
-    and its owner marker says this volume made it (never one `prepare` found and reused, nor
-    one without a marker); () for a class that hands existing data over (reuseExistingData),
-    whose directory the gate would never give back either."""
-    if target.reuse_existing_data:
+def failed_setup_clean_up(
+    target: VolumeTarget, bundle: ConfigBundle, clean_up: NodeRemoval | None
+) -> tuple[NodeStep, ...]:
+    """After a setup that failed, `finish` with the gate's permit for that clean-up (written
+    by the controller in the setup, `VolumeSetup.clean_up`): it removes the directory only
+    while it is empty and its owner marker says what the permit asks (made by this volume).
+    () without a permit covering this volume and path: the directory stays, and a retry uses
+    it (the gate gives none to a class that hands existing data over)."""
+    if clean_up is None or (clean_up.volume_name, clean_up.path) != (
+        target.volume_name,
+        target.path,
+    ):
         return ()
     check = owner_check_environment(
-        OwnerCheck(owner=target.volume_name, made_only=True, absent_ok=False)
+        OwnerCheck(owner=clean_up.owner, made_only=clean_up.made_only, absent_ok=clean_up.absent_ok)
     )
     return (_step("finish", target, bundle, check),)
 

@@ -72,6 +72,9 @@ class VolumeSetup:
     vol_group: str = ""
     vol_perm: str = ""
     reuse_existing_data: bool = False
+    clean_up: NodeRemoval | None = None
+    """The gate's permit for the clean-up after this setup's own failure (a directory this
+    volume made, and empty); None: a failed setup leaves its directory (a retry uses it)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
@@ -79,6 +82,9 @@ class VolumeSetup:
     @staticmethod
     def from_json(text: str) -> VolumeSetup:
         fields = _object(text, SETUP_ANNOTATION)
+        clean_up = fields.get("clean_up")
+        if clean_up is not None and not isinstance(clean_up, dict):
+            raise HandoffError(f"{SETUP_ANNOTATION}'s clean_up is not a JSON object")
         try:
             setup = VolumeSetup(
                 base_path=_text(fields, "base_path"),
@@ -89,6 +95,7 @@ class VolumeSetup:
                 vol_group=_text(fields, "vol_group", ""),
                 vol_perm=_text(fields, "vol_perm", ""),
                 reuse_existing_data=_flag(fields, "reuse_existing_data"),
+                clean_up=None if clean_up is None else NodeRemoval.of_fields(clean_up),
             )
         except KeyError as missing:
             raise HandoffError(f"{SETUP_ANNOTATION} has no {missing.args[0]}") from None
@@ -113,7 +120,10 @@ class NodeRemoval:
 
     @staticmethod
     def from_json(text: str) -> NodeRemoval:
-        fields = _object(text, REMOVAL_PERMIT_ANNOTATION)
+        return NodeRemoval.of_fields(_object(text, REMOVAL_PERMIT_ANNOTATION))
+
+    @staticmethod
+    def of_fields(fields: Mapping[str, Any]) -> NodeRemoval:
         try:
             return NodeRemoval(
                 volume_name=_text(fields, "volume_name"),

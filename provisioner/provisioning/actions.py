@@ -22,7 +22,7 @@ from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
 from provisioner.kube.events import EventRecorder, EventType, ObjectReference
 from provisioner.kube.metrics import Metrics
-from provisioner.objects.node_handoff import REMOVAL_PERMIT_ANNOTATION, NodeRemoval
+from provisioner.objects.node_handoff import REMOVAL_PERMIT_ANNOTATION
 from provisioner.objects.records import (
     CLAIM_KIND,
     ClaimRecord,
@@ -52,7 +52,11 @@ from provisioner.provisioning.clones import CloneSource, source_changed
 from provisioner.provisioning.expansion import Expand
 from provisioner.provisioning.removal_gate import RemovalKind, RemovalPermit
 from provisioner.provisioning.volume_decisions import TeardownPlan
-from provisioner.provisioning.volumes import build_persistent_volume, foreign_volume_problem
+from provisioner.provisioning.volumes import (
+    build_persistent_volume,
+    foreign_volume_problem,
+    node_removal,
+)
 
 log = logging.getLogger(__name__)
 
@@ -177,12 +181,14 @@ class Actions:
         *,
         ask_clone_source: bool = False,
         clone_problem: str | None = None,
+        node_clean_up: RemovalPermit | None = None,
     ) -> None:
         """After the setup helper's run (`helper`): the PV, or the failure reported; raises
         `GiveBack` when no PV will point at the directory. A clone's source is asked once
         (`ask_clone_source`: this is the first save) for its verdict (`clone_source_problem`);
         a retry gets it back as `clone_problem` (from VolumeSaveUnsettled), so that it never
-        gives back a clone whose source went after its PV may have been saved."""
+        gives back a clone whose source went after its PV may have been saved. `node_clean_up`:
+        a CSI volume's permit for the clean-up after its setup fails on the node."""
         claim, class_name = plan.claim, plan.storage_class.name
         where = plan.node_name or "the shared filesystem"
         reference = claim_reference(claim)
@@ -191,7 +197,7 @@ class Actions:
             clone_problem = self.clone_source_problem(plan.clone_source)
         if error is None and clone_problem is None:
             try:
-                self._save_volume(plan)
+                self._save_volume(plan, node_clean_up)
             except VolumeSaveUnsettled as unsettled:
                 unsettled.clone_problem = clone_problem
                 raise
@@ -219,8 +225,8 @@ class Actions:
         self._metrics.provision_failed_total.labels(class_name, _source_label(plan)).inc()
         raise GiveBack(RemovalKind.CLONE_GIVE_BACK, f"{clone_problem}, so the copy may miss files")
 
-    def _save_volume(self, plan: ProvisionPlan) -> None:
-        volume = build_persistent_volume(plan, self._csi_driver)
+    def _save_volume(self, plan: ProvisionPlan, clean_up: RemovalPermit | None) -> None:
+        volume = build_persistent_volume(plan, self._csi_driver, clean_up)
         last_error = ""
         # Any answer but a definite refusal may hide a save that happened (the server
         # committed, then the answer was lost or turned into a 5xx; a request that timed out
@@ -504,17 +510,10 @@ class Actions:
         reads it, runs the owner check and the teardown on the node, and marks the PV
         DIRECTORY_REMOVED_ANNOTATION; the PV is deleted then, as after a helper's teardown.
         Writing the same permit again (a resync, a retried key) changes nothing."""
-        check = permit.check
-        if check is None or not permit.covers(volume.name, volume.path or ""):
+        if not permit.covers(volume.name, volume.path or ""):
             raise ActionFailed(f"the permit for {permit.path} is not volume {volume.name}'s")
-        removal = NodeRemoval(
-            volume_name=volume.name,
-            path=permit.path,
-            owner=check.owner,
-            made_only=check.made_only,
-            absent_ok=check.absent_ok,
-            claim_uid=volume.claim_ref.uid if volume.claim_ref is not None else "",
-        )
+        claim_uid = volume.claim_ref.uid if volume.claim_ref is not None else ""
+        removal = node_removal(permit, claim_uid)
         if volume.annotations.get(REMOVAL_PERMIT_ANNOTATION) == removal.to_json():
             return
         self._patch(

@@ -108,6 +108,9 @@ class _Handoff:
     clone_problem: str | None = None
     """A clone's verdict on its source, taken once with `result`, before the first save:
     a retry of the save never reads the source again (see `Actions.finish_provision`)."""
+    node_clean_up: RemovalPermit | None = None
+    """A CSI volume's: the gate's permit for the clean-up after its setup fails on its node,
+    saved with the PV for the node plugin."""
 
 
 class LocalPathProvisioner:
@@ -330,6 +333,7 @@ class LocalPathProvisioner:
                     plan.storage_class.name,
                     reference,
                     result=RunResult(0.0),
+                    node_clean_up=self._removals.setup_clean_up_permit(plan),
                 )
             elif plan is not None:
                 clean_up = self._removals.setup_clean_up_permit(plan)
@@ -400,6 +404,7 @@ class LocalPathProvisioner:
                 handoff.started,
                 ask_clone_source=handoff.result is None,
                 clone_problem=handoff.clone_problem,
+                node_clean_up=handoff.node_clean_up,
             )
         except VolumeSaveUnsettled as unsettled:
             # The PV may exist and bind: the directory, the path and its budget stay, and

@@ -22,15 +22,21 @@ from provisioner.objects.node_handoff import (
     NODE_LABEL,
     SETUP_ANNOTATION,
     VOLUME_PATH_KEY,
+    NodeRemoval,
     VolumeSetup,
     node_label_value,
 )
 from provisioner.provisioning.annotations import NODE_ANNOTATION, PROVISIONED_BY, VOLUME_FINALIZER
 from provisioner.provisioning.claims import ProvisionPlan
+from provisioner.provisioning.removal_gate import RemovalPermit
 
 
-def build_persistent_volume(plan: ProvisionPlan, driver: str) -> dict[str, Any]:
-    """`driver`: the CSI driver a CSI class's volume names (csi.driver_name)."""
+def build_persistent_volume(
+    plan: ProvisionPlan, driver: str, clean_up: RemovalPermit | None = None
+) -> dict[str, Any]:
+    """`driver`: the CSI driver a CSI class's volume names (csi.driver_name); `clean_up`: the
+    gate's permit for the clean-up after its setup's failure, which the node plugin gets with
+    the setup (a helper pod gets it in its `finish` step)."""
     claim, storage_class = plan.claim, plan.storage_class
     annotations = {PROVISIONED_BY: plan.provisioner_name}
     if plan.node_affinity is not None and plan.node_name is not None:
@@ -42,7 +48,7 @@ def build_persistent_volume(plan: ProvisionPlan, driver: str) -> dict[str, Any]:
         # No helper made the directory: the node plugin that watches its node's PVs (the
         # label) makes it from the setup annotation, before it publishes the volume to a pod.
         metadata["labels"] = {NODE_LABEL: node_label_value(plan.node_name)}
-        annotations[SETUP_ANNOTATION] = volume_setup(plan).to_json()
+        annotations[SETUP_ANNOTATION] = volume_setup(plan, clean_up).to_json()
         source: dict[str, Any] = {
             "csi": {
                 "driver": driver,
@@ -82,8 +88,25 @@ def build_persistent_volume(plan: ProvisionPlan, driver: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": metadata, "spec": spec}
 
 
-def volume_setup(plan: ProvisionPlan) -> VolumeSetup:
+def node_removal(permit: RemovalPermit, claim_uid: str) -> NodeRemoval:
+    """The gate's permit as the node plugin gets it on the PV (RemovalPermit never leaves this
+    process: only the gate makes one)."""
+    check = permit.check
+    if check is None:
+        raise ValueError(f"the permit for {permit.path} is not a volume's")
+    return NodeRemoval(
+        volume_name=permit.volume_name,
+        path=permit.path,
+        owner=check.owner,
+        made_only=check.made_only,
+        absent_ok=check.absent_ok,
+        claim_uid=claim_uid,
+    )
+
+
+def volume_setup(plan: ProvisionPlan, clean_up: RemovalPermit | None = None) -> VolumeSetup:
     """What the node plugin makes a CSI volume's directory from."""
+    covers = clean_up is not None and clean_up.covers(plan.volume_name, plan.path)
     return VolumeSetup(
         base_path=plan.base_path,
         path=plan.path,
@@ -93,6 +116,7 @@ def volume_setup(plan: ProvisionPlan) -> VolumeSetup:
         vol_group=plan.vol_group,
         vol_perm=plan.vol_perm,
         reuse_existing_data=plan.reuse_existing_data,
+        clean_up=node_removal(clean_up, plan.claim.uid) if clean_up and covers else None,
     )
 
 

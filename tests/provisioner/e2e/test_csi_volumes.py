@@ -63,6 +63,11 @@ def test_a_csi_claim_binds_without_a_helper_and_its_release_waits_for_its_node(
     setup_fields = VolumeSetup.from_json(volume["metadata"]["annotations"][SETUP_ANNOTATION])
     assert (setup_fields.base_path, setup_fields.path) == (BASE, path)
     assert setup_fields.size_bytes == 2 << 30
+    # The gate's permit for the clean-up should the setup fail on the node: this volume's
+    # directory, only if this volume made it.
+    assert setup_fields.clean_up is not None
+    assert (setup_fields.clean_up.volume_name, setup_fields.clean_up.path) == (name, path)
+    assert setup_fields.clean_up.owner == name and setup_fields.clean_up.made_only
     assert not setup.node_path("node-1", path).exists(), "no helper made the directory"
     assert helper_runs(setup) == 0
 

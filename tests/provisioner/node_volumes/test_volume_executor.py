@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 import time
@@ -142,16 +143,29 @@ def test_a_setup_outside_this_nodes_base_paths_runs_nothing(stand: Stand) -> Non
     assert not elsewhere.exists()
 
 
-def test_a_failed_setup_removes_the_directory_it_made(tmp_path: Path) -> None:
+def test_a_failed_setup_removes_the_directory_it_made_with_the_gate_s_permit(
+    tmp_path: Path,
+) -> None:
     root = tmp_path.resolve()
     stand = Stand(root, counting_setup(root, 'echo "no disk today" >&2; exit 3\n'))
-    setup = stand.setup()
+    bare = stand.setup()
+    permit = NodeRemoval("pvc-1", bare.path, "pvc-1", True, False, "uid-1")
+    setup = dataclasses.replace(bare, clean_up=permit)
     outcome = stand.executor().set_up("pvc-1", setup.path, setup)
     assert outcome.kind == "failed"
     assert "no disk today" in outcome.message
     assert not Path(setup.path).exists()
     assert not (stand.base / "ns").exists()
     assert not stand.marker(setup.path).exists()
+
+
+def test_a_failed_setup_without_the_gate_s_permit_leaves_its_directory(tmp_path: Path) -> None:
+    root = tmp_path.resolve()
+    stand = Stand(root, counting_setup(root, 'echo "no disk today" >&2; exit 3\n'))
+    setup = stand.setup()
+    assert stand.executor().set_up("pvc-1", setup.path, setup).kind == "failed"
+    assert Path(setup.path).is_dir(), "no permit: nothing removed"
+    assert stand.marker(setup.path).exists()
 
 
 def test_a_setup_past_its_timeout_is_killed(tmp_path: Path) -> None:

@@ -128,16 +128,18 @@ def test_a_path_outside_its_base_path_gets_no_step() -> None:
         node_steps("create", outside, BUNDLE)
 
 
-def test_the_clean_up_after_a_failed_setup_removes_only_what_this_volume_made() -> None:
-    (finish,) = failed_setup_clean_up(TARGET, BUNDLE)
+def test_the_clean_up_after_a_failed_setup_runs_only_with_the_gate_s_permit() -> None:
+    permit = NodeRemoval(TARGET.volume_name, TARGET.path, "pvc-1", True, False, "uid-1")
+    (finish,) = failed_setup_clean_up(TARGET, BUNDLE, permit)
     assert finish.name == "finish"
     assert finish.env["LPS_REMOVAL_OWNER"] == "pvc-1"
     assert finish.env["LPS_REMOVAL_MADE_ONLY"] == "true"
     assert "LPS_REMOVAL_ABSENT_OK" not in finish.env
-    reusing = VolumeTarget.of(
-        "pvc-1", "n1", VolumeSetup("/data", "/data/x", "Filesystem", 1, reuse_existing_data=True)
-    )
-    assert failed_setup_clean_up(reusing, BUNDLE) == ()
+    # No permit (the gate gave none, e.g. reuseExistingData), or one for another directory:
+    # the directory stays for the retry.
+    assert failed_setup_clean_up(TARGET, BUNDLE, None) == ()
+    elsewhere = NodeRemoval(TARGET.volume_name, "/data/other", "pvc-1", True, False, "uid-1")
+    assert failed_setup_clean_up(TARGET, BUNDLE, elsewhere) == ()
 
 
 @pytest.mark.parametrize("step", ["delete", "finish"])
