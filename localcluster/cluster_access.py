@@ -77,6 +77,9 @@ class ClusterAccess:
     def storage_v1(self) -> client.StorageV1Api:
         return client.StorageV1Api(self.admin_client)
 
+    def apps_v1(self) -> client.AppsV1Api:
+        return client.AppsV1Api(self.admin_client)
+
     def rbac_v1(self) -> client.RbacAuthorizationV1Api:
         return client.RbacAuthorizationV1Api(self.admin_client)
 

@@ -14,10 +14,13 @@ Run from the repository root: `python -m scripts.demo` (or `make demo`).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import secrets
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +30,7 @@ from typing import Any, TypeVar
 import yaml
 
 from components.naming import DEFAULT_NAMESPACE
+from components.node_plugin import DAEMON_SET_NAME
 from localcluster import (
     ClusterError,
     ClusterOptions,
@@ -35,10 +39,19 @@ from localcluster import (
 )
 from localcluster.raw_api import call_json, manifest
 from localcluster.real_node_config import BUSYBOX_IMAGE
+from provisioner.csi.driver_name import DEFAULT_DRIVER_NAME
+from provisioner.helper_pods.pod_shapes import HELPER_POD_SELECTOR
+from provisioner.objects.node_handoff import VOLUME_PATH_KEY
 from scripts import build_image
 from scripts.pulumi_engine import ROOT, EngineUnavailableError, find_engine, project_copy
 
 STACK = "demo"
+CSI_CLASS = {
+    "name": "local-path-csi",
+    "volumeType": "csi",
+    "reclaimPolicy": "Delete",
+    "volumeBindingMode": "WaitForFirstConsumer",
+}
 STACK_TEMPLATE = ROOT / "stacks" / "Pulumi.dev.yaml"
 T = TypeVar("T")
 timings: list[tuple[str, float]] = []
@@ -72,6 +85,13 @@ class Pulumi:
             "kubernetes:kubeconfig": str(cluster.kubeconfig),
             "local-path-storage:image": image,
         }
+        # Beside the dev stack's class, one of CSI volumes: the stack deploys the node
+        # plugin's DaemonSet for it.
+        config["local-path-storage:storageClasses"] = [
+            *config["local-path-storage:storageClasses"],
+            CSI_CLASS,
+        ]
+        print(f"  $ pulumi config set --path storageClasses[1] '{json.dumps(CSI_CLASS)}'")
         print(f"  $ pulumi config set image {image}")
         self.project = project_copy(cluster.dir / "demo-project", STACK, config)
         # A backend and passphrase of this run only: the cluster directory goes at the end.
@@ -90,12 +110,15 @@ class Pulumi:
             raise DemoError(f"demo: `pulumi {' '.join(arguments)}` exited {completed.returncode}")
 
 
+def namespace_of_stack() -> str:
+    config = yaml.safe_load(STACK_TEMPLATE.read_text(encoding="utf-8"))["config"]
+    return str(config.get("local-path-storage:namespace", DEFAULT_NAMESPACE))
+
+
 def deploy(cluster: LocalCluster, pulumi: Pulumi) -> dict[str, Any]:
     pulumi("stack", "init")
     pulumi("up", "--yes")
-    namespace = yaml.safe_load(STACK_TEMPLATE.read_text(encoding="utf-8"))["config"].get(
-        "local-path-storage:namespace", DEFAULT_NAMESPACE
-    )
+    namespace = namespace_of_stack()
 
     def ready_pod() -> dict[str, Any] | None:
         pods = call_json(
@@ -120,14 +143,21 @@ def deploy(cluster: LocalCluster, pulumi: Pulumi) -> dict[str, Any]:
     return pod
 
 
-def claim_for_a_pod(cluster: LocalCluster, storage_class: str) -> dict[str, Any]:
+def claim_for_a_pod(
+    cluster: LocalCluster,
+    storage_class: str,
+    *,
+    claim: str = "data",
+    pod: str = "app",
+    command: str = "echo hello > /data/greeting; sleep 3600",
+) -> dict[str, Any]:
     core = cluster.core_v1()
     started = time.monotonic()
     core.create_namespaced_persistent_volume_claim(
         "default",
         manifest(
             {
-                "metadata": {"name": "data"},
+                "metadata": {"name": claim},
                 "spec": {
                     "storageClassName": storage_class,
                     "accessModes": ["ReadWriteOnce"],
@@ -140,41 +170,42 @@ def claim_for_a_pod(cluster: LocalCluster, storage_class: str) -> dict[str, Any]
         "default",
         manifest(
             {
-                "metadata": {"name": "app"},
+                "metadata": {"name": pod},
                 "spec": {
                     "terminationGracePeriodSeconds": 0,
                     "containers": [
                         {
                             "name": "app",
                             "image": BUSYBOX_IMAGE,
-                            "command": ["sh", "-c", "echo hello > /data/greeting; sleep 3600"],
+                            "command": ["sh", "-c", command],
                             "volumeMounts": [{"name": "d", "mountPath": "/data"}],
                         }
                     ],
-                    "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}],
+                    "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": claim}}],
                 },
             }
         ),
     )
 
     def bound() -> str | None:
-        claim = call_json(core.read_namespaced_persistent_volume_claim, "data", "default")
-        return claim["spec"].get("volumeName") if claim["status"].get("phase") == "Bound" else None
+        found = call_json(core.read_namespaced_persistent_volume_claim, claim, "default")
+        return found["spec"].get("volumeName") if found["status"].get("phase") == "Bound" else None
 
     volume_name = _poll(bound, "the claim to be Bound")
-    print(f"  claim default/data Bound to {volume_name} in {time.monotonic() - started:.1f}s")
+    print(f"  claim default/{claim} Bound to {volume_name} in {time.monotonic() - started:.1f}s")
 
     def running() -> str | None:
-        pod = call_json(core.read_namespaced_pod, "app", "default")
-        return str(pod["spec"]["nodeName"]) if pod["status"].get("phase") == "Running" else None
+        found = call_json(core.read_namespaced_pod, pod, "default")
+        phase = found["status"].get("phase")
+        return str(found["spec"]["nodeName"]) if phase == "Running" else None
 
     node = _poll(running, "the claim's pod to run")
-    print(f"  pod default/app Running on {node} in {time.monotonic() - started:.1f}s")
+    print(f"  pod default/{pod} Running on {node} in {time.monotonic() - started:.1f}s")
     return call_json(core.read_persistent_volume, volume_name)
 
 
 def show_volume_directory(cluster: LocalCluster, volume: dict[str, Any]) -> Path:
-    path = (volume["spec"].get("hostPath") or volume["spec"]["local"])["path"]
+    path = volume_path(volume)
     terms = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
     node = terms[0]["matchExpressions"][0]["values"][0]
     print(f"  PV {volume['metadata']['name']}: {path}, pinned to {node}")
@@ -190,10 +221,17 @@ def show_volume_directory(cluster: LocalCluster, volume: dict[str, Any]) -> Path
     return directory
 
 
-def release(cluster: LocalCluster, volume_name: str, directory: Path) -> None:
+def release(
+    cluster: LocalCluster,
+    volume_name: str,
+    directory: Path,
+    *,
+    claim: str = "data",
+    pod: str = "app",
+) -> None:
     core = cluster.core_v1()
-    core.delete_namespaced_pod("app", "default", grace_period_seconds=0)
-    core.delete_namespaced_persistent_volume_claim("data", "default")
+    core.delete_namespaced_pod(pod, "default", grace_period_seconds=0)
+    core.delete_namespaced_persistent_volume_claim(claim, "default")
 
     def deleted() -> bool | None:
         volumes = call_json(core.list_persistent_volume)["items"]
@@ -205,13 +243,131 @@ def release(cluster: LocalCluster, volume_name: str, directory: Path) -> None:
     print(f"  PV {volume_name} deleted; directory {directory}: removed")
 
 
+def volume_path(volume: dict[str, Any]) -> str:
+    spec = volume["spec"]
+    if "csi" in spec:
+        return str(spec["csi"]["volumeAttributes"][VOLUME_PATH_KEY])
+    return str((spec.get("hostPath") or spec["local"])["path"])
+
+
+def node_plugins_ready(cluster: LocalCluster, namespace: str) -> None:
+    """The stack's node plugin DaemonSet, Ready on every node (each registered with its
+    kubelet: the node's CSINode lists the driver)."""
+    apps = cluster.apps_v1()
+
+    def ready() -> int | None:
+        status = call_json(apps.read_namespaced_daemon_set, DAEMON_SET_NAME, namespace)["status"]
+        wanted = status.get("desiredNumberScheduled") or 0
+        return wanted if wanted and status.get("numberReady") == wanted else None
+
+    count = _poll(ready, f"the node plugin DaemonSet {namespace}/{DAEMON_SET_NAME} to be Ready")
+    storage = cluster.storage_v1()
+
+    def registered() -> list[str] | None:
+        names = [
+            node["metadata"]["name"]
+            for node in call_json(storage.list_csi_node)["items"]
+            if any(d["name"] == DEFAULT_DRIVER_NAME for d in node["spec"].get("drivers") or [])
+        ]
+        return names if len(names) == count else None
+
+    nodes = _poll(registered, f"every node's CSINode to list {DEFAULT_DRIVER_NAME}")
+    print(f"  node plugin Ready on {count} nodes, registered with the kubelets of {nodes}")
+
+
+class HelperPodWatch:
+    """Every helper pod the provisioner creates while it runs (it should create none for a CSI
+    class's claim)."""
+
+    def __init__(self, cluster: LocalCluster, namespace: str) -> None:
+        self.created: list[str] = []
+        self._stop = threading.Event()
+        self._cluster, self._namespace = cluster, namespace
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        time.sleep(0.5)  # the watch is open before the claim is made
+
+    def _watch(self) -> None:
+        from kubernetes import watch  # noqa: PLC0415 (the demo's only watch)
+
+        stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+            self._cluster.core_v1().list_namespaced_pod,
+            self._namespace,
+            label_selector=HELPER_POD_SELECTOR,
+            timeout_seconds=600,
+        )
+        for event in stream:
+            if event["type"] == "ADDED":
+                self.created.append(event["raw_object"]["metadata"]["name"])
+            if self._stop.is_set():
+                break
+
+    def stop(self) -> list[str]:
+        self._stop.set()
+        return self.created
+
+
+def volume_usage(cluster: LocalCluster, node: str, claim: str) -> int:
+    """`kubelet_volume_stats_used_bytes` of the claim, from its node's kubelet's /metrics
+    (through the API server), once the kubelet has collected it (its volume stats period)."""
+    pattern = re.compile(
+        r'^kubelet_volume_stats_used_bytes\{[^}]*namespace="default"[^}]*'
+        rf'persistentvolumeclaim="{claim}"[^}}]*\}} (\S+)$',
+        re.MULTILINE,
+    )
+
+    def used() -> int | None:
+        text = cluster.core_v1().connect_get_node_proxy_with_path(node, "metrics")
+        found = pattern.search(str(text))
+        return int(float(found.group(1))) if found else None
+
+    return wait_for(used, 150, f"the kubelet of {node} to report {claim}'s usage", interval=2)
+
+
+def csi_claim(cluster: LocalCluster, namespace: str) -> None:
+    """A claim of the CSI class: bound with no helper pod, its pod's volume mounted by the
+    node plugin, its usage in the kubelet's metrics, released by the node plugin."""
+    node_plugins_ready(cluster, namespace)
+    helpers = HelperPodWatch(cluster, namespace)
+    volume = claim_for_a_pod(
+        cluster,
+        str(CSI_CLASS["name"]),
+        claim="csi-data",
+        pod="csi-app",
+        command="echo hello > /data/greeting; head -c 8388608 /dev/zero > /data/blob; sleep 3600",
+    )
+    created = helpers.stop()
+    if created:
+        raise DemoError(f"demo: helper pods ran for the CSI claim: {created}")
+    print(
+        f"  PV {volume['metadata']['name']}: csi driver {volume['spec']['csi']['driver']},"
+        " no helper pod created"
+    )
+    directory = show_volume_directory(cluster, volume)
+    terms = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    node = terms[0]["matchExpressions"][0]["values"][0]
+    started = time.monotonic()
+    used = volume_usage(cluster, node, "csi-data")
+    print(
+        f'  kubelet_volume_stats_used_bytes{{persistentvolumeclaim="csi-data"}} = {used}'
+        f" ({used / 2**20:.1f} MiB; the pod wrote 8 MiB), from {node}'s kubelet after"
+        f" {time.monotonic() - started:.0f}s"
+    )
+    if used < 8 << 20:
+        raise DemoError(f"demo: the kubelet reports {used} bytes used, less than the pod wrote")
+    release(cluster, volume["metadata"]["name"], directory, claim="csi-data", pod="csi-app")
+
+
 def run(cluster: LocalCluster) -> None:
     with step("Nodes"):
         for node in call_json(cluster.core_v1().list_node)["items"]:
             name = node["metadata"]["name"]
             ready = next(c["status"] for c in node["status"]["conditions"] if c["type"] == "Ready")
             print(f"  {name:<10} Ready={ready:<6} disk: {cluster.node_dir(name)}")
-    with step("pulumi up: namespace, RBAC, ConfigMap, provisioner Deployment, StorageClass"):
+    with step(
+        "pulumi up: namespace, RBAC, ConfigMap, provisioner Deployment, StorageClasses,"
+        " the CSI node plugin"
+    ):
         assert cluster.real is not None and cluster.real.provisioner is not None
         pulumi = Pulumi(cluster, cluster.real.provisioner.by_digest)
         deploy(cluster, pulumi)
@@ -224,6 +380,11 @@ def run(cluster: LocalCluster) -> None:
         directory = show_volume_directory(cluster, volume)
     with step("Releasing: pod and claim deleted, the provisioner removes directory and PV"):
         release(cluster, volume["metadata"]["name"], directory)
+    with step(
+        "A CSI claim: bound without a helper pod, mounted by the node plugin, its usage read"
+        " from the kubelet's metrics, released by the node plugin"
+    ):
+        csi_claim(cluster, namespace_of_stack())
     with step("pulumi destroy: everything the stack made is removed"):
         pulumi("destroy", "--yes")
         pulumi("stack", "rm", "--yes")
