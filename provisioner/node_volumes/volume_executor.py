@@ -23,7 +23,7 @@ from typing import Literal
 from provisioner.configuration.config import BasePathRules, ConfigBundle
 from provisioner.csi.mount_table import mount_at
 from provisioner.csi.mounts import read_mount_table
-from provisioner.node_volumes.step_runner import StepResult, run_steps
+from provisioner.node_volumes.step_runner import SYSTEM, Shell, StepResult, run_steps
 from provisioner.node_volumes.volume_checks import path_refusal
 from provisioner.node_volumes.volume_records import (
     RecordConflictError,
@@ -69,8 +69,10 @@ class VolumeExecutor:
         state: VolumeState,
         *,
         lock_wait_seconds: float | None = None,
+        shell: Shell = SYSTEM,
     ) -> None:
         self.node_name = node_name
+        self.shell = shell
         self.bundle = bundle
         self.base_paths = dict(base_paths)
         self.state = state
@@ -90,13 +92,17 @@ class VolumeExecutor:
                 decision = setup_decision(record, setup.path, _is_directory(setup.path))
                 if decision is SetupDecision.DONE:
                     return Outcome("already")
-                results = run_steps(node_steps("create", target, self.bundle), self.timeout)
+                results = run_steps(
+                    node_steps("create", target, self.bundle), self.timeout, self.shell
+                )
                 if _succeeded(results):
                     self.state.write(volume_name, VolumeRecord("set-up", setup.path))
                     log.info("volume %s: made %s", volume_name, setup.path)
                     return Outcome("done")
                 clean_up = run_steps(
-                    failed_setup_clean_up(target, self.bundle, setup.clean_up), self.timeout
+                    failed_setup_clean_up(target, self.bundle, setup.clean_up),
+                    self.timeout,
+                    self.shell,
                 )
                 message = _failure("setup", results)
                 if clean_up and not _succeeded(clean_up):
@@ -145,7 +151,7 @@ class VolumeExecutor:
                     self.state.write(volume_name, VolumeRecord("removed", removal.path))
                     return Outcome("already", f"{removal.path} was not there")
                 steps = node_steps("delete", target, self.bundle, removal=removal)
-                results = run_steps(steps, self.timeout)
+                results = run_steps(steps, self.timeout, self.shell)
                 if not _succeeded(results):
                     return Outcome("failed", _failure("teardown", results))
                 self.state.write(volume_name, VolumeRecord("removed", removal.path))
