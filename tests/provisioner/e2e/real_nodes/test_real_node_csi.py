@@ -289,6 +289,9 @@ def create_pod(
         "nodeSelector": {HOSTNAME: node},
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": 1,
+        # The node's own resolver (an empty file): the kubelet has no cluster DNS to give, and
+        # would say so in a Warning event on every pod (ClusterFirst, the default).
+        "dnsPolicy": "Default",
         "containers": [
             {
                 "name": "app",
@@ -398,6 +401,7 @@ def test_the_kubelet_mounts_a_csi_volume_and_the_pod_s_file_lands_on_the_node_s_
     assert (directory / "file").read_text() == "written by the pod\n"
     assert not csi.directory(volume, "real-2").exists()
     assert "NodePublishVolume refused" not in csi.plugins["real-1"].output()
+    csi.release("data", volume, "real-1")
 
 
 def test_the_kubelet_reports_the_claim_s_used_bytes_from_the_plugin(csi: CsiStack) -> None:
@@ -422,6 +426,7 @@ def test_the_kubelet_reports_the_claim_s_used_bytes_from_the_plugin(csi: CsiStac
     inodes = claim_sample(metrics, "kubelet_volume_stats_inodes_used", csi.namespace, "usage")
     assert capacity is not None and capacity > used
     assert inodes == 2, "the directory and the one file"
+    csi.release("usage", volume, "real-2")
 
 
 def test_a_pod_s_fs_group_owns_what_it_writes_on_the_node(csi: CsiStack) -> None:
@@ -441,6 +446,7 @@ def test_a_pod_s_fs_group_owns_what_it_writes_on_the_node(csi: CsiStack) -> None
     assert directory.stat().st_mode & 0o2000, "setgid: new files take the group"
     identity = (directory / "id").read_text()
     assert str(FS_GROUP) in identity.split("groups=", 1)[1].strip().split(","), identity
+    csi.release("grouped", volume, "real-1")
 
 
 def test_a_directory_removed_behind_a_running_pod_is_reported_abnormal(csi: CsiStack) -> None:
