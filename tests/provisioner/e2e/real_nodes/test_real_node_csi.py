@@ -212,6 +212,7 @@ class CsiStack:
         )
         print(f"{name}: PV deleted {time.monotonic() - started:.1f} s after the pod's deletion")
         assert not directory.exists(), f"{directory} is still on {node}'s disk"
+        assert self.recorder.pods() == [], "a CSI volume needs no helper pod, ever"
 
 
 @pytest.fixture
