@@ -24,6 +24,13 @@ APP_NAME = "local-path-storage-node-plugin"
 """The node plugin pods' app.kubernetes.io/name (the provisioner's pods have their own)."""
 SERVICE_ACCOUNT = "local-path-storage-node-plugin"
 CONTAINER_NAME = "node-plugin"
+SHELL_DIRECTORY = "/lps-shell"
+"""Where the plugin finds the shell and tools its scripts run with (an emptyDir)."""
+SHELL_COPY = (
+    f'cp "$(command -v busybox)" {SHELL_DIRECTORY}/busybox'
+    f" && {SHELL_DIRECTORY}/busybox --install -s {SHELL_DIRECTORY}"
+)
+"""The init container's script, in the helper image: its busybox, and a link per applet."""
 SOCKET_DIRECTORY = "/csi"
 """Where the plugin's own socket directory (<kubelet>/plugins/<driver>) is mounted: a short
 path, whatever the kubelet's, so the socket's path stays within a unix socket's limit."""
@@ -81,6 +88,7 @@ def arguments(args: NodePluginArgs, provisioner_name: str) -> list[str]:
         # its node's PVs, with the pod's service account (the ClusterRole and the admission
         # policy hold it to that node's PVs).
         "--manage-volumes",
+        f"--shell-directory={SHELL_DIRECTORY}",
     ]
 
 

@@ -59,10 +59,24 @@ def pod_template(
             *(_volume_mount(mount) for mount in mounts),
             {"name": "config", "mount_path": naming.CONFIG_DIRECTORY, "read_only": True},
             {"name": "tmp", "mount_path": "/tmp"},
+            {"name": "shell", "mount_path": node_plugin.SHELL_DIRECTORY, "read_only": True},
         ],
+    }
+    # The plugin's image holds no shell (nor does the provisioner's: it is the same), yet the
+    # config's setup and teardown scripts and the fixed steps are shell, as in a helper pod:
+    # they run with the helper pod image's own busybox and applets, copied here first.
+    shell: core.ContainerArgsDict = {
+        "name": "shell",
+        "image": helper_image(args),
+        "image_pull_policy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", node_plugin.SHELL_COPY],
+        "volume_mounts": [{"name": "shell", "mount_path": node_plugin.SHELL_DIRECTORY}],
+        "security_context": {"read_only_root_filesystem": True},
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "32Mi"}},
     }
     spec: core.PodSpecArgsDict = {
         "service_account_name": node_plugin.SERVICE_ACCOUNT,
+        "init_containers": [shell],
         "containers": [container],
         "volumes": [
             *(_volume(mount) for mount in mounts),
@@ -70,6 +84,7 @@ def pod_template(
             # node's base paths from config.json, and sees a change as the provisioner does.
             {"name": "config", "config_map": {"name": args.config_map_name}},
             {"name": "tmp", "empty_dir": {"size_limit": "16Mi"}},
+            {"name": "shell", "empty_dir": {"size_limit": "16Mi"}},
         ],
     }
     if plugin.node_selector:
@@ -86,6 +101,12 @@ def pod_template(
         **selector_labels(instance),
     }
     return {"metadata": {"labels": labels}, "spec": spec}
+
+
+def helper_image(args: ProvisionerDeploymentArgs) -> str:
+    """The image of the helper pods' template (helperPod.yaml): its busybox runs the scripts."""
+    template = args.config_files.bundle.helper_pod_template
+    return str(template["spec"]["containers"][0]["image"])
 
 
 def _volume_mount(mount: node_plugin.HostMount) -> core.VolumeMountArgsDict:

@@ -34,6 +34,8 @@ image that can clone volumes (busybox's cp cannot, see provisioner/helper_pods/c
 MIRRORED_REGISTRIES = ("docker.io", "registry.k8s.io")
 """Registries whose names pods use and whose content the local registry serves instead:
 nothing is ever pulled from outside this machine."""
+VOLUME_STATS_PERIOD = "5s"
+"""The real kubelets' volumeStatsAggPeriod (see kubelet_config)."""
 DISK_ROOTS = ("opt", "mnt", "srv", "var/log")
 KUBELET_ROOT = Path("/var/lib/kubelet")
 """The kubelet's root directory inside every real node's mount namespace (its own directory,
@@ -292,6 +294,15 @@ def kubelet_config(plan: RealNodePlan, ca_cert: Path, serving: tuple[Path, Path]
         },
         "imageGCHighThresholdPercent": 99,
         "imageGCLowThresholdPercent": 98,
+        # How often the kubelet measures its pods' volumes (CSI: NodeGetVolumeStats) for the
+        # kubelet_volume_stats_* series: 1 minute by default, so a test of those series would
+        # wait up to two (the period is jittered up to twice itself). A few seconds here cost
+        # little: a handful of pods, most volumes small.
+        "volumeStatsAggPeriod": VOLUME_STATS_PERIOD,
+        # A CSI driver's VolumeCondition reaches the kubelet's
+        # kubelet_volume_stats_health_status_abnormal series and the pod's
+        # VolumeConditionAbnormal events only with this gate (alpha, off by default in v1.36).
+        "featureGates": {"CSIVolumeHealth": True},
     }
     return yaml.safe_dump(document, sort_keys=False)
 

@@ -49,6 +49,10 @@ class NodePluginOptions:
     """With manage_volumes: a kubeconfig; None: in-cluster credentials (or $KUBECONFIG)."""
     state_dir: Path | None = None
     """With manage_volumes: where the volumes' locks and records live on the host."""
+    shell_directory: Path | None = None
+    """With manage_volumes: a busybox and its applets (`sh` among them) the scripts run with;
+    None: /bin/sh and the plugin's PATH (a plugin run on the node itself). The image has no
+    shell: the DaemonSet's init container copies the helper pod image's busybox there."""
 
 
 def parse_node_plugin_options(
@@ -125,6 +129,13 @@ def parse_node_plugin_options(
         " shared by every plugin process of the node (default: <kubelet root>/plugins/<driver>)"
         " (env STATE_DIR)",
     )
+    parser.add_argument(
+        "--shell-directory",
+        default=environment.get("SHELL_DIRECTORY", ""),
+        help="with --manage-volumes: a directory with `sh` and the tools the setup and teardown"
+        " scripts use (busybox's applets), first on their PATH (default: /bin/sh and the"
+        " plugin's PATH) (env SHELL_DIRECTORY)",
+    )
     arguments = parser.parse_args(list(argv))
     endpoint: str = arguments.endpoint
     if not endpoint.startswith(UNIX_SCHEME) or len(endpoint) == len(UNIX_SCHEME):
@@ -184,7 +195,16 @@ def parse_node_plugin_options(
         manage_volumes=manage_volumes,
         kubeconfig=arguments.kubeconfig,
         state_dir=state_dir,
+        shell_directory=_shell_directory(arguments.shell_directory),
     )
+
+
+def _shell_directory(given: str) -> Path | None:
+    if not given:
+        return None
+    if not Path(given).is_absolute():
+        raise NodePluginOptionsError(f"--shell-directory {given!r} must be an absolute path")
+    return Path(given)
 
 
 def _state_dir(given: str, kubelet_root: str, driver_name: str, manage: bool) -> Path | None:

@@ -13,6 +13,7 @@ from provisioner.csi.node_paths import node_base_paths
 from provisioner.csi.options import NodePluginOptions
 from provisioner.csi.server import NodePluginError
 from provisioner.kube.client import DEFAULT_USER_AGENT, KubeConfigError, create_clients
+from provisioner.node_volumes.step_runner import Shell
 from provisioner.node_volumes.volume_executor import VolumeExecutor
 from provisioner.node_volumes.volume_state import VolumeState
 from provisioner.node_volumes.volume_watch import NodeVolumes
@@ -54,6 +55,7 @@ def start_node_volumes(options: NodePluginOptions) -> NodeVolumes:
         bundle,
         node_base_paths(bundle.config, options.node_name),
         state,
+        shell=Shell(str(options.shell_directory) if options.shell_directory else None),
     )
     volumes = NodeVolumes(clients, executor, options.driver_name)
     volumes.start()

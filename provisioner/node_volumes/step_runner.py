@@ -30,23 +30,47 @@ class StepResult:
     """The end of what the step wrote, or why it did not run to its end."""
 
 
-def run_steps(steps: Sequence[NodeStep], timeout_seconds: float) -> list[StepResult]:
+@dataclass(frozen=True)
+class Shell:
+    """What the steps' `/bin/sh` and their PATH are: the system's, or a directory's (a busybox
+    with its applets, where the plugin's image has no shell)."""
+
+    directory: str | None = None
+
+    def argv(self, argv: Sequence[str]) -> list[str]:
+        if self.directory is None or not argv or argv[0] != SYSTEM_SHELL:
+            return list(argv)
+        return [f"{self.directory}/sh", *argv[1:]]
+
+    def path(self) -> str:
+        system = os.environ.get("PATH", DEFAULT_PATH)
+        return system if self.directory is None else f"{self.directory}:{system}"
+
+
+SYSTEM_SHELL = "/bin/sh"
+SYSTEM = Shell()
+"""The system's /bin/sh and the plugin's PATH."""
+
+
+def run_steps(
+    steps: Sequence[NodeStep], timeout_seconds: float, shell: Shell = SYSTEM
+) -> list[StepResult]:
     """The results of the steps that ran: all of them, or up to the first that failed."""
     results: list[StepResult] = []
     for step in steps:
-        result = run_step(step, timeout_seconds)
+        result = run_step(step, timeout_seconds, shell)
         results.append(result)
         if not result.ok:
             break
     return results
 
 
-def run_step(step: NodeStep, timeout_seconds: float) -> StepResult:
+def run_step(step: NodeStep, timeout_seconds: float, shell: Shell = SYSTEM) -> StepResult:
     # Only the step's own environment and a PATH: a helper container sees nothing of the
     # plugin's own (its service account's address, its options).
-    env = {"PATH": os.environ.get("PATH", DEFAULT_PATH), **step.env}
+    env = {"PATH": shell.path(), **step.env}
     process = subprocess.Popen(
-        list(step.argv),
+        shell.argv(step.argv),
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

@@ -273,6 +273,13 @@ def test_the_daemon_set() -> None:
         "/opt/local-path-provisioner": "DirectoryOrCreate",
     }
     assert volumes["config"]["configMap"]["name"] == naming.CONFIG_MAP_NAME
+    # The image has no shell: the helper image's busybox is copied for the scripts.
+    (shell,) = pod["initContainers"]
+    assert shell["image"] == "busybox:1.37.0"  # the default helperPod.yaml's
+    assert shell["volumeMounts"] == [{"name": "shell", "mountPath": "/lps-shell"}]
+    assert mounts["/lps-shell"]["readOnly"] is True and "emptyDir" in volumes["shell"]
+    assert "--shell-directory=/lps-shell" in container["args"]
+    assert "--manage-volumes" in container["args"]
     assert pod["tolerations"] == [{"operator": "Exists"}]
     assert pod["nodeSelector"] == {"disk": "ssd"}
     assert pod["priorityClassName"] == "system-node-critical"

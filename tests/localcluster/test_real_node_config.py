@@ -71,6 +71,8 @@ def test_kubelet_settings_this_machine_needs() -> None:
     assert config["cgroupRoot"] == "/lps-abc-real-2"
     assert config["podLogsDir"] == str(PLAN.state / "pod-logs")
     assert config["address"] == "10.88.2.1"
+    assert config["volumeStatsAggPeriod"] == "5s"
+    assert config["featureGates"] == {"CSIVolumeHealth": True}
     arguments = kubelet_args(Path("/bin/kubelet"), PLAN)
     assert "--node-ip=10.88.2.1" in arguments
     assert "--hostname-override=real-2" in arguments
