@@ -29,6 +29,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from localcluster import LocalCluster
+from localcluster.cluster_access import wait_for
 from localcluster.raw_api import call_json, manifest
 from localcluster.real_node import RealNode
 from provisioner.csi.driver_name import driver_name_for
@@ -41,6 +42,12 @@ from tests.provisioner.e2e.real_nodes.support import (
     helper_pod_yaml,
     real_nodes,
     registry_busybox,
+)
+from tests.provisioner.e2e.real_nodes.test_real_node_access_modes import (
+    ONE_POD,
+    create_holder,
+    event_on,
+    running,
 )
 from tests.provisioner.e2e.support import (
     ConfigFiles,
@@ -529,3 +536,34 @@ def test_a_restarted_plugin_leaves_a_running_pod_s_mount_and_unpublishes_it_afte
     assert "NodeUnpublishVolume refused" not in csi.plugins["real-2"].output()
     csi.release("kept", volume, "real-2")
     assert csi.recorder.pods() == []
+
+
+def test_a_second_pod_on_the_node_is_refused_a_csi_read_write_once_pod_volume(
+    csi: CsiStack,
+) -> None:
+    """As for a `local` volume (test_real_node_access_modes.py): a second pod put on the first
+    one's node by spec.nodeName, past the scheduler, does not get the volume (FailedMount)."""
+    csi.start_plugin("real-1")
+    csi.setup.create_claim("solo", csi.storage_class, access_modes=ONE_POD)
+    create_holder(csi.setup, "first", "solo", "real-1")
+    volume = csi.setup.wait_bound("solo", timeout=TIMEOUT_SECONDS)
+    running(csi.setup, "first")
+    create_holder(csi.setup, "second", "solo", "real-1", past_scheduler=True)
+    refused = wait_for(
+        lambda: event_on(csi.setup, "second", "FailedMount"),
+        TIMEOUT_SECONDS,
+        "a FailedMount event on the second pod",
+    )
+    print(f"second pod: {refused['message']}")
+    assert "ReadWriteOncePod" in refused["message"], refused
+    second = call_json(csi.setup.core.read_namespaced_pod, "second", csi.namespace)
+    assert second["status"]["phase"] == "Pending", second["status"]
+    assert (csi.directory(volume, "real-1") / "pods").read_text() == "first\n"
+    delete_pod_and_wait(csi.setup, "second")
+    delete_pod_and_wait(csi.setup, "first")
+    csi.setup.core.delete_namespaced_persistent_volume_claim("solo", csi.namespace)
+    wait_gone(
+        lambda: csi.setup.volume(volume["metadata"]["name"]),
+        TIMEOUT_SECONDS,
+        "the ReadWriteOncePod volume to be released",
+    )
