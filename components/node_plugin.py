@@ -27,10 +27,11 @@ CONTAINER_NAME = "node-plugin"
 SHELL_DIRECTORY = "/lps-shell"
 """Where the plugin finds the shell and tools its scripts run with (an emptyDir)."""
 SHELL_COPY = (
-    f'cp "$(command -v busybox)" {SHELL_DIRECTORY}/busybox'
+    f'cp "$(readlink -f /proc/$$/exe)" {SHELL_DIRECTORY}/busybox'
     f" && {SHELL_DIRECTORY}/busybox --install -s {SHELL_DIRECTORY}"
 )
-"""The init container's script, in the helper image: its busybox, and a link per applet."""
+"""The init container's script, in the helper image: the busybox its own shell is (busybox's
+`command -v busybox` names the applet, not a file), and a link per applet."""
 SOCKET_DIRECTORY = "/csi"
 """Where the plugin's own socket directory (<kubelet>/plugins/<driver>) is mounted: a short
 path, whatever the kubelet's, so the socket's path stays within a unix socket's limit."""
