@@ -113,6 +113,11 @@ class RealNode:
             source.mkdir(parents=True, exist_ok=True)
             self._in_namespace("mount", "--bind", str(source), str(target))
         self._in_namespace("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", "/run")
+        # Shared inside the node, as systemd makes / on a real machine: a container's mount
+        # with HostToContainer or Bidirectional propagation (a CSI node plugin's, of the
+        # kubelet's directory and the base paths) needs its source on a shared mount. The
+        # namespace began private, so none of this reaches the host's mounts.
+        self._in_namespace("mount", "--make-rshared", "/")
         path = f"{self.plan.shim_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         self.containerd = ManagedProcess(
             f"{self.plan.name}-containerd",
