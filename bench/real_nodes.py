@@ -8,6 +8,12 @@ starts every helper pod and every consumer, pulled from the cluster's local regi
 goals are judged where users run and the model can be checked against what the nodes did
 (`pod_start_rows`).
 
+Ours with CSI volumes (`ours-csi`) runs here beside them: its cluster gets the CSI workspace
+(`bench.csi`) and a node plugin on each real node, started by the bench in the node's mount
+namespace before the first burst and stopped after the last; each consumer mounts its volume
+through the kubelet's NodePublishVolume. Every burst here waits for its consumers to run, so a
+consumer's start (bound to its node, to Running) is measured for every implementation.
+
 One fresh cluster per implementation and binder limit (the limit is a flag of
 kube-controller-manager, fixed when it starts). In it the sizes run in turn, smallest first,
 each once the previous one's claims are released and the control plane and the nodes are quiet
@@ -25,6 +31,7 @@ from typing import Any
 from bench.api import RawApi
 from bench.audit import controller_manager_limit, start_audited_cluster
 from bench.burst import BurstResult, run_burst
+from bench.csi import start_node_plugins
 from bench.implementations import Implementation
 from bench.quiet import wait_until_quiet
 from bench.stats import percentile
@@ -47,7 +54,8 @@ RealResults = dict[str, dict[int, dict[str, BurstResult]]]
 
 
 def real_implementations(implementations: Iterable[Implementation]) -> list[Implementation]:
-    """Ours and the references; ours with capacity on is a kwok burst only."""
+    """Ours (with CSI volumes too) and the references; ours with capacity on is a kwok burst
+    only."""
     return [i for i in implementations if not i.capacity]
 
 
@@ -93,8 +101,14 @@ def run_real_bursts(
             cluster, audit = start_audited_cluster((), cluster_dir, qps, real_nodes=REAL_NODES)
             say(f"{label}: {REAL_NODES} real nodes ready in {cluster.startup_seconds:.1f}s")
             api = RawApi.for_cluster(cluster, pool_size=concurrency + 8)
+            plugins = None
             try:
-                workspace = prepare_workspace(cluster, api, cluster_dir)
+                workspace = prepare_workspace(cluster, api, cluster_dir, csi=implementation.csi)
+                if implementation.csi:
+                    plugins = start_node_plugins(
+                        cluster, workspace.provisioner_name, workspace.config_file, cluster_dir
+                    )
+                    say(f"{label}: a node plugin registered on each real node")
                 for claims in sizes:
                     _wait_quiet(cluster, say)
                     log_dir = cluster_dir / str(claims)
@@ -111,15 +125,19 @@ def run_real_bursts(
                         binder_limit=controller_manager_limit(qps),
                         nodes=list(cluster.nodes),
                         consumer_image=PAUSE_IMAGE,
+                        wait_consumers=True,
                     )
                     results.setdefault(limit, {}).setdefault(claims, {})[implementation.key] = burst
                     say(
                         f"{label}: {claims} Bound in {burst.bind_seconds:.1f}s "
                         f"(p99 {burst.latency.p99:.1f}s), released in "
                         f"{burst.release_seconds:.1f}s, "
-                        f"{burst.requests_per_volume:.2f} requests per volume"
+                        f"{burst.requests_per_volume:.2f} requests per volume, "
+                        f"consumers started in {burst.consumer_start.p50:.2f}s (p50)"
                     )
             finally:
+                if plugins is not None:
+                    plugins.stop()
                 api.close()
                 cluster.stop()
     return results
