@@ -4,12 +4,14 @@ Checked before any lock is taken or any process runs. The directory the PV's vol
 names must be the one its setup (or the gate's permit) names, lexically normal, and strictly
 inside one of the base paths config.json gives this node; a setup's own base path must be that
 very base path. So no PV, whatever it carries, leads the plugin outside its node's base paths.
+A base path missing on the node is made only where config.json lets it be (`"create": true`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from provisioner.configuration.config import BasePathRules
 from provisioner.csi.node_paths import is_normal_absolute, parts_below
 
 
@@ -32,4 +34,21 @@ def path_refusal(
         )
     if base_path is not None and base_path not in inside:
         return f"its setup names the base path {base_path!r}, not {' or '.join(inside)}"
+    return None
+
+
+def missing_base_path_refusal(base_path: str, rules: BasePathRules) -> str | None:
+    """For a base path that is not on the node at all: None when the plugin makes it, as the
+    kubelet makes a helper pod's base path (a `DirectoryOrCreate` hostPath, config.json's
+    `"create": true`); else why the volume cannot be set up there (yet)."""
+    if rules.mount_point:
+        return (
+            f"base path {base_path} does not exist on this node: config.json says a disk is"
+            " mounted there (mountPoint): mount it; such a path is never made"
+        )
+    if not rules.create:
+        return (
+            f"base path {base_path} does not exist on this node and config.json does not let it"
+            ' be made ("create": true): make it, or mount its disk there'
+        )
     return None

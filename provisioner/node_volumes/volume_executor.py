@@ -18,13 +18,14 @@ import os
 import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from provisioner.configuration.config import BasePathRules, ConfigBundle
 from provisioner.csi.mount_table import mount_at
 from provisioner.csi.mounts import read_mount_table
 from provisioner.node_volumes.step_runner import StepResult, run_steps
-from provisioner.node_volumes.volume_checks import path_refusal
+from provisioner.node_volumes.volume_checks import missing_base_path_refusal, path_refusal
 from provisioner.node_volumes.volume_records import (
     RecordConflictError,
     SetupDecision,
@@ -42,6 +43,9 @@ from provisioner.node_volumes.volume_steps import (
 from provisioner.objects.node_handoff import NodeRemoval, VolumeSetup, removal_refusal
 
 log = logging.getLogger(__name__)
+
+BASE_PATH_MODE = 0o755
+"""What the kubelet gives a `DirectoryOrCreate` hostPath it makes."""
 
 OutcomeKind = Literal["done", "already", "refused", "failed", "busy"]
 
@@ -90,6 +94,9 @@ class VolumeExecutor:
                 decision = setup_decision(record, setup.path, _is_directory(setup.path))
                 if decision is SetupDecision.DONE:
                     return Outcome("already")
+                missing = self._make_base_path(setup.base_path)
+                if missing is not None:
+                    return Outcome("failed", missing)
                 results = run_steps(node_steps("create", target, self.bundle), self.timeout)
                 if _succeeded(results):
                     self.state.write(volume_name, VolumeRecord("set-up", setup.path))
@@ -161,6 +168,21 @@ class VolumeExecutor:
                 self.state.forget(volume_name)
         except VolumeBusyError:
             pass  # someone acts on it: forgotten at the next start
+
+    def _make_base_path(self, base_path: str) -> str | None:
+        """Makes the base path where it is missing and config.json lets it be made, as the
+        kubelet does for a helper pod's `DirectoryOrCreate` hostPath (mode 0755, parents
+        included): on the node nobody else would, and `prepare` makes only what lies below it.
+        Else why not (the setup fails, to be retried once the admin made it or mounted it)."""
+        if os.path.lexists(base_path):
+            return None  # whatever it is, `prepare` checks it before anything is made in it
+        refusal = missing_base_path_refusal(base_path, self.base_paths[base_path])
+        if refusal is None:
+            try:
+                Path(base_path).mkdir(mode=BASE_PATH_MODE, parents=True, exist_ok=True)
+            except OSError as error:
+                return f"cannot make base path {base_path} on this node: {error.strerror}"
+        return refusal
 
     def _base_path_in_order(self, base_path: str) -> bool:
         rules = self.base_paths.get(base_path)

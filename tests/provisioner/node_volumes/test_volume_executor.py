@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import hashlib
+import stat
 import threading
 import time
 from pathlib import Path
@@ -14,9 +15,11 @@ import pytest
 from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_TEARDOWN_SCRIPT,
+    BasePathRules,
     load_config_bundle,
 )
 from provisioner.csi.node_paths import node_base_paths
+from provisioner.node_volumes.volume_checks import missing_base_path_refusal
 from provisioner.node_volumes.volume_executor import Outcome, VolumeExecutor
 from provisioner.node_volumes.volume_state import VolumeState
 from provisioner.objects.node_handoff import NodeRemoval, VolumeSetup
@@ -29,15 +32,22 @@ CLAIM_UID = "uid-1"
 class Stand:
     """A node: a base path, the plugin's state directory, and executors on them."""
 
-    def __init__(self, root: Path, setup_script: str, timeout: int = 30) -> None:
+    def __init__(
+        self, root: Path, setup_script: str, timeout: int = 30, *, base_made: bool = True
+    ) -> None:
+        """`base_made`: the base path exists (one `"create": true` lets the plugin make);
+        else it is missing, two levels deep, and config.json gives it as a plain path (which
+        must exist)."""
         self.root = root
-        self.base = root / "base"
-        self.base.mkdir()
+        self.base = root / "base" if base_made else root / "disk" / "base"
+        if base_made:
+            self.base.mkdir()
         self.state_dir = root / "state"
         self.setups = root / "setups"
+        create = ', "create": true' if base_made else ""
         config = (
-            f'{{"nodePathMap": [{{"node": "{NODE}", "paths": [{{"path": "{self.base}",'
-            f' "create": true}}]}}], "cmdTimeoutSeconds": {timeout}}}'
+            f'{{"nodePathMap": [{{"node": "{NODE}", "paths": [{{"path": "{self.base}"{create}'
+            f'}}]}}], "cmdTimeoutSeconds": {timeout}}}'
         )
         self.bundle = load_config_bundle(
             config, setup_script, DEFAULT_TEARDOWN_SCRIPT, DEFAULT_HELPER_POD_YAML
@@ -114,6 +124,44 @@ def test_a_setup_makes_the_directory_and_its_owner_marker_once(stand: Stand) -> 
     assert stand.marker(setup.path).read_text() == "pvc-1\n"
     assert executor.set_up("pvc-1", setup.path, setup) == Outcome("already")
     assert stand.setup_runs() == 1
+
+
+def test_a_missing_base_path_that_may_be_made_is_made_as_the_kubelet_would(
+    tmp_path: Path,
+) -> None:
+    """On the node nobody makes a base path for the plugin (for a helper pod the kubelet does,
+    its `DirectoryOrCreate` hostPath): the setup makes it, mode 0755, then the volume in it."""
+    root = tmp_path.resolve()
+    stand = Stand(root, counting_setup(root))
+    stand.base.rmdir()
+    setup = stand.setup()
+    assert stand.executor().set_up("pvc-1", setup.path, setup) == Outcome("done")
+    assert stat.S_IMODE(stand.base.stat().st_mode) == 0o755
+    assert Path(setup.path).is_dir()
+    assert stand.marker(setup.path).read_text() == "pvc-1\n"
+
+
+def test_a_missing_base_path_that_must_exist_fails_the_setup_until_it_is_made(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path.resolve()
+    stand = Stand(root, counting_setup(root), base_made=False)
+    setup = stand.setup()
+    executor = stand.executor()
+    outcome = executor.set_up("pvc-1", setup.path, setup)
+    assert outcome.kind == "failed"
+    assert f"base path {stand.base} does not exist on this node" in outcome.message
+    assert '"create": true' in outcome.message
+    assert not (root / "disk").exists(), "nothing made on the way"
+    assert stand.setup_runs() == 0
+    stand.base.mkdir(parents=True)
+    assert executor.set_up("pvc-1", setup.path, setup) == Outcome("done")
+
+
+def test_a_missing_mount_point_base_path_is_never_made() -> None:
+    refusal = missing_base_path_refusal("/mnt/disk", BasePathRules(create=True, mount_point=True))
+    assert refusal is not None and "mount it" in refusal
+    assert missing_base_path_refusal("/opt/x", BasePathRules(create=True)) is None
 
 
 def test_a_directory_gone_after_its_setup_is_an_error_never_made_again(stand: Stand) -> None:
