@@ -29,6 +29,7 @@ from provisioner.configuration.config import (
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
 )
+from provisioner.provisioning.fresh_directory import OWNERS_DIR
 
 PROVISIONER_NAME = "bench.local-path-storage.io/local-path"
 PROVISIONER_NAMESPACE = "lps-bench"
@@ -133,10 +134,11 @@ def prepare_workspace(
 
 
 def volume_directories(cluster: LocalCluster) -> int:
-    """How many volume directories exist on all nodes' disks."""
+    """How many volume directories exist on all nodes' disks: not the owner markers'
+    directory, which `prepare` makes (always, for a CSI volume) and keeps."""
     count = 0
     for node in cluster.nodes:
         base = cluster.node_dir(node) / BASE_PATH.lstrip("/")
         if base.is_dir():
-            count += sum(1 for _ in base.iterdir())
+            count += sum(1 for entry in base.iterdir() if entry.name != OWNERS_DIR)
     return count

@@ -75,9 +75,9 @@ def test_real_sizes_must_be_positive_numbers(sizes: str) -> None:
         parse_options(["--real-sizes", sizes])
 
 
-def test_real_nodes_run_ours_and_both_references_never_capacity_on() -> None:
+def test_real_nodes_run_ours_with_csi_and_both_references_never_capacity_on() -> None:
     chosen = real_implementations(ALL)
-    assert [i.key for i in chosen] == ["ours", "reference-default", "reference-tuned"]
+    assert [i.key for i in chosen] == ["ours", "ours-csi", "reference-default", "reference-tuned"]
     assert OURS_CAPACITY not in chosen
 
 
