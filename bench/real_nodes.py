@@ -24,12 +24,13 @@ once when deleted, so a release waits on the kubelet's teardown and not on a gra
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from bench.api import RawApi
-from bench.audit import controller_manager_limit, start_audited_cluster
+from bench.audit import AuditLog, controller_manager_limit, start_audited_cluster
 from bench.burst import BurstResult, run_burst
 from bench.csi import start_node_plugins
 from bench.implementations import Implementation
@@ -37,6 +38,7 @@ from bench.quiet import wait_until_quiet
 from bench.stats import percentile
 from bench.workspace import prepare_workspace
 from localcluster import LocalCluster
+from localcluster.errors import ClusterError
 from localcluster.pod_start import PodStartModel
 from localcluster.real_node_config import PAUSE_IMAGE
 
@@ -48,6 +50,9 @@ QUIET_WINDOW_SECONDS = 5.0
 QUIET_MAX_WAIT_SECONDS = 60.0
 """A released burst of 40 leaves little behind; a short window keeps six clusters' runs
 within about 20 minutes on two cores."""
+
+HOST_WAIT_SECONDS = 1800.0
+"""How long a run waits for another cluster with real nodes to stop before its own starts."""
 
 RealResults = dict[str, dict[int, dict[str, BurstResult]]]
 """Binder limit ("default", "lifted") -> claims -> implementation key -> its burst."""
@@ -64,6 +69,27 @@ def limit_qps(limit: str, controller_manager_qps: int | None, lifted_qps: int) -
     if limit not in LIMITS:
         raise ValueError(f"unknown binder limit {limit!r}; expected one of {LIMITS}")
     return lifted_qps if limit == "lifted" else controller_manager_qps
+
+
+def host_taken(error: ClusterError) -> bool:
+    """Whether a cluster could not start only because another one with real nodes runs."""
+    return "only one" in str(error) and "real nodes" in str(error)
+
+
+def _start_cluster(
+    cluster_dir: Path, qps: int | None, say: Callable[[str], None]
+) -> tuple[LocalCluster, AuditLog]:
+    """A fresh real-node cluster, once the machine has none: a run takes twenty minutes and
+    more, and another cluster with real nodes (a test's) may start between two of its own."""
+    deadline = time.monotonic() + HOST_WAIT_SECONDS
+    while True:
+        try:
+            return start_audited_cluster((), cluster_dir, qps, real_nodes=REAL_NODES)
+        except ClusterError as error:
+            if not host_taken(error) or time.monotonic() > deadline:
+                raise
+            say(f"real: {error}; waiting for the machine")
+            time.sleep(10)
 
 
 def _wait_quiet(cluster: LocalCluster, say: Callable[[str], None]) -> None:
@@ -98,7 +124,7 @@ def run_real_bursts(
         for implementation in real_implementations(implementations):
             label = f"real ({limit} binder limit): {implementation.label}"
             cluster_dir = work_dir / f"real-{limit}-{implementation.key}"
-            cluster, audit = start_audited_cluster((), cluster_dir, qps, real_nodes=REAL_NODES)
+            cluster, audit = _start_cluster(cluster_dir, qps, say)
             say(f"{label}: {REAL_NODES} real nodes ready in {cluster.startup_seconds:.1f}s")
             api = RawApi.for_cluster(cluster, pool_size=concurrency + 8)
             plugins = None

@@ -19,11 +19,12 @@ from bench.goals import (
 )
 from bench.implementations import ALL, OURS_CSI
 from bench.options import parse_options
-from bench.real_nodes import real_implementations
+from bench.real_nodes import host_taken, real_implementations
 from bench.report import build_report, csi_goals_table, markdown, real_table, time_goes_tables
 from bench.runner import RunResults
 from bench.stats import Latencies
 from localcluster.csi_node_plugins import NodePluginPlan, node_plugin_command, too_long_sockets
+from localcluster.errors import ClusterError
 from tests.bench.test_real_nodes import real_burst
 
 KUBELET_ROOT = Path("/tmp/lps-cluster-abcdefgh/real-nodes/real-1/kubelet")
@@ -223,3 +224,13 @@ def test_the_report_gives_the_csi_goals_their_rows_and_columns() -> None:
     assert (row["ours-csi"], row["csi/tuned"], row["csi/ours"]) == (10.4, 10.4 / 18.0, 10.4 / 14.0)
     assert table in markdown(report)
     assert csi_goals_table(build_report(options, RunResults(), "", 1.0)) == ""
+
+
+def test_a_run_waits_only_when_another_real_node_cluster_holds_the_machine() -> None:
+    taken = ClusterError(
+        "localcluster: another cluster with real nodes (harness pid 42) runs on this machine;"
+        " only one can at a time: stop it (python -m localcluster stop) or start this one"
+        " without real nodes"
+    )
+    assert host_taken(taken)
+    assert not host_taken(ClusterError("localcluster: kube-apiserver did not become ready"))
