@@ -73,6 +73,21 @@ def _real_nodes_panel(axes: Axes, real: dict[str, Any]) -> None:
     axes.legend(fontsize=7)
 
 
+def _csi_goals_panel(axes: Axes, csi: dict[str, Any]) -> None:
+    """Each CSI goal's judged value as a share of its limit: at or below 1, met."""
+    goals = csi["goals"]
+    shares = [goal["value"] / goal["limit"] for goal in goals]
+    colours = [COLOURS["ours-csi"] if share <= 1 else "#999999" for share in shares]
+    positions = range(len(goals))
+    axes.barh(positions, shares, color=colours)
+    axes.set_yticks(positions, [goal["name"] for goal in goals], fontsize=7)
+    axes.invert_yaxis()
+    axes.axvline(1.0, color="black", linestyle="--", label="limit")
+    axes.set_xlabel("judged value / limit (grey: missed)")
+    axes.set_title("CSI volumes on real nodes: issue 38's goals")
+    axes.legend(fontsize=7)
+
+
 def _requests_panel(axes: Axes, real: dict[str, Any], kwok: dict[str, Any]) -> None:
     per_volume = real["requests_per_volume_at_40"]["default"]
     values = {key: [per_volume[key], kwok["burst_requests_per_volume"][key]] for key in PAIR}
@@ -116,8 +131,11 @@ def _failover_panel(axes: Axes, failover: dict[str, Any]) -> None:
 
 
 def write_latest_plot(runs: dict[str, Any], path: Path) -> None:
-    figure, axes = plt.subplots(2, 3, figsize=(16, 9))
+    figure, axes = plt.subplots(2, 4, figsize=(22, 9))
     _real_nodes_panel(axes[0][0], runs["real_nodes"])
+    _real_nodes_panel(axes[0][3], runs["csi_real_nodes"])
+    axes[0][3].set_title("real nodes, the CSI run: burst until all Bound")
+    _csi_goals_panel(axes[1][3], runs["csi_real_nodes"])
     _requests_panel(axes[0][1], runs["real_nodes"], runs["kwok"])
     _kwok_panel(axes[0][2], runs["kwok"])
     _startup_panel(axes[1][0], runs["startup"], "ready_seconds", "seconds to ready")
