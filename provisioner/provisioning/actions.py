@@ -141,7 +141,8 @@ class Actions:
         """What the claim is told of its decision, before anything is carried out: a provision
         writes its base path on the claim (before any directory exists, so every later attempt
         works on the same one) and says it began (but for a CSI volume, saved at once); a
-        wait, a refusal and a return to the scheduler are said as they are. The claim's reference, which its later events name."""
+        wait, a refusal and a return to the scheduler are said as they are. The claim's
+        reference, which its later events name."""
         named = f"{claim.namespace}/{claim.name}"
         annotations: dict[str, str | None] = {}
         event: tuple[EventType, str, str] | None = None
