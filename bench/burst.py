@@ -53,6 +53,8 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 SETTLE_SECONDS = 2.0
 KWOK_APP_IMAGE = "registry.invalid/app:1"
 """The consumers' image on kwok nodes, which never pull it; real nodes need one they can run."""
+CLAIMS_PATH = f"/api/v1/namespaces/{CLAIM_NAMESPACE}/persistentvolumeclaims"
+CONSUMERS_PATH = f"/api/v1/namespaces/{CLAIM_NAMESPACE}/pods"
 _VOLUME_UID = re.compile(r"pvc-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
 
 
@@ -100,6 +102,9 @@ class BurstResult:
     helper_pods: list[tuple[int, float]] = field(default_factory=list)
     """Every helper pod of the burst and the release seen to end: (containers, created to
     Succeeded in seconds), to set beside the pod start model on real nodes."""
+    consumer_start: Latencies = field(default_factory=lambda: Latencies.of([]))
+    """Per consumer, its node's start of it: bound to a node to Running (`consumer_starts`);
+    measured on real nodes only (the bursts run with `wait_consumers`)."""
 
 
 def _claim(name: str) -> dict[str, Any]:
@@ -158,6 +163,42 @@ def _is_bound(claim: dict[str, Any]) -> bool:
 
 def _has_node(claim: dict[str, Any]) -> bool:
     return SELECTED_NODE in (claim["metadata"].get("annotations") or {})
+
+
+def _is_scheduled(pod: dict[str, Any]) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName"))
+
+
+def _is_running(pod: dict[str, Any]) -> bool:
+    return bool(pod.get("status", {}).get("phase") == "Running")
+
+
+def consumer_starts(scheduled: dict[str, float], running: dict[str, float]) -> list[float]:
+    """Each consumer's start by its node's kubelet: from the pod seen bound to the node to it
+    seen Running (its sandbox, its volume's mount, its container), for the consumers seen at
+    both. The scheduler binds a consumer only once its claim is Bound, so this leaves out the
+    provisioning and holds what the volume's kind costs the start: a hostPath mount, or the
+    node plugin's NodePublishVolume."""
+    return sorted(running[name] - at for name, at in scheduled.items() if name in running)
+
+
+def _watch_consumers(api: RawApi) -> ObjectTimeline:
+    """When each consumer was seen bound to its node and Running."""
+    milestones = {"scheduled": _is_scheduled, "running": _is_running}
+    return ObjectTimeline(api, CONSUMERS_PATH, milestones).start()
+
+
+def _consumers_started(
+    consumers: ObjectTimeline, claims: int, wait: bool, timeout: float
+) -> list[float]:
+    """The consumers' starts (`consumer_starts`), once all `claims` of them run when `wait`."""
+    if wait:
+        consumers.wait_until(
+            lambda: consumers.reached_count("running") >= claims,
+            timeout,
+            f"{claims} consumers Running",
+        )
+    return consumer_starts(dict(consumers.reached["scheduled"]), dict(consumers.reached["running"]))
 
 
 def _is_finished(pod: dict[str, Any]) -> bool:
@@ -369,15 +410,15 @@ def run_burst(
     binder_limit: tuple[int, int] = controller_manager_limit(None),
     nodes: Sequence[str] = (),
     consumer_image: str = KWOK_APP_IMAGE,
+    wait_consumers: bool = False,
 ) -> BurstResult:  # binder_limit: kube-controller-manager's client QPS and burst here; nodes:
     # the consumers go to these in turn (`spread`), else where the scheduler places them
-    claims_path = f"/api/v1/namespaces/{CLAIM_NAMESPACE}/persistentvolumeclaims"
-    pods_path = f"/api/v1/namespaces/{CLAIM_NAMESPACE}/pods"
     claim_timeline = ObjectTimeline(
-        api, claims_path, {"bound": _is_bound, "node-selected": _has_node}
+        api, CLAIMS_PATH, {"bound": _is_bound, "node-selected": _has_node}
     ).start()
     helper_timeline, pod_timeline = _watch_helper_pods(api)
     volume_timeline = ObjectTimeline(api, "/api/v1/persistentvolumes").start()
+    consumer_timeline = _watch_consumers(api)
     provisioner = RunningProvisioner(
         implementation, workspace, log_dir / f"{implementation.key}-burst.log", py_spy
     )
@@ -391,9 +432,9 @@ def run_burst(
 
         def create(name: str, node: str | None) -> None:
             created[name] = time.time()
-            api.create(claims_path, _claim(name))
+            api.create(CLAIMS_PATH, _claim(name))
             api.create(
-                pods_path, consumer(name.replace("claim", "app"), name, consumer_image, node)
+                CONSUMERS_PATH, consumer(name.replace("claim", "app"), name, consumer_image, node)
             )
 
         started = time.time()
@@ -416,12 +457,14 @@ def run_burst(
         latencies = {name: bound[name] - created[name] for name in names}
         runs = helper_runs(helper_timeline, "create")
         stages = _stages(claim_timeline, volume_timeline, created, runs)
+        # After the requests' window: a consumer's start asks nothing of the provisioner.
+        started_consumers = _consumers_started(consumer_timeline, claims, wait_consumers, timeout)
 
         release_started = time.time()
 
         def delete(name: str) -> None:
-            api.delete(f"{pods_path}/{name.replace('claim', 'app')}")
-            api.delete(f"{claims_path}/{name}")
+            api.delete(f"{CONSUMERS_PATH}/{name.replace('claim', 'app')}")
+            api.delete(f"{CLAIMS_PATH}/{name}")
 
         with ThreadPoolExecutor(concurrency) as pool:
             list(pool.map(delete, names))
@@ -440,7 +483,13 @@ def run_burst(
         monitor.stop()
     finally:
         provisioner.stop()
-        for timeline in (claim_timeline, helper_timeline, pod_timeline, volume_timeline):
+        for timeline in (
+            claim_timeline,
+            helper_timeline,
+            pod_timeline,
+            volume_timeline,
+            consumer_timeline,
+        ):
             timeline.stop()
     return BurstResult(
         implementation=implementation.key,
@@ -467,4 +516,5 @@ def run_burst(
         capacity_writes_metric_per_volume=(metric_after - metric_before) / claims,
         release_capacity_writes_per_volume=capacity_writes(release_requests) / claims,
         helper_pods=helper_pod_starts(pod_timeline),
+        consumer_start=Latencies.of(started_consumers),
     )

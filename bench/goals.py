@@ -10,7 +10,10 @@ distance to it, so the report says where the time went, not only that it was mis
 failover goal is ours' own time against the lease duration plus 2 s; its phases (lease wait,
 sync, provisioning, binding) are reported for ours and the tuned reference whether met or not.
 The real-node goals are judged under each binder limit, each at its burst size, and a miss
-comes with the stages of that size's bursts.
+comes with the stages of that size's bursts. Issue 38's goals on CSI volumes (`CSI_GOALS`) hold
+ours-csi's real-node bursts against the tuned reference's, ours' helper-pod class's or its own
+PV binder's floor in the same run; a miss comes with the stages of ours-csi, ours and the tuned
+reference and the consumers' start.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 
 from bench.burst import STAGES, BurstResult
 from bench.failover import FAILOVER_GOAL_SECONDS
+from bench.real_nodes import RealResults
 from bench.runner import RunResults
 from bench.scale import ScaleResult
 from bench.stats import ratio
@@ -193,7 +197,9 @@ def _floor(results: RunResults) -> dict[str, Any] | None:
     }
 
 
-def _binder_floor(runs: dict[str, BurstResult]) -> dict[str, dict[str, float]]:
+def _binder_floor(
+    runs: dict[str, BurstResult], keys: tuple[str, ...] = SIDE_BY_SIDE
+) -> dict[str, dict[str, float]]:
     """By implementation: kube-controller-manager's PV binder requests until all Bound (all,
     and those each claim needs once), the least time its client limit takes to let the needed
     ones through, and the time until all Bound as a multiple of that."""
@@ -205,7 +211,7 @@ def _binder_floor(runs: dict[str, BurstResult]) -> dict[str, dict[str, float]]:
             "multiple": ratio(burst.bind_seconds, burst.binder_floor_seconds),
         }
         for key, burst in runs.items()
-        if key in SIDE_BY_SIDE and burst.binder_requests
+        if key in keys and burst.binder_requests
     }
 
 
@@ -245,4 +251,165 @@ def where_time_goes(results: RunResults, goals: list[dict[str, Any]]) -> list[di
                     "binder_floor": _binder_floor(runs),
                 }
             )
+    return sections
+
+
+CSI = "ours-csi"
+BINDER_FLOOR = "binder floor"
+"""A CSI goal held against the PV binder's floor of ours-csi's own burst."""
+CSI_SIDE_BY_SIDE = (CSI, "ours", "reference-tuned")
+"""The columns of a missed CSI goal's stages: CSI volumes, ours' helper-pod class, the tuned
+reference."""
+CONSUMER_START = "consumer bound to its node to Running"
+
+
+@dataclass(frozen=True)
+class CsiGoal:
+    """Issue 38's goal on ours' CSI volumes: ours-csi's figure in a real-node burst, as a ratio
+    to `against`'s in the same run (same binder limit and size), or its own figure."""
+
+    name: str
+    binder_limit: str
+    """"default" or "lifted"."""
+    unit: str
+    figure: Callable[[BurstResult], float]
+    against: str | None
+    """An implementation's key, BINDER_FLOOR, or None (the limit is on ours-csi's figure)."""
+    limit: float
+    claims: int | None = None
+    """The burst size (None: the largest measured)."""
+
+
+def _both_limits(make: Callable[[str], CsiGoal]) -> tuple[CsiGoal, ...]:
+    return tuple(make(limit) for limit in ("default", "lifted"))
+
+
+CSI_GOALS = (
+    *_both_limits(
+        lambda limit: CsiGoal(
+            "claim created to Bound",
+            limit,
+            "s",
+            lambda b: b.latency.max,
+            "reference-tuned",
+            0.35,
+            claims=1,
+        )
+    ),
+    CsiGoal(
+        "all Bound / the PV binder's floor",
+        "default",
+        "s",
+        lambda b: b.bind_seconds,
+        BINDER_FLOOR,
+        1.05,
+    ),
+    CsiGoal(
+        "time until all Bound", "lifted", "s", lambda b: b.bind_seconds, "reference-tuned", 0.25
+    ),
+    *_both_limits(
+        lambda limit: CsiGoal(
+            "API requests per volume (Lease included)",
+            limit,
+            "req",
+            lambda b: b.requests_per_volume,
+            None,
+            3.2,
+        )
+    ),
+    *_both_limits(
+        lambda limit: CsiGoal(
+            "consumer start p50 (bound to its node -> Running), CSI / hostPath",
+            limit,
+            "s",
+            lambda b: b.consumer_start.p50,
+            "ours",
+            1.1,
+        )
+    ),
+    *_both_limits(
+        lambda limit: CsiGoal(
+            "release: time until PVs and dirs gone",
+            limit,
+            "s",
+            lambda b: b.release_seconds,
+            "reference-tuned",
+            0.3,
+        )
+    ),
+)
+"""Issue 38's goals on CSI volumes (item 6), on the real nodes, in the run that measured the
+helper-pod class and the tuned reference beside them."""
+
+
+def _against(goal: CsiGoal, runs: dict[str, BurstResult]) -> float:
+    if goal.against is None:
+        return math.nan
+    if goal.against == BINDER_FLOOR:
+        return runs[CSI].binder_floor_seconds if CSI in runs else math.nan
+    return goal.figure(runs[goal.against]) if goal.against in runs else math.nan
+
+
+def judge_csi(goal: CsiGoal, real: RealResults) -> dict[str, Any]:
+    """The CSI goal's row: ours-csi's figure, what it is held against and its value there, the
+    ratio, the value held against the limit, and met (None when a figure was not measured)."""
+    by_size = real.get(goal.binder_limit, {})
+    claims = goal.claims if goal.claims is not None else max(by_size, default=0)
+    runs = by_size.get(claims, {})
+    value = goal.figure(runs[CSI]) if CSI in runs else math.nan
+    against = _against(goal, runs)
+    judged = value if goal.against is None else ratio(value, against)
+    return {
+        "goal": f"CSI, {goal.binder_limit} binder limit, {claims_text(claims)}: {goal.name}",
+        "binder_limit": goal.binder_limit,
+        "claims": claims,
+        "unit": goal.unit,
+        CSI: value,
+        "against": goal.against,
+        "against_value": against,
+        "value": judged,
+        "limit": goal.limit,
+        "met": None if math.isnan(judged) else judged <= goal.limit,
+    }
+
+
+def judge_csi_all(real: RealResults) -> list[dict[str, Any]]:
+    """Every CSI goal, when ours-csi ran on the real nodes (else none)."""
+    ran = any(CSI in runs for by_size in real.values() for runs in by_size.values())
+    return [judge_csi(goal, real) for goal in CSI_GOALS] if ran else []
+
+
+def _csi_stage_rows(runs: dict[str, BurstResult]) -> list[dict[str, Any]]:
+    def percentiles(burst: BurstResult | None, stage: str) -> list[float]:
+        if burst is None:
+            return [math.nan, math.nan]
+        latencies = burst.consumer_start if stage == CONSUMER_START else burst.stages.get(stage)
+        return [latencies.p50, latencies.p99] if latencies else [math.nan, math.nan]
+
+    return [
+        {"stage": stage, **{key: percentiles(runs.get(key), stage) for key in CSI_SIDE_BY_SIDE}}
+        for stage in (*STAGES, CONSUMER_START)
+    ]
+
+
+def csi_time_goes(real: RealResults, goals: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each binder limit and size with a missed CSI goal: the per-stage p50/p99 of ours-csi,
+    ours and the tuned reference, the consumers' start, and each one's PV binder floor."""
+    missed_at: dict[tuple[str, int], list[str]] = {}
+    for g in goals:
+        if g["met"] is False:
+            missed_at.setdefault((g["binder_limit"], g["claims"]), []).append(g["goal"])
+    sections = []
+    for (limit, claims), missed in sorted(missed_at.items()):
+        runs = real.get(limit, {}).get(claims, {})
+        sections.append(
+            {
+                "scenario": f"CSI, real nodes, {limit} binder limit, {claims_text(claims)}",
+                "missed": missed,
+                "columns": list(CSI_SIDE_BY_SIDE),
+                "stages": _csi_stage_rows(runs),
+                "floor": None,
+                "binder_floor": _binder_floor(runs, CSI_SIDE_BY_SIDE),
+            }
+        )
     return sections

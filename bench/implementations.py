@@ -1,7 +1,8 @@
 """The provisioners under test, as processes: ours (`python -m provisioner`), also with
 capacity on (burst only: a budget on its base path and a CSIDriver asking for capacity, see
-`bench.capacity`), and the Go reference (rancher/local-path-provisioner) with its defaults and
-tuned like ours.
+`bench.capacity`), with CSI volumes (real nodes only: a `volumeType: csi` class and a node
+plugin per node, see `bench.csi`), and the Go reference (rancher/local-path-provisioner) with
+its defaults and tuned like ours.
 
 Readiness is read from each one's log, at the line each prints once its informers have synced:
 ours "caches synced", the reference library's "Started provisioner controller".
@@ -53,10 +54,14 @@ class Implementation:
     ready_line: str
     capacity: bool = False
     """Ours with capacity on: its burst runs in the capacity workspace; it has no scale run."""
+    csi: bool = False
+    """Ours with CSI volumes: its bursts run in the CSI workspace, on real nodes only."""
 
     def command(self, workspace: Workspace, port: int) -> list[str]:
         kubeconfig = str(workspace.cluster.kubeconfig)
         if self.capacity != (workspace.capacity_budget is not None):
+            raise ValueError(f"{self.label} run in the wrong workspace")
+        if self.csi != workspace.csi:
             raise ValueError(f"{self.label} run in the wrong workspace")
         if not self.reference:
             return [
@@ -109,6 +114,16 @@ OURS_CAPACITY = Implementation(
     "caches synced",
     capacity=True,
 )
+OURS_CSI = Implementation(
+    "ours-csi",
+    "ours (CSI volumes)",
+    False,
+    True,
+    "local-path-storage-provisioner/",
+    "caches synced",
+    csi=True,
+)
+"""Its user agent prefix is the node plugins' too: its requests per volume count both."""
 REFERENCE_DEFAULT = Implementation(
     "reference-default",
     "reference (defaults)",
@@ -125,7 +140,7 @@ REFERENCE_TUNED = Implementation(
     "local-path-provisioner-",
     "Started provisioner controller",
 )
-ALL = (OURS, OURS_CAPACITY, REFERENCE_DEFAULT, REFERENCE_TUNED)
+ALL = (OURS, OURS_CAPACITY, OURS_CSI, REFERENCE_DEFAULT, REFERENCE_TUNED)
 
 
 class RunningProvisioner:

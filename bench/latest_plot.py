@@ -26,8 +26,18 @@ REPO = Path(__file__).resolve().parents[1]
 LATEST_RUNS = REPO / "bench" / "latest_runs.json"
 PLOT = REPO / "docs" / "benchmarks.png"
 
-COLOURS = {"ours": "#1b9e77", "reference-default": "#d95f02", "reference-tuned": "#7570b3"}
-LABELS = {"ours": "ours", "reference-default": "ref default", "reference-tuned": "ref tuned"}
+COLOURS = {
+    "ours": "#1b9e77",
+    "ours-csi": "#e7298a",
+    "reference-default": "#d95f02",
+    "reference-tuned": "#7570b3",
+}
+LABELS = {
+    "ours": "ours",
+    "ours-csi": "ours, CSI volumes",
+    "reference-default": "ref default",
+    "reference-tuned": "ref tuned",
+}
 PAIR = ("ours", "reference-tuned")
 
 
@@ -45,8 +55,9 @@ def _bars(axes: Axes, groups: list[str], values: dict[str, list[float]]) -> None
 
 
 def _real_nodes_panel(axes: Axes, real: dict[str, Any]) -> None:
+    """Every implementation the real-node run measured (ours with CSI volumes where it ran)."""
     for limit, style in (("default", "-"), ("lifted", "--")):
-        for key in PAIR:
+        for key in real["all_bound_seconds"][limit]:
             axes.plot(
                 real["sizes"],
                 real["all_bound_seconds"][limit][key],
@@ -59,6 +70,21 @@ def _real_nodes_panel(axes: Axes, real: dict[str, Any]) -> None:
     axes.set_xlabel("claims in the burst")
     axes.set_ylabel("seconds until all Bound")
     axes.set_title(f"real nodes ({real['nodes']}): burst until all Bound")
+    axes.legend(fontsize=7)
+
+
+def _csi_goals_panel(axes: Axes, csi: dict[str, Any]) -> None:
+    """Each CSI goal's judged value as a share of its limit: at or below 1, met."""
+    goals = csi["goals"]
+    shares = [goal["value"] / goal["limit"] for goal in goals]
+    colours = [COLOURS["ours-csi"] if share <= 1 else "#999999" for share in shares]
+    positions = range(len(goals))
+    axes.barh(positions, shares, color=colours)
+    axes.set_yticks(positions, [goal["name"] for goal in goals], fontsize=7)
+    axes.invert_yaxis()
+    axes.axvline(1.0, color="black", linestyle="--", label="limit")
+    axes.set_xlabel("judged value / limit (grey: missed)")
+    axes.set_title("CSI volumes on real nodes: issue 38's goals")
     axes.legend(fontsize=7)
 
 
@@ -105,8 +131,11 @@ def _failover_panel(axes: Axes, failover: dict[str, Any]) -> None:
 
 
 def write_latest_plot(runs: dict[str, Any], path: Path) -> None:
-    figure, axes = plt.subplots(2, 3, figsize=(16, 9))
+    figure, axes = plt.subplots(2, 4, figsize=(22, 9))
     _real_nodes_panel(axes[0][0], runs["real_nodes"])
+    _real_nodes_panel(axes[0][3], runs["csi_real_nodes"])
+    axes[0][3].set_title("real nodes, the CSI run: burst until all Bound")
+    _csi_goals_panel(axes[1][3], runs["csi_real_nodes"])
     _requests_panel(axes[0][1], runs["real_nodes"], runs["kwok"])
     _kwok_panel(axes[0][2], runs["kwok"])
     _startup_panel(axes[1][0], runs["startup"], "ready_seconds", "seconds to ready")

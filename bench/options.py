@@ -92,8 +92,9 @@ def parse_options(argv: Sequence[str]) -> BenchOptions:
         "--only",
         choices=[implementation.key for implementation in ALL],
         action="append",
-        help="run only these implementations (repeatable; default all four; ours-capacity is "
-        "ours with a budget on its base path and a CSIDriver asking for capacity, burst only)",
+        help="run only these implementations (repeatable; default all five; ours-capacity is "
+        "ours with a budget on its base path and a CSIDriver asking for capacity, burst only; "
+        "ours-csi is ours with a volumeType: csi class and a node plugin per node, real only)",
     )
     add(
         "--scenario",
@@ -106,7 +107,8 @@ def parse_options(argv: Sequence[str]) -> BenchOptions:
         "new claim until Bound: ours with a warm standby, the tuned reference started cold "
         "one lease duration after the kill; real runs bursts of --real-sizes claims on two "
         "real nodes (kubelet, containerd, runc; needs root and no other real-node cluster on "
-        "the machine), ours and both references, under the default and the lifted limit)",
+        "the machine), ours, ours-csi and both references, under the default and the lifted "
+        "limit)",
     )
     add(
         "--real-sizes",

@@ -8,6 +8,12 @@ starts every helper pod and every consumer, pulled from the cluster's local regi
 goals are judged where users run and the model can be checked against what the nodes did
 (`pod_start_rows`).
 
+Ours with CSI volumes (`ours-csi`) runs here beside them: its cluster gets the CSI workspace
+(`bench.csi`) and a node plugin on each real node, started by the bench in the node's mount
+namespace before the first burst and stopped after the last; each consumer mounts its volume
+through the kubelet's NodePublishVolume. Every burst here waits for its consumers to run, so a
+consumer's start (bound to its node, to Running) is measured for every implementation.
+
 One fresh cluster per implementation and binder limit (the limit is a flag of
 kube-controller-manager, fixed when it starts). In it the sizes run in turn, smallest first,
 each once the previous one's claims are released and the control plane and the nodes are quiet
@@ -18,18 +24,21 @@ once when deleted, so a release waits on the kubelet's teardown and not on a gra
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from bench.api import RawApi
-from bench.audit import controller_manager_limit, start_audited_cluster
+from bench.audit import AuditLog, controller_manager_limit, start_audited_cluster
 from bench.burst import BurstResult, run_burst
+from bench.csi import start_node_plugins
 from bench.implementations import Implementation
 from bench.quiet import wait_until_quiet
 from bench.stats import percentile
 from bench.workspace import prepare_workspace
 from localcluster import LocalCluster
+from localcluster.errors import ClusterError
 from localcluster.pod_start import PodStartModel
 from localcluster.real_node_config import PAUSE_IMAGE
 
@@ -42,12 +51,16 @@ QUIET_MAX_WAIT_SECONDS = 60.0
 """A released burst of 40 leaves little behind; a short window keeps six clusters' runs
 within about 20 minutes on two cores."""
 
+HOST_WAIT_SECONDS = 1800.0
+"""How long a run waits for another cluster with real nodes to stop before its own starts."""
+
 RealResults = dict[str, dict[int, dict[str, BurstResult]]]
 """Binder limit ("default", "lifted") -> claims -> implementation key -> its burst."""
 
 
 def real_implementations(implementations: Iterable[Implementation]) -> list[Implementation]:
-    """Ours and the references; ours with capacity on is a kwok burst only."""
+    """Ours (with CSI volumes too) and the references; ours with capacity on is a kwok burst
+    only."""
     return [i for i in implementations if not i.capacity]
 
 
@@ -56,6 +69,27 @@ def limit_qps(limit: str, controller_manager_qps: int | None, lifted_qps: int) -
     if limit not in LIMITS:
         raise ValueError(f"unknown binder limit {limit!r}; expected one of {LIMITS}")
     return lifted_qps if limit == "lifted" else controller_manager_qps
+
+
+def host_taken(error: ClusterError) -> bool:
+    """Whether a cluster could not start only because another one with real nodes runs."""
+    return "only one" in str(error) and "real nodes" in str(error)
+
+
+def _start_cluster(
+    cluster_dir: Path, qps: int | None, say: Callable[[str], None]
+) -> tuple[LocalCluster, AuditLog]:
+    """A fresh real-node cluster, once the machine has none: a run takes twenty minutes and
+    more, and another cluster with real nodes (a test's) may start between two of its own."""
+    deadline = time.monotonic() + HOST_WAIT_SECONDS
+    while True:
+        try:
+            return start_audited_cluster((), cluster_dir, qps, real_nodes=REAL_NODES)
+        except ClusterError as error:
+            if not host_taken(error) or time.monotonic() > deadline:
+                raise
+            say(f"real: {error}; waiting for the machine")
+            time.sleep(10)
 
 
 def _wait_quiet(cluster: LocalCluster, say: Callable[[str], None]) -> None:
@@ -90,11 +124,17 @@ def run_real_bursts(
         for implementation in real_implementations(implementations):
             label = f"real ({limit} binder limit): {implementation.label}"
             cluster_dir = work_dir / f"real-{limit}-{implementation.key}"
-            cluster, audit = start_audited_cluster((), cluster_dir, qps, real_nodes=REAL_NODES)
+            cluster, audit = _start_cluster(cluster_dir, qps, say)
             say(f"{label}: {REAL_NODES} real nodes ready in {cluster.startup_seconds:.1f}s")
             api = RawApi.for_cluster(cluster, pool_size=concurrency + 8)
+            plugins = None
             try:
-                workspace = prepare_workspace(cluster, api, cluster_dir)
+                workspace = prepare_workspace(cluster, api, cluster_dir, csi=implementation.csi)
+                if implementation.csi:
+                    plugins = start_node_plugins(
+                        cluster, workspace.provisioner_name, workspace.config_file, cluster_dir
+                    )
+                    say(f"{label}: a node plugin registered on each real node")
                 for claims in sizes:
                     _wait_quiet(cluster, say)
                     log_dir = cluster_dir / str(claims)
@@ -111,15 +151,19 @@ def run_real_bursts(
                         binder_limit=controller_manager_limit(qps),
                         nodes=list(cluster.nodes),
                         consumer_image=PAUSE_IMAGE,
+                        wait_consumers=True,
                     )
                     results.setdefault(limit, {}).setdefault(claims, {})[implementation.key] = burst
                     say(
                         f"{label}: {claims} Bound in {burst.bind_seconds:.1f}s "
                         f"(p99 {burst.latency.p99:.1f}s), released in "
                         f"{burst.release_seconds:.1f}s, "
-                        f"{burst.requests_per_volume:.2f} requests per volume"
+                        f"{burst.requests_per_volume:.2f} requests per volume, "
+                        f"consumers started in {burst.consumer_start.p50:.2f}s (p50)"
                     )
             finally:
+                if plugins is not None:
+                    plugins.stop()
                 api.close()
                 cluster.stop()
     return results

@@ -16,7 +16,15 @@ from typing import Any
 import psutil
 
 from bench.burst import STAGES, BurstResult
-from bench.goals import SIDE_BY_SIDE, judge_all, where_time_goes
+from bench.goals import (
+    BINDER_FLOOR,
+    CSI,
+    SIDE_BY_SIDE,
+    csi_time_goes,
+    judge_all,
+    judge_csi_all,
+    where_time_goes,
+)
 from bench.options import BenchOptions
 from bench.real_nodes import REAL_NODES, RealResults, pod_start_rows
 from bench.runner import RunResults
@@ -25,7 +33,8 @@ from bench.stats import ratio
 from localcluster.pod_start import KUBELET
 
 IMPLEMENTATIONS = ("ours", "ours-capacity", "reference-default", "reference-tuned")
-"""Report columns, in order; ours-capacity is ours with capacity on (burst only)."""
+"""Report columns, in order; ours-capacity is ours with capacity on (burst only). Ours with CSI
+volumes runs on real nodes only: it has its columns in the real-node table."""
 NAN = math.nan
 
 BurstFigure = Callable[[BurstResult], float]
@@ -104,9 +113,11 @@ REAL_FIGURES: tuple[tuple[str, str, BurstFigure], ...] = (
     ("helper pod run p50", "s", lambda b: b.helper_run.p50),
     ("API requests per volume", "req", lambda b: b.requests_per_volume),
     ("release: API requests per volume", "req", lambda b: b.release_requests_per_volume),
+    ("consumer start p50 (bound to node -> Running)", "s", lambda b: b.consumer_start.p50),
+    ("consumer start p99", "s", lambda b: b.consumer_start.p99),
 )
 """The figures of each burst on real nodes, per binder limit and size."""
-REAL_COLUMNS = ("ours", "reference-tuned", "reference-default")
+REAL_COLUMNS = ("ours", "reference-tuned", "reference-default", CSI)
 
 
 def real_figures(real: RealResults) -> list[dict[str, Any]]:
@@ -125,6 +136,8 @@ def real_figures(real: RealResults) -> list[dict[str, Any]]:
                         **values,
                         "ours/tuned": ratio(values["ours"], values["reference-tuned"]),
                         "ours/default": ratio(values["ours"], values["reference-default"]),
+                        "csi/tuned": ratio(values[CSI], values["reference-tuned"]),
+                        "csi/ours": ratio(values[CSI], values["ours"]),
                     }
                 )
     return rows
@@ -186,6 +199,7 @@ def build_report(
             }
         )
     goals = judge_all(results)
+    csi_goals = judge_csi_all(results.real)
     return {
         "generated": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": command,
@@ -207,7 +221,8 @@ def build_report(
         },
         "figures": figures,
         "goals": goals,
-        "time_goes": where_time_goes(results, goals),
+        "time_goes": where_time_goes(results, goals) + csi_time_goes(results.real, csi_goals),
+        "csi_goals": csi_goals,
         "burst": {key: asdict(value) for key, value in results.burst.items()},
         "lifted": {key: asdict(value) for key, value in results.lifted.items()},
         "floor": asdict(results.floor) if results.floor else None,
@@ -291,16 +306,55 @@ def goals_table(report: dict[str, Any], markdown: bool = False) -> str:
     return format_table(headers, rows, markdown)
 
 
+COLUMN_LABELS = {
+    "ours": "ours",
+    "reference-tuned": "ref tuned",
+    "reference-default": "ref default",
+    CSI: "ours CSI",
+    BINDER_FLOOR: "its PV binder's floor",
+}
+
+
+def csi_goals_table(report: dict[str, Any], markdown: bool = False) -> str:
+    """Issue 38's goals on CSI volumes: ours-csi's figure, what it is held against and there,
+    the value held against the limit, and the result."""
+    rows = []
+    for goal in report.get("csi_goals") or []:
+        met = {True: "met", False: "MISSED", None: "not measured"}[goal["met"]]
+        against = goal["against"]
+        label = COLUMN_LABELS.get(against, against) if against else ""
+        unit = "" if against else f" {goal['unit']}"
+        limit = f"<= {goal['limit']:g}" + (f"x {label}" if against else unit)
+        rows.append(
+            [
+                goal["goal"],
+                goal["unit"],
+                _number(goal[CSI]),
+                label,
+                _number(goal["against_value"]),
+                _number(goal["value"]) if against else "",
+                limit,
+                met,
+            ]
+        )
+    if not rows:
+        return ""
+    headers = ["goal", "unit", "ours CSI", "against", "its figure", "ratio", "limit", "result"]
+    return format_table(headers, rows, markdown)
+
+
 def _pair(values: list[float | None]) -> str:
     return " / ".join(_number(value) for value in values)
 
 
-def _binder_rows(binder: dict[str, dict[str, float]]) -> list[list[str]]:
+def _binder_rows(
+    binder: dict[str, dict[str, float]], columns: tuple[str, ...] = SIDE_BY_SIDE
+) -> list[list[str]]:
     """The PV binder's floor of each implementation (bench/goals.py `_binder_floor`)."""
     if not binder:
         return []
     return [
-        [label, *(_number(binder.get(key, {}).get(figure)) for key in SIDE_BY_SIDE)]
+        [label, *(_number(binder.get(key, {}).get(figure)) for key in columns)]
         for label, figure in (
             ("PV binder's requests, first claim to last Bound", "requests"),
             ("  of them needed (no repeated events)", "needed"),
@@ -316,15 +370,16 @@ def time_goes_tables(report: dict[str, Any], markdown: bool = False) -> str:
     parts = []
     for section in report.get("time_goes") or []:
         scenario, floor = section["scenario"], section["floor"]
+        columns = tuple(section.get("columns") or SIDE_BY_SIDE)
         parts.append(f"{scenario}: where the time goes (missed: {'; '.join(section['missed'])})")
         rows = [
             [
                 f"{row['stage'].replace(' to ', ' -> ')} (p50 / p99, s)",
-                *(_pair(row[key]) for key in SIDE_BY_SIDE),
+                *(_pair(row[key]) for key in columns),
             ]
             for row in section["stages"]
         ]
-        rows += _binder_rows(section.get("binder_floor") or {})
+        rows += _binder_rows(section.get("binder_floor") or {}, columns)
         if floor is not None:
             rows += [
                 [label, _number(value), "", ""]
@@ -339,7 +394,8 @@ def time_goes_tables(report: dict[str, Any], markdown: bool = False) -> str:
             ]
         elif scenario == "burst":
             rows.append(["floor: not measured (it runs after ours' burst)", "", "", ""])
-        parts.append(format_table([scenario, "ours", "ref tuned", "ref default"], rows, markdown))
+        headers = [COLUMN_LABELS.get(key, key) for key in columns]
+        parts.append(format_table([scenario, *headers], rows, markdown))
     return "\n\n".join(parts)
 
 
@@ -458,7 +514,10 @@ def real_table(report: dict[str, Any], markdown: bool = False) -> str:
             str(row["claims"]),
             row["figure"],
             row["unit"],
-            *(_number(row[key]) for key in (*REAL_COLUMNS, "ours/tuned", "ours/default")),
+            *(
+                _number(row.get(key))
+                for key in (*REAL_COLUMNS, "ours/tuned", "ours/default", "csi/tuned", "csi/ours")
+            ),
         ]
         for row in report.get("real_figures") or []
     ]
@@ -466,7 +525,7 @@ def real_table(report: dict[str, Any], markdown: bool = False) -> str:
         return ""
     headers = [
         "binder limit", "claims", "figure", "unit", "ours", "ref tuned", "ref default",
-        "ours/tuned", "ours/default",
+        "ours CSI", "ours/tuned", "ours/default", "CSI/tuned", "CSI/ours",
     ]  # fmt: skip
     return format_table(headers, rows, markdown)
 
@@ -511,6 +570,9 @@ def print_report(report: dict[str, Any]) -> None:
         )
     print()
     print(goals_table(report))
+    if csi := csi_goals_table(report):
+        print()
+        print(csi)
     if report.get("time_goes"):
         print()
         print(time_goes_tables(report))
@@ -539,6 +601,7 @@ def markdown(report: dict[str, Any]) -> str:
             figures_table(report, markdown=True),
             requests_table(report, markdown=True),
             goals_table(report, markdown=True),
+            *filter(None, [csi_goals_table(report, markdown=True)]),
             *([time_goes_tables(report, markdown=True)] if report.get("time_goes") else []),
             *([scaling_table(report, markdown=True)] if report.get("scaling") else []),
             *filter(None, [scale_starts_table(report, markdown=True)]),

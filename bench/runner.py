@@ -68,8 +68,11 @@ def run_bursts(
     """Each implementation's burst on a fresh cluster; `lifted`: ours and the tuned reference
     only, with kube-controller-manager's client limit at `options.lifted_qps`, into
     `results.lifted` (no floor)."""
+    # CSI volumes need node plugins, which only real nodes run.
     implementations: list[Implementation] = [
-        i for i in options.implementations if not lifted or i in (OURS, REFERENCE_TUNED)
+        i
+        for i in options.implementations
+        if not i.csi and (not lifted or i in (OURS, REFERENCE_TUNED))
     ]
     scenario = "lifted" if lifted else "burst"
     for implementation in implementations:
@@ -118,7 +121,7 @@ def run_bursts(
 
 
 def run_scales(options: BenchOptions, work_dir: Path, results: RunResults) -> None:
-    implementations = [i for i in options.implementations if not i.capacity]
+    implementations = [i for i in options.implementations if not i.capacity and not i.csi]
     if not implementations:
         return
     say(f"scale: starting a fresh cluster for {', '.join(map(str, options.scale_sizes))} volumes")

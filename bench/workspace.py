@@ -3,7 +3,9 @@ service account, ConfigMap (config.json, setup, teardown, helperPod.yaml), confi
 disk and StorageClasses, under one provisioner name.
 
 Ours with capacity on (`capacity_budget`) gets its own provisioner name (a valid CSIDriver
-name), a budget on its base path and the CSIDriver; see `bench.capacity`. Never the reference.
+name), a budget on its base path and the CSIDriver; see `bench.capacity`. Ours with CSI volumes
+(`csi`) gets its own short provisioner name, classes with `volumeType: csi` and its driver's
+CSIDriver; see `bench.csi`. Never the reference.
 
 The helper template carries the harness's helper label, so the harness runs rancher's helper
 pods for real too (rancher keeps a template's labels; ours adds the label itself anyway).
@@ -19,12 +21,15 @@ import yaml
 
 from bench.api import RawApi
 from bench.capacity import CAPACITY_PROVISIONER_NAME, capacity_config, csi_driver
+from bench.csi import CSI_CLASS_PARAMETERS, CSI_PROVISIONER_NAME
+from bench.csi import csi_driver as csi_volumes_driver
 from localcluster import HELPER_POD_LABEL, HELPER_POD_LABEL_VALUE, LocalCluster
 from provisioner.configuration.config import (
     DEFAULT_HELPER_POD_YAML,
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
 )
+from provisioner.provisioning.fresh_directory import OWNERS_DIR
 
 PROVISIONER_NAME = "bench.local-path-storage.io/local-path"
 PROVISIONER_NAMESPACE = "lps-bench"
@@ -54,6 +59,8 @@ class Workspace:
     provisioner_name: str = PROVISIONER_NAME
     capacity_budget: str | None = None
     """The budget on the base path when capacity is on (ours only), else None."""
+    csi: bool = False
+    """The classes make CSI volumes (ours only)."""
 
     @property
     def config_file(self) -> Path:
@@ -79,10 +86,22 @@ def config_files(capacity_budget: str | None = None) -> dict[str, str]:
 
 
 def prepare_workspace(
-    cluster: LocalCluster, api: RawApi, work_dir: Path, capacity_budget: str | None = None
+    cluster: LocalCluster,
+    api: RawApi,
+    work_dir: Path,
+    capacity_budget: str | None = None,
+    *,
+    csi: bool = False,
 ) -> Workspace:
-    """With `capacity_budget`, the capacity-on workspace: budget, own name and CSIDriver."""
-    name = PROVISIONER_NAME if capacity_budget is None else CAPACITY_PROVISIONER_NAME
+    """With `capacity_budget`, the capacity-on workspace: budget, own name and CSIDriver; with
+    `csi`, the CSI volumes' workspace: own name, `volumeType: csi` classes and CSIDriver."""
+    if csi and capacity_budget is not None:
+        raise ValueError("capacity and CSI volumes are benchmarked apart")
+    name = PROVISIONER_NAME
+    if capacity_budget is not None:
+        name = CAPACITY_PROVISIONER_NAME
+    if csi:
+        name = CSI_PROVISIONER_NAME
     files = config_files(capacity_budget)
     config_dir = work_dir / "config"
     config_dir.mkdir(parents=True, exist_ok=True)
@@ -104,18 +123,22 @@ def prepare_workspace(
                 "provisioner": name,
                 "reclaimPolicy": policy,
                 "volumeBindingMode": "WaitForFirstConsumer",
+                **({"parameters": CSI_CLASS_PARAMETERS} if csi else {}),
             },
         )
     if capacity_budget is not None:
         api.create("/apis/storage.k8s.io/v1/csidrivers", csi_driver(name))
-    return Workspace(cluster, config_dir, name, capacity_budget)
+    if csi:
+        api.create("/apis/storage.k8s.io/v1/csidrivers", csi_volumes_driver(name))
+    return Workspace(cluster, config_dir, name, capacity_budget, csi)
 
 
 def volume_directories(cluster: LocalCluster) -> int:
-    """How many volume directories exist on all nodes' disks."""
+    """How many volume directories exist on all nodes' disks: not the owner markers'
+    directory, which `prepare` makes (always, for a CSI volume) and keeps."""
     count = 0
     for node in cluster.nodes:
         base = cluster.node_dir(node) / BASE_PATH.lstrip("/")
         if base.is_dir():
-            count += sum(1 for _ in base.iterdir())
+            count += sum(1 for entry in base.iterdir() if entry.name != OWNERS_DIR)
     return count

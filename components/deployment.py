@@ -72,7 +72,7 @@ def pod_template(args: ProvisionerDeploymentArgs, instance: str) -> core.PodTemp
         "name": CONTAINER_NAME,
         "image": args.image,
         "image_pull_policy": args.image_pull_policy,
-        "command": ["local-path-storage-provisioner"],
+        "command": [naming.PROVISIONER_COMMAND],
         "args": provisioner_arguments(args),
         "env": [
             {

@@ -34,6 +34,8 @@ CONFIG_DIRECTORY = "/etc/config"
 """Where the ConfigMap is mounted (as a directory: kubelet's symlink swap makes updates
 visible to the runtime's hot reload)."""
 PROVISIONER_SERVICE_ACCOUNT = "local-path-storage-provisioner"
+PROVISIONER_COMMAND = "local-path-storage-provisioner"
+"""The image's entrypoint: the provisioner, and with `csi-node-plugin` the node plugin."""
 HELPER_SERVICE_ACCOUNT = defaults.HELPER_SERVICE_ACCOUNT
 """Helper pods run under this account: no rights, no token mounted."""
 

@@ -30,7 +30,8 @@ def pod_template(
         "name": node_plugin.CONTAINER_NAME,
         "image": plugin.image or args.image,
         "image_pull_policy": args.image_pull_policy,
-        "command": ["python", "-m", "provisioner.csi"],
+        # The image's one entrypoint (the image holds no `python` on its PATH).
+        "command": [naming.PROVISIONER_COMMAND, "csi-node-plugin"],
         "args": node_plugin.arguments(plugin, args.provisioner_name),
         "env": [
             {"name": "NODE_NAME", "value_from": {"field_ref": {"field_path": "spec.nodeName"}}}

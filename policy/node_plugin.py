@@ -5,10 +5,11 @@ does to it.
 - `least-privilege-node-plugin`: the node plugin's ClusterRole (named `<namespace>:node-plugin`)
   grants nothing beyond reading, watching and patching PVs and writing events. Its PV patches
   are narrowed further, to its own node's PVs, by the stack's ValidatingAdmissionPolicy.
-- `node-plugin-host-mounts`: a workload that runs the node plugin (`python -m provisioner.csi`)
-  mounts from the host only the kubelet's directory (its `--kubelet-root`, and below it) and the
-  base paths of the stack's config.json (a base path that must exist: its parent, where the
-  disk shows up once mounted); never `/`, and it shares no host namespace (network, PID, IPC).
+- `node-plugin-host-mounts`: a workload that runs the node plugin (`local-path-storage-provisioner
+  csi-node-plugin`, or `python -m provisioner.csi`) mounts from the host only the kubelet's
+  directory (its `--kubelet-root`, and below it) and the base paths of the stack's config.json
+  (a base path that must exist: its parent, where the disk shows up once mounted); never `/`,
+  and it shares no host namespace (network, PID, IPC).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ RBAC_NAME = "least-privilege-node-plugin"
 MOUNTS_NAME = "node-plugin-host-mounts"
 ROLE_SUFFIX = ":node-plugin"
 NODE_PLUGIN_MODULE = "provisioner.csi"
+NODE_PLUGIN_COMMAND = "csi-node-plugin"
+"""The image's entrypoint's subcommand that runs the node plugin (the stack's form)."""
 ALLOWED_RIGHTS: Mapping[tuple[str, str], frozenset[str]] = {
     ("", "persistentvolumes"): frozenset({"get", "list", "watch", "patch"}),
     ("", "events"): frozenset({"create", "patch"}),
@@ -148,8 +151,10 @@ def _runs_node_plugin(container: Any) -> bool:
     if not isinstance(container, Mapping):
         return False
     words = [str(word) for word in (container.get("command") or ())]
+    arguments = [str(word) for word in (container.get("args") or ())]
     return (
-        any(
+        NODE_PLUGIN_COMMAND in words[1:2] + arguments[:1]
+        or any(
             word == "-m" and words[index + 1 : index + 2] == [NODE_PLUGIN_MODULE]
             for index, word in enumerate(words)
         )

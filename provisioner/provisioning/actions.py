@@ -15,6 +15,7 @@ from typing import Any
 
 from urllib3.exceptions import HTTPError
 
+from provisioner.configuration.class_parameters import CSI_VOLUME_TYPE
 from provisioner.csi.driver_name import DEFAULT_DRIVER_NAME
 from provisioner.helper_pods.pod_runner import HelperPodError
 from provisioner.helper_pods.pod_runs import RunResult
@@ -139,8 +140,9 @@ class Actions:
     def report_claim_decision(self, claim: ClaimRecord, decision: ClaimDecision) -> ObjectReference:
         """What the claim is told of its decision, before anything is carried out: a provision
         writes its base path on the claim (before any directory exists, so every later attempt
-        works on the same one) and says it began; a wait, a refusal and a return to the
-        scheduler are said as they are. The claim's reference, which its later events name."""
+        works on the same one) and says it began (but for a CSI volume, saved at once); a
+        wait, a refusal and a return to the scheduler are said as they are. The claim's
+        reference, which its later events name."""
         named = f"{claim.namespace}/{claim.name}"
         annotations: dict[str, str | None] = {}
         event: tuple[EventType, str, str] | None = None
@@ -149,7 +151,10 @@ class Actions:
                 if plan.record_base_path:
                     annotations[BASE_PATH_ANNOTATION] = plan.base_path
                 provisioning = f"External provisioner is provisioning volume for claim {named}"
-                event = ("Normal", "Provisioning", provisioning)
+                # A CSI volume's PV is saved in this very reconcile (no helper pod to wait
+                # for): ProvisioningSucceeded follows at once and says it all, a request less.
+                if plan.volume_type != CSI_VOLUME_TYPE:
+                    event = ("Normal", "Provisioning", provisioning)
             case WaitForPath(reason):
                 log.info("claim %s waits: %s", named, reason)
                 event = ("Normal", "WaitingForPath", reason)

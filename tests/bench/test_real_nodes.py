@@ -75,9 +75,9 @@ def test_real_sizes_must_be_positive_numbers(sizes: str) -> None:
         parse_options(["--real-sizes", sizes])
 
 
-def test_real_nodes_run_ours_and_both_references_never_capacity_on() -> None:
+def test_real_nodes_run_ours_with_csi_and_both_references_never_capacity_on() -> None:
     chosen = real_implementations(ALL)
-    assert [i.key for i in chosen] == ["ours", "reference-default", "reference-tuned"]
+    assert [i.key for i in chosen] == ["ours", "ours-csi", "reference-default", "reference-tuned"]
     assert OURS_CAPACITY not in chosen
 
 
@@ -222,3 +222,29 @@ def test_real_node_bursts_run_end_to_end(tmp_path: Path) -> None:
         assert len(ours["helper_pods"]) >= 2
         assert all(seconds > 0.5 for _, seconds in ours["helper_pods"])
     assert report["real_pod_starts"][0]["claims"] == 1
+
+
+@pytest.mark.cluster
+@pytest.mark.realnode
+@pytest.mark.slow
+def test_csi_volume_bursts_run_end_to_end(tmp_path: Path) -> None:
+    """Ours with CSI volumes, one claim on two real nodes under each binder limit: the node
+    plugins the bench started register, the claim is Bound with no helper pod, its consumer runs
+    with the volume the kubelet published, and the release removes the directory and the PV.
+    About a minute; needs root and no other real-node cluster."""
+    output = tmp_path / "real.json"
+    argv = [
+        "--only", "ours-csi", "--scenario", "real", "--real-sizes", "1", "--timeout", "120",
+        "--no-plot", "--output", str(output),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    report = json.loads(output.read_text())
+    for limit in ("default", "lifted"):
+        csi = report["real"][limit]["1"]["ours-csi"]
+        assert csi["claims"] == 1 and 0 < csi["bind_seconds"] < 60
+        assert csi["helper_pods"] == []
+        assert csi["consumer_start"]["count"] == 1 and csi["consumer_start"]["p50"] > 0
+        assert csi["release_seconds"] > 0 and csi["requests_per_volume"] > 0
+    goals = {goal["goal"]: goal for goal in report["csi_goals"]}
+    requests = goals["CSI, default binder limit, 1 claim: API requests per volume (Lease included)"]
+    assert requests["ours-csi"] > 0

@@ -247,7 +247,7 @@ def test_the_daemon_set() -> None:
     pod = daemon_set["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == "registry.example/lps:1"
-    assert container["command"] == ["python", "-m", "provisioner.csi"]
+    assert container["command"] == ["local-path-storage-provisioner", "csi-node-plugin"]
     assert container["securityContext"]["privileged"] is True
     assert (
         f"--kubelet-registration-path=/var/lib/kubelet/plugins/{DRIVER}/csi.sock"

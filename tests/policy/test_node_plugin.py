@@ -71,12 +71,15 @@ PATHS = {
 
 
 def daemon_set(
-    host_paths: list[str], kubelet_root: str = "/var/lib/kubelet", **spec: Any
+    host_paths: list[str],
+    kubelet_root: str = "/var/lib/kubelet",
+    command: tuple[str, ...] = ("local-path-storage-provisioner", "csi-node-plugin"),
+    **spec: Any,
 ) -> Resource:
     volumes = [{"name": f"v{i}", "hostPath": {"path": p}} for i, p in enumerate(host_paths)]
     container = {
         "name": "node-plugin",
-        "command": ["python", "-m", "provisioner.csi"],
+        "command": list(command),
         "args": [f"--kubelet-root={kubelet_root}"],
     }
     props = {
@@ -109,10 +112,15 @@ def test_what_the_program_mounts_passes() -> None:
     ["/", "/etc", "/var/lib", "/mnt", "/opt/local-path-provisioner-other", "/var/lib/kubelet-x"],
 )
 def test_a_mount_beyond_the_kubelet_and_base_paths_is_refused(path: str) -> None:
-    [(message, urn)] = check_stack([config_map(PATHS), daemon_set([*BUILT_PATHS, path])])
-    assert urn == "urn::ds"
-    assert f"mounts the host's {path} " in message
-    assert "kubelet's directory (/var/lib/kubelet)" in message
+    for command in (
+        ("local-path-storage-provisioner", "csi-node-plugin"),
+        ("python", "-m", "provisioner.csi"),
+    ):
+        found = check_stack([config_map(PATHS), daemon_set([*BUILT_PATHS, path], command=command)])
+        [(message, urn)] = found
+        assert urn == "urn::ds"
+        assert f"mounts the host's {path} " in message
+        assert "kubelet's directory (/var/lib/kubelet)" in message
 
 
 def test_the_parent_of_a_path_that_may_be_made_is_not_allowed() -> None:

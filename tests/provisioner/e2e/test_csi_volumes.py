@@ -69,6 +69,9 @@ def test_a_csi_claim_binds_without_a_helper_and_its_release_waits_for_its_node(
     assert (setup_fields.clean_up.volume_name, setup_fields.clean_up.path) == (name, path)
     assert setup_fields.clean_up.owner == name and setup_fields.clean_up.made_only
     assert not setup.node_path("node-1", path).exists(), "no helper made the directory"
+    setup.wait_event("c", "ProvisioningSucceeded")
+    reasons = [event["reason"] for event in setup.events("c")]
+    assert "Provisioning" not in reasons, "saved at once: nothing to say before it"
     assert helper_runs(setup) == 0
 
     setup.core.delete_namespaced_pod("c", setup.namespace, grace_period_seconds=0)
