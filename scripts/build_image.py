@@ -58,7 +58,8 @@ DEBIAN_MIRRORS = (
 )
 # The interpreter and its full standard library (ssl, http, json, sqlite...); apt adds the
 # shared libraries they link against.
-DEBIAN_PACKAGES = ("python3.11-minimal", "libpython3.11-stdlib")
+DEBIAN_PACKAGES = ("python3.11-minimal", "libpython3.11-stdlib", "libstdc++6")
+"""The interpreter and its library; libstdc++ for grpcio's extension (the CSI node plugin)."""
 PYTHON = "/usr/bin/python3.11"
 SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"
 APT_ARCHIVES = "var/cache/apt/archives"

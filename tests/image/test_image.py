@@ -214,6 +214,14 @@ def test_help_runs_from_the_image_root(bundle: Path, spec: dict[str, Any]) -> No
     assert "--provisioner-name" in result.stdout
 
 
+def test_the_csi_node_plugin_runs_from_the_image_root(bundle: Path, spec: dict[str, Any]) -> None:
+    """The DaemonSet's command: the entrypoint's csi-node-plugin, its gRPC extension's
+    libraries (libstdc++) in the image."""
+    result = run_from_image(bundle, spec, ["csi-node-plugin", "--help"])
+    assert result.returncode == 0, result.stderr
+    assert "--shell-directory" in result.stdout
+
+
 def test_version_from_the_image_is_its_tag(
     built: BuiltImage, bundle: Path, spec: dict[str, Any]
 ) -> None:
