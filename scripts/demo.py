@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import yaml
 
 from components.naming import DEFAULT_NAMESPACE
-from components.node_plugin import DAEMON_SET_NAME
+from components.node_plugin import APP_NAME, CONTAINER_NAME, DAEMON_SET_NAME
 from localcluster import (
     ClusterError,
     ClusterOptions,
@@ -324,18 +324,38 @@ def volume_usage(cluster: LocalCluster, node: str, claim: str) -> int:
     return wait_for(used, 150, f"the kubelet of {node} to report {claim}'s usage", interval=2)
 
 
+def say_why_not(cluster: LocalCluster, namespace: str, pod: str) -> None:
+    """What the pod's events and the node plugins' logs say, when the pod did not run."""
+    core = cluster.core_v1()
+    for event in call_json(core.list_namespaced_event, "default")["items"]:
+        if event["involvedObject"].get("name") == pod:
+            print(f"  event on {pod}: {event['reason']}: {event['message']}", file=sys.stderr)
+    plugins = call_json(
+        core.list_namespaced_pod, namespace, label_selector=f"app.kubernetes.io/name={APP_NAME}"
+    )["items"]
+    for plugin in plugins:
+        name = plugin["metadata"]["name"]
+        log = core.read_namespaced_pod_log(name, namespace, container=CONTAINER_NAME)
+        print(f"  --- {name} on {plugin['spec']['nodeName']} ---\n{log[-3000:]}", file=sys.stderr)
+
+
 def csi_claim(cluster: LocalCluster, namespace: str) -> None:
     """A claim of the CSI class: bound with no helper pod, its pod's volume mounted by the
     node plugin, its usage in the kubelet's metrics, released by the node plugin."""
     node_plugins_ready(cluster, namespace)
     helpers = HelperPodWatch(cluster, namespace)
-    volume = claim_for_a_pod(
-        cluster,
-        str(CSI_CLASS["name"]),
-        claim="csi-data",
-        pod="csi-app",
-        command="echo hello > /data/greeting; head -c 8388608 /dev/zero > /data/blob; sleep 3600",
-    )
+    try:
+        volume = claim_for_a_pod(
+            cluster,
+            str(CSI_CLASS["name"]),
+            claim="csi-data",
+            pod="csi-app",
+            command="echo hello > /data/greeting; head -c 8388608 /dev/zero > /data/blob;"
+            " sleep 3600",
+        )
+    except TimeoutError:
+        say_why_not(cluster, namespace, "csi-app")
+        raise
     created = helpers.stop()
     if created:
         raise DemoError(f"demo: helper pods ran for the CSI claim: {created}")
