@@ -228,10 +228,10 @@ if [ "$(stat -c %d:%i .)" != "$(stat -c %d:%i "$VOL_DIR")" ]; then
   refuse "the directory mounted at it is another one"
 fi
 cd /
-if [ -n "${LPS_COMMAND:-}" ]; then "$LPS_COMMAND" "$@"; else /bin/sh -c "$LPS_SCRIPT" "$0" "$@"; fi
+if [ -n "${LPS_COMMAND:-}" ]; then "$LPS_COMMAND" "$@"; else sh -c "$LPS_SCRIPT" "$0" "$@"; fi
 status=$?
 if [ "$status" -eq 0 ] && [ -n "${LPS_QUOTA_SCRIPT:-}" ]; then
-  /bin/sh -c "$LPS_QUOTA_SCRIPT" quota || status=$?
+  sh -c "$LPS_QUOTA_SCRIPT" quota || status=$?
 fi
 if [ "$status" -ne 0 ] && [ "$0" = teardown ] && [ -z "$(ls -A "$VOL_DIR")" ]; then exit 0; fi
 exit "$status"
