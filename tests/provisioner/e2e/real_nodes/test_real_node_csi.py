@@ -32,6 +32,7 @@ from localcluster import LocalCluster
 from localcluster.cluster_access import wait_for
 from localcluster.raw_api import call_json, manifest
 from localcluster.real_node import RealNode
+from localcluster.real_node_config import KUBELET_ROOT
 from provisioner.csi.driver_name import driver_name_for
 from provisioner.objects.node_handoff import VOLUME_PATH_KEY
 from provisioner.provisioning.annotations import DIRECTORY_REMOVED_ANNOTATION
@@ -370,12 +371,11 @@ def node_mount_points(node: RealNode) -> list[str]:
     return [line.split(" ")[4] for line in text.splitlines()]
 
 
-def target_path(node: RealNode, pod: Mapping[str, Any], volume: Mapping[str, Any]) -> str:
-    """Where the kubelet has the volume published for the pod."""
+def target_path(pod: Mapping[str, Any], volume: Mapping[str, Any]) -> str:
+    """Where the kubelet has the volume published for the pod, as the node's mount namespace
+    shows it (the kubelet's root there is KUBELET_ROOT)."""
     uid, name = pod["metadata"]["uid"], volume["metadata"]["name"]
-    return str(
-        node.plan.kubelet_root / "pods" / uid / "volumes" / CSI_PLUGIN_DIRECTORY / name / "mount"
-    )
+    return str(KUBELET_ROOT / "pods" / uid / "volumes" / CSI_PLUGIN_DIRECTORY / name / "mount")
 
 
 def warnings(setup: ProvisionerSetup, name: str) -> list[str]:
@@ -509,7 +509,7 @@ def test_a_restarted_plugin_leaves_a_running_pod_s_mount_and_unpublishes_it_afte
     volume, pod = csi.claim_and_pod("kept", "real-2", PING_PONG)
     assert pod["status"]["phase"] == "Running", pod["status"]
     directory = csi.directory(volume, "real-2")
-    target = target_path(node, pod, volume)
+    target = target_path(pod, volume)
     assert target in node_mount_points(node), "the kubelet had the plugin publish it there"
 
     def round_trip(text: str) -> None:
