@@ -17,7 +17,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -30,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 from localcluster import LocalCluster
 from localcluster.cluster_access import wait_for
+from localcluster.csi_node_plugins import node_plugin_command, node_plugin_plans
 from localcluster.raw_api import call_json, manifest
 from localcluster.real_node import RealNode
 from localcluster.real_node_config import KUBELET_ROOT
@@ -37,7 +37,6 @@ from provisioner.csi.driver_name import driver_name_for
 from provisioner.objects.node_handoff import VOLUME_PATH_KEY
 from provisioner.provisioning.annotations import DIRECTORY_REMOVED_ANNOTATION
 from tests.faults.support import HelperPodRecorder, unique_base_path
-from tests.provisioner.csi.plugin_process import REPOSITORY
 from tests.provisioner.e2e.real_nodes.support import (
     HOSTNAME,
     helper_pod_yaml,
@@ -118,35 +117,21 @@ class CsiStack:
     def start_plugin(self, node_name: str) -> NodePlugin:
         """Starts the node's plugin and waits until the kubelet has registered it."""
         node = real_nodes(self.cluster).node_by_name(node_name)
-        holder = node.holder.pid
-        assert holder is not None
         self.starts += 1
         log = self.scratch / f"{node_name}-{self.starts}.log"
+        # The command the benchmark's plugins run (localcluster/csi_node_plugins.py).
+        (plan,) = node_plugin_plans(
+            [node],
+            provisioner_name=self.setup.name,
+            config_file=self.setup.config_dir / "config.json",
+            kubeconfig=self.cluster.kubeconfig,
+            log_dir=self.scratch,
+        )
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         env["PYTHONUNBUFFERED"] = "1"
         with log.open("ab") as output:
             process = subprocess.Popen(
-                [
-                    "nsenter",
-                    f"--mount=/proc/{holder}/ns/mnt",
-                    # Else nsenter takes the holder's working directory, and `-m` finds the
-                    # installed package rather than this tree.
-                    f"--wd={REPOSITORY}",
-                    "--",
-                    sys.executable,
-                    "-m",
-                    "provisioner.csi",
-                    f"--endpoint=unix://{self.scratch}/{node_name}.sock",
-                    f"--node-name={node_name}",
-                    f"--config-file={self.setup.config_dir / 'config.json'}",
-                    f"--provisioner-name={self.setup.name}",
-                    f"--kubelet-root={node.plan.kubelet_root}",
-                    "--manage-volumes",
-                    f"--kubeconfig={self.cluster.kubeconfig}",
-                ],
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                env=env,
+                node_plugin_command(plan), stdout=output, stderr=subprocess.STDOUT, env=env
             )
         plugin = NodePlugin(node, process, log)
         self.plugins[node_name] = plugin
