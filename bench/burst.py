@@ -105,6 +105,12 @@ class BurstResult:
     consumer_start: Latencies = field(default_factory=lambda: Latencies.of([]))
     """Per consumer, its node's start of it: bound to a node to Running (`consumer_starts`);
     measured on real nodes only (the bursts run with `wait_consumers`)."""
+    hostpath_consumer_start: Latencies = field(default_factory=lambda: Latencies.of([]))
+    """The same number of consumers with a hostPath volume each, created at once on the same
+    nodes right after a CSI burst (`hostpath_control`); empty for any other burst."""
+    binder_all_floor_seconds: float = math.nan
+    """The least time the binder's client limit lets through every request it made, its
+    patches of its own repeated events included (`binder_floor_seconds` leaves them out)."""
 
 
 def _claim(name: str) -> dict[str, Any]:
@@ -182,7 +188,7 @@ def consumer_starts(scheduled: dict[str, float], running: dict[str, float]) -> l
     return sorted(running[name] - at for name, at in scheduled.items() if name in running)
 
 
-def _watch_consumers(api: RawApi) -> ObjectTimeline:
+def watch_consumers(api: RawApi) -> ObjectTimeline:
     """When each consumer was seen bound to its node and Running."""
     milestones = {"scheduled": _is_scheduled, "running": _is_running}
     return ObjectTimeline(api, CONSUMERS_PATH, milestones).start()
@@ -418,7 +424,7 @@ def run_burst(
     ).start()
     helper_timeline, pod_timeline = _watch_helper_pods(api)
     volume_timeline = ObjectTimeline(api, "/api/v1/persistentvolumes").start()
-    consumer_timeline = _watch_consumers(api)
+    consumer_timeline = watch_consumers(api)
     provisioner = RunningProvisioner(
         implementation, workspace, log_dir / f"{implementation.key}-burst.log", py_spy
     )
@@ -506,6 +512,7 @@ def run_burst(
         binder_requests=binder,
         binder_needed=needed,
         binder_floor_seconds=limiter_floor(needed, *binder_limit),
+        binder_all_floor_seconds=limiter_floor(binder, *binder_limit),
         cpu_seconds=cpu_seconds,
         peak_rss_mib=peak_rss,
         release_seconds=released - release_started,

@@ -24,8 +24,10 @@ once when deleted, so a release waits on the kubelet's teardown and not on a gra
 from __future__ import annotations
 
 import math
+import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from bench.api import RawApi
 from bench.audit import AuditLog, controller_manager_limit, start_audited_cluster
 from bench.burst import BurstResult, run_burst
 from bench.csi import start_node_plugins
+from bench.hostpath_control import run_hostpath_consumers
 from bench.implementations import Implementation
 from bench.quiet import wait_until_quiet
 from bench.stats import percentile
@@ -53,6 +56,8 @@ within about 20 minutes on two cores."""
 
 HOST_WAIT_SECONDS = 1800.0
 """How long a run waits for another cluster with real nodes to stop before its own starts."""
+
+CONTROL_TIMEOUT_SECONDS = 300.0
 
 RealResults = dict[str, dict[int, dict[str, BurstResult]]]
 """Binder limit ("default", "lifted") -> claims -> implementation key -> its burst."""
@@ -153,6 +158,15 @@ def run_real_bursts(
                         consumer_image=PAUSE_IMAGE,
                         wait_consumers=True,
                     )
+                    if implementation.csi:
+                        burst = _with_hostpath_control(
+                            burst,
+                            cluster,
+                            api,
+                            cluster_dir=cluster_dir,
+                            concurrency=concurrency,
+                            say=say,
+                        )
                     results.setdefault(limit, {}).setdefault(claims, {})[implementation.key] = burst
                     say(
                         f"{label}: {claims} Bound in {burst.bind_seconds:.1f}s "
@@ -167,6 +181,36 @@ def run_real_bursts(
                 api.close()
                 cluster.stop()
     return results
+
+
+def _with_hostpath_control(
+    burst: BurstResult,
+    cluster: LocalCluster,
+    api: RawApi,
+    *,
+    cluster_dir: Path,
+    concurrency: int,
+    say: Callable[[str], None],
+) -> BurstResult:
+    """The CSI burst with its control: as many hostPath consumers, created at once from as many
+    threads as the burst's, on the same nodes (`hostpath_control`), once the nodes are quiet
+    again."""
+    _wait_quiet(cluster, say)
+    directory = cluster_dir / "hostpath-control"
+    try:
+        control = run_hostpath_consumers(
+            api,
+            count=burst.claims,
+            nodes=list(cluster.nodes),
+            directory=directory,
+            image=PAUSE_IMAGE,
+            concurrency=concurrency,
+            timeout=CONTROL_TIMEOUT_SECONDS,
+        )
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    say(f"real: {burst.claims} hostPath consumers at once started in {control.p50:.2f}s (p50)")
+    return replace(burst, hostpath_consumer_start=control)
 
 
 def pod_start_rows(real: RealResults, model: PodStartModel) -> list[dict[str, Any]]:

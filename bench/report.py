@@ -19,6 +19,7 @@ from bench.burst import STAGES, BurstResult
 from bench.goals import (
     BINDER_FLOOR,
     CSI,
+    HOSTPATH_AT_ONCE,
     SIDE_BY_SIDE,
     csi_time_goes,
     judge_all,
@@ -115,6 +116,11 @@ REAL_FIGURES: tuple[tuple[str, str, BurstFigure], ...] = (
     ("release: API requests per volume", "req", lambda b: b.release_requests_per_volume),
     ("consumer start p50 (bound to node -> Running)", "s", lambda b: b.consumer_start.p50),
     ("consumer start p99", "s", lambda b: b.consumer_start.p99),
+    (
+        "hostPath consumers at once, start p50 (CSI runs)",
+        "s",
+        lambda b: b.hostpath_consumer_start.p50,
+    ),
 )
 """The figures of each burst on real nodes, per binder limit and size."""
 REAL_COLUMNS = ("ours", "reference-tuned", "reference-default", CSI)
@@ -312,6 +318,7 @@ COLUMN_LABELS = {
     "reference-default": "ref default",
     CSI: "ours CSI",
     BINDER_FLOOR: "its PV binder's floor",
+    HOSTPATH_AT_ONCE: "hostPath consumers at once",
 }
 
 
@@ -360,6 +367,8 @@ def _binder_rows(
             ("  of them needed (no repeated events)", "needed"),
             ("binder floor: the needed through its client limit (s)", "seconds"),
             ("time until all Bound / binder floor", "multiple"),
+            ("every request it made through its client limit (s)", "all_seconds"),
+            ("time until all Bound / that", "all_multiple"),
         )
     ]
 

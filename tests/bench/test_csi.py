@@ -106,10 +106,12 @@ def csi_burst(
     consumer: float = 1.0,
     release: float = 5.0,
     binder_floor: float = 10.0,
+    control: float = 1.0,
 ) -> BurstResult:
     result = real_burst(key, claims, bind, latency, requests)
     result.latency = Latencies(count=claims, p50=latency, p95=latency, p99=latency, max=latency)
     result.consumer_start = Latencies(count=claims, p50=consumer, p95=2, p99=2, max=2)
+    result.hostpath_consumer_start = Latencies(count=claims, p50=control, p95=2, p99=2, max=2)
     result.release_seconds = release
     result.binder_floor_seconds = binder_floor
     return result
@@ -118,7 +120,8 @@ def csi_burst(
 def csi_run(*, single: float = 1.0, consumer: float = 1.05) -> RunResults:
     """Ours-csi beside ours and the tuned reference at 1 and 40 claims, default limit: a claim
     Bound in `single` s against the reference's 3.0 s, 40 claims in 10.4 s against a 10 s
-    binder floor, 3.1 requests a volume, consumers started in `consumer` s against ours' 1.0 s,
+    binder floor, 3.1 requests a volume, consumers started in `consumer` s against 1.0 s for
+    as many hostPath consumers at once (the helper-pod class's, arriving one by one: 0.5 s),
     released in 5 s against 20 s. Lifted: ours-csi alone, one claim."""
     default = {
         1: {
@@ -130,7 +133,7 @@ def csi_run(*, single: float = 1.0, consumer: float = 1.05) -> RunResults:
             "ours-csi": csi_burst(
                 "ours-csi", 40, bind=10.4, latency=9.0, requests=3.1, consumer=consumer
             ),
-            "ours": csi_burst("ours", 40, bind=14.0, latency=13.0, consumer=1.0),
+            "ours": csi_burst("ours", 40, bind=14.0, latency=13.0, consumer=0.5),
             "reference-tuned": csi_burst(
                 "reference-tuned", 40, bind=18.0, latency=18.0, release=20.0
             ),
@@ -157,9 +160,11 @@ def test_each_csi_goal_is_held_against_its_comparison_in_the_same_run() -> None:
     requests = goals[f"{prefix}, 40 claims: API requests per volume (Lease included)"]
     assert (requests["against"], requests["value"], requests["met"]) == (None, 3.1, True)
     consumers = goals[
-        f"{prefix}, 40 claims: consumer start p50 (bound to its node -> Running), CSI / hostPath"
+        f"{prefix}, 40 claims: consumer start p50 (bound to its node -> Running),"
+        " CSI / hostPath at once"
     ]
-    assert (consumers["against"], consumers["value"], consumers["met"]) == ("ours", 1.05, True)
+    assert (consumers["against"], consumers["against_value"]) == ("hostPath consumers at once", 1.0)
+    assert (consumers["value"], consumers["met"]) == (1.05, True)
     release = goals[f"{prefix}, 40 claims: release: time until PVs and dirs gone"]
     assert (release["value"], release["limit"], release["met"]) == (0.25, 0.3, True)
 
@@ -167,7 +172,7 @@ def test_each_csi_goal_is_held_against_its_comparison_in_the_same_run() -> None:
 def test_a_csi_goal_is_missed_past_its_limit_and_not_measured_without_its_comparison() -> None:
     goals = by_goal(csi_run(single=1.2, consumer=1.2))
     assert goals["CSI, default binder limit, 1 claim: claim created to Bound"]["met"] is False
-    name = "consumer start p50 (bound to its node -> Running), CSI / hostPath"
+    name = "consumer start p50 (bound to its node -> Running), CSI / hostPath at once"
     assert goals[f"CSI, default binder limit, 40 claims: {name}"]["met"] is False
     # Lifted: ours-csi ran alone, one claim: its own requests are judged, nothing relative.
     lifted = {g: v["met"] for g, v in goals.items() if "lifted" in g}
@@ -201,7 +206,7 @@ def test_a_missed_csi_goal_shows_the_stages_and_consumer_starts_of_all_three() -
     forty = sections[0]
     assert forty["columns"] == ["ours-csi", "ours", "reference-tuned"]
     consumer = next(row for row in forty["stages"] if row["stage"] == CONSUMER_START)
-    assert (consumer["ours-csi"], consumer["ours"]) == ([1.5, 2], [1.0, 2])
+    assert (consumer["ours-csi"], consumer["ours"]) == ([1.5, 2], [0.5, 2])
     assert set(forty["binder_floor"]) == {"ours-csi", "ours", "reference-tuned"}
 
 

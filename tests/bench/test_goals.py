@@ -46,6 +46,7 @@ def burst(key: str, bind: float, p99: float, requests: float, stage: float = 1.0
         binder_requests=1300,
         binder_needed=1230,
         binder_floor_seconds=limiter_floor(1230, 20, 30),
+        binder_all_floor_seconds=limiter_floor(1300, 20, 30),
     )
 
 
@@ -187,11 +188,13 @@ def test_stages_and_floor_are_shown_only_for_a_missed_burst_or_lifted_goal() -> 
         "multiple": 8.0,
         "beyond": 35.0,
     }
-    binder = {"requests": 1300, "needed": 1230, "seconds": 60.0}
+    # Every request the binder made, its repeated events' patches included: 1300 at 20 a
+    # second after a burst of 30 take 63.5 s.
+    binder = {"requests": 1300, "needed": 1230, "seconds": 60.0, "all_seconds": 63.5}
     assert burst_section["binder_floor"] == {
-        "ours": {**binder, "multiple": 40.0 / 60.0},
-        "reference-tuned": {**binder, "multiple": 50.0 / 60.0},
-        "reference-default": {**binder, "multiple": 5.0},
+        "ours": {**binder, "multiple": 40.0 / 60.0, "all_multiple": 40.0 / 63.5},
+        "reference-tuned": {**binder, "multiple": 50.0 / 60.0, "all_multiple": 50.0 / 63.5},
+        "reference-default": {**binder, "multiple": 5.0, "all_multiple": 300.0 / 63.5},
     }
     assert lifted_section["missed"] == ["lifted: time until all Bound"]
     assert lifted_section["floor"] is None

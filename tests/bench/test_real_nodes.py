@@ -14,6 +14,7 @@ import pytest
 from bench.__main__ import main
 from bench.burst import STAGES, BurstResult, consumer, helper_pod_containers, spread
 from bench.goals import judge_all, where_time_goes
+from bench.hostpath_control import hostpath_consumer
 from bench.implementations import ALL, OURS_CAPACITY
 from bench.options import parse_options
 from bench.real_nodes import REAL_SIZES, limit_qps, pod_start_rows, real_implementations
@@ -99,6 +100,19 @@ def test_consumers_go_to_the_nodes_in_turn_by_a_node_selector() -> None:
     claim = pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
     assert claim == "claim-1"
     assert "nodeSelector" not in consumer("app-1", "claim-1", "x")["spec"]
+
+
+def test_the_hostpath_control_differs_from_a_consumer_only_in_its_volume() -> None:
+    control = hostpath_consumer("hostpath-00001", Path("/run/control"), "pause:1", "real-2")
+    claimed = consumer("hostpath-00001", "claim-1", "pause:1", "real-2")
+    assert control["spec"]["volumes"] == [
+        {
+            "name": "data",
+            "hostPath": {"path": "/run/control/hostpath-00001", "type": "DirectoryOrCreate"},
+        }
+    ]
+    del control["spec"]["volumes"], claimed["spec"]["volumes"]
+    assert control == claimed
 
 
 def test_a_helper_pod_runs_its_init_containers_and_containers_in_sequence() -> None:
@@ -244,6 +258,8 @@ def test_csi_volume_bursts_run_end_to_end(tmp_path: Path) -> None:
         assert csi["claims"] == 1 and 0 < csi["bind_seconds"] < 60
         assert csi["helper_pods"] == []
         assert csi["consumer_start"]["count"] == 1 and csi["consumer_start"]["p50"] > 0
+        control = csi["hostpath_consumer_start"]
+        assert control["count"] == 1 and control["p50"] > 0
         assert csi["release_seconds"] > 0 and csi["requests_per_volume"] > 0
     goals = {goal["goal"]: goal for goal in report["csi_goals"]}
     requests = goals["CSI, default binder limit, 1 claim: API requests per volume (Lease included)"]
