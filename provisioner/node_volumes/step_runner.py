@@ -4,7 +4,9 @@ cmdTimeoutSeconds, stopping at the first that fails.
 Each step runs in a session of its own, and a step past its deadline is killed with its whole
 process group (a setup script's children too): otherwise a child holding the output pipe open
 would keep the plugin waiting after the step itself was killed, as a helper pod's deadline
-would not. What a step wrote (stdout and stderr together) is kept to its tail, for the event.
+would not. Each runs confined by bubblewrap to what its helper pod would see of the node
+(sandbox.py); the step dies with the bwrap that runs it. What a step wrote (stdout and stderr
+together) is kept to its tail, for the event.
 """
 
 from __future__ import annotations
@@ -15,11 +17,20 @@ import signal
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from provisioner.node_volumes.sandbox import (
+    DEFAULT_PATH,
+    SYSTEM,
+    SYSTEM_SHELL,
+    Shell,
+    confined_argv,
+)
 from provisioner.node_volumes.volume_steps import NodeStep
 
+__all__ = ["DEFAULT_PATH", "SYSTEM", "SYSTEM_SHELL", "Shell", "StepResult", "run_step", "run_steps"]
+
 TAIL_BYTES = 2048
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass(frozen=True)
@@ -28,28 +39,6 @@ class StepResult:
     ok: bool
     tail: str
     """The end of what the step wrote, or why it did not run to its end."""
-
-
-@dataclass(frozen=True)
-class Shell:
-    """What the steps' `/bin/sh` and their PATH are: the system's, or a directory's (a busybox
-    with its applets, where the plugin's image has no shell)."""
-
-    directory: str | None = None
-
-    def argv(self, argv: Sequence[str]) -> list[str]:
-        if self.directory is None or not argv or argv[0] != SYSTEM_SHELL:
-            return list(argv)
-        return [f"{self.directory}/sh", *argv[1:]]
-
-    def path(self) -> str:
-        system = os.environ.get("PATH", DEFAULT_PATH)
-        return system if self.directory is None else f"{self.directory}:{system}"
-
-
-SYSTEM_SHELL = "/bin/sh"
-SYSTEM = Shell()
-"""The system's /bin/sh and the plugin's PATH."""
 
 
 def run_steps(
@@ -69,8 +58,17 @@ def run_step(step: NodeStep, timeout_seconds: float, shell: Shell = SYSTEM) -> S
     # Only the step's own environment and a PATH: a helper container sees nothing of the
     # plugin's own (its service account's address, its options).
     env = {"PATH": shell.path(), **step.env}
+    # Confined to its view (sandbox.py): a step sees its base path, not the node's others.
+    # A view path must be a directory: bwrap would bind a file as well, or fail less clearly.
+    try:
+        argv = confined_argv(shell.argv(step.argv), step.view, shell)
+    except ValueError as error:
+        return StepResult(step.name, False, f"{step.name}: {error}")
+    for path in (*step.view.read_write, *step.view.read_only):
+        if not Path(path).is_dir():
+            return StepResult(step.name, False, f"{step.name}: {path} is not a directory")
     process = subprocess.Popen(
-        shell.argv(step.argv),
+        argv,
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
