@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Sequence
@@ -20,17 +21,32 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provisioner.node_volumes.sandbox import (
+    BWRAP,
     DEFAULT_PATH,
     SYSTEM,
     SYSTEM_SHELL,
     Shell,
+    View,
     confined_argv,
 )
 from provisioner.node_volumes.volume_steps import NodeStep
 
-__all__ = ["DEFAULT_PATH", "SYSTEM", "SYSTEM_SHELL", "Shell", "StepResult", "run_step", "run_steps"]
+__all__ = [
+    "DEFAULT_PATH",
+    "SYSTEM",
+    "SYSTEM_SHELL",
+    "Shell",
+    "StepResult",
+    "run_step",
+    "run_steps",
+    "sandbox_problem",
+]
 
 TAIL_BYTES = 2048
+MISSING_BWRAP = (
+    "bwrap is not on the PATH: the node plugin runs each volume step confined by bubblewrap;"
+    " install the node's `bubblewrap` package, or run the plugin from the project's image"
+)
 
 
 @dataclass(frozen=True)
@@ -67,8 +83,11 @@ def run_step(step: NodeStep, timeout_seconds: float, shell: Shell = SYSTEM) -> S
     for path in (*step.view.read_write, *step.view.read_only):
         if not Path(path).is_dir():
             return StepResult(step.name, False, f"{step.name}: {path} is not a directory")
+    # bwrap found on the plugin's own PATH, not on the step's (the shell directory comes first).
+    if (bwrap := shutil.which(BWRAP)) is None:
+        return StepResult(step.name, False, f"{step.name}: {MISSING_BWRAP}")
     process = subprocess.Popen(
-        argv,
+        [bwrap, *argv[1:]],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -91,6 +110,27 @@ def run_step(step: NodeStep, timeout_seconds: float, shell: Shell = SYSTEM) -> S
     if process.returncode != 0:
         tail += f"\n{step.name}: exit status {process.returncode}"
     return StepResult(step.name, process.returncode == 0, tail.strip())
+
+
+def sandbox_problem() -> str | None:
+    """Why no step could run confined on this node, or None: bwrap missing from the plugin's
+    PATH, or refused what the steps ask of it (a kernel without the namespaces, a container
+    not allowed to make them). A probe step, bwrap's --version run inside a sandbox of its
+    own, says it before the plugin takes any volume."""
+    bwrap = shutil.which(BWRAP)
+    if bwrap is None:
+        return MISSING_BWRAP
+    probe = [bwrap, *confined_argv([bwrap, "--version"], View(), SYSTEM)[1:]]
+    try:
+        result = subprocess.run(
+            probe, stdin=subprocess.DEVNULL, capture_output=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"{bwrap} cannot confine the volume steps: {error}"
+    if result.returncode != 0:
+        why = result.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
+        return f"{bwrap} cannot confine the volume steps: {' '.join(why) or result.returncode}"
+    return None
 
 
 def _tail(output: bytes | None) -> str:
