@@ -52,9 +52,10 @@ class Node:
             config, setup_script, DEFAULT_TEARDOWN_SCRIPT, DEFAULT_HELPER_POD_YAML
         )
 
-    def target(self, **owner: str) -> VolumeTarget:
+    def target(self, user: str = "", group: str = "", perm: str = "") -> VolumeTarget:
+        path = str(self.base / "ns" / "claim")
         setup = VolumeSetup(
-            str(self.base), str(self.base / "ns" / "claim"), "Filesystem", 1, **owner
+            str(self.base), path, "Filesystem", 1, vol_user=user, vol_group=group, vol_perm=perm
         )
         return VolumeTarget.of("pvc-1", "n1", setup)
 
@@ -119,7 +120,7 @@ def test_a_config_setup_script_makes_chowns_and_chmods_its_directory(node: Node)
     nobody = pwd.getpwnam("nobody")
     # The config's setup, then a file written as root in a directory it no longer owns.
     script = DEFAULT_SETUP_SCRIPT + 'echo ready > "$VOL_DIR/.ready"\n'
-    target = node.target(vol_user="nobody", vol_group="nogroup", vol_perm="0750")
+    target = node.target("nobody", "nogroup", "0750")
     results = run_steps(node_steps("create", target, node.bundle(script)), 30)
     assert [r.ok for r in results] == [True, True], results[-1].tail
     made = Path(target.path).stat()
