@@ -140,3 +140,13 @@ def test_a_step_past_its_deadline_is_killed_with_all_it_started(node: Node) -> N
     assert time.monotonic() - started < 10
     time.sleep(4)
     assert not late.exists(), "a child of the step outlived its deadline"
+
+
+def test_without_bwrap_on_its_path_the_plugin_s_probe_says_how_to_fix_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    problem = sandbox_problem()
+    assert problem is not None
+    assert "bwrap is not on the PATH" in problem
+    assert "bubblewrap" in problem
