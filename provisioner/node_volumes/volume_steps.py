@@ -129,3 +129,21 @@ def _step(
         step, target, bundle, removal=removal, base_view=target.base_path
     )
     return NodeStep(step, (*command, *args), env)
+
+
+GNU_CP = "/usr/bin/cp"
+"""GNU cp (coreutils) by its own path: a step's PATH starts with the shell directory, whose
+busybox `cp` has neither `--reflink` nor `--sparse` (see clone_step.py for why both)."""
+
+
+def clone_step(source_path: str, target_path: str) -> NodeStep:
+    """The copy of a clone's source into its new directory, as the helper pod's `clone`
+    container makes it (clone_step.py: `cp -a`, links kept as links and never followed,
+    owners, modes, times, hard links; extents shared where the filesystem can; holes kept).
+    `<source>/.` into `<target>/`: the source's contents, dot files too, and its own modes on
+    the new directory, as `cp -a -T` does in the pod."""
+    return NodeStep(
+        "clone",
+        (GNU_CP, "-a", "--reflink=auto", "--sparse=auto", f"{source_path}/.", f"{target_path}/"),
+        {},
+    )

@@ -134,7 +134,9 @@ class NodeCloneSource:
                 claim_uid=_text(fields, "claim_uid"),
             )
         except KeyError as missing:
-            raise HandoffError(f"{SETUP_ANNOTATION}'s clone_source has no {missing.args[0]}") from None
+            raise HandoffError(
+                f"{SETUP_ANNOTATION}'s clone_source has no {missing.args[0]}"
+            ) from None
 
 
 @dataclass(frozen=True)
