@@ -58,8 +58,16 @@ DEBIAN_MIRRORS = (
 )
 # The interpreter and its full standard library (ssl, http, json, sqlite...); apt adds the
 # shared libraries they link against.
-DEBIAN_PACKAGES = ("python3.11-minimal", "libpython3.11-stdlib", "libstdc++6")
-"""The interpreter and its library; libstdc++ for grpcio's extension (the CSI node plugin)."""
+DEBIAN_PACKAGES = (
+    "python3.11-minimal",
+    "libpython3.11-stdlib",
+    "libstdc++6",
+    "bubblewrap",
+    "coreutils",
+)
+"""The interpreter and its library; libstdc++ for grpcio's extension (the CSI node plugin);
+bubblewrap, which confines each of the node plugin's volume steps to its base path, and
+coreutils for GNU `cp`, which copies a clone's source keeping what busybox's would not."""
 PYTHON = "/usr/bin/python3.11"
 SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"
 APT_ARCHIVES = "var/cache/apt/archives"
@@ -72,7 +80,12 @@ BUILD_BACKEND = (
 WHEEL_PLATFORM = ("manylinux_2_36_x86_64", "manylinux_2_28_x86_64", "manylinux2014_x86_64")
 # Executables the runtime keeps; every other file in a bin directory (tar, dpkg, the tools
 # apt pulls in) goes, with the package databases and documentation.
-KEPT_EXECUTABLES = {"usr/bin/python3.11", f"usr/local/bin/{ENTRYPOINT}"}
+KEPT_EXECUTABLES = {
+    "usr/bin/python3.11",
+    f"usr/local/bin/{ENTRYPOINT}",
+    "usr/bin/bwrap",
+    "usr/bin/cp",
+}
 BIN_DIRECTORIES = ("bin", "sbin", "usr/bin", "usr/sbin", "usr/local/bin", "usr/local/sbin")
 REMOVED = (
     "dev",

@@ -7,9 +7,11 @@
 #   busybox-static                the busybox image's one binary (the default helperImage)
 #   gcc, libc6-dev                a static `pause` for the pause image
 #   iptables                      the kubelet looks for it at start, even with no chains to make
+#   bubblewrap                    the CSI node plugin runs each volume step confined (bwrap); the
+#                                 plugin runs in the node's mount namespace, so it is the node's
 # apt-get runs only when something is missing, so a second run prints one line and returns.
 set -euo pipefail
-packages=(runc containernetworking-plugins docker-registry skopeo umoci busybox-static gcc libc6-dev iptables)
+packages=(runc containernetworking-plugins docker-registry skopeo umoci busybox-static gcc libc6-dev iptables bubblewrap)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f '${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")

@@ -13,7 +13,7 @@ from provisioner.csi.node_paths import node_base_paths
 from provisioner.csi.options import NodePluginOptions
 from provisioner.csi.server import NodePluginError
 from provisioner.kube.client import DEFAULT_USER_AGENT, KubeConfigError, create_clients
-from provisioner.node_volumes.step_runner import Shell
+from provisioner.node_volumes.step_runner import Shell, sandbox_problem
 from provisioner.node_volumes.volume_executor import VolumeExecutor
 from provisioner.node_volumes.volume_state import VolumeState
 from provisioner.node_volumes.volume_watch import NodeVolumes
@@ -33,6 +33,9 @@ once; the kubelet itself runs at 50 a second after 100."""
 def start_node_volumes(options: NodePluginOptions) -> NodeVolumes:
     if options.state_dir is None:
         raise NodePluginError("--manage-volumes needs a state directory (--state-dir)")
+    # Fail closed: no volume step runs unconfined (sandbox.py), so no plugin starts without it.
+    if (problem := sandbox_problem()) is not None:
+        raise NodePluginError(problem)
     try:
         bundle = load_config_directory(options.config_file.parent, config_file=options.config_file)
     except ConfigError as error:

@@ -4,22 +4,49 @@ cmdTimeoutSeconds, stopping at the first that fails.
 Each step runs in a session of its own, and a step past its deadline is killed with its whole
 process group (a setup script's children too): otherwise a child holding the output pipe open
 would keep the plugin waiting after the step itself was killed, as a helper pod's deadline
-would not. What a step wrote (stdout and stderr together) is kept to its tail, for the event.
+would not. Each runs confined by bubblewrap to what its helper pod would see of the node
+(sandbox.py); the step dies with the bwrap that runs it. What a step wrote (stdout and stderr
+together) is kept to its tail, for the event.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
+from provisioner.node_volumes.sandbox import (
+    BWRAP,
+    DEFAULT_PATH,
+    SYSTEM,
+    SYSTEM_SHELL,
+    Shell,
+    View,
+    confined_argv,
+)
 from provisioner.node_volumes.volume_steps import NodeStep
 
+__all__ = [
+    "DEFAULT_PATH",
+    "SYSTEM",
+    "SYSTEM_SHELL",
+    "Shell",
+    "StepResult",
+    "run_step",
+    "run_steps",
+    "sandbox_problem",
+]
+
 TAIL_BYTES = 2048
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+MISSING_BWRAP = (
+    "bwrap is not on the PATH: the node plugin runs each volume step confined by bubblewrap;"
+    " install the node's `bubblewrap` package, or run the plugin from the project's image"
+)
 
 
 @dataclass(frozen=True)
@@ -28,28 +55,6 @@ class StepResult:
     ok: bool
     tail: str
     """The end of what the step wrote, or why it did not run to its end."""
-
-
-@dataclass(frozen=True)
-class Shell:
-    """What the steps' `/bin/sh` and their PATH are: the system's, or a directory's (a busybox
-    with its applets, where the plugin's image has no shell)."""
-
-    directory: str | None = None
-
-    def argv(self, argv: Sequence[str]) -> list[str]:
-        if self.directory is None or not argv or argv[0] != SYSTEM_SHELL:
-            return list(argv)
-        return [f"{self.directory}/sh", *argv[1:]]
-
-    def path(self) -> str:
-        system = os.environ.get("PATH", DEFAULT_PATH)
-        return system if self.directory is None else f"{self.directory}:{system}"
-
-
-SYSTEM_SHELL = "/bin/sh"
-SYSTEM = Shell()
-"""The system's /bin/sh and the plugin's PATH."""
 
 
 def run_steps(
@@ -69,8 +74,20 @@ def run_step(step: NodeStep, timeout_seconds: float, shell: Shell = SYSTEM) -> S
     # Only the step's own environment and a PATH: a helper container sees nothing of the
     # plugin's own (its service account's address, its options).
     env = {"PATH": shell.path(), **step.env}
+    # Confined to its view (sandbox.py): a step sees its base path, not the node's others.
+    # A view path must be a directory: bwrap would bind a file as well, or fail less clearly.
+    try:
+        argv = confined_argv(shell.argv(step.argv), step.view, shell)
+    except ValueError as error:
+        return StepResult(step.name, False, f"{step.name}: {error}")
+    for path in (*step.view.read_write, *step.view.read_only):
+        if not Path(path).is_dir():
+            return StepResult(step.name, False, f"{step.name}: {path} is not a directory")
+    # bwrap found on the plugin's own PATH, not on the step's (the shell directory comes first).
+    if (bwrap := shutil.which(BWRAP)) is None:
+        return StepResult(step.name, False, f"{step.name}: {MISSING_BWRAP}")
     process = subprocess.Popen(
-        shell.argv(step.argv),
+        [bwrap, *argv[1:]],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -93,6 +110,27 @@ def run_step(step: NodeStep, timeout_seconds: float, shell: Shell = SYSTEM) -> S
     if process.returncode != 0:
         tail += f"\n{step.name}: exit status {process.returncode}"
     return StepResult(step.name, process.returncode == 0, tail.strip())
+
+
+def sandbox_problem() -> str | None:
+    """Why no step could run confined on this node, or None: bwrap missing from the plugin's
+    PATH, or refused what the steps ask of it (a kernel without the namespaces, a container
+    not allowed to make them). A probe step, bwrap's --version run inside a sandbox of its
+    own, says it before the plugin takes any volume."""
+    bwrap = shutil.which(BWRAP)
+    if bwrap is None:
+        return MISSING_BWRAP
+    probe = [bwrap, *confined_argv([bwrap, "--version"], View(), SYSTEM)[1:]]
+    try:
+        result = subprocess.run(
+            probe, stdin=subprocess.DEVNULL, capture_output=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"{bwrap} cannot confine the volume steps: {error}"
+    if result.returncode != 0:
+        why = result.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
+        return f"{bwrap} cannot confine the volume steps: {' '.join(why) or result.returncode}"
+    return None
 
 
 def _tail(output: bytes | None) -> str:

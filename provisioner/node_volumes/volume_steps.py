@@ -20,7 +20,7 @@ check of the gate's permit as the PV carries it (`NodeRemoval`). A setup that fa
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from provisioner.configuration.config import ConfigBundle
@@ -29,6 +29,7 @@ from provisioner.helper_pods.pod_shapes import (
     owner_check_environment,
     step_command,
 )
+from provisioner.node_volumes.sandbox import View
 from provisioner.objects.node_handoff import NodeRemoval, VolumeSetup
 from provisioner.provisioning.paths import is_strictly_inside
 from provisioner.provisioning.removal_gate import OwnerCheck
@@ -70,11 +71,13 @@ class VolumeTarget:
 
 @dataclass(frozen=True)
 class NodeStep:
-    """One process: its step's name, its argv and its whole environment."""
+    """One process: its step's name, its argv, its whole environment and what it sees of the
+    node (nothing by default)."""
 
     name: HelperStep
     argv: tuple[str, ...]
     env: Mapping[str, str]
+    view: View = field(default_factory=View)
 
 
 def node_steps(
@@ -128,7 +131,9 @@ def _step(
     command, args, env = step_command(
         step, target, bundle, removal=removal, base_view=target.base_path
     )
-    return NodeStep(step, (*command, *args), env)
+    # The base path read-write, as a helper pod's container has it, and nothing else of the
+    # node: every step, a teardown's and `finish` too, acts only inside it.
+    return NodeStep(step, (*command, *args), env, View(read_write=(target.base_path,)))
 
 
 GNU_CP = "/usr/bin/cp"
@@ -141,9 +146,15 @@ def clone_step(source_path: str, target_path: str) -> NodeStep:
     container makes it (clone_step.py: `cp -a`, links kept as links and never followed,
     owners, modes, times, hard links; extents shared where the filesystem can; holes kept).
     `<source>/.` into `<target>/`: the source's contents, dot files too, and its own modes on
-    the new directory, as `cp -a -T` does in the pod."""
+    the new directory, as `cp -a -T` does in the pod.
+
+    It sees only the two directories, as the pod's `clone` container does: the source's
+    contents are hostile, and its consumer keeps running during the copy, free to swap a
+    directory for a symbolic link under cp; whatever such a link leads to resolves inside
+    the step's view, where nothing but the source (read-only) and the new directory is."""
     return NodeStep(
         "clone",
         (GNU_CP, "-a", "--reflink=auto", "--sparse=auto", f"{source_path}/.", f"{target_path}/"),
         {},
+        View(read_write=(target_path,), read_only=(source_path,)),
     )

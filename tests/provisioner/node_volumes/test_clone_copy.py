@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from provisioner.node_volumes.clone_copy import empty_directory
+from provisioner.node_volumes.sandbox import View
 from provisioner.node_volumes.volume_executor import Outcome, VolumeExecutor
 from provisioner.node_volumes.volume_steps import GNU_CP, clone_step
 from provisioner.objects.node_handoff import NodeCloneSource, NodeRemoval, VolumeSetup
@@ -72,6 +73,8 @@ def test_the_clone_step_is_gnu_cp_of_the_source_s_contents_keeping_everything() 
         "/opt/lp/clone/",
     )
     assert step.env == {}
+    # What it sees of the node: the source read-only, the new directory, nothing else.
+    assert step.view == View(read_write=("/opt/lp/clone",), read_only=("/opt/lp/src",))
 
 
 def test_a_clone_gets_the_source_s_data_owners_modes_and_links(stand: Stand) -> None:
@@ -172,7 +175,7 @@ def test_the_source_s_teardown_waits_while_its_copy_runs(tmp_path: Path) -> None
     the copy: its `create` waits here for a file, and meanwhile the source's teardown, which
     the permit allows, is busy and removes nothing."""
     root = tmp_path.resolve()
-    go = root / "go"
+    go = root / "base" / "go"
     waits = f'case "$VOL_DIR" in *clone) while [ ! -e "{go}" ]; do sleep 0.05; done;; esac\n'
     stand = Stand(root, counting_setup(root, waits))
     executor = stand.executor()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from provisioner.node_volumes.sandbox import View
 from provisioner.node_volumes.step_runner import SYSTEM, Shell, run_step
 from provisioner.node_volumes.volume_steps import NodeStep
 
@@ -25,7 +26,7 @@ def test_a_step_runs_with_the_directory_s_shell_and_tools(tmp_path: Path) -> Non
     (directory / "hello").write_text("#!/bin/sh\necho hello from the directory\n")
     for tool in ("sh", "hello"):
         (directory / tool).chmod(0o755)
-    step = NodeStep("create", ("/bin/sh", "-c", "hello"), {})
+    step = NodeStep("create", ("/bin/sh", "-c", "hello"), {}, View(read_write=(str(tmp_path),)))
     result = run_step(step, 10, Shell(str(directory)))
     assert result.ok, result.tail
     assert result.tail == "hello from the directory"

@@ -44,7 +44,7 @@ class Stand:
         if base_made:
             self.base.mkdir()
         self.state_dir = root / "state"
-        self.setups = root / "setups"
+        self.setups = self.base / "setups"
         create = ', "create": true' if base_made else ""
         config = (
             f'{{"nodePathMap": [{{"node": "{NODE}", "paths": [{{"path": "{self.base}"{create}'
@@ -73,8 +73,10 @@ class Stand:
         return len(self.setups.read_text().splitlines()) if self.setups.exists() else 0
 
 
-def counting_setup(root: Path, extra: str = "") -> str:
-    return f'set -eu\necho run >> "{root}/setups"\n{extra}mkdir -p "$VOL_DIR"\n'
+def counting_setup(root: Path, extra: str = "", base: str = "base") -> str:
+    """Counts its runs in a file of the base path: a step sees nothing of the node besides
+    (sandbox.py), and what it writes elsewhere is gone with its sandbox."""
+    return f'set -eu\necho run >> "{root}/{base}/setups"\n{extra}mkdir -p "$VOL_DIR"\n'
 
 
 @pytest.fixture
@@ -146,7 +148,7 @@ def test_a_missing_base_path_that_must_exist_fails_the_setup_until_it_is_made(
     tmp_path: Path,
 ) -> None:
     root = tmp_path.resolve()
-    stand = Stand(root, counting_setup(root), base_made=False)
+    stand = Stand(root, counting_setup(root, base="disk/base"), base_made=False)
     setup = stand.setup()
     executor = stand.executor()
     outcome = executor.set_up("pvc-1", setup.path, setup)
@@ -235,7 +237,7 @@ def test_a_teardown_with_its_permit_removes_the_directory(stand: Stand) -> None:
     assert tear_down(executor, setup, permit(setup.path)) == Outcome("done")
     assert not Path(setup.path).exists()
     assert not stand.marker(setup.path).exists()
-    assert list(stand.base.iterdir()) == [stand.base / OWNERS_DIR]
+    assert sorted(stand.base.iterdir()) == [stand.base / OWNERS_DIR, stand.setups]
 
 
 @pytest.mark.parametrize(
@@ -297,7 +299,7 @@ def test_after_a_lost_mark_the_permit_seen_again_only_marks_again(stand: Stand) 
 
 def test_two_executors_on_one_volume_one_acts(tmp_path: Path) -> None:
     root = tmp_path.resolve()
-    go = root / "go"
+    go = root / "base" / "go"
     waits = f'while [ ! -e "{go}" ]; do sleep 0.05; done\n'
     stand = Stand(root, counting_setup(root, waits))
     setup = stand.setup()
