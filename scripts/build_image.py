@@ -84,7 +84,7 @@ KEPT_EXECUTABLES = {
     "usr/bin/python3.11",
     f"usr/local/bin/{ENTRYPOINT}",
     "usr/bin/bwrap",
-    "usr/bin/cp",
+    "bin/cp",
 }
 BIN_DIRECTORIES = ("bin", "sbin", "usr/bin", "usr/sbin", "usr/local/bin", "usr/local/sbin")
 REMOVED = (

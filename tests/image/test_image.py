@@ -38,6 +38,7 @@ from provisioner.configuration.config import (
 from scripts.build_image import (
     DEBIAN_PACKAGES,
     ENTRYPOINT,
+    KEPT_EXECUTABLES,
     PYTHON,
     REPOSITORY,
     BuiltImage,
@@ -188,7 +189,7 @@ def test_no_shell_package_manager_or_build_tools(bundle: Path) -> None:
         if (rootfs / directory).is_dir()
         for entry in (rootfs / directory).iterdir()
     )
-    assert executables == ["usr/bin/python3.11", f"usr/local/bin/{ENTRYPOINT}"]
+    assert executables == sorted(KEPT_EXECUTABLES)
 
 
 def test_nothing_in_the_image_is_writable_by_its_user(bundle: Path) -> None:
@@ -220,6 +221,19 @@ def test_the_csi_node_plugin_runs_from_the_image_root(bundle: Path, spec: dict[s
     result = run_from_image(bundle, spec, ["csi-node-plugin", "--help"])
     assert result.returncode == 0, result.stderr
     assert "--shell-directory" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("program", "says"), [("/usr/bin/bwrap", "bubblewrap"), ("/bin/cp", "GNU coreutils")]
+)
+def test_the_node_plugin_s_programs_run_from_the_image_root(
+    bundle: Path, spec: dict[str, Any], program: str, says: str
+) -> None:
+    """bwrap, which confines the node plugin's volume steps (it refuses to start without it),
+    and GNU cp, which copies a clone's source: both in the image, with their libraries."""
+    result = run_from_image(bundle, {**spec, "args": [program]}, ["--version"])
+    assert result.returncode == 0, result.stderr
+    assert says in result.stdout
 
 
 def test_version_from_the_image_is_its_tag(
