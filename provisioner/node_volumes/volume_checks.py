@@ -13,6 +13,8 @@ from collections.abc import Iterable
 
 from provisioner.configuration.config import BasePathRules
 from provisioner.csi.node_paths import is_normal_absolute, parts_below
+from provisioner.objects.node_handoff import NodeCloneSource
+from provisioner.provisioning.paths import is_strictly_inside
 
 
 def path_refusal(
@@ -51,4 +53,28 @@ def missing_base_path_refusal(base_path: str, rules: BasePathRules) -> str | Non
             f"base path {base_path} does not exist on this node and config.json does not let it"
             ' be made ("create": true): make it, or mount its disk there'
         )
+    return None
+
+
+def clone_source_refusal(
+    volume_name: str,
+    volume_path: str,
+    source: NodeCloneSource,
+    node_base_paths: Iterable[str],
+) -> str | None:
+    """For a clone's setup: None when its source's directory may be read at all, checked
+    before any lock as the volume's own path is; else why not. The source must be another
+    volume, its directory lexically normal and strictly inside the base path the setup names
+    for it, one of this node's; and neither directory inside the other (a copy into its own
+    source would never end, a source inside the new directory would be emptied with it)."""
+    named = f"the clone's source {source.volume_name} ({source.path})"
+    if source.volume_name == volume_name:
+        return f"{named} is the volume itself"
+    refusal = path_refusal(source.path, source.path, source.base_path, node_base_paths)
+    if refusal is not None:
+        return f"{named}: {refusal}"
+    if source.path == volume_path or is_strictly_inside(volume_path, source.path):
+        return f"{named} holds the new directory {volume_path}"
+    if is_strictly_inside(source.path, volume_path):
+        return f"{named} is inside the new directory {volume_path}"
     return None

@@ -17,6 +17,7 @@ import logging
 import os
 import stat
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -24,13 +25,20 @@ from typing import Literal
 from provisioner.configuration.config import BasePathRules, ConfigBundle
 from provisioner.csi.mount_table import mount_at
 from provisioner.csi.mounts import read_mount_table
+from provisioner.node_volumes.clone_copy import copy_source
 from provisioner.node_volumes.step_runner import SYSTEM, Shell, StepResult, run_steps
-from provisioner.node_volumes.volume_checks import missing_base_path_refusal, path_refusal
+from provisioner.node_volumes.volume_checks import (
+    clone_source_refusal,
+    missing_base_path_refusal,
+    path_refusal,
+)
 from provisioner.node_volumes.volume_records import (
     RecordConflictError,
     SetupDecision,
+    SourceDecision,
     TeardownDecision,
     VolumeRecord,
+    clone_source_decision,
     setup_decision,
     teardown_decision,
 )
@@ -40,7 +48,12 @@ from provisioner.node_volumes.volume_steps import (
     failed_setup_clean_up,
     node_steps,
 )
-from provisioner.objects.node_handoff import NodeRemoval, VolumeSetup, removal_refusal
+from provisioner.objects.node_handoff import (
+    NodeCloneSource,
+    NodeRemoval,
+    VolumeSetup,
+    removal_refusal,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,30 +94,60 @@ class VolumeExecutor:
         self.base_paths = dict(base_paths)
         self.state = state
         self.timeout = float(bundle.config.cmd_timeout_seconds)
-        # A holder runs at most three steps, each within the timeout.
-        self.lock_wait = 3 * self.timeout + 5 if lock_wait_seconds is None else lock_wait_seconds
+        # A holder runs at most four steps, each within the timeout (a clone's setup:
+        # prepare, create, the copy, and finish after a failure).
+        self.lock_wait = 4 * self.timeout + 5 if lock_wait_seconds is None else lock_wait_seconds
 
     def set_up(self, volume_name: str, volume_path: str, setup: VolumeSetup) -> Outcome:
-        """Makes the volume's directory unless this node did already (`already`)."""
+        """Makes the volume's directory unless this node did already (`already`); a clone's
+        (`setup.clone_source`) with a copy of its source's data in it."""
         refusal = path_refusal(volume_path, setup.path, setup.base_path, self.base_paths)
+        source = setup.clone_source
+        if refusal is None and source is not None:
+            refusal = clone_source_refusal(volume_name, setup.path, source, self.base_paths)
         if refusal is not None:
             return Outcome("refused", refusal)
         target = VolumeTarget.of(volume_name, self.node_name, setup)
         try:
-            with self.state.locked(volume_name, self.lock_wait):
+            with self.state.locked(volume_name, self.lock_wait), ExitStack() as held:
                 record = self.state.read(volume_name)
                 decision = setup_decision(record, setup.path, _is_directory(setup.path))
                 if decision is SetupDecision.DONE:
                     return Outcome("already")
+                if source is not None:
+                    # The source's lock, taken second and held through the copy: its
+                    # teardown runs only under it (by this node's plugin, whichever process),
+                    # so nothing of the source goes while it is copied, and the copy is whole.
+                    # That is why a CSI clone needs no look at the source after the copy (the
+                    # helper pod's `clones.source_changed`, whose teardown may run beside
+                    # it). Always the new volume's lock first, then its source's: a source
+                    # is older than every clone of it (it was Bound before the clone's PV was
+                    # made), so a chain of holders waits on ever older volumes, never in a
+                    # cycle. Taken before the setup runs, so that a source not ready leaves
+                    # nothing made.
+                    try:
+                        held.enter_context(self.state.locked(source.volume_name, self.lock_wait))
+                    except VolumeBusyError:
+                        return Outcome(
+                            "busy",
+                            f"the clone's source volume {source.volume_name} is busy (its setup"
+                            " or teardown runs): the copy is retried",
+                        )
+                    waits = self._source_problem(source)
+                    if waits is not None:
+                        return waits
                 missing = self._make_base_path(setup.base_path)
                 if missing is not None:
                     return Outcome("failed", missing)
                 results = run_steps(
                     node_steps("create", target, self.bundle), self.timeout, self.shell
                 )
+                if source is not None and _succeeded(results):
+                    results.append(copy_source(source, setup.path, self.timeout, self.shell))
                 if _succeeded(results):
                     self.state.write(volume_name, VolumeRecord("set-up", setup.path))
-                    log.info("volume %s: made %s", volume_name, setup.path)
+                    copied = f" with a copy of {source.path}" if source is not None else ""
+                    log.info("volume %s: made %s%s", volume_name, setup.path, copied)
                     return Outcome("done")
                 clean_up = run_steps(
                     failed_setup_clean_up(target, self.bundle, setup.clean_up),
@@ -119,6 +162,22 @@ class VolumeExecutor:
             return Outcome("failed", str(conflict))
         except VolumeBusyError as busy:
             return Outcome("busy", str(busy))
+
+    def _source_problem(self, source: NodeCloneSource) -> Outcome | None:
+        """Under the source's lock: None when its directory holds its data (this node set it
+        up there and it is still a directory, not a symbolic link), else what to report."""
+        decision, why = clone_source_decision(self.state.read(source.volume_name), source.path)
+        if decision is SourceDecision.WAIT:
+            return Outcome("busy", why)
+        if decision is SourceDecision.REFUSE:
+            return Outcome("refused", why)
+        if not _is_directory(source.path):
+            return Outcome(
+                "refused",
+                f"the clone's source {source.path} (volume {source.volume_name}) is no directory"
+                " on this node (gone, or a symbolic link): its data cannot be copied",
+            )
+        return None
 
     def tear_down(
         self,

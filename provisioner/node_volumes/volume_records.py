@@ -83,3 +83,34 @@ def teardown_decision(record: VolumeRecord | None, path: str) -> TeardownDecisio
             )
         return TeardownDecision.MARK_ONLY
     return TeardownDecision.RUN
+
+
+class SourceDecision(Enum):
+    COPY = "copy it"
+    WAIT = "not set up on this node yet: retry"
+    REFUSE = "never to be copied"
+
+
+def clone_source_decision(record: VolumeRecord | None, path: str) -> tuple[SourceDecision, str]:
+    """From the record of a clone's source on this node (read under the source's lock):
+    whether its directory at `path` holds the source's data, and why not. Only a directory
+    this node set up for that very volume at that very path is copied: a source not set up
+    yet would give an empty copy (its setup comes, so the clone's waits), a removed one
+    would give nothing of its data."""
+    if record is None:
+        return (
+            SourceDecision.WAIT,
+            f"the clone's source {path} is not set up on this node yet: the copy waits for it",
+        )
+    if record.path != path:
+        return (
+            SourceDecision.REFUSE,
+            f"this node set the clone's source up at {record.path}, not at {path}",
+        )
+    if record.state == "removed":
+        return (
+            SourceDecision.REFUSE,
+            f"the clone's source {path} was removed from this node before its data was copied:"
+            " delete this claim and clone a claim that exists",
+        )
+    return SourceDecision.COPY, ""

@@ -134,3 +134,27 @@ def _step(
     # The base path read-write, as a helper pod's container has it, and nothing else of the
     # node: every step, a teardown's and `finish` too, acts only inside it.
     return NodeStep(step, (*command, *args), env, View(read_write=(target.base_path,)))
+
+
+GNU_CP = "/usr/bin/cp"
+"""GNU cp (coreutils) by its own path: a step's PATH starts with the shell directory, whose
+busybox `cp` has neither `--reflink` nor `--sparse` (see clone_step.py for why both)."""
+
+
+def clone_step(source_path: str, target_path: str) -> NodeStep:
+    """The copy of a clone's source into its new directory, as the helper pod's `clone`
+    container makes it (clone_step.py: `cp -a`, links kept as links and never followed,
+    owners, modes, times, hard links; extents shared where the filesystem can; holes kept).
+    `<source>/.` into `<target>/`: the source's contents, dot files too, and its own modes on
+    the new directory, as `cp -a -T` does in the pod.
+
+    It sees only the two directories, as the pod's `clone` container does: the source's
+    contents are hostile, and its consumer keeps running during the copy, free to swap a
+    directory for a symbolic link under cp; whatever such a link leads to resolves inside
+    the step's view, where nothing but the source (read-only) and the new directory is."""
+    return NodeStep(
+        "clone",
+        (GNU_CP, "-a", "--reflink=auto", "--sparse=auto", f"{source_path}/.", f"{target_path}/"),
+        {},
+        View(read_write=(target_path,), read_only=(source_path,)),
+    )

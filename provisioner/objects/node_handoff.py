@@ -75,6 +75,8 @@ class VolumeSetup:
     clean_up: NodeRemoval | None = None
     """The gate's permit for the clean-up after this setup's own failure (a directory this
     volume made, and empty); None: a failed setup leaves its directory (a retry uses it)."""
+    clone_source: NodeCloneSource | None = None
+    """A clone's: the volume whose data the new directory gets, copied after the setup."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
@@ -85,6 +87,9 @@ class VolumeSetup:
         clean_up = fields.get("clean_up")
         if clean_up is not None and not isinstance(clean_up, dict):
             raise HandoffError(f"{SETUP_ANNOTATION}'s clean_up is not a JSON object")
+        clone_source = fields.get("clone_source")
+        if clone_source is not None and not isinstance(clone_source, dict):
+            raise HandoffError(f"{SETUP_ANNOTATION}'s clone_source is not a JSON object")
         try:
             setup = VolumeSetup(
                 base_path=_text(fields, "base_path"),
@@ -96,10 +101,42 @@ class VolumeSetup:
                 vol_perm=_text(fields, "vol_perm", ""),
                 reuse_existing_data=_flag(fields, "reuse_existing_data"),
                 clean_up=None if clean_up is None else NodeRemoval.of_fields(clean_up),
+                clone_source=(
+                    None if clone_source is None else NodeCloneSource.of_fields(clone_source)
+                ),
             )
         except KeyError as missing:
             raise HandoffError(f"{SETUP_ANNOTATION} has no {missing.args[0]}") from None
         return setup
+
+
+@dataclass(frozen=True)
+class NodeCloneSource:
+    """A clone's source as the node plugin receives it in the clone's `VolumeSetup`: the
+    source's PV, its directory, the base path holding it and the UID of the claim it was
+    Bound to when the controller placed the clone (clones.CloneSource, checked there against
+    the PV, the class and the config). Only the controller writes it, as all of the setup:
+    tenants cannot write PVs. The node copies only a directory that it set up itself for
+    that very volume at that very path (its record says so)."""
+
+    volume_name: str
+    path: str
+    base_path: str
+    claim_uid: str
+
+    @staticmethod
+    def of_fields(fields: Mapping[str, Any]) -> NodeCloneSource:
+        try:
+            return NodeCloneSource(
+                volume_name=_text(fields, "volume_name"),
+                path=_text(fields, "path"),
+                base_path=_text(fields, "base_path"),
+                claim_uid=_text(fields, "claim_uid"),
+            )
+        except KeyError as missing:
+            raise HandoffError(
+                f"{SETUP_ANNOTATION}'s clone_source has no {missing.args[0]}"
+            ) from None
 
 
 @dataclass(frozen=True)

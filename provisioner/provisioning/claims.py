@@ -274,10 +274,18 @@ def _volume_type_refusal(
 ) -> str | None:
     """What the claim asks that its volume type cannot give, if anything."""
     class_name = claim.storage_class_name or ""
-    if clone is not None and volume_type == CSI_VOLUME_TYPE:
+    if (
+        clone is not None
+        and volume_type == CSI_VOLUME_TYPE
+        and clone.source.volume_type != CSI_VOLUME_TYPE
+    ):
+        # The node plugin copies a source it set up itself, under that volume's lock (its
+        # record and lock exist only for a CSI volume): a source of another type, which a
+        # claim's volumeType annotation may give in a class of its own, has neither.
         return (
-            f"StorageClass {class_name} gives CSI volumes, whose node plugin does not copy a"
-            " clone's data yet: clone into a class of volumeType hostPath or local"
+            f"source {clone.source.describe()} is a {clone.source.volume_type or 'non-CSI'}"
+            f" volume, and StorageClass {class_name} gives CSI volumes, whose node plugin copies"
+            " only a CSI volume: clone it into a claim of the source's volume type"
         )
     one_pod_held = volume_type in ("local", CSI_VOLUME_TYPE)
     if "ReadWriteOncePod" in claim.access_modes and not one_pod_held:

@@ -54,6 +54,9 @@ class CloneSource:
     """The configured base path holding `path` (what the copy's checks see it through)."""
     node_name: str | None
     """The node holding the data; None on a shared filesystem (every node sees it)."""
+    volume_type: str | None = None
+    """The source volume's type (records.VolumeRecord.volume_type): a CSI clone copies only
+    a CSI volume, which its node plugin set up and keeps a record of."""
 
     def describe(self) -> str:
         return f"claim {self.claim_namespace}/{self.claim_name} (volume {self.volume_name})"
@@ -202,6 +205,7 @@ def place_clone(
         path=volume.path,
         base_path=next(base for base in base_paths if is_strictly_inside(volume.path, base)),
         node_name=node_name,
+        volume_type=volume.volume_type,
     )
     source_node = found.node_name
     if source_node is None or not claim.selected_node or claim.selected_node == source_node:

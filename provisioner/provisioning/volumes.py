@@ -22,6 +22,7 @@ from provisioner.objects.node_handoff import (
     NODE_LABEL,
     SETUP_ANNOTATION,
     VOLUME_PATH_KEY,
+    NodeCloneSource,
     NodeRemoval,
     VolumeSetup,
     node_label_value,
@@ -105,8 +106,10 @@ def node_removal(permit: RemovalPermit, claim_uid: str) -> NodeRemoval:
 
 
 def volume_setup(plan: ProvisionPlan, clean_up: RemovalPermit | None = None) -> VolumeSetup:
-    """What the node plugin makes a CSI volume's directory from."""
+    """What the node plugin makes a CSI volume's directory from (and, for a clone, copies
+    into it)."""
     covers = clean_up is not None and clean_up.covers(plan.volume_name, plan.path)
+    source = plan.clone_source
     return VolumeSetup(
         base_path=plan.base_path,
         path=plan.path,
@@ -117,6 +120,14 @@ def volume_setup(plan: ProvisionPlan, clean_up: RemovalPermit | None = None) -> 
         vol_perm=plan.vol_perm,
         reuse_existing_data=plan.reuse_existing_data,
         clean_up=node_removal(clean_up, plan.claim.uid) if clean_up and covers else None,
+        clone_source=None
+        if source is None
+        else NodeCloneSource(
+            volume_name=source.volume_name,
+            path=source.path,
+            base_path=source.base_path,
+            claim_uid=source.claim_uid,
+        ),
     )
 
 

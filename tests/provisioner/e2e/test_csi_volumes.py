@@ -17,6 +17,7 @@ from provisioner.objects.node_handoff import (
     REMOVAL_PERMIT_ANNOTATION,
     SETUP_ANNOTATION,
     VOLUME_PATH_KEY,
+    NodeCloneSource,
     NodeRemoval,
     VolumeSetup,
 )
@@ -28,6 +29,7 @@ from tests.provisioner.e2e.support import (
     eventually,
     wait_gone,
 )
+from tests.provisioner.e2e.test_clones import create_clone, wait_refusal
 
 pytestmark = pytest.mark.cluster
 
@@ -104,3 +106,44 @@ def test_a_csi_claim_binds_without_a_helper_and_its_release_waits_for_its_node(
     )
     wait_gone(lambda: setup.volume(name), 30, f"PV {name} to be deleted once its node marked it")
     assert helper_runs(setup) == 0
+
+
+def test_a_clone_into_a_csi_class_names_its_source_for_the_node_and_another_class_is_refused(
+    make_setup: Callable[..., ProvisionerSetup],
+) -> None:
+    """A CSI clone's PV is saved at once, as any CSI volume's: its setup names the source's
+    volume, directory, base path and claim, for the node plugin to copy from; nothing is
+    copied by a helper (tests/provisioner/node_volumes/test_clone_copy.py copies). A clone of
+    a source of another class is refused, as for any class."""
+    setup = make_setup(ConfigFiles(config=default_config(BASE)))
+    setup.start()
+    storage_class = setup.create_class("csi", parameters={"volumeType": "csi"})
+    other_class = setup.create_class("plain")
+    setup.create_claim("source", storage_class)
+    setup.create_consumer("source", "source", NODE)
+    source = setup.wait_bound("source")
+    source_path = source["spec"]["csi"]["volumeAttributes"][VOLUME_PATH_KEY]
+    create_clone(setup, "copy", "source", storage_class)
+    setup.create_consumer("copy", "copy", NODE)
+    clone = setup.wait_bound("copy")
+    assert clone["spec"]["csi"]["driver"] == driver_name_for(setup.name)
+    assert clone["metadata"]["labels"][NODE_LABEL] == "node-1", "the source's node"
+    fields = VolumeSetup.from_json(clone["metadata"]["annotations"][SETUP_ANNOTATION])
+    assert fields.clone_source == NodeCloneSource(
+        volume_name=source["metadata"]["name"],
+        path=source_path,
+        base_path=BASE,
+        claim_uid=setup.claim("source")["metadata"]["uid"],
+    )
+    assert fields.path == clone["spec"]["csi"]["volumeAttributes"][VOLUME_PATH_KEY]
+    assert fields.path != source_path
+    assert helper_runs(setup) == 0, "the node plugin copies, no helper pod"
+
+    setup.create_claim("other-source", other_class)
+    setup.create_consumer("other-source", "other-source", NODE)
+    setup.wait_bound("other-source")
+    create_clone(setup, "mixed", "other-source", storage_class)
+    setup.create_consumer("mixed", "mixed", NODE)
+    wait_refusal(setup, "mixed", "a clone must be of its source's class")
+    assert setup.phase("mixed") == "Pending"
+    assert setup.volume(f"pvc-{setup.claim('mixed')['metadata']['uid']}") is None

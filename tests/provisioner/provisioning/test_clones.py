@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 
 from provisioner.configuration.class_rules import read_class_rules
 from provisioner.configuration.config import (
@@ -28,6 +29,12 @@ from provisioner.helper_pods.clone_step import (
     build_action_pod,
 )
 from provisioner.helper_pods.pod_shapes import BASE_VIEW, PREPARE_CONTAINER, helper_steps
+from provisioner.objects.node_handoff import (
+    SETUP_ANNOTATION,
+    HandoffError,
+    NodeCloneSource,
+    VolumeSetup,
+)
 from provisioner.objects.records import (
     ClaimRecord,
     ClaimReference,
@@ -47,6 +54,7 @@ from provisioner.provisioning.claims import (
 from provisioner.provisioning.clones import CloneSource, source_changed
 from provisioner.provisioning.paths import PathBook
 from provisioner.provisioning.volume_facts import record_volume
+from provisioner.provisioning.volumes import build_persistent_volume
 
 ME = "local-path-storage.io/local-path"
 HOST = "kubernetes.io/hostname"
@@ -103,6 +111,7 @@ SOURCE = CloneSource(
     path="/opt/lp/pvc-u-src_ns_src",
     base_path="/opt/lp",
     node_name="n1",
+    volume_type="hostPath",
 )
 
 
@@ -215,6 +224,57 @@ def test_a_clone_counts_against_its_nodes_budget_like_any_volume() -> None:
     assert decide_with_budget("2Gi") == Reschedule(
         "node n1 has no base path with room for 2Gi: /opt/lp has 1Gi free of 2Gi (1Gi committed)"
     )
+
+
+CSI_CLASS = msgspec.structs.replace(LOCAL, parameters={"volumeType": "csi"})
+CSI_SOURCE_VOLUME = msgspec.structs.replace(
+    SOURCE_VOLUME, volume_type="csi", csi_driver="local-path-storage.io"
+)
+
+
+def test_a_clone_into_a_csi_class_hands_its_source_to_the_node_in_its_setup() -> None:
+    decision = decide(storage_class=CSI_CLASS, sources=Sources(volumes=(CSI_SOURCE_VOLUME,)))
+    assert isinstance(decision, Provision), decision
+    assert decision.plan.volume_type == "csi"
+    assert decision.plan.node_name == "n1"
+    pv = build_persistent_volume(decision.plan, "local-path-storage.io")
+    setup = VolumeSetup.from_json(pv["metadata"]["annotations"][SETUP_ANNOTATION])
+    assert setup.clone_source == NodeCloneSource(
+        volume_name="pvc-u-src",
+        path="/opt/lp/pvc-u-src_ns_src",
+        base_path="/opt/lp",
+        claim_uid="u-src",
+    )
+    assert setup.path == "/opt/lp/pvc-u-clone_ns_copy"
+
+
+def test_a_csi_clone_of_a_volume_the_node_plugin_did_not_make_is_refused() -> None:
+    """Same class, but the source is a hostPath volume (made before the class was CSI, or
+    by a claim's volumeType annotation): the node plugin has no record or lock of it."""
+    decision = decide(storage_class=CSI_CLASS)
+    assert isinstance(decision, Reject), decision
+    assert "is a hostPath volume" in decision.reason
+    assert "copies only a CSI volume" in decision.reason
+
+
+def test_a_volume_setup_with_a_clone_source_reads_back_as_written() -> None:
+    setup = VolumeSetup(
+        "/opt/lp",
+        "/opt/lp/c",
+        "Filesystem",
+        1 << 30,
+        clone_source=NodeCloneSource("pvc-s", "/opt/lp/s", "/opt/lp", "u-s"),
+    )
+    assert VolumeSetup.from_json(setup.to_json()) == setup
+    plain = VolumeSetup("/opt/lp", "/opt/lp/c", "Filesystem", 1)
+    assert VolumeSetup.from_json(plain.to_json()).clone_source is None
+    broken = json.loads(setup.to_json())
+    del broken["clone_source"]["claim_uid"]
+    with pytest.raises(HandoffError, match="clone_source has no claim_uid"):
+        VolumeSetup.from_json(json.dumps(broken))
+    broken["clone_source"] = "pvc-s"
+    with pytest.raises(HandoffError, match="clone_source is not a JSON object"):
+        VolumeSetup.from_json(json.dumps(broken))
 
 
 def test_other_data_sources_are_left_to_whoever_serves_them_without_an_event() -> None:

@@ -56,6 +56,7 @@ from tests.provisioner.e2e.support import (
     eventually,
     wait_gone,
 )
+from tests.provisioner.e2e.test_clones import create_clone
 
 pytestmark = [pytest.mark.realnode, pytest.mark.cluster]
 
@@ -552,3 +553,39 @@ def test_a_second_pod_on_the_node_is_refused_a_csi_read_write_once_pod_volume(
         TIMEOUT_SECONDS,
         "the ReadWriteOncePod volume to be released",
     )
+
+
+def test_a_clone_of_a_csi_claim_holds_what_a_pod_wrote_into_its_source(csi: CsiStack) -> None:
+    """The node plugin copies a clone's source into its new directory before the kubelet
+    gets it: a pod of the clone reads back the source pod's file, a subdirectory's mode and a
+    symbolic link kept as a link; no helper pod runs for the source, the clone or either's
+    removal."""
+    csi.start_plugin("real-1")
+    written = (
+        "echo written before the clone > /data/file; mkdir -m 0700 /data/sub;"
+        " echo deeper > /data/sub/inner; ln -s file /data/link"
+    )
+    source, _ = csi.claim_and_pod("source", "real-1", written)
+    finished = csi.cluster.wait_for_pod_phase(
+        csi.namespace, "source", ("Succeeded", "Failed"), timeout=TIMEOUT_SECONDS
+    )
+    assert finished["status"]["phase"] == "Succeeded", finished["status"]
+    create_clone(csi.setup, "copy", "source", csi.storage_class)
+    reads = (
+        'test "$(cat /data/file)" = "written before the clone"'
+        ' && test "$(cat /data/sub/inner)" = deeper'
+        ' && test "$(readlink /data/link)" = file'
+        ' && test "$(stat -c %a /data/sub)" = 700'
+    )
+    create_pod(csi.setup, "copy", "copy", "real-1", reads)
+    clone = csi.setup.wait_bound("copy", timeout=TIMEOUT_SECONDS)
+    read = csi.cluster.wait_for_pod_phase(
+        csi.namespace, "copy", ("Succeeded", "Failed"), timeout=TIMEOUT_SECONDS
+    )
+    assert read["status"]["phase"] == "Succeeded", (read["status"], warnings(csi.setup, "copy"))
+    assert csi.directory(clone, "real-1") != csi.directory(source, "real-1")
+    assert (csi.directory(clone, "real-1") / "file").read_text() == "written before the clone\n"
+    assert "with a copy of" in csi.plugins["real-1"].output()
+    csi.release("copy", clone, "real-1")
+    csi.release("source", source, "real-1")
+    assert helper_runs(csi.setup) == 0
