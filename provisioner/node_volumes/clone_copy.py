@@ -9,6 +9,15 @@ just before under its lock (`prepare`'s owner marker says so), that no pod has b
 (clones.place_clone): what is in it is a partial copy of this very clone, never anyone's data.
 clone_step.py argues the same for the helper pod's copy.
 
+Why a mark beside the owner marker, once the copy is whole (`mark_copied`, COPIED_SUFFIX in the
+base path's owners directory): the node's record of the setup lives in the plugin's state
+directory, which a node can lose while its data disk stays (the root disk replaced, the
+plugin's state directory moved). A setup run again then finds the directory full: with the
+mark it is this clone's whole copy, in use by its pods, and is never emptied or copied over;
+without it, it can only be a partial copy, since a pod gets the volume only after the mark
+is written (NodePublishVolume waits for the setup). The mark is not in the volume, whose
+tenant controls everything in it.
+
 The emptying never follows a symbolic link: the partial copy holds the tenant's links as
 links, and every removal is made relative to a descriptor of the new directory opened without
 following one (shutil.rmtree's descriptor-based walk below it).
@@ -19,20 +28,28 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+from pathlib import Path
 
 from provisioner.node_volumes.step_runner import Shell, StepResult, run_step
 from provisioner.node_volumes.volume_steps import clone_step
 from provisioner.objects.node_handoff import NodeCloneSource
+from provisioner.provisioning.fresh_directory import COPIED_SUFFIX, owner_marker_path
 
 GNU_CP_HINT = "cloning needs GNU cp (coreutils) at /usr/bin/cp where the node plugin runs its steps"
 
 
 def copy_source(
-    source: NodeCloneSource, target_path: str, timeout_seconds: float, shell: Shell
+    source: NodeCloneSource,
+    volume_name: str,
+    target_path: str,
+    base_path: str,
+    *,
+    timeout_seconds: float,
+    shell: Shell,
 ) -> StepResult:
     """Copies the source's contents into `target_path` (call holding both volumes' locks,
-    after the setup made `target_path`); on failure `target_path` is left empty and the
-    result says what failed and what to do."""
+    after the setup made `target_path`) and marks the copy whole (`mark_copied`); on failure
+    `target_path` is left empty and the result says what failed and what to do."""
     try:
         if empty_directory(target_path):
             earlier = f"{target_path} held an earlier attempt's partial copy: emptied\n"
@@ -42,7 +59,11 @@ def copy_source(
         return StepResult("clone", False, f"cannot empty {target_path} before the copy: {error}")
     result = run_step(clone_step(source.path, target_path), timeout_seconds, shell)
     if result.ok:
-        return StepResult("clone", True, earlier + result.tail)
+        try:
+            mark_copied(base_path, target_path, volume_name)
+            return StepResult("clone", True, earlier + result.tail)
+        except OSError as error:
+            result = StepResult("clone", False, f"cannot mark the copy whole: {error}")
     try:
         empty_directory(target_path)
         emptied = f"{target_path} was emptied"
@@ -74,3 +95,46 @@ def empty_directory(path: str) -> bool:
         return bool(names)
     finally:
         os.close(fd)
+
+
+def copied_mark(base_path: str, volume_path: str) -> Path:
+    return Path(owner_marker_path(base_path, volume_path) + COPIED_SUFFIX)
+
+
+def is_copied(base_path: str, volume_path: str, volume_name: str) -> bool:
+    """Whether this volume's copy into `volume_path` was made whole (its mark names it). A mark
+    naming another volume (a directory an earlier volume had at the same path) is not this
+    copy's; neither mark nor owners directory is read through a symbolic link."""
+    mark = copied_mark(base_path, volume_path)
+    if mark.parent.is_symlink():
+        return False
+    try:
+        fd = os.open(mark, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    with os.fdopen(fd, "rb") as held:
+        return held.read(256).decode("utf-8", "replace") == volume_name
+
+
+def mark_copied(base_path: str, volume_path: str, volume_name: str) -> None:
+    """Writes the mark that the copy is whole, durably (written, synced, renamed into place,
+    the directory synced), before the setup is recorded and any pod gets the volume."""
+    mark = copied_mark(base_path, volume_path)
+    owners = mark.parent
+    if owners.is_symlink() or not owners.is_dir():
+        raise OSError(f"{owners} is not the base path's owners directory")
+    partial = owners / f".{mark.name}.{os.getpid()}"
+    fd = os.open(
+        partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
+    )
+    try:
+        os.write(fd, volume_name.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    partial.replace(mark)
+    directory = os.open(owners, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)

@@ -25,7 +25,7 @@ from typing import Literal
 from provisioner.configuration.config import BasePathRules, ConfigBundle
 from provisioner.csi.mount_table import mount_at
 from provisioner.csi.mounts import read_mount_table
-from provisioner.node_volumes.clone_copy import copy_source
+from provisioner.node_volumes.clone_copy import copy_source, is_copied
 from provisioner.node_volumes.step_runner import SYSTEM, Shell, StepResult, run_steps
 from provisioner.node_volumes.volume_checks import (
     clone_source_refusal,
@@ -114,6 +114,12 @@ class VolumeExecutor:
                 decision = setup_decision(record, setup.path, _is_directory(setup.path))
                 if decision is SetupDecision.DONE:
                     return Outcome("already")
+                if source is not None and is_copied(setup.base_path, setup.path, volume_name):
+                    # The copy was made whole before, and this node lost its record of the
+                    # setup since (clone_copy): the directory holds the clone's data, in use;
+                    # only the setup runs again, as for any volume, and nothing is copied.
+                    log.info("volume %s: its copy in %s is whole already", volume_name, setup.path)
+                    source = None
                 if source is not None:
                     # The source's lock, taken second and held through the copy: its
                     # teardown runs only under it (by this node's plugin, whichever process),
@@ -143,7 +149,16 @@ class VolumeExecutor:
                     node_steps("create", target, self.bundle), self.timeout, self.shell
                 )
                 if source is not None and _succeeded(results):
-                    results.append(copy_source(source, setup.path, self.timeout, self.shell))
+                    results.append(
+                        copy_source(
+                            source,
+                            volume_name,
+                            setup.path,
+                            setup.base_path,
+                            timeout_seconds=self.timeout,
+                            shell=self.shell,
+                        )
+                    )
                 if _succeeded(results):
                     self.state.write(volume_name, VolumeRecord("set-up", setup.path))
                     copied = f" with a copy of {source.path}" if source is not None else ""

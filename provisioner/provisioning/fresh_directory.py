@@ -38,6 +38,8 @@ holds the claim's UID.
 
 from __future__ import annotations
 
+import hashlib
+
 OWNERS_DIR = ".local-path-storage-owners"
 """In every base path: one marker per volume directory a `prepare` made (see the docstring)."""
 MARKER_REUSED_SUFFIX = " reused"
@@ -48,6 +50,9 @@ volume's name, sees a reused marker as another volume's: it refuses to remove th
 to hand it out again, never the reverse. A marker it wrote (the name alone) reads here as
 made, also for a directory it reused; a give-back of a reuseExistingData class is refused on
 the API side whatever the marker says (removal_gate)."""
+COPIED_SUFFIX = ".copied"
+"""After a marker's name: the file that says a CSI clone's copy into the directory is whole
+(node_volumes.clone_copy), holding the volume's name; `finish` removes it with the marker."""
 REUSE_PARAMETER = "reuseExistingData"
 """The StorageClass parameter (a boolean, default false) that hands an existing directory,
 with its data, to a new claim whose path renders to it."""
@@ -106,5 +111,12 @@ esac
 # Part of FINISH_SCRIPT, once VOL_DIR is gone: its marker goes with it.
 FORGET_DIRECTORY = f"""\
 marker="$LPS_BASE/{OWNERS_DIR}/$(printf '%s' "$VOL_DIR" | sha256sum | cut -d ' ' -f 1)"
-if [ ! -L "$LPS_BASE/{OWNERS_DIR}" ]; then rm -f "$marker"; fi
+if [ ! -L "$LPS_BASE/{OWNERS_DIR}" ]; then rm -f "$marker" "$marker{COPIED_SUFFIX}"; fi
 """
+
+
+def owner_marker_path(base_path: str, volume_path: str) -> str:
+    """Where `prepare` keeps the owner marker of the directory `volume_path` (the scripts'
+    `$marker`: the SHA-256 of the path, in the base path's OWNERS_DIR)."""
+    digest = hashlib.sha256(volume_path.encode()).hexdigest()
+    return f"{base_path}/{OWNERS_DIR}/{digest}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import resource
+import shutil
 import stat
 import threading
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.node_volumes.clone_copy import empty_directory
+from provisioner.node_volumes.clone_copy import copied_mark, empty_directory, is_copied
 from provisioner.node_volumes.sandbox import View
 from provisioner.node_volumes.volume_executor import Outcome, VolumeExecutor
 from provisioner.node_volumes.volume_steps import GNU_CP, clone_step
@@ -95,6 +96,50 @@ def test_a_clone_gets_the_source_s_data_owners_modes_and_links(stand: Stand) -> 
     (copy / "data").write_text("changed in the clone")
     assert executor.set_up(CLONE, setup.path, setup) == Outcome("already")
     assert (copy / "data").read_text() == "changed in the clone"
+
+
+def test_a_whole_copy_in_use_survives_a_node_that_lost_its_records(stand: Stand) -> None:
+    """The plugin's state directory lost (a node's root disk replaced, its data disk kept),
+    the source gone from this node meanwhile: the clone's setup runs again and finds its
+    directory full of what its pod wrote. The copy's mark says it is this clone's whole copy:
+    nothing is emptied or copied over, no source is asked for. Without the mark the same setup
+    would empty the directory as a partial copy (the test below)."""
+    executor = stand.executor()
+    source = source_with_data(stand, executor)
+    setup = clone_setup(stand, source)
+    assert executor.set_up(CLONE, setup.path, setup) == Outcome("done")
+    mark = copied_mark(setup.base_path, setup.path)
+    assert mark.read_text() == CLONE
+    (Path(setup.path) / "data").write_text("written by the clone's pod")
+    removal = NodeRemoval(SOURCE, source.path, SOURCE, False, True, "uid-src")
+    torn = executor.tear_down(
+        SOURCE, source.path, source, removal, phase="Released", claim_uid="uid-src",
+        confirm=lambda: None,
+    )  # fmt: skip
+    assert torn == Outcome("done") and not Path(source.path).exists()
+    shutil.rmtree(stand.state_dir)
+    assert stand.executor().set_up(CLONE, setup.path, setup) == Outcome("done")
+    assert (Path(setup.path) / "data").read_text() == "written by the clone's pod"
+    assert is_copied(setup.base_path, setup.path, CLONE)
+    # Another volume's mark at the same path is not this clone's.
+    assert not is_copied(setup.base_path, setup.path, "pvc-other")
+
+
+def test_the_copy_s_mark_goes_with_the_directory(stand: Stand) -> None:
+    executor = stand.executor()
+    source = source_with_data(stand, executor)
+    setup = clone_setup(stand, source)
+    assert executor.set_up(CLONE, setup.path, setup) == Outcome("done")
+    mark = copied_mark(setup.base_path, setup.path)
+    assert mark.exists() and stand.marker(setup.path).exists()
+    removal = NodeRemoval(CLONE, setup.path, CLONE, False, True, "uid-clone")
+    torn = executor.tear_down(
+        CLONE, setup.path, setup, removal, phase="Released", claim_uid="uid-clone",
+        confirm=lambda: None,
+    )  # fmt: skip
+    assert torn == Outcome("done")
+    assert not Path(setup.path).exists()
+    assert not mark.exists() and not stand.marker(setup.path).exists()
 
 
 def test_a_source_not_set_up_on_this_node_waits_and_nothing_is_made(stand: Stand) -> None:
