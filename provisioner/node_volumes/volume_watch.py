@@ -137,6 +137,7 @@ class NodeVolumes:
         if removal is None:
             outcome = self.executor.set_up(name, facts.path, setup)
             return self._report(facts, "set up", outcome)
+        self._set_up_clones_of(name)
         outcome = self.executor.tear_down(
             name,
             facts.path,
@@ -149,6 +150,24 @@ class NodeVolumes:
         if not self._report(facts, "remove", outcome):
             return False
         return self._mark_removed(facts)
+
+    def _set_up_clones_of(self, source_name: str) -> None:
+        """Before a source's teardown: each clone of it on this node not set up yet gets its
+        setup now, and with it its copy. A clone's PV is saved before its copy is made, so its
+        source may be released before this node came to it (the watch's queue, a plugin
+        restart); its copy would then never be made, and its claim stay bound to a volume that
+        cannot be set up. Each gets this one turn (a clone set up already answers at once); one
+        that fails is reported as any setup is, and the source's teardown goes on: a clone
+        never holds its source's data on the node for longer than that."""
+        for clone_name, facts in self.informer.items():
+            if clone_name == source_name or volume_work(facts, self.driver_name) != "set-up":
+                continue
+            try:
+                setup = VolumeSetup.from_json(facts.setup)
+            except HandoffError:
+                continue
+            if setup.clone_source is not None and setup.clone_source.volume_name == source_name:
+                self._report(facts, "set up", self.executor.set_up(clone_name, facts.path, setup))
 
     def ensure_set_up(self, volume_id: str, path: str) -> None:
         """For NodePublishVolume: the volume's directory is set up on return, by this call or

@@ -91,6 +91,10 @@ def decide_expansion(
         return NoExpansion("not bound to a volume of ours")
     if volume.claim_ref is None or volume.claim_ref.uid != claim.uid:
         return NoExpansion(f"volume {volume.name} is not this claim's")
+    if claim.being_deleted:
+        # Neither grown nor caught up: its status goes with it (and a release of many claims
+        # would spend a write each on it).
+        return NoExpansion("the claim is being deleted")
     try:
         requested = quantity_to_bytes(claim.requested_storage or "0")
     except QuantityTooLarge as error:

@@ -177,6 +177,8 @@ class LocalPathProvisioner:
         # finalizer PATCH failed): a retry deletes the PV without a pod, even before the
         # informer shows the PV's directory-removed annotation.
         self._directories_removed: set[str] = set()
+        self._volumes_deleted: set[str] = set()
+        """PVs whose directory was removed and whose DELETE was answered: not sent again."""
         # Nodes seen gone, by name, since when (monotonic): what a class's nodeLossGracePeriod
         # is counted from. A node missing at this process's first look counts from then, so a
         # new leader waits the whole period again rather than less.
@@ -241,6 +243,7 @@ class LocalPathProvisioner:
         """A PV went: its path and its budget are free, and whoever waited for them (a claim
         for an overlapping path, an expansion refused for want of room) looks again."""
         self._directories_removed.discard(volume_name)
+        self._volumes_deleted.discard(volume_name)
         with self._paths_lock:
             freed = self._paths.forget(volume_name)
             waiting = self._waiting.pop(volume_name, set()) if freed else set()
@@ -562,10 +565,17 @@ class LocalPathProvisioner:
             case Teardown(plan):
                 return self._start_teardown(key, volume, plan, bundle)
             case DeleteRemovedVolume(_, delete_volume, remove_finalizer):
+                if name in self._volumes_deleted and not remove_finalizer:
+                    # The event of our own finalizer's removal, read before that of the
+                    # DELETE sent just after it: the PV is going; a second DELETE would only
+                    # spend a request of the client's budget, which a release of many spends.
+                    return True
                 log.info("volume %s: its directory was removed already; deleting the PV", name)
                 self._actions.finish_removed_volume(
                     name, delete_volume=delete_volume, remove_finalizer=remove_finalizer
                 )
+                if delete_volume:
+                    self._volumes_deleted.add(name)
             case AddFinalizer():
                 self._actions.add_finalizer(name)
             case RemoveFinalizer(reason):

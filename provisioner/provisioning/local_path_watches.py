@@ -253,7 +253,7 @@ class LocalPathWatches:
         allocatedResources (a claim bound, or grown by an earlier version, before this one
         set them) is caught up on any later event of the claim, the first list and resyncs
         included, not on its bind: a burst of new claims is not slowed by a write each."""
-        if volume.annotations.get(PROVISIONED_BY) != self._name:
+        if volume.annotations.get(PROVISIONED_BY) != self._name or claim.being_deleted:
             return False
         status = claim.status_capacity
         if claim.requested_storage != volume.capacity or (

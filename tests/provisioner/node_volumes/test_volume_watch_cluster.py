@@ -30,6 +30,7 @@ from provisioner.objects.node_handoff import (
     REMOVAL_PERMIT_ANNOTATION,
     SETUP_ANNOTATION,
     VOLUME_PATH_KEY,
+    NodeCloneSource,
     NodeRemoval,
     VolumeSetup,
     node_label_value,
@@ -168,5 +169,79 @@ def test_the_watch_sets_up_and_tears_down_its_nodes_volumes(
     finally:
         watch.stop()
         for name in (ours, theirs):
+            with contextlib.suppress(Exception):  # best effort: the cluster is per session
+                clients.request_json("DELETE", f"{volumes}/{name}")
+
+
+def test_a_source_s_teardown_first_sets_up_its_clones_not_set_up_yet(
+    clients: KubeClients, cluster_namespace: str, tmp_path: Path
+) -> None:
+    """Forced: a clone's PV is saved, then its source is released with the gate's permit before
+    the node came to the clone (the watch's workers are not started; the test hands the keys
+    over in this order). The source's teardown sets the clone up first, so the clone holds the
+    source's data, and then the source goes."""
+    node = f"fake-{uuid.uuid4().hex[:8]}"
+    base = tmp_path.resolve() / "base"
+    base.mkdir()
+    bundle = load_config_bundle(
+        f'{{"nodePathMap": [{{"node": "{node}", "paths": ["{base}"]}}]}}',
+        DEFAULT_SETUP_SCRIPT,
+        DEFAULT_TEARDOWN_SCRIPT,
+        DEFAULT_HELPER_POD_YAML,
+    )
+    executor = VolumeExecutor(
+        node, bundle, node_base_paths(bundle.config, node), VolumeState(tmp_path / "state")
+    )
+    watch = NodeVolumes(clients, executor, DRIVER)
+    source, clone = f"pv-{uuid.uuid4().hex[:10]}", f"pv-{uuid.uuid4().hex[:10]}"
+    source_setup = VolumeSetup(str(base), str(base / source), "Filesystem", 1 << 20)
+    volumes = "/api/v1/persistentvolumes"
+    claims = f"/api/v1/namespaces/{cluster_namespace}/persistentvolumeclaims"
+    watch.informer.start()
+    try:
+        clients.request_json(
+            "POST", volumes, body=csi_volume(source, node, source_setup, cluster_namespace)
+        )
+        made = clients.request_json("POST", claims, body=claim(source))
+        eventually(lambda: watch.informer.get(source), 30, "the watch to see the source")
+        assert watch.process(source)
+        (Path(source_setup.path) / "data").write_text("the source's data")
+        clone_setup = VolumeSetup(
+            str(base),
+            str(base / clone),
+            "Filesystem",
+            1 << 20,
+            clone_source=NodeCloneSource(
+                source, source_setup.path, str(base), made["metadata"]["uid"]
+            ),
+        )
+        clients.request_json(
+            "POST", volumes, body=csi_volume(clone, node, clone_setup, cluster_namespace)
+        )
+        clients.request_json("DELETE", f"{claims}/{source}")
+        permit = NodeRemoval(
+            source, source_setup.path, source, False, True, made["metadata"]["uid"]
+        )
+        clients.request_json(
+            "PATCH",
+            f"{volumes}/{source}",
+            body={"metadata": {"annotations": {REMOVAL_PERMIT_ANNOTATION: permit.to_json()}}},
+            content_type=MERGE_PATCH,
+        )
+
+        def released() -> bool | None:
+            facts = watch.informer.get(source)
+            seen = facts is not None and facts.phase == "Released" and bool(facts.permit)
+            return (seen and watch.informer.get(clone) is not None) or None
+
+        eventually(released, 60, "the source Released with its permit, the clone seen")
+        assert not Path(clone_setup.path).exists()
+        assert watch.process(source)
+        assert (Path(clone_setup.path) / "data").read_text() == "the source's data"
+        assert not Path(source_setup.path).exists()
+    finally:
+        watch.informer.stop()
+        watch.events.stop()
+        for name in (source, clone):
             with contextlib.suppress(Exception):  # best effort: the cluster is per session
                 clients.request_json("DELETE", f"{volumes}/{name}")

@@ -10,6 +10,7 @@ import threading
 from types import SimpleNamespace
 from typing import Any, cast
 
+import msgspec
 import pytest
 
 from provisioner.configuration.config import (
@@ -25,8 +26,13 @@ from provisioner.kube.events import ObjectReference
 from provisioner.kube.metrics import Metrics
 from provisioner.kube.workqueue import WorkQueue
 from provisioner.loop.controller import IN_BACKGROUND, SETTLED, Failed
-from provisioner.objects.records import ClaimRecord, StorageClassRecord
+from provisioner.objects.records import ClaimRecord, StorageClassRecord, VolumeRecord
 from provisioner.provisioning.actions import ActionFailed, VolumeSaveUnsettled
+from provisioner.provisioning.annotations import (
+    DIRECTORY_REMOVED_ANNOTATION,
+    PROVISIONED_BY,
+    VOLUME_FINALIZER,
+)
 from provisioner.provisioning.claims import ProvisionPlan
 from provisioner.provisioning.local_path_provisioner import LocalPathProvisioner
 from provisioner.provisioning.local_path_watches import watched_caches
@@ -399,3 +405,36 @@ def test_a_teardown_whose_directory_only_seems_gone_fails_and_says_the_disk_is_n
     entry = lp._paths.get("pvc-old")
     assert entry is not None and entry.state == RELEASED
     lp.helper_pods.stop()
+
+
+def test_a_removed_volume_s_pv_is_deleted_once_though_its_finalizer_s_removal_is_seen_first() -> (
+    None
+):
+    """A Released PV whose directory its node removed: the finalizer's removal and the DELETE
+    go out; the event of the first, read before that of the second, brings the key back with
+    the PV still Released and without our finalizer. No second DELETE is sent for it (a
+    release of many volumes spends the client's budget on none); a PV of that name made
+    again after the first went is deleted as any."""
+    lp, _, actions = provisioner()
+    finished: list[tuple[str, bool, bool]] = []
+
+    def finish_removed_volume(name: str, *, delete_volume: bool, remove_finalizer: bool) -> None:
+        finished.append((name, delete_volume, remove_finalizer))
+
+    actions.finish_removed_volume = finish_removed_volume  # type: ignore[attr-defined]
+    released = VolumeRecord(
+        "pvc-gone",
+        annotations={PROVISIONED_BY: "p", DIRECTORY_REMOVED_ANNOTATION: "true"},
+        phase="Released",
+        reclaim_policy="Delete",
+        finalizers=(VOLUME_FINALIZER,),
+    )
+    lp._caches.volumes._store("pvc-gone", released)
+    assert lp.reconcile_volume("pvc-gone")
+    assert finished == [("pvc-gone", True, True)]
+    lp._caches.volumes._store("pvc-gone", msgspec.structs.replace(released, finalizers=()))
+    assert lp.reconcile_volume("pvc-gone")
+    assert finished == [("pvc-gone", True, True)]
+    lp.volume_gone("pvc-gone")
+    assert lp.reconcile_volume("pvc-gone")
+    assert finished == [("pvc-gone", True, True), ("pvc-gone", True, False)]

@@ -106,6 +106,13 @@ def test_a_claim_grown_or_bound_before_allocated_resources_were_set_gets_them() 
     assert decide(smaller) == FinishExpansion("1Gi", resized=False)
 
 
+def test_a_claim_being_deleted_is_neither_grown_nor_caught_up() -> None:
+    going = msgspec.structs.replace(CLAIM, allocated_storage=None, being_deleted=True)
+    assert isinstance(decide(going), NoExpansion)
+    asks = msgspec.structs.replace(CLAIM, requested_storage="2Gi", being_deleted=True)
+    assert isinstance(decide(asks), NoExpansion)
+
+
 def test_a_resize_status_left_set_after_the_volume_grew_is_cleared() -> None:
     # A crash between the PV's growth and the claim's status: the status entry still says so.
     left = msgspec.structs.replace(CLAIM, resize_status="ControllerResizeInProgress")
