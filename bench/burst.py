@@ -108,6 +108,8 @@ class BurstResult:
     hostpath_consumer_start: Latencies = field(default_factory=lambda: Latencies.of([]))
     """The same number of consumers with a hostPath volume each, created at once on the same
     nodes right after a CSI burst (`hostpath_control`); empty for any other burst."""
+    release_stages: dict[str, Latencies] = field(default_factory=dict)
+    """Per claim, by stage of its release (`RELEASE_STAGES`)."""
     binder_all_floor_seconds: float = math.nan
     """The least time the binder's client limit lets through every request it made, its
     patches of its own repeated events included (`binder_floor_seconds` leaves them out)."""
@@ -336,6 +338,84 @@ def stage_latencies(moments: list[ClaimMoments]) -> dict[str, Latencies]:
     return {stage: Latencies.of(values) for stage, values in spans.items()}
 
 
+RELEASE_STAGES = (
+    "release: deleted to consumer gone",
+    "consumer gone to claim gone",
+    "claim gone to PV Released",
+    "PV Released to PV gone",
+)
+
+
+@dataclass(frozen=True)
+class ReleaseMoments:
+    """When one claim's release passed each point (None: not seen)."""
+
+    deleted: float
+    consumer_gone: float | None
+    claim_gone: float | None
+    volume_released: float | None
+    volume_gone: float | None
+
+
+def release_latencies(moments: list[ReleaseMoments]) -> dict[str, Latencies]:
+    """Per release stage, its latency over the claims seen at both its ends: the consumer's
+    kubelet (its pod's teardown), the claim's protection letting go once no pod uses it,
+    kube-controller-manager's binder releasing the PV, and the provisioner's teardown (for a
+    CSI volume: the gate's permit, the node plugin's removal and mark, the PV's DELETE)."""
+    spans: dict[str, list[float]] = {stage: [] for stage in RELEASE_STAGES}
+    for m in moments:
+        pairs = (
+            (m.deleted, m.consumer_gone),
+            (m.consumer_gone, m.claim_gone),
+            (m.claim_gone, m.volume_released),
+            (m.volume_released, m.volume_gone),
+        )
+        for stage, (start, end) in zip(RELEASE_STAGES, pairs, strict=True):
+            if start is not None and end is not None:
+                spans[stage].append(end - start)
+    return {stage: Latencies.of(values) for stage, values in spans.items()}
+
+
+def _delete_claims(api: RawApi, names: Sequence[str], concurrency: int) -> dict[str, float]:
+    """Each claim and its consumer deleted, from `concurrency` threads; when each was."""
+    deleted: dict[str, float] = {}
+
+    def delete(name: str) -> None:
+        deleted[name] = time.time()
+        api.delete(f"{CONSUMERS_PATH}/{name.replace('claim', 'app')}")
+        api.delete(f"{CLAIMS_PATH}/{name}")
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(delete, names))
+    return deleted
+
+
+def _release_stages(
+    deleted: dict[str, float],
+    consumers: ObjectTimeline,
+    claims: ObjectTimeline,
+    volumes: ObjectTimeline,
+) -> dict[str, Latencies]:
+    """`release_latencies` of the claims deleted at the given times, from the burst's watches."""
+    moments = []
+    for name, at in deleted.items():
+        volume = f"pvc-{claims.uid.get(name, '')}"
+        moments.append(
+            ReleaseMoments(
+                deleted=at,
+                consumer_gone=consumers.deleted.get(name.replace("claim", "app")),
+                claim_gone=claims.deleted.get(name),
+                volume_released=volumes.reached["released"].get(volume),
+                volume_gone=volumes.deleted.get(volume),
+            )
+        )
+    return release_latencies(moments)
+
+
+def _is_released(volume: dict[str, Any]) -> bool:
+    return bool(volume.get("status", {}).get("phase") == "Released")
+
+
 def _stages(
     claims: ObjectTimeline,
     volumes: ObjectTimeline,
@@ -423,7 +503,9 @@ def run_burst(
         api, CLAIMS_PATH, {"bound": _is_bound, "node-selected": _has_node}
     ).start()
     helper_timeline, pod_timeline = _watch_helper_pods(api)
-    volume_timeline = ObjectTimeline(api, "/api/v1/persistentvolumes").start()
+    volume_timeline = ObjectTimeline(
+        api, "/api/v1/persistentvolumes", {"released": _is_released}
+    ).start()
     consumer_timeline = watch_consumers(api)
     provisioner = RunningProvisioner(
         implementation, workspace, log_dir / f"{implementation.key}-burst.log", py_spy
@@ -468,18 +550,16 @@ def run_burst(
 
         release_started = time.time()
 
-        def delete(name: str) -> None:
-            api.delete(f"{CONSUMERS_PATH}/{name.replace('claim', 'app')}")
-            api.delete(f"{CLAIMS_PATH}/{name}")
-
-        with ThreadPoolExecutor(concurrency) as pool:
-            list(pool.map(delete, names))
+        deleted = _delete_claims(api, names, concurrency)
         wait_until(
             lambda: volume_timeline.live() == 0 and volume_directories(workspace.cluster) == 0,
             timeout,
             "every PV and directory gone",
         )
         released = time.time()
+        release_stages = _release_stages(
+            deleted, consumer_timeline, claim_timeline, volume_timeline
+        )
         helper_timeline.wait_until(lambda: helper_timeline.live() == 0, 120, "helper pods gone")
         time.sleep(SETTLE_SECONDS)
         release_requests = audit.count(
@@ -524,4 +604,5 @@ def run_burst(
         release_capacity_writes_per_volume=capacity_writes(release_requests) / claims,
         helper_pods=helper_pod_starts(pod_timeline),
         consumer_start=Latencies.of(started_consumers),
+        release_stages=release_stages,
     )

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bench.burst import STAGES, BurstResult
+from bench.burst import RELEASE_STAGES, STAGES, BurstResult
 from bench.failover import FAILOVER_GOAL_SECONDS
 from bench.real_nodes import RealResults
 from bench.runner import RunResults
@@ -391,12 +391,16 @@ def _csi_stage_rows(runs: dict[str, BurstResult]) -> list[dict[str, Any]]:
     def percentiles(burst: BurstResult | None, stage: str) -> list[float]:
         if burst is None:
             return [math.nan, math.nan]
-        latencies = burst.consumer_start if stage == CONSUMER_START else burst.stages.get(stage)
+        latencies = (
+            burst.consumer_start
+            if stage == CONSUMER_START
+            else burst.stages.get(stage) or burst.release_stages.get(stage)
+        )
         return [latencies.p50, latencies.p99] if latencies else [math.nan, math.nan]
 
     return [
         {"stage": stage, **{key: percentiles(runs.get(key), stage) for key in CSI_SIDE_BY_SIDE}}
-        for stage in (*STAGES, CONSUMER_START)
+        for stage in (*STAGES, CONSUMER_START, *RELEASE_STAGES)
     ]
 
 

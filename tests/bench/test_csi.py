@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.burst import BurstResult, consumer_starts
+from bench.burst import (
+    RELEASE_STAGES,
+    BurstResult,
+    ReleaseMoments,
+    consumer_starts,
+    release_latencies,
+)
 from bench.csi import CSI_PROVISIONER_NAME, csi_driver
 from bench.goals import (
     CONSUMER_START,
@@ -239,3 +245,21 @@ def test_a_run_waits_only_when_another_real_node_cluster_holds_the_machine() -> 
     )
     assert host_taken(taken)
     assert not host_taken(ClusterError("localcluster: kube-apiserver did not become ready"))
+
+
+def test_a_release_is_cut_at_the_consumer_the_claim_and_the_pv_released_and_gone() -> None:
+    seen = ReleaseMoments(
+        deleted=10.0, consumer_gone=12.0, claim_gone=12.5, volume_released=13.0, volume_gone=14.5
+    )
+    unseen = ReleaseMoments(
+        deleted=10.0, consumer_gone=11.0, claim_gone=None, volume_released=None, volume_gone=16.0
+    )
+    stages = release_latencies([seen, unseen])
+    assert list(stages) == list(RELEASE_STAGES)
+    assert stages["release: deleted to consumer gone"].count == 2
+    assert stages["release: deleted to consumer gone"].max == 2.0
+    # A claim not seen to go counts in neither of its stages; its PV's end still has no start.
+    assert stages["consumer gone to claim gone"].count == 1
+    assert stages["claim gone to PV Released"].p50 == 0.5
+    assert stages["PV Released to PV gone"].count == 1
+    assert stages["PV Released to PV gone"].p50 == 1.5
