@@ -323,19 +323,35 @@ def stage_latencies(moments: list[ClaimMoments]) -> dict[str, Latencies]:
     """Per stage, its latency over the claims that passed both its ends: the scheduler (created
     to node selected), the provisioner up to its helper's end, the provisioner from there to the
     PV, the two together, and kube-controller-manager's binder (PV created to Bound)."""
-    spans: dict[str, list[float]] = {stage: [] for stage in STAGES}
-    for m in moments:
-        pairs = (
-            (m.created, m.node_selected),
-            (m.node_selected, m.helper_done),
-            (m.helper_done, m.volume_created),
-            (m.node_selected, m.volume_created),
-            (m.volume_created, m.bound),
-        )
-        for stage, (start, end) in zip(STAGES, pairs, strict=True):
+    return latencies_by_stage(
+        STAGES,
+        [
+            (
+                (m.created, m.node_selected),
+                (m.node_selected, m.helper_done),
+                (m.helper_done, m.volume_created),
+                (m.node_selected, m.volume_created),
+                (m.volume_created, m.bound),
+            )
+            for m in moments
+        ],
+    )
+
+
+Span = tuple[float | None, float | None]
+
+
+def latencies_by_stage(
+    stages: Sequence[str], spans: Sequence[Sequence[Span]]
+) -> dict[str, Latencies]:
+    """Per stage, the latency of each item's span of it (its start and end, in `stages`'
+    order) where both ends were seen."""
+    seen: dict[str, list[float]] = {stage: [] for stage in stages}
+    for item in spans:
+        for stage, (start, end) in zip(stages, item, strict=True):
             if start is not None and end is not None:
-                spans[stage].append(end - start)
-    return {stage: Latencies.of(values) for stage, values in spans.items()}
+                seen[stage].append(end - start)
+    return {stage: Latencies.of(values) for stage, values in seen.items()}
 
 
 RELEASE_STAGES = (
@@ -362,18 +378,18 @@ def release_latencies(moments: list[ReleaseMoments]) -> dict[str, Latencies]:
     kubelet (its pod's teardown), the claim's protection letting go once no pod uses it,
     kube-controller-manager's binder releasing the PV, and the provisioner's teardown (for a
     CSI volume: the gate's permit, the node plugin's removal and mark, the PV's DELETE)."""
-    spans: dict[str, list[float]] = {stage: [] for stage in RELEASE_STAGES}
-    for m in moments:
-        pairs = (
-            (m.deleted, m.consumer_gone),
-            (m.consumer_gone, m.claim_gone),
-            (m.claim_gone, m.volume_released),
-            (m.volume_released, m.volume_gone),
-        )
-        for stage, (start, end) in zip(RELEASE_STAGES, pairs, strict=True):
-            if start is not None and end is not None:
-                spans[stage].append(end - start)
-    return {stage: Latencies.of(values) for stage, values in spans.items()}
+    return latencies_by_stage(
+        RELEASE_STAGES,
+        [
+            (
+                (m.deleted, m.consumer_gone),
+                (m.consumer_gone, m.claim_gone),
+                (m.claim_gone, m.volume_released),
+                (m.volume_released, m.volume_gone),
+            )
+            for m in moments
+        ],
+    )
 
 
 def _delete_claims(api: RawApi, names: Sequence[str], concurrency: int) -> dict[str, float]:

@@ -88,9 +88,9 @@ def claim(name: str) -> dict[str, Any]:
     }
 
 
-def test_the_watch_sets_up_and_tears_down_its_nodes_volumes(
-    clients: KubeClients, cluster_namespace: str, tmp_path: Path
-) -> None:
+def fake_node(tmp_path: Path) -> tuple[str, Path, VolumeExecutor]:
+    """A node of a made-up name whose one base path is a temporary directory on this machine,
+    and its executor (its records in a state directory beside it)."""
     node = f"fake-{uuid.uuid4().hex[:8]}"
     base = tmp_path.resolve() / "base"
     base.mkdir()
@@ -104,6 +104,13 @@ def test_the_watch_sets_up_and_tears_down_its_nodes_volumes(
     executor = VolumeExecutor(
         node, bundle, node_base_paths(bundle.config, node), VolumeState(tmp_path / "state")
     )
+    return node, base, executor
+
+
+def test_the_watch_sets_up_and_tears_down_its_nodes_volumes(
+    clients: KubeClients, cluster_namespace: str, tmp_path: Path
+) -> None:
+    node, base, executor = fake_node(tmp_path)
     watch = NodeVolumes(clients, executor, DRIVER, base_delay=0.2, max_delay=1.0)
     ours, theirs = f"pv-{uuid.uuid4().hex[:10]}", f"pv-{uuid.uuid4().hex[:10]}"
     setup = VolumeSetup(str(base), str(base / cluster_namespace / ours), "Filesystem", 1 << 20)
@@ -180,18 +187,7 @@ def test_a_source_s_teardown_first_sets_up_its_clones_not_set_up_yet(
     the node came to the clone (the watch's workers are not started; the test hands the keys
     over in this order). The source's teardown sets the clone up first, so the clone holds the
     source's data, and then the source goes."""
-    node = f"fake-{uuid.uuid4().hex[:8]}"
-    base = tmp_path.resolve() / "base"
-    base.mkdir()
-    bundle = load_config_bundle(
-        f'{{"nodePathMap": [{{"node": "{node}", "paths": ["{base}"]}}]}}',
-        DEFAULT_SETUP_SCRIPT,
-        DEFAULT_TEARDOWN_SCRIPT,
-        DEFAULT_HELPER_POD_YAML,
-    )
-    executor = VolumeExecutor(
-        node, bundle, node_base_paths(bundle.config, node), VolumeState(tmp_path / "state")
-    )
+    node, base, executor = fake_node(tmp_path)
     watch = NodeVolumes(clients, executor, DRIVER)
     source, clone = f"pv-{uuid.uuid4().hex[:10]}", f"pv-{uuid.uuid4().hex[:10]}"
     source_setup = VolumeSetup(str(base), str(base / source), "Filesystem", 1 << 20)
