@@ -295,7 +295,13 @@ def assert_runs_from_the_image(cluster: LocalCluster, installation: Installation
     entry_point = "usr/local/bin/local-path-storage-provisioner"
     assert (seen / entry_point).read_bytes() == (image_root / entry_point).read_bytes()
     assert (seen / "etc/passwd").read_bytes() == (image_root / "etc/passwd").read_bytes()
-    assert not (seen / "bin").exists(), "the image has no shell; the host's /bin is not there"
+    # The image has no shell (its /bin holds coreutils, for the node plugin's clone copies):
+    # the host's /bin, which has one, is not what the pod sees.
+    for shell in ("bin/sh", "bin/bash", "bin/dash", "usr/bin/sh"):
+        assert not (seen / shell).exists(), f"the pod sees a shell at /{shell}"
+    assert sorted(p.name for p in (seen / "bin").iterdir()) == sorted(
+        p.name for p in (image_root / "bin").iterdir()
+    )
     assert not (seen / sys.prefix.lstrip("/")).exists()
     mountinfo = Path(f"/proc/{process.pid}/mountinfo").read_text()
     (root_mount,) = [line for line in mountinfo.splitlines() if line.split()[4] == "/"]
