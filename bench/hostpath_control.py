@@ -22,7 +22,7 @@ from typing import Any
 from bench.api import RawApi
 from bench.burst import (
     CONSUMERS_PATH,
-    HOSTNAME_LABEL,
+    consumer,
     consumer_starts,
     spread,
     watch_consumers,
@@ -35,24 +35,11 @@ CONTROL_PREFIX = "hostpath-"
 def hostpath_consumer(name: str, directory: Path, image: str, node: str | None) -> dict[str, Any]:
     """A consumer as `burst.consumer` makes one, its volume an inline hostPath instead of a
     claim."""
-    spec: dict[str, Any] = {
-        "containers": [
-            {
-                "name": "app",
-                "image": image,
-                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-            }
-        ],
-        "volumes": [
-            {
-                "name": "data",
-                "hostPath": {"path": str(directory / name), "type": "DirectoryOrCreate"},
-            }
-        ],
-    }
-    if node is not None:
-        spec["nodeSelector"] = {HOSTNAME_LABEL: node}
-    return {"metadata": {"name": name}, "spec": spec}
+    pod = consumer(name, "", image, node)
+    pod["spec"]["volumes"] = [
+        {"name": "data", "hostPath": {"path": str(directory / name), "type": "DirectoryOrCreate"}}
+    ]
+    return pod
 
 
 def run_hostpath_consumers(
