@@ -1,7 +1,7 @@
 """btrfs subvolumes, snapshots and quota groups through ioctls on open directories: thin I/O.
 
 Every call works on file descriptors: a parent directory is opened with `open_directory`
-(O_DIRECTORY|O_NOFOLLOW, so a tenant's symlink in the last component is refused with ELOOP) and
+(O_DIRECTORY|O_NOFOLLOW, so a tenant's symlink in the last component is refused, ENOTDIR) and
 the new or removed entry is one name below it. Errors are the kernel's, as OSError with its
 errno: ENOTTY (or EINVAL) where the directory is not on btrfs, ENOENT from `usage` when quotas
 are off or the subvolume has no qgroup, ENOTCONN from `set_limit` when quotas are off, EDQUOT on
