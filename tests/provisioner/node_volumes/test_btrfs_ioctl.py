@@ -219,4 +219,4 @@ def test_filesystem_kind_tells_btrfs_and_reflinks(btrfs: Path, top: int, tmp_pat
         assert supports_reflink(plain) is (expected in ("btrfs", "xfs"))
     finally:
         os.close(plain)
-    assert [name for name in os.listdir(btrfs) if "reflink" in name] == []
+    assert [entry for entry in btrfs.iterdir() if "reflink" in entry.name] == []

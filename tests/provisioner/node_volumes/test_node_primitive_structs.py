@@ -23,13 +23,13 @@ def ioc(direction: int, kind: int, number: int, size: int) -> int:
 
 
 def test_btrfs_numbers_follow_the_header() -> None:
-    assert b.SUBVOL_CREATE == ioc(WRITE, 0x94, 14, 4096)
-    assert b.SNAP_DESTROY == ioc(WRITE, 0x94, 15, 4096)
-    assert b.SNAP_CREATE_V2 == ioc(WRITE, 0x94, 23, 4096)
-    assert b.TREE_SEARCH == ioc(READ | WRITE, 0x94, 17, 4096)
-    assert b.INO_LOOKUP == ioc(READ | WRITE, 0x94, 18, 4096)
-    assert b.QUOTA_CTL == ioc(READ | WRITE, 0x94, 40, 16)
-    assert b.QGROUP_LIMIT == ioc(READ, 0x94, 43, 48)
+    assert ioc(WRITE, 0x94, 14, 4096) == b.SUBVOL_CREATE
+    assert ioc(WRITE, 0x94, 15, 4096) == b.SNAP_DESTROY
+    assert ioc(WRITE, 0x94, 23, 4096) == b.SNAP_CREATE_V2
+    assert ioc(READ | WRITE, 0x94, 17, 4096) == b.TREE_SEARCH
+    assert ioc(READ | WRITE, 0x94, 18, 4096) == b.INO_LOOKUP
+    assert ioc(READ | WRITE, 0x94, 40, 16) == b.QUOTA_CTL
+    assert ioc(READ, 0x94, 43, 48) == b.QGROUP_LIMIT
 
 
 def test_btrfs_argument_sizes_are_the_structs() -> None:
@@ -138,7 +138,7 @@ def test_only_loop_devices_are_numbered(name: str, number: int | None) -> None:
 
 def test_mountinfo_gives_each_mounts_filesystem_type() -> None:
     entries = parse_mountinfo(
-        "36 1 0:40 / /mnt/btrfs rw,relatime shared:1 master:2 - btrfs /dev/loop1 rw,space_cache=v2\n"
+        "36 1 0:40 / /mnt/btrfs rw,relatime shared:1 master:2 - btrfs /dev/loop1 rw,ssd\n"
         "37 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
         "38 1 8:2 / /odd rw\n"
     )
