@@ -39,6 +39,12 @@ def _configure(loop_fd: int, backing_fd: int, file_name: str) -> None:
         # Kernels before 5.8 have no LOOP_CONFIGURE and answer EINVAL (ENOTTY on some).
         if error.errno not in (errno.EINVAL, errno.ENOTTY):
             raise
+    set_fd_and_status(loop_fd, backing_fd, file_name)
+
+
+def set_fd_and_status(loop_fd: int, backing_fd: int, file_name: str) -> None:
+    """The two-call attach of kernels before LOOP_CONFIGURE; undone if the second call fails.
+    Public so the tests can run it on a kernel that has LOOP_CONFIGURE."""
     fcntl.ioctl(loop_fd, structs.LOOP_SET_FD, backing_fd)
     try:
         fcntl.ioctl(loop_fd, structs.LOOP_SET_STATUS64, structs.status64(file_name))

@@ -5,6 +5,7 @@ by the name attach returned. Needs root."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from provisioner.node_volumes import loop_devices
+from provisioner.node_volumes import loop_devices, loop_structs
 
 pytestmark = pytest.mark.csi  # the CSI node plugin's root-only tests run with this mark
 
@@ -115,3 +116,20 @@ def test_only_loop_devices_are_grown_or_detached(device: str) -> None:
         loop_devices.detach(device)
     with pytest.raises(ValueError, match="not a loop device"):
         loop_devices.grow(device)
+
+
+def test_the_two_call_attach_of_older_kernels_gives_the_same_device(block: Path) -> None:
+    backing = open_block(block)
+    control = os.open(loop_devices.LOOP_CONTROL, os.O_RDWR)
+    device = loop_structs.device_path(fcntl.ioctl(control, loop_structs.LOOP_CTL_GET_FREE))
+    os.close(control)
+    loop_fd = os.open(device, os.O_RDWR)
+    try:
+        loop_devices.set_fd_and_status(loop_fd, backing, str(block))
+        assert run("losetup", "-j", str(block)).startswith(f"{device}: ")
+        assert run("losetup", "-n", "-O", "AUTOCLEAR", device).strip() == "0"
+        assert loop_devices.find(backing) == device
+    finally:
+        os.close(loop_fd)
+        os.close(backing)
+        loop_devices.detach(device)
