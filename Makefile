@@ -18,7 +18,8 @@ csi-sanity:
 	@scripts/build-go-tools.sh csi-sanity
 
 # What real nodes run beside the control plane: Debian's runc, CNI plugins, registry, skopeo,
-# umoci, busybox-static, bubblewrap (installed once), kubelet and containerd from Go modules.
+# umoci, busybox-static, bubblewrap, btrfs-progs (installed once), kubelet and containerd from Go
+# modules.
 node-tools: tools
 	@scripts/install-node-packages.sh
 	@scripts/build-go-tools.sh node

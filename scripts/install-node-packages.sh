@@ -9,9 +9,11 @@
 #   iptables                      the kubelet looks for it at start, even with no chains to make
 #   bubblewrap                    the CSI node plugin runs each volume step confined (bwrap); the
 #                                 plugin runs in the node's mount namespace, so it is the node's
+#   btrfs-progs                   mkfs.btrfs for the nodes' btrfs disks, and the `btrfs` tool the
+#                                 tests check the plugin's own btrfs ioctls against
 # apt-get runs only when something is missing, so a second run prints one line and returns.
 set -euo pipefail
-packages=(runc containernetworking-plugins docker-registry skopeo umoci busybox-static gcc libc6-dev iptables bubblewrap)
+packages=(runc containernetworking-plugins docker-registry skopeo umoci busybox-static gcc libc6-dev iptables bubblewrap btrfs-progs)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f '${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")

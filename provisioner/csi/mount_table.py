@@ -25,6 +25,8 @@ class MountEntry:
     root: str
     mount_point: str
     options: frozenset[str]
+    fs_type: str = ""
+    """The filesystem type after mountinfo's " - " separator ("btrfs", "ext4", ...)."""
 
     @property
     def read_only(self) -> bool:
@@ -46,12 +48,16 @@ def parse_mountinfo(text: str) -> list[MountEntry]:
         fields = line.split(" ")
         if len(fields) < 6:
             continue
+        # optional fields (shared:N, master:N) come before the "-"; the type follows it
+        separator = fields.index("-", 6) if "-" in fields[6:] else -1
+        fs_type = fields[separator + 1] if 0 < separator < len(fields) - 1 else ""
         entries.append(
             MountEntry(
                 device=fields[2],
                 root=_unescape(fields[3]),
                 mount_point=_unescape(fields[4]),
                 options=frozenset(fields[5].split(",")),
+                fs_type=_unescape(fs_type),
             )
         )
     return entries
