@@ -367,12 +367,16 @@ class LocalCluster(ClusterAccess):
         with self._components_lock:
             if self.snapshots is not None:
                 return
+            begun = time.monotonic()
             controller = SnapshotController(
                 locate_snapshot_tools(), self.kubeconfig, self.layout.logs
             )
             controller.start(self.admin_client, timeout)
             self.snapshots = controller
-            self.harness_log.write(f"snapshot-controller started (pid {controller.process.pid})")
+            self.harness_log.write(
+                f"snapshot CRDs Established and snapshot-controller started "
+                f"(pid {controller.process.pid}) in {time.monotonic() - begun:.2f}s"
+            )
 
     def restart_apiserver(self) -> None:
         """Stops kube-apiserver and starts it again on the same port with the same etcd data."""

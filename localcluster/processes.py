@@ -88,8 +88,8 @@ class ManagedProcess:
     ) -> None:
         self.name = name
         self.stop_signal = stop_signal
-        """The signal `stop` sends first: some programs (the snapshot controller) only stop on
-        SIGINT and would otherwise sit out the whole grace period."""
+        """The signal `stop` sends first: the one the program shuts down cleanly on (the
+        snapshot controller handles only SIGINT; SIGTERM kills it mid-work)."""
         self.argv = list(argv)
         self.log_path = log_path
         self.env = dict(env) if env is not None else None

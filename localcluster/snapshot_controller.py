@@ -135,8 +135,9 @@ class SnapshotController:
             "snapshot-controller",
             snapshot_controller_args(tools.binary, kubeconfig),
             logs / "snapshot-controller.log",
-            # It stops only on SIGINT (cmd/snapshot-controller/main.go: signal.Notify(c,
-            # os.Interrupt)); a SIGTERM would be ignored for the whole grace period.
+            # It handles only SIGINT (cmd/snapshot-controller/main.go: signal.Notify(c,
+            # os.Interrupt)): its workers stop and it exits 0. SIGTERM is Go's default action,
+            # an exit by the signal in the middle of whatever it was writing.
             stop_signal=signal.SIGINT,
         )
 

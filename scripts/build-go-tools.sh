@@ -185,7 +185,8 @@ build_snapshot_controller() {
   local d="$WORK/snapshot-controller-$v"; rm -rf "$d"; mkdir -p "$d"; cd "$d"; : >"$log_dir/snapshot-controller.log"
   if ! have "$out"; then
     run snapshot-controller go mod init lps.local/snapshot-controller-build
-    run snapshot-controller go get -tool "$module/cmd/snapshot-controller@$v" "$client@$cv"
+    run snapshot-controller go get -tool "$module/cmd/snapshot-controller@$v"
+    run snapshot-controller go get "$client@$cv"
     run snapshot-controller go build -trimpath -ldflags "-s -w -X main.version=$v" -o "$BIN/$out.tmp" "$module/cmd/snapshot-controller"
     mv "$BIN/$out.tmp" "$BIN/$out"
   fi
