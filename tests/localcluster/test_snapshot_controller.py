@@ -14,6 +14,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from localcluster import ClusterOptions, LocalCluster, MissingBinariesError, NodeSpec, wait_for
+from localcluster.__main__ import _options, build_parser
 from localcluster.raw_api import call_json, manifest
 from localcluster.snapshot_controller import (
     CRD_FILES,
@@ -63,6 +64,8 @@ def test_established_needs_the_condition_true() -> None:
 
 def test_clusters_do_not_serve_snapshots_unless_asked() -> None:
     assert ClusterOptions().snapshots is False
+    assert _options(build_parser().parse_args(["run"])).snapshots is False
+    assert _options(build_parser().parse_args(["start", "--snapshots"])).snapshots is True
 
 
 def _crd_names() -> set[str]:
@@ -136,6 +139,8 @@ def test_the_snapshot_controller_makes_contents_and_reference_grants_are_served(
         assert cluster.snapshots is not None
         controller = cluster.snapshots.process
         assert controller.pid in cluster.pids()
+        cluster.enable_snapshots()  # already served: the same controller, not a second one
+        assert cluster.snapshots.process is controller
         extensions = client.ApiextensionsV1Api(cluster.admin_client)
         for name in _crd_names():
             assert is_established(call_json(extensions.read_custom_resource_definition, name))
