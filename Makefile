@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV = $(shell scripts/bootstrap-venv.sh)
 PY = $(VENV)/bin/python
 
-.PHONY: demo test lint unit test-slow test-real-node bench tools reference engine image node-tools csi-sanity docs
+.PHONY: demo test lint unit test-slow test-real-node bench tools reference engine image node-tools csi-sanity snapshot-controller docs
 
 tools:
 	@scripts/build-go-tools.sh cluster
@@ -16,6 +16,11 @@ reference:
 # csi-sanity, the CSI conformance suite the node plugin's tests run (tests/provisioner/csi).
 csi-sanity:
 	@scripts/build-go-tools.sh csi-sanity
+
+# The common snapshot controller (external-snapshotter) and the snapshot and ReferenceGrant CRDs,
+# for the clusters that ask for snapshots (ClusterOptions.snapshots).
+snapshot-controller:
+	@scripts/build-go-tools.sh snapshot-controller
 
 # What real nodes run beside the control plane: Debian's runc, CNI plugins, registry, skopeo,
 # umoci, busybox-static, bubblewrap, btrfs-progs (installed once), kubelet and containerd from Go
@@ -45,7 +50,7 @@ lint:
 	@$(VENV)/bin/mypy .
 	@$(VENV)/bin/lint-imports --config pyproject.toml
 
-test: tools reference node-tools csi-sanity engine image lint
+test: tools reference node-tools csi-sanity snapshot-controller engine image lint
 	@$(PY) -m pytest -m "not slow"
 
 # The documentation site, from docs/ into site/ (git-ignored). `make test` builds it with

@@ -45,6 +45,7 @@ def _options(arguments: argparse.Namespace) -> ClusterOptions:
         nodes=parse_node_specs(arguments.nodes, arguments.label),
         apiserver_port=arguments.apiserver_port,
         real_nodes=arguments.real_nodes,
+        snapshots=arguments.snapshots,
     )
 
 
@@ -70,6 +71,7 @@ def command_run(arguments: argparse.Namespace) -> int:
             for process in [
                 *cluster.control_plane.processes,
                 *(cluster.real.processes() if cluster.real is not None else []),
+                *([cluster.snapshots.process] if cluster.snapshots is not None else []),
             ]
             if process.pid is not None
         ]
@@ -104,6 +106,8 @@ def command_start(arguments: argparse.Namespace) -> int:
         passed += ["--apiserver-port", str(arguments.apiserver_port)]
     if arguments.real_nodes:
         passed += ["--real-nodes", str(arguments.real_nodes)]
+    if arguments.snapshots:
+        passed.append("--snapshots")
     state = background.launch(arguments.name, passed)
     print(f"localcluster: cluster ready in {state.startup_seconds:.1f}s")
     _print_state(state)
@@ -151,6 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
                 type=int,
                 default=0,
                 help="number of real nodes (kubelet + containerd) beside the fake ones",
+            )
+            sub.add_argument(
+                "--snapshots",
+                action="store_true",
+                help="serve the snapshot API: its CRDs, ReferenceGrant's, the snapshot controller",
             )
     return parser
 

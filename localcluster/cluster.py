@@ -48,6 +48,7 @@ from localcluster.pod_start import FAST, PodStartModel
 from localcluster.ports import ensure_port_free, pick_free_ports
 from localcluster.raw_api import call_json
 from localcluster.real_nodes import RealNodes
+from localcluster.snapshot_controller import SnapshotController, locate_snapshot_tools
 from scripts import build_image
 
 DEFAULT_STARTUP_TIMEOUT_SECONDS = 120.0
@@ -80,6 +81,10 @@ class ClusterOptions:
     """Real nodes real-1..real-N beside the kwok nodes: a kubelet and containerd each, every
     image pulled from a local registry (real_nodes.py). Needs root, `make test-real-node`'s
     builds and packages, and no other cluster with real nodes on the machine."""
+    snapshots: bool = False
+    """Serve the snapshot API: the VolumeSnapshot CRDs and the ReferenceGrant CRD, applied and
+    Established, and the common snapshot controller running (snapshot_controller.py). Needs
+    `scripts/build-go-tools.sh snapshot-controller`; off, the cluster has none of it."""
 
 
 def provisioner_runtime(options: ClusterOptions) -> ImageRuntime | None:
@@ -142,6 +147,7 @@ class LocalCluster(ClusterAccess):
             api_port=ports.apiserver,
             backoff=options.restart_backoff,
         )
+        self.snapshots: SnapshotController | None = None
         self._stopped = False
         self._components_lock = threading.Lock()
 
@@ -154,6 +160,8 @@ class LocalCluster(ClusterAccess):
         if options.real_nodes > 0:
             locate_node_binaries()
             RealNodes.claim_host()
+        if options.snapshots:
+            locate_snapshot_tools()
         # Before the clock starts: a first build of the image is not the cluster's start-up.
         provisioner = provisioner_runtime(options)
         started = time.monotonic()
@@ -198,6 +206,8 @@ class LocalCluster(ClusterAccess):
             self.real.prepare_host(self.ports.apiserver)
         self.control_plane.start_storage_and_apiserver(deadline)
         self.control_plane.start_controllers()
+        if self.options.snapshots:
+            self.enable_snapshots(max(1.0, deadline - time.monotonic()))
         if self.real is not None:
             begun = time.monotonic()
             self.real.start_registry(self._provisioner_image_directory())
@@ -235,6 +245,8 @@ class LocalCluster(ClusterAccess):
 
     def _check_alive(self) -> None:
         self.control_plane.check_alive()
+        if self.snapshots is not None:
+            self.snapshots.check_alive()
         if self.real is not None:
             self.real.check_alive()
 
@@ -303,7 +315,8 @@ class LocalCluster(ClusterAccess):
             time.sleep(1.0)
             with self._components_lock:
                 real = self.real.processes() if self.real is not None else []
-                for process in [*self.control_plane.processes, *real]:
+                extra = [self.snapshots.process] if self.snapshots is not None else []
+                for process in [*self.control_plane.processes, *extra, *real]:
                     if self._stopped or process.pid in reported or process.is_running():
                         continue
                     reported.add(process.pid or 0)
@@ -347,6 +360,24 @@ class LocalCluster(ClusterAccess):
             self.nodes.remove(name)
 
     # Control plane.
+    def enable_snapshots(self, timeout: float = 60.0) -> None:
+        """Serves the snapshot API from now on (what `ClusterOptions.snapshots` does at start):
+        applies the snapshot and ReferenceGrant CRDs, waits until they are Established and
+        starts the common snapshot controller. A second call does nothing."""
+        with self._components_lock:
+            if self.snapshots is not None:
+                return
+            begun = time.monotonic()
+            controller = SnapshotController(
+                locate_snapshot_tools(), self.kubeconfig, self.layout.logs
+            )
+            controller.start(self.admin_client, timeout)
+            self.snapshots = controller
+            self.harness_log.write(
+                f"snapshot CRDs Established and snapshot-controller started "
+                f"(pid {controller.process.pid}) in {time.monotonic() - begun:.2f}s"
+            )
+
     def restart_apiserver(self) -> None:
         """Stops kube-apiserver and starts it again on the same port with the same etcd data."""
         with self._components_lock:
@@ -359,6 +390,11 @@ class LocalCluster(ClusterAccess):
         containers and pause processes of image-table pods."""
         return (
             self.control_plane.pids()
+            + (
+                [self.snapshots.process.pid]
+                if self.snapshots and self.snapshots.process.pid
+                else []
+            )
             + list(self.runner.started_pids)
             + list(self.image_runner.started_pids)
             + (self.real.pids() if self.real is not None else [])
@@ -377,6 +413,8 @@ class LocalCluster(ClusterAccess):
         finally:
             with self._components_lock:  # the watchdog must not mistake this for a crash
                 try:
+                    if self.snapshots is not None:
+                        self.snapshots.stop()  # a client of the API: before the API goes
                     self._stop_real_nodes()
                 finally:
                     self.control_plane.stop()

@@ -16,12 +16,12 @@ class ClusterError(RuntimeError):
 class MissingBinariesError(ClusterError):
     """A Go-built component binary is not in the cache."""
 
-    def __init__(self, missing: list[Path]) -> None:
+    def __init__(self, missing: list[Path], target: str = "cluster") -> None:
         names = ", ".join(path.name for path in missing)
         where = missing[0].parent if missing else Path()
         super().__init__(
             f"localcluster: missing {names} in {where}; "
-            "run `scripts/build-go-tools.sh cluster` to build them"
+            f"run `scripts/build-go-tools.sh {target}` to build them"
         )
         self.missing = missing
 

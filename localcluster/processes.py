@@ -84,8 +84,12 @@ class ManagedProcess:
         *,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        stop_signal: int = signal.SIGTERM,
     ) -> None:
         self.name = name
+        self.stop_signal = stop_signal
+        """The signal `stop` sends first: the one the program shuts down cleanly on (the
+        snapshot controller handles only SIGINT; SIGTERM kills it mid-work)."""
         self.argv = list(argv)
         self.log_path = log_path
         self.env = dict(env) if env is not None else None
@@ -132,12 +136,13 @@ class ManagedProcess:
         return True
 
     def stop(self, grace_seconds: float = DEFAULT_STOP_GRACE_SECONDS) -> None:
-        """SIGTERM to the child's process group, SIGKILL after `grace_seconds`, then reap."""
+        """`stop_signal` (SIGTERM) to the child's process group, SIGKILL after `grace_seconds`,
+        then reap."""
         if self._popen is None:
             return
         pid = self._popen.pid
         if self._popen.returncode is None:
-            signal_group(pid, signal.SIGTERM)
+            signal_group(pid, self.stop_signal)
             if not self.wait_exited(grace_seconds):
                 signal_group(pid, signal.SIGKILL)
             self.wait_exited(grace_seconds)
@@ -163,7 +168,7 @@ def stop_all(processes: Sequence[ManagedProcess], grace_seconds: float) -> None:
     """Stops several processes in parallel: SIGTERM to all, then wait on each in turn."""
     for process in processes:
         if process.is_running() and process.pid is not None:
-            signal_group(process.pid, signal.SIGTERM)
+            signal_group(process.pid, process.stop_signal)
     deadline = time.monotonic() + grace_seconds
     for process in processes:
         process.stop(grace_seconds=max(0.1, deadline - time.monotonic()))

@@ -2,7 +2,7 @@
 # Builds the Go tooling the tests, demo and benchmark need, from Go modules, into a cache
 # outside the repository keyed by version: a second run with the same versions builds nothing.
 #
-#   scripts/build-go-tools.sh [cluster|node|reference|csi-sanity|all]...
+#   scripts/build-go-tools.sh [cluster|node|reference|csi-sanity|snapshot-controller|all]...
 #
 # node: what a real node runs beside the cluster (kubelet, containerd); its Debian packages come
 # from scripts/install-node-packages.sh.
@@ -161,6 +161,44 @@ build_csi_sanity() {
   mv "$BIN/$out.tmp" "$BIN/$out"; done_in "$t"
 }
 
+# module_dir LOG MODULE@VERSION: the directory of a downloaded module (read-only, in the module
+# cache). Its own go.sum is not consulted here; the checksum database verifies the zip.
+module_dir() {
+  local log="$1" dir
+  dir=$(go mod download -json "$2" 2>>"$log_dir/$log.log" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$dir" ] || { echo "build-go-tools: could not download $2 (log: $log_dir/$log.log)" >&2; exit 1; }
+  echo "$dir"
+}
+
+# The common snapshot controller (external-snapshotter) and the CRDs it serves. Upstream's go.mod
+# replaces its client module by ./client, which neither `go install` nor the module zip can
+# follow; a throw-away wrapper module ignores a dependency's replaces, so it pins the client
+# module at its published tag instead. The CRDs are copied beside the binary, in a directory
+# keyed by the same versions, so the cluster finds both without the module cache.
+build_snapshot_controller() {
+  local v="$EXTERNAL_SNAPSHOTTER_VERSION" cv="$EXTERNAL_SNAPSHOTTER_CLIENT_VERSION" gv="$GATEWAY_API_VERSION"
+  local out="snapshot-controller-$v" crds="$CACHE/crds/snapshot-$cv-gateway-$gv"
+  local module=github.com/kubernetes-csi/external-snapshotter/v8
+  local client=github.com/kubernetes-csi/external-snapshotter/client/v8
+  have "$out" && [ -f "$crds/complete" ] && return 0
+  step "snapshot-controller $v"; local t; t=$(started)
+  local d="$WORK/snapshot-controller-$v"; rm -rf "$d"; mkdir -p "$d"; cd "$d"; : >"$log_dir/snapshot-controller.log"
+  if ! have "$out"; then
+    run snapshot-controller go mod init lps.local/snapshot-controller-build
+    run snapshot-controller go get -tool "$module/cmd/snapshot-controller@$v"
+    run snapshot-controller go get "$client@$cv"
+    run snapshot-controller go build -trimpath -ldflags "-s -w -X main.version=$v" -o "$BIN/$out.tmp" "$module/cmd/snapshot-controller"
+    mv "$BIN/$out.tmp" "$BIN/$out"
+  fi
+  local cdir gdir; cdir=$(module_dir snapshot-controller "$client@$cv"); gdir=$(module_dir snapshot-controller "sigs.k8s.io/gateway-api@$gv")
+  rm -rf "$crds"; mkdir -p "$crds"
+  local k; for k in volumesnapshotclasses volumesnapshotcontents volumesnapshots; do
+    cp "$cdir/config/crd/snapshot.storage.k8s.io_$k.yaml" "$crds/"
+  done
+  cp "$gdir/config/crd/standard/gateway.networking.k8s.io_referencegrants.yaml" "$crds/"
+  chmod u+w "$crds"/*.yaml; : >"$crds/complete"
+  done_in "$t"
+}
 
 targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=(cluster)
 for target in "${targets[@]}"; do
@@ -169,7 +207,8 @@ for target in "${targets[@]}"; do
     node) build_kubelet; build_containerd ;;
     reference) build_reference ;;
     csi-sanity) build_csi_sanity ;;
-    all) build_etcd; build_kwok; build_kubernetes; build_kubelet; build_containerd; build_reference; build_csi_sanity ;;
-    *) echo "build-go-tools: unknown target '$target' (cluster|node|reference|csi-sanity|all)" >&2; exit 2 ;;
+    snapshot-controller) build_snapshot_controller ;;
+    all) build_etcd; build_kwok; build_kubernetes; build_kubelet; build_containerd; build_reference; build_csi_sanity; build_snapshot_controller ;;
+    *) echo "build-go-tools: unknown target '$target' (cluster|node|reference|csi-sanity|snapshot-controller|all)" >&2; exit 2 ;;
   esac
 done

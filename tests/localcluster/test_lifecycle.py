@@ -48,6 +48,7 @@ def test_a_stopped_cluster_leaves_no_process_and_no_directory(tmp_path: Path) ->
         pids = cluster.pids()
         assert len(pids) >= 6  # five components (the apiserver twice) and the helper sandbox
         assert all(_alive(pid) for pid in cluster.control_plane.pids())
+        assert cluster.snapshots is None  # not asked for: no snapshot controller, no CRDs
         directory = cluster.dir
     assert [pid for pid in pids if _alive(pid)] == []
     assert not directory.exists()
