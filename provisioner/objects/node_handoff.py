@@ -36,6 +36,11 @@ SETUP_ANNOTATION = "local-path-storage.io/setup"
 REMOVAL_PERMIT_ANNOTATION = "local-path-storage.io/removal-permit"
 """On a Released CSI volume's PV: the `NodeRemoval` JSON, the gate's permit for its directory."""
 
+NODE_SIZE_ANNOTATION = "local-path-storage.io/node-size"
+"""On a CSI volume's PV, written by its node plugin: the size in bytes the node has applied to
+the volume (a btrfs qgroup limit, a block file's length; a plain directory has none to apply),
+so the controller finishes an expansion only once the node holds the new size."""
+
 VOLUME_PATH_KEY = "local-path-storage.io/path"
 """The volume context key (a PV's `spec.csi.volumeAttributes`) holding the volume's directory."""
 
@@ -77,32 +82,42 @@ class VolumeSetup:
     volume made, and empty); None: a failed setup leaves its directory (a retry uses it)."""
     clone_source: NodeCloneSource | None = None
     """A clone's: the volume whose data the new directory gets, copied after the setup."""
+    restore_source: NodeRestoreSource | None = None
+    """A restore's: the snapshot whose data the new directory gets (never with clone_source)."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
 
     @staticmethod
     def from_json(text: str) -> VolumeSetup:
-        fields = _object(text, SETUP_ANNOTATION)
+        fields = read_object(text, SETUP_ANNOTATION)
         clean_up = fields.get("clean_up")
         if clean_up is not None and not isinstance(clean_up, dict):
             raise HandoffError(f"{SETUP_ANNOTATION}'s clean_up is not a JSON object")
         clone_source = fields.get("clone_source")
         if clone_source is not None and not isinstance(clone_source, dict):
             raise HandoffError(f"{SETUP_ANNOTATION}'s clone_source is not a JSON object")
+        restore_source = fields.get("restore_source")
+        if restore_source is not None and not isinstance(restore_source, dict):
+            raise HandoffError(f"{SETUP_ANNOTATION}'s restore_source is not a JSON object")
+        if clone_source is not None and restore_source is not None:
+            raise HandoffError(f"{SETUP_ANNOTATION} has both a clone_source and a restore_source")
         try:
             setup = VolumeSetup(
-                base_path=_text(fields, "base_path"),
-                path=_text(fields, "path"),
-                volume_mode=_text(fields, "volume_mode"),
-                size_bytes=_count(fields, "size_bytes"),
-                vol_user=_text(fields, "vol_user", ""),
-                vol_group=_text(fields, "vol_group", ""),
-                vol_perm=_text(fields, "vol_perm", ""),
-                reuse_existing_data=_flag(fields, "reuse_existing_data"),
+                base_path=text_field(fields, "base_path"),
+                path=text_field(fields, "path"),
+                volume_mode=text_field(fields, "volume_mode"),
+                size_bytes=count_field(fields, "size_bytes"),
+                vol_user=text_field(fields, "vol_user", ""),
+                vol_group=text_field(fields, "vol_group", ""),
+                vol_perm=text_field(fields, "vol_perm", ""),
+                reuse_existing_data=flag_field(fields, "reuse_existing_data"),
                 clean_up=None if clean_up is None else NodeRemoval.of_fields(clean_up),
                 clone_source=(
                     None if clone_source is None else NodeCloneSource.of_fields(clone_source)
+                ),
+                restore_source=(
+                    None if restore_source is None else NodeRestoreSource.of_fields(restore_source)
                 ),
             )
         except KeyError as missing:
@@ -128,14 +143,42 @@ class NodeCloneSource:
     def of_fields(fields: Mapping[str, Any]) -> NodeCloneSource:
         try:
             return NodeCloneSource(
-                volume_name=_text(fields, "volume_name"),
-                path=_text(fields, "path"),
-                base_path=_text(fields, "base_path"),
-                claim_uid=_text(fields, "claim_uid"),
+                volume_name=text_field(fields, "volume_name"),
+                path=text_field(fields, "path"),
+                base_path=text_field(fields, "base_path"),
+                claim_uid=text_field(fields, "claim_uid"),
             )
         except KeyError as missing:
             raise HandoffError(
                 f"{SETUP_ANNOTATION}'s clone_source has no {missing.args[0]}"
+            ) from None
+
+
+@dataclass(frozen=True)
+class NodeRestoreSource:
+    """A restore's source as the node plugin receives it in the new volume's `VolumeSetup`: the
+    snapshot's id, its directory in the snapshot area of `base_path`, and the
+    VolumeSnapshotContent it was taken for (objects.snapshot_handoff). Only the controller
+    writes it; the node restores only from a snapshot that its own record says it made, ready,
+    at that very path (a handle or a path is never trusted on its own)."""
+
+    snapshot_id: str
+    snapshot_path: str
+    base_path: str
+    content_name: str
+
+    @staticmethod
+    def of_fields(fields: Mapping[str, Any]) -> NodeRestoreSource:
+        try:
+            return NodeRestoreSource(
+                snapshot_id=text_field(fields, "snapshot_id"),
+                snapshot_path=text_field(fields, "snapshot_path"),
+                base_path=text_field(fields, "base_path"),
+                content_name=text_field(fields, "content_name"),
+            )
+        except KeyError as missing:
+            raise HandoffError(
+                f"{SETUP_ANNOTATION}'s restore_source has no {missing.args[0]}"
             ) from None
 
 
@@ -157,18 +200,18 @@ class NodeRemoval:
 
     @staticmethod
     def from_json(text: str) -> NodeRemoval:
-        return NodeRemoval.of_fields(_object(text, REMOVAL_PERMIT_ANNOTATION))
+        return NodeRemoval.of_fields(read_object(text, REMOVAL_PERMIT_ANNOTATION))
 
     @staticmethod
     def of_fields(fields: Mapping[str, Any]) -> NodeRemoval:
         try:
             return NodeRemoval(
-                volume_name=_text(fields, "volume_name"),
-                path=_text(fields, "path"),
-                owner=_text(fields, "owner"),
-                made_only=_flag(fields, "made_only"),
-                absent_ok=_flag(fields, "absent_ok"),
-                claim_uid=_text(fields, "claim_uid"),
+                volume_name=text_field(fields, "volume_name"),
+                path=text_field(fields, "path"),
+                owner=text_field(fields, "owner"),
+                made_only=flag_field(fields, "made_only"),
+                absent_ok=flag_field(fields, "absent_ok"),
+                claim_uid=text_field(fields, "claim_uid"),
             )
         except KeyError as missing:
             raise HandoffError(f"{REMOVAL_PERMIT_ANNOTATION} has no {missing.args[0]}") from None
@@ -192,7 +235,8 @@ def removal_refusal(
     return None
 
 
-def _object(text: str, what: str) -> Mapping[str, Any]:
+def read_object(text: str, what: str) -> Mapping[str, Any]:
+    """The JSON object an annotation (`what`) holds; HandoffError when it holds anything else."""
     try:
         value = json.loads(text)
     except ValueError as error:
@@ -202,7 +246,8 @@ def _object(text: str, what: str) -> Mapping[str, Any]:
     return value
 
 
-def _text(fields: Mapping[str, Any], key: str, default: str | None = None) -> str:
+def text_field(fields: Mapping[str, Any], key: str, default: str | None = None) -> str:
+    """A string field; KeyError when missing without a default, HandoffError when not a string."""
     value = fields.get(key, default)
     if value is None:
         raise KeyError(key)
@@ -211,14 +256,16 @@ def _text(fields: Mapping[str, Any], key: str, default: str | None = None) -> st
     return value
 
 
-def _count(fields: Mapping[str, Any], key: str) -> int:
+def count_field(fields: Mapping[str, Any], key: str) -> int:
+    """A whole number of bytes (not a bool, not negative); KeyError when missing."""
     value = fields[key]
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise HandoffError(f"{key} must be a whole number of bytes")
     return value
 
 
-def _flag(fields: Mapping[str, Any], key: str) -> bool:
+def flag_field(fields: Mapping[str, Any], key: str) -> bool:
+    """A true/false field, false when missing."""
     value = fields.get(key, False)
     if not isinstance(value, bool):
         raise HandoffError(f"{key} must be true or false")
