@@ -48,8 +48,8 @@ def build_persistent_volume(
     if plan.volume_type == CSI_VOLUME_TYPE and plan.node_name is not None:
         # No helper made the directory: the node plugin that watches its node's PVs (the
         # label) makes it from the setup annotation, before it publishes the volume to a pod.
-        metadata["labels"] = {NODE_LABEL: node_label_value(plan.node_name)}
         annotations[SETUP_ANNOTATION] = volume_setup(plan, clean_up).to_json()
+        metadata["labels"] = {NODE_LABEL: node_label_value(plan.node_name)}
         source: dict[str, Any] = {
             "csi": {
                 "driver": driver,
