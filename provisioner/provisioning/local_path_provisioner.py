@@ -59,6 +59,7 @@ from provisioner.provisioning.claims import (
     Ignore,
     Provision,
     ProvisionPlan,
+    Reject,
     WaitForPath,
     decide_claim_action,
 )
@@ -73,6 +74,7 @@ from provisioner.provisioning.expansion import (
 from provisioner.provisioning.paths import PathBook
 from provisioner.provisioning.removal_gate import RemovalPermit, RemovalRefused
 from provisioner.provisioning.removals import Leadership, Removals
+from provisioner.provisioning.snapshot_sources import restores_here
 from provisioner.provisioning.volume_decisions import (
     AddFinalizer,
     AwaitNode,
@@ -91,6 +93,10 @@ from provisioner.provisioning.volume_facts import record_volume, volume_node_nam
 from provisioner.provisioning.work_keys import CLAIM, EXPANSION, VOLUME, Key
 
 log = logging.getLogger(__name__)
+
+RESTORE_RETRY_SECONDS = 5.0
+"""How soon a refused restore is looked at again (its snapshot may become ready, or a
+ReferenceGrant come, and neither is watched)."""
 
 
 @dataclass(frozen=True)
@@ -305,6 +311,13 @@ class LocalPathProvisioner:
         bundle = self._config.current
         nodes = dict(self._caches.nodes.items())
         rules = self._rules(claim.storage_class_name or "", bundle)
+        restoring = (
+            restores_here(claim, rules)
+            and rules.storage_class is not None
+            and rules.storage_class.provisioner == self._provisioner_name
+        )
+        # Read before the lock, from the API server: no informer holds snapshots for us.
+        snapshots = self._actions.snapshot_lookup(claim) if restoring else None
         with self._paths_lock:
             decision = decide_claim_action(
                 claim,
@@ -314,6 +327,7 @@ class LocalPathProvisioner:
                 provisioner_name=self._provisioner_name,
                 paths=self._paths,
                 sources=self._clone_sources,
+                snapshots=snapshots,
             )
             plan = decision.plan if isinstance(decision, Provision) else None
             if plan is not None:
@@ -323,6 +337,10 @@ class LocalPathProvisioner:
             if isinstance(decision, WaitForPath):
                 for blocker in decision.blockers:
                     self._waiting.setdefault(blocker, set()).add(claim.uid)
+        if restoring and isinstance(decision, Reject):
+            # Nothing we watch tells when the snapshot becomes ready, or a ReferenceGrant
+            # comes: look again after a while, as the external-provisioner retries.
+            self._queue.add_after(key, RESTORE_RETRY_SECONDS)
         node_made = plan is not None and plan.volume_type == CSI_VOLUME_TYPE
         try:
             reference = self._actions.report_claim_decision(claim, decision)
