@@ -87,7 +87,10 @@ def restore_record_refusal(
     if record.id != source.snapshot_id:
         return False, f"{named}: its record names snapshot {record.id}"
     if (record.base_path, record.path) != (source.base_path, source.snapshot_path):
-        return False, f"{named}: this node made it at {record.path}, not {source.snapshot_path}"
+        return False, (
+            f"{named}: this node made it at {record.path} (base path {record.base_path}), not"
+            f" at {source.snapshot_path} ({source.base_path})"
+        )
     if record.state == CREATING:
         return True, f"{named} is still being made: the restore waits for it"
     if record.state == "removed":
