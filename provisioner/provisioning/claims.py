@@ -9,7 +9,8 @@ now, in `volume_decisions`.
 Decisions where we differ from rancher and the library (documented here, tested in
 tests/provisioner/provisioning/test_claims.py):
 - A claim with a selector or volumeMode Block is rejected for shared paths too. One whose data
-  source is another claim is a clone (see `clones`); any other data source is not ours to fill.
+  source is another claim is a clone (see `clones`), one whose data source is a VolumeSnapshot
+  in a CSI class a restore (see `snapshot_sources`); any other data source is not ours to fill.
 - Budgets (`capacity` on a base path, see `budgets`): only paths with room for the claim are
   candidates; when the selected node has none, the claim goes back to the scheduler
   (Reschedule), as for a node that is gone. A claim outside the class's minSize/maxSize is
