@@ -179,7 +179,9 @@ def decide_claim_action(
         return Ignore(f"volume {volume_name} is being provisioned")
     if claim.has_selector:
         return Reject("claims with spec.selector cannot be provisioned dynamically: remove it")
-    restoring = restores_here(claim, rules)
+    # Only a claim with a data source looks at restores: the walk of any other claim stays
+    # within the files it has always entered (docs/CONTRACTS.md).
+    restoring = claim.data_source is not None and restores_here(claim, rules)
     if claim.data_source is not None and not claim.data_source.is_claim and not restoring:
         return Ignore(f"data source {claim.data_source.kind} is for another controller to fill")
     if claim.volume_mode == "Block":

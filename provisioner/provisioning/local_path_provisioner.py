@@ -312,7 +312,8 @@ class LocalPathProvisioner:
         nodes = dict(self._caches.nodes.items())
         rules = self._rules(claim.storage_class_name or "", bundle)
         restoring = (
-            restores_here(claim, rules)
+            claim.data_source is not None
+            and restores_here(claim, rules)
             and rules.storage_class is not None
             and rules.storage_class.provisioner == self._provisioner_name
         )
