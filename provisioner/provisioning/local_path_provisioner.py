@@ -95,8 +95,10 @@ from provisioner.provisioning.work_keys import CLAIM, EXPANSION, VOLUME, Key
 log = logging.getLogger(__name__)
 
 RESTORE_RETRY_SECONDS = 5.0
-"""How soon a refused restore is looked at again (its snapshot may become ready, or a
-ReferenceGrant come, and neither is watched)."""
+"""How soon a refused restore is first looked at again (its snapshot may become ready, or a
+ReferenceGrant come, and neither is watched); each further refusal doubles it, up to
+RESTORE_RETRY_MAX_SECONDS, as the external-provisioner backs off."""
+RESTORE_RETRY_MAX_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,9 @@ class LocalPathProvisioner:
             book_lock=self._paths_lock,
             leadership=leadership,
         )
+        # Restores refused in a row, by claim UID: how long until the next look (see
+        # RESTORE_RETRY_SECONDS).
+        self._restores_refused: dict[str, int] = {}
         # Claims told to wait, by the volume they wait for: woken when it leaves the book.
         self._waiting: dict[str, set[str]] = {}
         # Claims whose expansion was refused for want of room: looked at again when a volume
@@ -341,7 +346,12 @@ class LocalPathProvisioner:
         if restoring and isinstance(decision, Reject):
             # Nothing we watch tells when the snapshot becomes ready, or a ReferenceGrant
             # comes: look again after a while, as the external-provisioner retries.
-            self._queue.add_after(key, RESTORE_RETRY_SECONDS)
+            refused = self._restores_refused.get(claim.uid, 0)
+            self._restores_refused[claim.uid] = refused + 1
+            delay = min(RESTORE_RETRY_SECONDS * 2**refused, RESTORE_RETRY_MAX_SECONDS)
+            self._queue.add_after(key, delay)
+        else:
+            self._restores_refused.pop(claim.uid, None)
         node_made = plan is not None and plan.volume_type == CSI_VOLUME_TYPE
         try:
             reference = self._actions.report_claim_decision(claim, decision)
@@ -473,6 +483,7 @@ class LocalPathProvisioner:
     def _clean_up_after(self, uid: str) -> None:
         """The claim went between a failed setup and its retry: remove what that setup left,
         unless its path is in use again (then it is not this attempt's any more)."""
+        self._restores_refused.pop(uid, None)
         attempt = self._failed_attempts.pop(uid, None)
         if attempt is None:
             return
