@@ -26,6 +26,16 @@ from provisioner.configuration.config import BasePathRules, ConfigBundle
 from provisioner.csi.mount_table import mount_at
 from provisioner.csi.mounts import read_mount_table
 from provisioner.node_volumes.clone_copy import copy_source, is_copied
+from provisioner.node_volumes.restore_checks import (
+    SnapshotRecordView,
+    restore_record_refusal,
+    restore_source_refusal,
+)
+from provisioner.node_volumes.snapshot_restore import (
+    read_snapshot_record,
+    restore_into,
+    snapshot_lock_name,
+)
 from provisioner.node_volumes.step_runner import SYSTEM, Shell, StepResult, run_steps
 from provisioner.node_volumes.volume_checks import (
     clone_source_refusal,
@@ -51,6 +61,7 @@ from provisioner.node_volumes.volume_steps import (
 from provisioner.objects.node_handoff import (
     NodeCloneSource,
     NodeRemoval,
+    NodeRestoreSource,
     VolumeSetup,
     removal_refusal,
 )
@@ -103,8 +114,11 @@ class VolumeExecutor:
         (`setup.clone_source`) with a copy of its source's data in it."""
         refusal = path_refusal(volume_path, setup.path, setup.base_path, self.base_paths)
         source = setup.clone_source
+        restore = setup.restore_source
         if refusal is None and source is not None:
             refusal = clone_source_refusal(volume_name, setup.path, source, self.base_paths)
+        if refusal is None and restore is not None:
+            refusal = restore_source_refusal(setup.path, restore, self.base_paths)
         if refusal is not None:
             return Outcome("refused", refusal)
         target = VolumeTarget.of(volume_name, self.node_name, setup)
@@ -114,12 +128,15 @@ class VolumeExecutor:
                 decision = setup_decision(record, setup.path, _is_directory(setup.path))
                 if decision is SetupDecision.DONE:
                     return Outcome("already")
-                if source is not None and is_copied(setup.base_path, setup.path, volume_name):
+                if (source or restore) is not None and is_copied(
+                    setup.base_path, setup.path, volume_name
+                ):
                     # The copy was made whole before, and this node lost its record of the
-                    # setup since (clone_copy): the directory holds the clone's data, in use;
-                    # only the setup runs again, as for any volume, and nothing is copied.
+                    # setup since (clone_copy): the directory holds the clone's (or the
+                    # restore's) data, in use; only the setup runs again, as for any volume,
+                    # and nothing is copied.
                     log.info("volume %s: its copy in %s is whole already", volume_name, setup.path)
-                    source = None
+                    source = restore = None
                 if source is not None:
                     # The source's lock, taken second and held through the copy: its
                     # teardown runs only under it (by this node's plugin, whichever process),
@@ -142,6 +159,12 @@ class VolumeExecutor:
                     waits = self._source_problem(source)
                     if waits is not None:
                         return waits
+                snapshot: SnapshotRecordView | None = None
+                if restore is not None:
+                    held_snapshot = self._hold_snapshot(held, restore)
+                    if isinstance(held_snapshot, Outcome):
+                        return held_snapshot
+                    snapshot = held_snapshot
                 missing = self._make_base_path(setup.base_path)
                 if missing is not None:
                     return Outcome("failed", missing)
@@ -159,9 +182,23 @@ class VolumeExecutor:
                             shell=self.shell,
                         )
                     )
+                if restore is not None and snapshot is not None and _succeeded(results):
+                    results.append(
+                        restore_into(
+                            restore,
+                            snapshot,
+                            volume_name,
+                            setup.path,
+                            setup.base_path,
+                            timeout_seconds=self.timeout,
+                            shell=self.shell,
+                        )
+                    )
                 if _succeeded(results):
                     self.state.write(volume_name, VolumeRecord("set-up", setup.path))
                     copied = f" with a copy of {source.path}" if source is not None else ""
+                    if restore is not None:
+                        copied = f" restored from {restore.snapshot_path}"
                     log.info("volume %s: made %s%s", volume_name, setup.path, copied)
                     return Outcome("done")
                 clean_up = run_steps(
@@ -177,6 +214,38 @@ class VolumeExecutor:
             return Outcome("failed", str(conflict))
         except VolumeBusyError as busy:
             return Outcome("busy", str(busy))
+
+    def _hold_snapshot(
+        self, held: ExitStack, restore: NodeRestoreSource
+    ) -> SnapshotRecordView | Outcome:
+        """Takes the restore's snapshot's lock into `held` (second, after the new volume's:
+        snapshot_restore.py says why no cycle) and reads this node's record of it: the
+        snapshot to copy, or what to report. Held through the copy, so the snapshot's
+        removal (under the same lock) waits for it, or ran before and left its record
+        `removed`."""
+        try:
+            held.enter_context(
+                self.state.locked(snapshot_lock_name(restore.snapshot_id), self.lock_wait)
+            )
+        except VolumeBusyError:
+            return Outcome(
+                "busy",
+                f"snapshot {restore.snapshot_id} is busy (being made or removed): the restore"
+                " is retried",
+            )
+        record = read_snapshot_record(self.state.directory, restore.snapshot_id)
+        problem = restore_record_refusal(record, restore)
+        if problem is not None:
+            waits, why = problem
+            return Outcome("busy" if waits else "refused", why)
+        assert record is not None
+        if not _is_directory(restore.snapshot_path):
+            return Outcome(
+                "refused",
+                f"snapshot {restore.snapshot_id}'s directory {restore.snapshot_path} is no"
+                " directory on this node (gone, or a symbolic link): nothing to restore",
+            )
+        return record
 
     def _source_problem(self, source: NodeCloneSource) -> Outcome | None:
         """Under the source's lock: None when its directory holds its data (this node set it

@@ -24,6 +24,7 @@ from provisioner.objects.node_handoff import (
     VOLUME_PATH_KEY,
     NodeCloneSource,
     NodeRemoval,
+    NodeRestoreSource,
     VolumeSetup,
     node_label_value,
 )
@@ -106,10 +107,11 @@ def node_removal(permit: RemovalPermit, claim_uid: str) -> NodeRemoval:
 
 
 def volume_setup(plan: ProvisionPlan, clean_up: RemovalPermit | None = None) -> VolumeSetup:
-    """What the node plugin makes a CSI volume's directory from (and, for a clone, copies
-    into it)."""
+    """What the node plugin makes a CSI volume's directory from (and, for a clone or a
+    restore, copies into it)."""
     covers = clean_up is not None and clean_up.covers(plan.volume_name, plan.path)
     source = plan.clone_source
+    restore = plan.restore_source
     return VolumeSetup(
         base_path=plan.base_path,
         path=plan.path,
@@ -127,6 +129,14 @@ def volume_setup(plan: ProvisionPlan, clean_up: RemovalPermit | None = None) -> 
             path=source.path,
             base_path=source.base_path,
             claim_uid=source.claim_uid,
+        ),
+        restore_source=None
+        if restore is None
+        else NodeRestoreSource(
+            snapshot_id=restore.snapshot_id,
+            snapshot_path=restore.snapshot_path,
+            base_path=restore.base_path,
+            content_name=restore.content_name,
         ),
     )
 
