@@ -132,7 +132,7 @@ def patch(api: client.ApiClient, path: str, body: dict[str, Any]) -> tuple[int, 
     return int(response.status), response.read().decode()  # type: ignore[no-untyped-call]
 
 
-def annotations(values: dict[str, str | None]) -> dict[str, Any]:
+def annotated(values: dict[str, str | None]) -> dict[str, Any]:
     return {"metadata": {"annotations": values}}
 
 
@@ -189,7 +189,7 @@ def test_the_node_plugin_serves_only_its_own_nodes_contents(
         # is refused, the plugin could still patch it.
         def refused() -> tuple[int, str] | None:
             status, text = patch(
-                api, f"{CONTENTS}/{other}", annotations({BEING_CREATED_ANNOTATION: None})
+                api, f"{CONTENTS}/{other}", annotated({BEING_CREATED_ANNOTATION: None})
             )
             return (status, text) if status in (403, 422) else None
 
@@ -209,12 +209,10 @@ def test_the_node_plugin_serves_only_its_own_nodes_contents(
         }
         status, text = patch(api, f"{CONTENTS}/{own}/status", status_body)
         assert status == 200, text
-        status, text = patch(
-            api, f"{CONTENTS}/{own}", annotations({BEING_CREATED_ANNOTATION: None})
-        )
+        status, text = patch(api, f"{CONTENTS}/{own}", annotated({BEING_CREATED_ANNOTATION: None}))
         assert status == 200, text
         status, text = patch(
-            api, f"{CONTENTS}/{own}", annotations({SNAPSHOT_REMOVED_ANNOTATION: "true"})
+            api, f"{CONTENTS}/{own}", annotated({SNAPSHOT_REMOVED_ANNOTATION: "true"})
         )
         assert status == 200, text
         stored = call_json(
@@ -232,10 +230,10 @@ def test_the_node_plugin_serves_only_its_own_nodes_contents(
 
         # Nothing else of it.
         for body in (
-            annotations({SNAPSHOT_SETUP_ANNOTATION: '{"id": "x"}'}),
-            annotations({SNAPSHOT_SETUP_ANNOTATION: None}),
-            annotations({SNAPSHOT_REMOVAL_PERMIT_ANNOTATION: "{}"}),
-            annotations({"example.com/anything": "x"}),
+            annotated({SNAPSHOT_SETUP_ANNOTATION: '{"id": "x"}'}),
+            annotated({SNAPSHOT_SETUP_ANNOTATION: None}),
+            annotated({SNAPSHOT_REMOVAL_PERMIT_ANNOTATION: "{}"}),
+            annotated({"example.com/anything": "x"}),
             {"metadata": {"labels": {NODE_LABEL: "node-2"}}},
             {"metadata": {"labels": {"example.com/other": "x"}}},
             {"metadata": {"finalizers": ["example.com/hold"]}},
@@ -253,7 +251,7 @@ def test_the_node_plugin_serves_only_its_own_nodes_contents(
     )
     try:
         status, text = patch(
-            unbound, f"{CONTENTS}/{own}", annotations({BEING_CREATED_ANNOTATION: "yes"})
+            unbound, f"{CONTENTS}/{own}", annotated({BEING_CREATED_ANNOTATION: "yes"})
         )
         assert status in (403, 422)
         assert "a token bound to its pod" in text, text
