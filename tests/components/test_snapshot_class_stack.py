@@ -4,6 +4,7 @@ value refused with one line naming its key; and no snapshot class without the ke
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -12,8 +13,14 @@ from components.program import run
 from components.settings import parse_settings
 from components.snapshot_classes import CRD_NAME, DEFAULT_CLASS_ANNOTATION
 from components.stack_values import SettingsError
+from provisioner.objects.snapshot_handoff import (
+    BEING_CREATED_ANNOTATION,
+    SNAPSHOT_REMOVAL_PERMIT_ANNOTATION,
+    SNAPSHOT_REMOVED_ANNOTATION,
+    SNAPSHOT_SETUP_ANNOTATION,
+)
 from tests.components.mocked_engine import Run, run_mocked
-from tests.components.test_csi_stack import CSI_DRIVER, DRIVER, dev_with
+from tests.components.test_csi_stack import CLUSTER_ROLE, CSI_DRIVER, DRIVER, VAP, dev_with
 
 SNAPSHOT_CLASS = "kubernetes:snapshot.storage.k8s.io/v1:VolumeSnapshotClass"
 CRD = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
@@ -151,3 +158,30 @@ def test_null_is_no_snapshot_class() -> None:
     settings = parse_settings(dev_with(storageClasses=[csi(snapshotClass=None)]))
     (storage_class,) = settings.storage_classes.classes
     assert storage_class.snapshot_class is None
+
+
+# -- the node plugin's rights over contents (with any csi class) -------------------------------
+
+
+def test_the_admission_policy_covers_contents_and_their_status() -> None:
+    without_snapshot_class = stack_run([csi()])
+    spec = without_snapshot_class.one(VAP).inputs["spec"]
+    rules = spec["matchConstraints"]["resourceRules"]
+    assert rules[1] == {
+        "apiGroups": ["snapshot.storage.k8s.io"],
+        "apiVersions": ["v1"],
+        "operations": ["UPDATE"],
+        "resources": ["volumesnapshotcontents", "volumesnapshotcontents/status"],
+    }
+    (content_rule,) = [v for v in spec["validations"] if "variables.content" in v["expression"]]
+    for annotation in (BEING_CREATED_ANNOTATION, SNAPSHOT_REMOVED_ANNOTATION):
+        assert f"'{annotation}'" in content_rule["expression"]
+    for annotation in (SNAPSHOT_SETUP_ANNOTATION, SNAPSHOT_REMOVAL_PERMIT_ANNOTATION):
+        assert annotation not in content_rule["expression"]
+
+
+def test_no_csi_class_no_snapshot_rights() -> None:
+    result = stack_run([{"name": "local-path-storage"}])
+    assert result.of_type(VAP) == []
+    for role in result.of_type(CLUSTER_ROLE):
+        assert "volumesnapshotcontents" not in json.dumps(role.inputs["rules"])
