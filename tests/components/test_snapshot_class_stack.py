@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from components.package_args import stack_config_values
 from components.program import run
 from components.settings import parse_settings
 from components.snapshot_classes import CRD_NAME, DEFAULT_CLASS_ANNOTATION
@@ -185,3 +186,19 @@ def test_no_csi_class_no_snapshot_rights() -> None:
     assert result.of_type(VAP) == []
     for role in result.of_type(CLUSTER_ROLE):
         assert "volumesnapshotcontents" not in json.dumps(role.inputs["rules"])
+
+
+def test_the_package_arg_becomes_the_stack_key() -> None:
+    values = stack_config_values(
+        {
+            "storage_classes": [
+                {
+                    "name": "local-csi",
+                    "volume_type": "csi",
+                    "snapshot_class": {"deletion_policy": "Retain", "default": True},
+                }
+            ]
+        }
+    )
+    (entry,) = json.loads(values["local-path-storage:storageClasses"])
+    assert entry["snapshotClass"] == {"deletionPolicy": "Retain", "default": True}
