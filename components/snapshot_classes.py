@@ -39,11 +39,6 @@ of its source volume's driver (and none, if that driver has two)."""
 DELETION_POLICIES = ("Delete", "Retain")
 KEYS = ("name", "deletionPolicy", "default")
 """The keys of a snapshotClass object, in the order an unknown key's message lists them."""
-MISSING_API = (
-    "install the snapshot CRDs and snapshot-controller (external-snapshotter v8) in the cluster"
-)
-"""What a cluster needs before a snapshot class is of use (said in the docs and the report of a
-failed CRD read)."""
 
 
 @dataclass(frozen=True)
