@@ -25,13 +25,15 @@ from typing import Literal
 from provisioner.configuration.config import BasePathRules, ConfigBundle
 from provisioner.csi.mount_table import mount_at
 from provisioner.csi.mounts import read_mount_table
-from provisioner.node_volumes.clone_copy import copy_source, is_copied
+from provisioner.node_volumes import volume_layout
+from provisioner.node_volumes.clone_copy import copy_source, is_copied, mark_copied
 from provisioner.node_volumes.step_runner import SYSTEM, Shell, StepResult, run_steps
 from provisioner.node_volumes.volume_checks import (
     clone_source_refusal,
     missing_base_path_refusal,
     path_refusal,
 )
+from provisioner.node_volumes.volume_layout import FilesystemKinds
 from provisioner.node_volumes.volume_records import (
     RecordConflictError,
     SetupDecision,
@@ -47,6 +49,8 @@ from provisioner.node_volumes.volume_steps import (
     VolumeTarget,
     failed_setup_clean_up,
     node_steps,
+    parents_step,
+    subvolume_steps,
 )
 from provisioner.objects.node_handoff import (
     NodeCloneSource,
@@ -71,6 +75,8 @@ class Outcome:
 
     kind: OutcomeKind
     message: str = ""
+    notice: str = ""
+    """What the admin should hear of a success (quota groups this call turned on), or ""."""
 
     @property
     def ok(self) -> bool:
@@ -87,8 +93,10 @@ class VolumeExecutor:
         *,
         lock_wait_seconds: float | None = None,
         shell: Shell = SYSTEM,
+        kinds: FilesystemKinds | None = None,
     ) -> None:
         self.node_name = node_name
+        self.kinds = FilesystemKinds() if kinds is None else kinds
         self.shell = shell
         self.bundle = bundle
         self.base_paths = dict(base_paths)
@@ -145,9 +153,19 @@ class VolumeExecutor:
                 missing = self._make_base_path(setup.base_path)
                 if missing is not None:
                     return Outcome("failed", missing)
-                results = run_steps(
-                    node_steps("create", target, self.bundle), self.timeout, self.shell
-                )
+                notice = ""
+                if self._layout(setup) == "subvolume":
+                    results, made, notice = self._make_subvolume(target, setup, source)
+                    if made == "snapshot" and _succeeded(results):
+                        # The clone's data came whole with its snapshot: no copy, but the
+                        # same mark a whole copy leaves (clone_copy), for a setup run again.
+                        assert source is not None
+                        mark_copied(setup.base_path, setup.path, volume_name)
+                        source = None
+                else:
+                    results = run_steps(
+                        node_steps("create", target, self.bundle), self.timeout, self.shell
+                    )
                 if source is not None and _succeeded(results):
                     results.append(
                         copy_source(
@@ -160,10 +178,12 @@ class VolumeExecutor:
                         )
                     )
                 if _succeeded(results):
-                    self.state.write(volume_name, VolumeRecord("set-up", setup.path))
+                    self.state.write(
+                        volume_name, VolumeRecord("set-up", setup.path, setup.size_bytes)
+                    )
                     copied = f" with a copy of {source.path}" if source is not None else ""
                     log.info("volume %s: made %s%s", volume_name, setup.path, copied)
-                    return Outcome("done")
+                    return Outcome("done", notice=notice)
                 clean_up = run_steps(
                     failed_setup_clean_up(target, self.bundle, setup.clean_up),
                     self.timeout,
@@ -175,6 +195,91 @@ class VolumeExecutor:
                 return Outcome("failed", message)
         except RecordConflictError as conflict:
             return Outcome("failed", str(conflict))
+        except VolumeBusyError as busy:
+            return Outcome("busy", str(busy))
+
+    def _layout(self, setup: VolumeSetup) -> volume_layout.Layout:
+        """A Filesystem volume on btrfs is a subvolume; anything else a plain directory (a
+        block volume's layout is its own)."""
+        if setup.volume_mode != "Filesystem":
+            return "directory"
+        try:
+            return self.kinds.layout(setup.base_path)
+        except OSError:
+            return "directory"  # no base path to look at: `prepare` says so in its own words
+
+    def _make_subvolume(
+        self, target: VolumeTarget, setup: VolumeSetup, source: NodeCloneSource | None
+    ) -> tuple[list[StepResult], volume_layout.SubvolumeMade | None, str]:
+        """The steps of a volume on btrfs: `prepare` makes its parents, the plugin its
+        directory (a subvolume, or a clone's snapshot of its source), `prepare` checks and
+        marks it, the limit is set to the volume's size, then the setup runs. The results,
+        what was made (None: nothing, a step failed first) and the quota notice."""
+        results = run_steps([parents_step(target, self.bundle)], self.timeout, self.shell)
+        if not _succeeded(results):
+            return results, None, ""
+        source_fd = (
+            None
+            if source is None
+            else volume_layout.clone_source_subvolume(source.base_path, source.path)
+        )
+        try:
+            made = volume_layout.make_subvolume(setup.base_path, setup.path, source_fd)
+        except (OSError, ValueError) as error:
+            results.append(
+                StepResult("prepare", False, f"cannot make {setup.path} a btrfs subvolume: {error}")
+            )
+            return results, None, ""
+        finally:
+            if source_fd is not None:
+                os.close(source_fd)
+        prepare, create = subvolume_steps(target, self.bundle, node_made=made != "existing")
+        results += run_steps([prepare], self.timeout, self.shell)
+        if not _succeeded(results):
+            return results, made, ""
+        # Only now, once `prepare` said the directory is this volume's: an existing one may be
+        # a retained volume's, whose limit is not this setup's to change.
+        notice = ""
+        try:
+            fd = volume_layout.open_volume(setup.base_path, setup.path)
+            try:
+                if volume_layout.is_subvolume_top(fd):
+                    notice = volume_layout.limit_size(fd, setup.size_bytes, setup.base_path)
+            finally:
+                os.close(fd)
+        except OSError as error:
+            results.append(
+                StepResult("prepare", False, f"cannot limit {setup.path} to its size: {error}")
+            )
+            return results, made, ""
+        results += run_steps([create], self.timeout, self.shell)
+        return results, made, notice
+
+    def apply_size(self, volume_name: str, setup: VolumeSetup, size_bytes: int) -> Outcome:
+        """Gives the set-up volume the size its PV grew to (an expansion the controller made),
+        once: `already` when its record says it has it, `busy` while it is not set up."""
+        refusal = path_refusal(setup.path, setup.path, setup.base_path, self.base_paths)
+        if refusal is not None:
+            return Outcome("refused", refusal)
+        try:
+            with self.state.locked(volume_name, self.lock_wait):
+                record = self.state.read(volume_name)
+                if record is None or record.state != "set-up" or record.path != setup.path:
+                    return Outcome("busy", f"volume {volume_name} is not set up on this node")
+                applied = setup.size_bytes if record.size_bytes is None else record.size_bytes
+                if applied >= size_bytes:
+                    return Outcome("already")
+                try:
+                    notice = volume_layout.apply_size(
+                        self._layout(setup), setup.base_path, setup.path, size_bytes
+                    )
+                except (OSError, ValueError) as error:
+                    return Outcome(
+                        "failed", f"cannot give {setup.path} {size_bytes} bytes: {error}"
+                    )
+                self.state.write(volume_name, VolumeRecord("set-up", setup.path, size_bytes))
+                log.info("volume %s: %s now holds %d bytes", volume_name, setup.path, size_bytes)
+                return Outcome("done", notice=notice)
         except VolumeBusyError as busy:
             return Outcome("busy", str(busy))
 
