@@ -6,7 +6,6 @@ btrfs-progs."""
 from __future__ import annotations
 
 import errno
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
