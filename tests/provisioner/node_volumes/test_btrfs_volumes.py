@@ -176,3 +176,39 @@ def test_a_plain_base_path_keeps_plain_directories(tmp_path: Path) -> None:
     assert limited_usage(setup.path) is None
     assert executor.apply_size("pvc-1", setup, 4 << 20) == Outcome("done")
     assert executor.state.read("pvc-1") == VolumeRecord("set-up", setup.path, 4 << 20)
+
+
+def test_someone_s_directory_at_the_path_is_refused_and_left_without_a_limit(
+    stand: Stand,
+) -> None:
+    setup = volume(stand, "ns/claim", 8 * MiB)
+    Path(setup.path).mkdir(parents=True)
+    (Path(setup.path) / "theirs").write_text("an earlier claim's data")
+    outcome = stand.executor().set_up("pvc-1", setup.path, setup)
+    assert outcome.kind == "failed" and "already exists with data" in outcome.message
+    assert Path(setup.path).stat().st_ino != SUBVOLUME_TOP_INODE
+    assert (Path(setup.path) / "theirs").read_text() == "an earlier claim's data"
+    assert stand.setup_runs() == 0
+
+
+def test_a_clone_of_a_plain_directory_is_copied_into_a_subvolume_with_its_limit(
+    stand: Stand,
+) -> None:
+    """A source made before its base path's volumes were subvolumes has no snapshot to take."""
+    executor = stand.executor()
+    source = volume(stand, "ns/src", 8 * MiB)
+    (stand.base / "ns").mkdir()
+    Path(source.path).mkdir()
+    (Path(source.path) / "data").write_text("the tenant's data")
+    executor.state.write("pvc-src", VolumeRecord("set-up", source.path))
+    clone = volume(
+        stand,
+        "ns/clone",
+        16 * MiB,
+        clone_source=NodeCloneSource("pvc-src", source.path, source.base_path, "uid-src"),
+    )
+    assert executor.set_up("pvc-clone", clone.path, clone).ok
+    assert Path(clone.path).stat().st_ino == SUBVOLUME_TOP_INODE
+    assert "Parent UUID: \t\t-" in run("btrfs", "subvolume", "show", clone.path)  # no snapshot
+    assert (Path(clone.path) / "data").read_text() == "the tenant's data"
+    assert limit_of(clone.path) == 16 * MiB
