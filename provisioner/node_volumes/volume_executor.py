@@ -102,9 +102,9 @@ class VolumeExecutor:
         self.base_paths = dict(base_paths)
         self.state = state
         self.timeout = float(bundle.config.cmd_timeout_seconds)
-        # A holder runs at most four steps, each within the timeout (a clone's setup:
-        # prepare, create, the copy, and finish after a failure).
-        self.lock_wait = 4 * self.timeout + 5 if lock_wait_seconds is None else lock_wait_seconds
+        # A holder runs at most five steps, each within the timeout (a clone's setup on
+        # btrfs: prepare's parents, prepare, create, the copy, and finish after a failure).
+        self.lock_wait = 5 * self.timeout + 5 if lock_wait_seconds is None else lock_wait_seconds
 
     def set_up(self, volume_name: str, volume_path: str, setup: VolumeSetup) -> Outcome:
         """Makes the volume's directory unless this node did already (`already`); a clone's
