@@ -160,8 +160,14 @@ class VolumeExecutor:
                         # The clone's data came whole with its snapshot: no copy, but the
                         # same mark a whole copy leaves (clone_copy), for a setup run again.
                         assert source is not None
-                        mark_copied(setup.base_path, setup.path, volume_name)
-                        source = None
+                        try:
+                            mark_copied(setup.base_path, setup.path, volume_name)
+                            source = None
+                        except OSError as error:
+                            # Retried: the snapshot is there, and the retry copies over it.
+                            results.append(
+                                StepResult("clone", False, f"cannot mark the clone whole: {error}")
+                            )
                 else:
                     results = run_steps(
                         node_steps("create", target, self.bundle), self.timeout, self.shell
