@@ -25,7 +25,8 @@ from typing import Literal
 from provisioner.configuration.config import BasePathRules, ConfigBundle
 from provisioner.csi.mount_table import mount_at
 from provisioner.csi.mounts import read_mount_table
-from provisioner.node_volumes.clone_copy import copy_source, is_copied
+from provisioner.node_volumes import volume_layout
+from provisioner.node_volumes.clone_copy import copy_source, is_copied, mark_copied
 from provisioner.node_volumes.restore_checks import (
     SnapshotRecordView,
     restore_record_refusal,
@@ -42,6 +43,7 @@ from provisioner.node_volumes.volume_checks import (
     missing_base_path_refusal,
     path_refusal,
 )
+from provisioner.node_volumes.volume_layout import FilesystemKinds
 from provisioner.node_volumes.volume_records import (
     RecordConflictError,
     SetupDecision,
@@ -57,6 +59,8 @@ from provisioner.node_volumes.volume_steps import (
     VolumeTarget,
     failed_setup_clean_up,
     node_steps,
+    parents_step,
+    subvolume_steps,
 )
 from provisioner.objects.node_handoff import (
     NodeCloneSource,
@@ -82,6 +86,8 @@ class Outcome:
 
     kind: OutcomeKind
     message: str = ""
+    notice: str = ""
+    """What the admin should hear of a success (quota groups this call turned on), or ""."""
 
     @property
     def ok(self) -> bool:
@@ -98,16 +104,18 @@ class VolumeExecutor:
         *,
         lock_wait_seconds: float | None = None,
         shell: Shell = SYSTEM,
+        kinds: FilesystemKinds | None = None,
     ) -> None:
         self.node_name = node_name
+        self.kinds = FilesystemKinds() if kinds is None else kinds
         self.shell = shell
         self.bundle = bundle
         self.base_paths = dict(base_paths)
         self.state = state
         self.timeout = float(bundle.config.cmd_timeout_seconds)
-        # A holder runs at most four steps, each within the timeout (a clone's setup:
-        # prepare, create, the copy, and finish after a failure).
-        self.lock_wait = 4 * self.timeout + 5 if lock_wait_seconds is None else lock_wait_seconds
+        # A holder runs at most five steps, each within the timeout (a clone's setup on
+        # btrfs: prepare's parents, prepare, create, the copy, and finish after a failure).
+        self.lock_wait = 5 * self.timeout + 5 if lock_wait_seconds is None else lock_wait_seconds
 
     def set_up(self, volume_name: str, volume_path: str, setup: VolumeSetup) -> Outcome:
         """Makes the volume's directory unless this node did already (`already`); a clone's
@@ -168,9 +176,25 @@ class VolumeExecutor:
                 missing = self._make_base_path(setup.base_path)
                 if missing is not None:
                     return Outcome("failed", missing)
-                results = run_steps(
-                    node_steps("create", target, self.bundle), self.timeout, self.shell
-                )
+                notice = ""
+                if self._layout(setup) == "subvolume":
+                    results, made, notice = self._make_subvolume(target, setup, source)
+                    if made == "snapshot" and _succeeded(results):
+                        # The clone's data came whole with its snapshot: no copy, but the
+                        # same mark a whole copy leaves (clone_copy), for a setup run again.
+                        assert source is not None
+                        try:
+                            mark_copied(setup.base_path, setup.path, volume_name)
+                            source = None
+                        except OSError as error:
+                            # Retried: the snapshot is there, and the retry copies over it.
+                            results.append(
+                                StepResult("clone", False, f"cannot mark the clone whole: {error}")
+                            )
+                else:
+                    results = run_steps(
+                        node_steps("create", target, self.bundle), self.timeout, self.shell
+                    )
                 if source is not None and _succeeded(results):
                     results.append(
                         copy_source(
@@ -195,12 +219,14 @@ class VolumeExecutor:
                         )
                     )
                 if _succeeded(results):
-                    self.state.write(volume_name, VolumeRecord("set-up", setup.path))
+                    self.state.write(
+                        volume_name, VolumeRecord("set-up", setup.path, setup.size_bytes)
+                    )
                     copied = f" with a copy of {source.path}" if source is not None else ""
                     if restore is not None:
                         copied = f" restored from {restore.snapshot_path}"
                     log.info("volume %s: made %s%s", volume_name, setup.path, copied)
-                    return Outcome("done")
+                    return Outcome("done", notice=notice)
                 clean_up = run_steps(
                     failed_setup_clean_up(target, self.bundle, setup.clean_up),
                     self.timeout,
@@ -246,6 +272,91 @@ class VolumeExecutor:
                 " directory on this node (gone, or a symbolic link): nothing to restore",
             )
         return record
+
+    def _layout(self, setup: VolumeSetup) -> volume_layout.Layout:
+        """A Filesystem volume on btrfs is a subvolume; anything else a plain directory (a
+        block volume's layout is its own)."""
+        if setup.volume_mode != "Filesystem":
+            return "directory"
+        try:
+            return self.kinds.layout(setup.base_path)
+        except OSError:
+            return "directory"  # no base path to look at: `prepare` says so in its own words
+
+    def _make_subvolume(
+        self, target: VolumeTarget, setup: VolumeSetup, source: NodeCloneSource | None
+    ) -> tuple[list[StepResult], volume_layout.SubvolumeMade | None, str]:
+        """The steps of a volume on btrfs: `prepare` makes its parents, the plugin its
+        directory (a subvolume, or a clone's snapshot of its source), `prepare` checks and
+        marks it, the limit is set to the volume's size, then the setup runs. The results,
+        what was made (None: nothing, a step failed first) and the quota notice."""
+        results = run_steps([parents_step(target, self.bundle)], self.timeout, self.shell)
+        if not _succeeded(results):
+            return results, None, ""
+        source_fd = (
+            None
+            if source is None
+            else volume_layout.clone_source_subvolume(source.base_path, source.path)
+        )
+        try:
+            made = volume_layout.make_subvolume(setup.base_path, setup.path, source_fd)
+        except (OSError, ValueError) as error:
+            results.append(
+                StepResult("prepare", False, f"cannot make {setup.path} a btrfs subvolume: {error}")
+            )
+            return results, None, ""
+        finally:
+            if source_fd is not None:
+                os.close(source_fd)
+        prepare, create = subvolume_steps(target, self.bundle, node_made=made != "existing")
+        results += run_steps([prepare], self.timeout, self.shell)
+        if not _succeeded(results):
+            return results, made, ""
+        # Only now, once `prepare` said the directory is this volume's: an existing one may be
+        # a retained volume's, whose limit is not this setup's to change.
+        notice = ""
+        try:
+            fd = volume_layout.open_volume(setup.base_path, setup.path)
+            try:
+                if volume_layout.is_subvolume_top(fd):
+                    notice = volume_layout.limit_size(fd, setup.size_bytes, setup.base_path)
+            finally:
+                os.close(fd)
+        except OSError as error:
+            results.append(
+                StepResult("prepare", False, f"cannot limit {setup.path} to its size: {error}")
+            )
+            return results, made, ""
+        results += run_steps([create], self.timeout, self.shell)
+        return results, made, notice
+
+    def apply_size(self, volume_name: str, setup: VolumeSetup, size_bytes: int) -> Outcome:
+        """Gives the set-up volume the size its PV grew to (an expansion the controller made),
+        once: `already` when its record says it has it, `busy` while it is not set up."""
+        refusal = path_refusal(setup.path, setup.path, setup.base_path, self.base_paths)
+        if refusal is not None:
+            return Outcome("refused", refusal)
+        try:
+            with self.state.locked(volume_name, self.lock_wait):
+                record = self.state.read(volume_name)
+                if record is None or record.state != "set-up" or record.path != setup.path:
+                    return Outcome("busy", f"volume {volume_name} is not set up on this node")
+                applied = setup.size_bytes if record.size_bytes is None else record.size_bytes
+                if applied >= size_bytes:
+                    return Outcome("already")
+                try:
+                    notice = volume_layout.apply_size(
+                        self._layout(setup), setup.base_path, setup.path, size_bytes
+                    )
+                except (OSError, ValueError) as error:
+                    return Outcome(
+                        "failed", f"cannot give {setup.path} {size_bytes} bytes: {error}"
+                    )
+                self.state.write(volume_name, VolumeRecord("set-up", setup.path, size_bytes))
+                log.info("volume %s: %s now holds %d bytes", volume_name, setup.path, size_bytes)
+                return Outcome("done", notice=notice)
+        except VolumeBusyError as busy:
+            return Outcome("busy", str(busy))
 
     def _source_problem(self, source: NodeCloneSource) -> Outcome | None:
         """Under the source's lock: None when its directory holds its data (this node set it

@@ -106,6 +106,34 @@ def node_steps(
     return (_step("delete", target, bundle, check), _step("finish", target, bundle, check))
 
 
+def subvolume_steps(
+    target: VolumeTarget, bundle: ConfigBundle, *, node_made: bool
+) -> tuple[NodeStep, NodeStep]:
+    """A volume whose directory is a btrfs subvolume the plugin makes itself (volume_layout):
+    `prepare` as `node_steps` has it, told whether the plugin made the directory just now
+    (`node_made`: the owner marker then says made, as a `mkdir` of `prepare` would have it),
+    then `create`. `parents_step` comes before the subvolume is made."""
+    prepare, create = node_steps("create", target, bundle)
+    if node_made:
+        prepare = NodeStep(
+            prepare.name, prepare.argv, {**prepare.env, NODE_MADE: "yes"}, prepare.view
+        )
+    return prepare, create
+
+
+def parents_step(target: VolumeTarget, bundle: ConfigBundle) -> NodeStep:
+    """`prepare` making and checking every parent of the volume's directory, not the directory
+    itself, one component at a time without following a link (the plugin makes the last
+    component as a subvolume through its parent's descriptor; `subvolume_steps` follows)."""
+    prepare, _ = node_steps("create", target, bundle)
+    return NodeStep(prepare.name, prepare.argv, {**prepare.env, PARENTS_ONLY: "yes"}, prepare.view)
+
+
+NODE_MADE = "LPS_NODE_MADE"
+PARENTS_ONLY = "LPS_PARENTS_ONLY"
+"""The environment of `prepare`'s two node-only modes (pod_shapes.PREPARE_SCRIPT)."""
+
+
 def failed_setup_clean_up(
     target: VolumeTarget, bundle: ConfigBundle, clean_up: NodeRemoval | None
 ) -> tuple[NodeStep, ...]:

@@ -389,12 +389,18 @@ class Actions:
         """Grow the volume as the external-resizer does, once its quota on the node was raised
         (`HelperPods.raise_quota`): the PV's capacity, then the claim's status (status
         subresource), then the event."""
+        self.grow_volume(expansion)
+        self.finish_expansion(claim, expansion.capacity)
+
+    def grow_volume(self, expansion: Expand) -> None:
+        """The PV's capacity alone: a CSI volume's node applies it and says so on the PV
+        (NODE_SIZE_ANNOTATION), and the claim's resize is finished after that
+        (`decide_expansion`)."""
         self._patch(
             f"/api/v1/persistentvolumes/{expansion.volume_name}",
             {"spec": {"capacity": {"storage": expansion.capacity}}},
             MERGE,
         )
-        self.finish_expansion(claim, expansion.capacity)
 
     def finish_expansion(self, claim: ClaimRecord, capacity: str, *, resized: bool = True) -> None:
         """The claim's status says the volume has `capacity`, as the external-resizer leaves it

@@ -546,9 +546,13 @@ class LocalPathProvisioner:
                     self._actions.begin_expansion(claim, decision)
                     try:
                         if volume is None or volume.volume_type != CSI_VOLUME_TYPE:
-                            # A CSI volume has no helper pod, and no project quota to raise.
                             self.helper_pods.raise_quota(decision, bundle)
-                        self._actions.expand(claim, decision)
+                            self._actions.expand(claim, decision)
+                        else:
+                            # A CSI volume has no helper pod: its node plugin applies the new
+                            # size once the PV shows it, then says so on the PV, and that
+                            # event finishes the claim's resize (`decide_expansion`).
+                            self._actions.grow_volume(decision)
                     except ActionFailed:
                         self._actions.expansion_failed(claim)
                         raise
