@@ -176,56 +176,14 @@ class VolumeExecutor:
                 missing = self._make_base_path(setup.base_path)
                 if missing is not None:
                     return Outcome("failed", missing)
-                notice = ""
-                if self._layout(setup) == "subvolume":
-                    results, made, notice = self._make_subvolume(target, setup, source)
-                    if made == "snapshot" and _succeeded(results):
-                        # The clone's data came whole with its snapshot: no copy, but the
-                        # same mark a whole copy leaves (clone_copy), for a setup run again.
-                        assert source is not None
-                        try:
-                            mark_copied(setup.base_path, setup.path, volume_name)
-                            source = None
-                        except OSError as error:
-                            # Retried: the snapshot is there, and the retry copies over it.
-                            results.append(
-                                StepResult("clone", False, f"cannot mark the clone whole: {error}")
-                            )
-                else:
-                    results = run_steps(
-                        node_steps("create", target, self.bundle), self.timeout, self.shell
-                    )
-                if source is not None and _succeeded(results):
-                    results.append(
-                        copy_source(
-                            source,
-                            volume_name,
-                            setup.path,
-                            setup.base_path,
-                            timeout_seconds=self.timeout,
-                            shell=self.shell,
-                        )
-                    )
-                if restore is not None and snapshot is not None and _succeeded(results):
-                    results.append(
-                        restore_into(
-                            restore,
-                            snapshot,
-                            volume_name,
-                            setup.path,
-                            setup.base_path,
-                            timeout_seconds=self.timeout,
-                            shell=self.shell,
-                        )
-                    )
+                results, notice, made = self._make_and_fill(
+                    volume_name, target, setup, source=source, restore=restore, snapshot=snapshot
+                )
                 if _succeeded(results):
                     self.state.write(
                         volume_name, VolumeRecord("set-up", setup.path, setup.size_bytes)
                     )
-                    copied = f" with a copy of {source.path}" if source is not None else ""
-                    if restore is not None:
-                        copied = f" restored from {restore.snapshot_path}"
-                    log.info("volume %s: made %s%s", volume_name, setup.path, copied)
+                    log.info("volume %s: made %s%s", volume_name, setup.path, made)
                     return Outcome("done", notice=notice)
                 clean_up = run_steps(
                     failed_setup_clean_up(target, self.bundle, setup.clean_up),
@@ -240,6 +198,64 @@ class VolumeExecutor:
             return Outcome("failed", str(conflict))
         except VolumeBusyError as busy:
             return Outcome("busy", str(busy))
+
+    def _make_and_fill(
+        self,
+        volume_name: str,
+        target: VolumeTarget,
+        setup: VolumeSetup,
+        *,
+        source: NodeCloneSource | None,
+        restore: NodeRestoreSource | None,
+        snapshot: SnapshotRecordView | None,
+    ) -> tuple[list[StepResult], str, str]:
+        """Under the locks `set_up` holds: the directory made in its layout, then a clone's
+        copy or a restore's. The steps' results, the quota notice, and what the log says of
+        the data it got."""
+        notice = ""
+        if self._layout(setup) == "subvolume":
+            results, made, notice = self._make_subvolume(target, setup, source)
+            if made == "snapshot" and _succeeded(results):
+                # The clone's data came whole with its snapshot: no copy, but the same mark a
+                # whole copy leaves (clone_copy), for a setup run again.
+                assert source is not None
+                try:
+                    mark_copied(setup.base_path, setup.path, volume_name)
+                    return results, notice, f" as a snapshot of {source.path}"
+                except OSError as error:
+                    # Retried: the snapshot is there, and the retry copies over it.
+                    results.append(
+                        StepResult("clone", False, f"cannot mark the clone whole: {error}")
+                    )
+                    return results, notice, ""
+        else:
+            results = run_steps(node_steps("create", target, self.bundle), self.timeout, self.shell)
+        if source is not None and _succeeded(results):
+            results.append(
+                copy_source(
+                    source,
+                    volume_name,
+                    setup.path,
+                    setup.base_path,
+                    timeout_seconds=self.timeout,
+                    shell=self.shell,
+                )
+            )
+            return results, notice, f" with a copy of {source.path}"
+        if restore is not None and snapshot is not None and _succeeded(results):
+            results.append(
+                restore_into(
+                    restore,
+                    snapshot,
+                    volume_name,
+                    setup.path,
+                    setup.base_path,
+                    timeout_seconds=self.timeout,
+                    shell=self.shell,
+                )
+            )
+            return results, notice, f" restored from {restore.snapshot_path}"
+        return results, notice, ""
 
     def _hold_snapshot(
         self, held: ExitStack, restore: NodeRestoreSource
