@@ -12,6 +12,7 @@ the snapshot's lock after the owner check, then SNAPSHOT_REMOVED_ANNOTATION "tru
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -36,8 +37,10 @@ from provisioner.node_volumes.snapshot_facts import (
     ready_status,
     snapshot_work,
 )
+from provisioner.node_volumes.snapshot_rpcs import SnapshotPermit, SourceVolume
 from provisioner.node_volumes.snapshot_service import SnapshotOutcome, SnapshotService
-from provisioner.objects.node_handoff import HandoffError, node_selector
+from provisioner.node_volumes.volume_watch import NodeVolumes
+from provisioner.objects.node_handoff import HandoffError, VolumeSetup, node_selector
 from provisioner.objects.snapshot_handoff import (
     BEING_CREATED_ANNOTATION,
     SNAPSHOT_GROUP,
@@ -155,6 +158,27 @@ class NodeSnapshots:
             facts, annotation_patch(facts.uid, {SNAPSHOT_REMOVED_ANNOTATION: "true"})
         )
 
+    def for_snapshot(self, snapshot: str) -> SnapshotPermit | None:
+        """The gate's permit for snapshot `snapshot`, as its content carries it (for the CSI
+        DeleteSnapshot call); None when no content of this node carries one."""
+        for _, facts in self.informer.items():
+            if not facts.permit or not facts.setup or facts.removed:
+                continue
+            try:
+                setup = SnapshotSetup.from_json(facts.setup)
+                removal = SnapshotRemoval.from_json(facts.permit)
+            except HandoffError:
+                continue
+            if setup.snapshot_id == snapshot:
+                return SnapshotPermit(
+                    setup,
+                    removal,
+                    facts.name,
+                    facts.uid,
+                    functools.partial(self._confirm, facts, setup, removal),
+                )
+        return None
+
     def _take(self, facts: ContentFacts, setup: SnapshotSetup) -> bool:
         outcome = self.service.take(setup, facts.uid)
         record = outcome.record
@@ -235,3 +259,27 @@ class NodeSnapshots:
             reason,
             message,
         )
+
+
+class ClusterSourceVolumes:
+    """A CSI CreateSnapshot's source, found among this node's PVs by volume id (the PV's
+    volumeHandle): its path and base path from the setup the controller wrote, never from the
+    request."""
+
+    def __init__(self, volumes: NodeVolumes) -> None:
+        self.volumes = volumes
+
+    def find(self, volume_id: str) -> SourceVolume | None:
+        for _, facts in self.volumes.informer.items():
+            if facts.handle != volume_id or not facts.setup:
+                continue
+            try:
+                setup = VolumeSetup.from_json(facts.setup)
+            except HandoffError:
+                return None
+            if setup.path != facts.path:
+                return None
+            return SourceVolume(
+                facts.name, setup.path, setup.base_path, setup.size_bytes, setup.volume_mode
+            )
+        return None
