@@ -11,10 +11,14 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
+from provisioner.csi.csi_errors import CsiError
+from provisioner.csi.generated import csi_pb2
 from provisioner.node_volumes import btrfs_ioctl
 from provisioner.node_volumes.snapshot_records import SnapshotRecord
+from provisioner.node_volumes.snapshot_rpcs import SnapshotPermit, SnapshotRpcs, SourceVolume
 from provisioner.node_volumes.snapshot_service import SnapshotService
 from provisioner.node_volumes.volume_records import VolumeRecord
 from provisioner.node_volumes.volume_state import VolumeState
@@ -242,3 +246,34 @@ def test_a_btrfs_subvolume_gets_a_read_only_snapshot_and_loses_it_with_its_permi
     )
     assert done.outcome.kind == "done", done.message
     assert not snap.exists() and (source / "data.txt").is_file()
+
+
+class _NoPermits:
+    def for_snapshot(self, snapshot: str) -> SnapshotPermit | None:
+        return None
+
+
+class _Sources:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def find(self, volume_id: str) -> SourceVolume | None:
+        path = self.node.base / "ns" / volume_id
+        return SourceVolume(volume_id, str(path), str(self.node.base), 1 << 20)
+
+
+def test_delete_snapshot_over_csi_without_the_gates_permit_removes_nothing(node: Node) -> None:
+    node.volume("pv-a")
+    rpcs = SnapshotRpcs(node.service, _Sources(node), _NoPermits())
+    made = rpcs.create_snapshot(
+        csi_pb2.CreateSnapshotRequest(name="snap-1", source_volume_id="pv-a")
+    ).snapshot
+    assert made.ready_to_use and made.snapshot_id == f"v1/n1/{snapshot_id('snap-1')}"
+    with pytest.raises(CsiError) as refused:
+        rpcs.delete_snapshot(csi_pb2.DeleteSnapshotRequest(snapshot_id=made.snapshot_id))
+    assert refused.value.code is grpc.StatusCode.FAILED_PRECONDITION
+    assert Path(snapshot_path(str(node.base), snapshot_id("snap-1")), "data.txt").is_file()
+    # Handles of another node or not ours at all name nothing here: deleted, as far as we know.
+    for other in (f"v1/n2/{snapshot_id('snap-1')}", "/etc/passwd"):
+        rpcs.delete_snapshot(csi_pb2.DeleteSnapshotRequest(snapshot_id=other))
+    assert Path(snapshot_path(str(node.base), snapshot_id("snap-1")), "data.txt").is_file()
