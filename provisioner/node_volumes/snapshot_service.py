@@ -5,14 +5,19 @@ Before anything, without a lock: the source's directory and the snapshot's place
 one of this node's base paths, the snapshot's at its id's place in the snapshot area
 (snapshot_records.setup_refusal). Then the snapshot's lock, and the source volume's second (the
 same lock its setup and teardown take, volume_executor.py): nothing of the source goes while it
-is copied, and the order (the snapshot's, then a volume's) is the one a restore takes too, so no
-two holders wait on each other. Under them the source's own record must say this node set it up
-at that very path: a setup cannot make the node copy a directory it did not make for that volume.
+is copied. Locks are always taken newer object first, then the older one it reads: a snapshot,
+then its source (a volume Bound before the snapshot was asked for); a clone, then its source; a
+restore, then its snapshot (ready before the restored volume was made). A chain of holders thus
+waits on ever older objects, never in a cycle, and every wait is bounded (`busy`, retried).
+Under them the source's own record must say this node set it up at that very path: a setup
+cannot make the node copy a directory it did not make for that volume.
 
 The snapshot area (`<base>/SNAPSHOT_AREA`, 0700, root's) and everything in it is this plugin's
 alone: no volume is there (setup_refusal), no pod mounts it. So what an earlier attempt left at a
 snapshot's place (a copy cut short) is emptied without a permit, under the snapshot's lock, as a
-clone's partial copy is (clone_copy.py). Removal of a snapshot taken is the gate's decision
+clone's partial copy is (clone_copy.py). A snapshot's own top directory keeps its source's
+owner and modes (a btrfs snapshot, or cp -a of `<source>/.`), so that a restore gives them back;
+the area's 0700 is what keeps everyone else out. Removal of a snapshot taken is the gate's decision
 alone: only with its permit, confirmed on a fresh read of the content, after the owner check.
 """
 
@@ -130,6 +135,14 @@ class SnapshotService:
             ):
                 record = self.store.read(setup.snapshot_id)
                 if take_decision(record, setup) is TakeDecision.DONE:
+                    if not _is_directory(setup.path):
+                        # Never taken again: its creation time and data were reported.
+                        return _outcome(
+                            "failed",
+                            f"snapshot {setup.snapshot_id} was taken on this node and its data at"
+                            f" {setup.path} is gone (its disk is not mounted?): it is not taken"
+                            " again; delete the VolumeSnapshot",
+                        )
                     return _outcome("already", record=record)
                 try:
                     held.enter_context(self.state.locked(setup.source_volume, self.lock_wait))
@@ -157,6 +170,8 @@ class SnapshotService:
         except VolumeBusyError as busy:
             return _outcome("busy", str(busy))
         refusal = import_refusal(record, setup, self.base_paths)
+        if refusal is None and not _is_directory(setup.path):
+            refusal = f"snapshot {setup.snapshot_id}'s data at {setup.path} is gone"
         if refusal is not None:
             return _outcome("refused", f"{refusal} (node {self.node_name})")
         return _outcome("already", record=record)
@@ -217,11 +232,7 @@ class SnapshotService:
             )
         if source.state == "removed":
             return f"the source volume {setup.source_volume} was removed from this node"
-        try:
-            mode = os.lstat(setup.source_path).st_mode
-        except FileNotFoundError:
-            mode = 0
-        if not stat.S_ISDIR(mode):
+        if not _is_directory(setup.source_path):
             return (
                 f"the source volume's directory {setup.source_path} is gone (its data is lost or"
                 " its disk is not mounted): nothing to snapshot"
@@ -313,6 +324,14 @@ class SnapshotService:
             finally:
                 if area_fd is not None:
                     os.close(area_fd)
+
+
+def _is_directory(path: str) -> bool:
+    """A directory at `path` itself, not a symbolic link to one."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
 
 
 def _blank_record(setup: SnapshotSetup, content_uid: str) -> SnapshotRecord:

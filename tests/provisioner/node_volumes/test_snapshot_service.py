@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,6 +98,22 @@ def test_a_copy_snapshot_is_taken_once_recorded_ready_and_marked(node: Node) -> 
     assert (record.size_bytes, record.content_uid, record.source_volume) == (1 << 20, UID, "pv-a")
     again = node.service.take(setup, UID)
     assert again.outcome.kind == "already" and again.record == record
+
+
+def test_a_ready_snapshot_whose_data_went_is_reported_never_retaken(node: Node) -> None:
+    node.volume("pv-a")
+    setup = node.setup("pv-a")
+    assert node.service.take(setup, UID).ok
+    for entry in Path(setup.path).iterdir():
+        entry.unlink()
+    Path(setup.path).rmdir()
+    again = node.service.take(setup, UID)
+    assert again.outcome.kind == "failed" and "is gone" in again.message
+    assert not Path(setup.path).exists()
+    imported = SnapshotSetup(
+        setup.snapshot_id, "", "", setup.base_path, setup.path, 0, "Filesystem", imported=True
+    )
+    assert node.service.take(imported, UID).outcome.kind == "refused"
 
 
 def test_a_partial_copy_is_emptied_and_taken_again(node: Node) -> None:
@@ -277,3 +294,31 @@ def test_delete_snapshot_over_csi_without_the_gates_permit_removes_nothing(node:
     for other in (f"v1/n2/{snapshot_id('snap-1')}", "/etc/passwd"):
         rpcs.delete_snapshot(csi_pb2.DeleteSnapshotRequest(snapshot_id=other))
     assert Path(snapshot_path(str(node.base), snapshot_id("snap-1")), "data.txt").is_file()
+
+
+@pytest.fixture
+def small_node(tmp_path: Path) -> Iterator[Node]:
+    """A node whose base path is a 2 MiB tmpfs."""
+    base = tmp_path / "small"
+    base.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(base)], check=True)
+    try:
+        yield Node(tmp_path, base)
+    finally:
+        subprocess.run(["umount", str(base)], check=True)
+
+
+def test_no_space_fails_in_plain_words_leaves_nothing_and_is_retried(small_node: Node) -> None:
+    node = small_node
+    source = node.volume("pv-a")
+    (source / "big").write_bytes(b"x" * (1200 << 10))
+    setup = node.setup("pv-a")
+    failed = node.service.take(setup, UID)
+    assert failed.outcome.kind == "failed", failed.message
+    assert "no space left in base path" in failed.message, failed.message
+    assert not Path(setup.path).exists()
+    record = node.service.record(setup.snapshot_id)
+    assert record is not None and record.state == "failed"
+    (source / "big").unlink()
+    assert node.service.take(setup, UID).outcome.kind == "done"
+    assert (Path(setup.path) / "data.txt").is_file()
