@@ -17,6 +17,13 @@ import pytest
 
 from localcluster import LocalCluster
 from localcluster.snapshot_controller import apply_crds, crd_documents, locate_snapshot_tools
+from provisioner.configuration.config import (
+    DEFAULT_HELPER_POD_YAML,
+    DEFAULT_SETUP_SCRIPT,
+    DEFAULT_TEARDOWN_SCRIPT,
+)
+from provisioner.csi.driver_name import DEFAULT_DRIVER_NAME
+from provisioner.csi.generated import csi_pb2
 from provisioner.kube.client import KubeClients, create_clients
 from provisioner.node_volumes.snapshot_service import SnapshotService
 from provisioner.node_volumes.snapshot_watch import CONTENTS_PATH, NodeSnapshots
@@ -34,6 +41,7 @@ from provisioner.objects.snapshot_handoff import (
     snapshot_id,
     snapshot_path,
 )
+from tests.provisioner.csi.plugin_process import NODE_NAME, call, plugin_process
 from tests.provisioner.e2e.support import eventually
 
 pytestmark = pytest.mark.cluster
@@ -155,4 +163,68 @@ def test_the_watch_takes_reports_and_removes_its_nodes_snapshots(
     finally:
         watch.stop()
         for name in made:
+            clients.request_json("DELETE", f"{CONTENTS_PATH}/{name}")
+
+
+def test_the_plugin_process_runs_the_snapshot_watch_and_serves_the_controller_calls(
+    cluster: LocalCluster, clients: KubeClients, tmp_path: Path
+) -> None:
+    """The plugin as it runs on a node (--manage-volumes): the watch started beside the volume
+    watch takes a content labelled for its node, and its socket answers the Controller's
+    snapshot calls (the Identity still advertises no Controller service)."""
+    state_dir = tmp_path / "state"
+    base = tmp_path.resolve() / "plugin" / "base"
+    source = base / "ns" / "pv-src"
+    source.mkdir(parents=True)
+    (source / "data.txt").write_text("from the plugin")
+    VolumeState(state_dir).write("pv-src", VolumeRecord("set-up", str(source)))
+    name = f"snapcontent-{uuid.uuid4().hex[:10]}"
+    sid = snapshot_id(name)
+    setup = SnapshotSetup(
+        sid, "pv-src", str(source), str(base), snapshot_path(str(base), sid), 1 << 20, "Filesystem"
+    )
+    body = content(name, NODE_NAME, setup)
+    body["spec"]["driver"] = DEFAULT_DRIVER_NAME
+    flags = (
+        "--manage-volumes",
+        f"--kubeconfig={cluster.kubeconfig}",
+        f"--state-dir={state_dir}",
+    )
+    # The ConfigMap's other files beside config.json, as the DaemonSet mounts them.
+    for file_name, text in (
+        ("setup", DEFAULT_SETUP_SCRIPT),
+        ("teardown", DEFAULT_TEARDOWN_SCRIPT),
+        ("helperPod.yaml", DEFAULT_HELPER_POD_YAML),
+    ):
+        (tmp_path / "plugin" / file_name).write_text(text)
+    with plugin_process(tmp_path / "plugin", base, flags=flags) as plugin:
+        clients.request_json("POST", CONTENTS_PATH, body=body)
+        try:
+
+            def ready() -> str | None:
+                found = clients.request_json("GET", f"{CONTENTS_PATH}/{name}")
+                return (found.get("status") or {}).get("snapshotHandle") or None
+
+            handle = eventually(ready, 30, f"{name} to be reported ready")
+            assert handle == snapshot_handle(NODE_NAME, sid)
+            assert (Path(setup.path) / "data.txt").read_text() == "from the plugin"
+            capabilities = call(
+                plugin.endpoint,
+                "Controller/ControllerGetCapabilities",
+                csi_pb2.ControllerGetCapabilitiesRequest(),
+                csi_pb2.ControllerGetCapabilitiesResponse,
+            )
+            listed = call(
+                plugin.endpoint,
+                "Controller/ListSnapshots",
+                csi_pb2.ListSnapshotsRequest(snapshot_id=handle),
+                csi_pb2.ListSnapshotsResponse,
+            )
+            rpc = csi_pb2.ControllerServiceCapability.RPC
+            assert {c.rpc.type for c in capabilities.capabilities} == {
+                rpc.CREATE_DELETE_SNAPSHOT,
+                rpc.LIST_SNAPSHOTS,
+            }
+            assert [e.snapshot.source_volume_id for e in listed.entries] == ["pv-src"]
+        finally:
             clients.request_json("DELETE", f"{CONTENTS_PATH}/{name}")
