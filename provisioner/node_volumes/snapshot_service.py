@@ -28,6 +28,7 @@ import errno
 import hashlib
 import logging
 import os
+import posixpath
 import shutil
 import stat
 import time
@@ -50,7 +51,7 @@ from provisioner.node_volumes.step_runner import SYSTEM, Shell, run_step
 from provisioner.node_volumes.volume_checks import path_refusal
 from provisioner.node_volumes.volume_executor import Outcome, OutcomeKind
 from provisioner.node_volumes.volume_state import VolumeBusyError, VolumeState
-from provisioner.node_volumes.volume_steps import clone_step
+from provisioner.node_volumes.volume_steps import clone_step, snapshot_removal_step
 from provisioner.objects.snapshot_handoff import (
     SNAPSHOT_AREA,
     SnapshotRemoval,
@@ -317,13 +318,34 @@ class SnapshotService:
                     named = f"names {marker}" if marker else "is missing"
                     return f"its owner marker {named}, not {owner}: {setup.path} is left as it is"
                 if present and area_fd is not None:
-                    _clear(area_fd, setup.snapshot_id)
+                    problem = self._destroy(area_fd, setup)
+                    if problem is not None:
+                        raise OSError(errno.EIO, problem)
                 if marker == owner:
                     _remove_marker(base_fd, setup.path)
                 return None
             finally:
                 if area_fd is not None:
                     os.close(area_fd)
+
+    def _destroy(self, area_fd: int, setup: SnapshotSetup) -> str | None:
+        """A btrfs snapshot by the kernel, a copy by `rm -rf` confined to the snapshot area;
+        what failed, or None."""
+        found = os.stat(setup.snapshot_id, dir_fd=area_fd, follow_symlinks=False)
+        if stat.S_ISDIR(found.st_mode) and found.st_ino == SUBVOLUME_ROOT_INODE:
+            try:
+                btrfs_ioctl.destroy_subvolume(area_fd, setup.snapshot_id)
+                return None
+            except OSError as error:
+                if error.errno not in (errno.ENOTTY, errno.EINVAL):
+                    raise
+        area = posixpath.dirname(setup.path)
+        result = run_step(snapshot_removal_step(area, setup.path), self.timeout, self.shell)
+        if not result.ok:
+            return result.tail.strip() or "rm failed"
+        if _exists(area_fd, setup.snapshot_id):
+            return f"{setup.path} is still there after rm"
+        return None
 
 
 def _is_directory(path: str) -> bool:
