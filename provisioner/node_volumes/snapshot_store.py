@@ -1,7 +1,8 @@
 """The node's snapshot records on its disk, in the plugin's state directory:
 `snapshots/<id>.json` (snapshot_records.py), each replaced by rename after an fsync, and each
-snapshot's lock, the same kind of host-wide `flock` a volume's is (volume_state.py), under a
-name no PV can have (`snapshot_owner`: a PV's name has no colon)."""
+snapshot's lock, the same kind of host-wide `flock` a volume's is (volume_state.py), under the
+name a restore takes it by (snapshot_restore.snapshot_lock_name): one lock, so a snapshot is
+never removed while a restore copies it, nor restored while it is still being taken."""
 
 from __future__ import annotations
 
@@ -13,12 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from provisioner.node_volumes.snapshot_records import SnapshotRecord
+from provisioner.node_volumes.snapshot_restore import SNAPSHOT_RECORDS, snapshot_lock_name
 from provisioner.node_volumes.volume_state import VolumeState
-from provisioner.objects.snapshot_handoff import snapshot_owner
 
 log = logging.getLogger(__name__)
-
-SNAPSHOT_RECORDS = "snapshots"
 
 
 class SnapshotStore:
@@ -30,7 +29,7 @@ class SnapshotStore:
     @contextlib.contextmanager
     def locked(self, snapshot: str, wait_seconds: float) -> Iterator[None]:
         """Holds the snapshot's lock; VolumeBusyError when another process holds it longer."""
-        with self.state.locked(snapshot_owner(snapshot), wait_seconds):
+        with self.state.locked(snapshot_lock_name(snapshot), wait_seconds):
             yield
 
     def read(self, snapshot: str) -> SnapshotRecord | None:

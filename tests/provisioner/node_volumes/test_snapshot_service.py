@@ -6,6 +6,7 @@ permits remove nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import subprocess
@@ -19,10 +20,12 @@ from provisioner.csi.csi_errors import CsiError
 from provisioner.csi.generated import csi_pb2
 from provisioner.node_volumes import btrfs_ioctl
 from provisioner.node_volumes.snapshot_records import SnapshotRecord
+from provisioner.node_volumes.snapshot_restore import snapshot_lock_name
 from provisioner.node_volumes.snapshot_rpcs import SnapshotPermit, SnapshotRpcs, SourceVolume
 from provisioner.node_volumes.snapshot_service import SnapshotService
 from provisioner.node_volumes.volume_records import VolumeRecord
-from provisioner.node_volumes.volume_state import VolumeState
+from provisioner.node_volumes.volume_state import VolumeBusyError, VolumeState
+from provisioner.objects.node_handoff import NodeRestoreSource, VolumeSetup
 from provisioner.objects.snapshot_handoff import (
     SNAPSHOT_AREA,
     SnapshotRemoval,
@@ -32,6 +35,7 @@ from provisioner.objects.snapshot_handoff import (
 )
 from provisioner.provisioning.fresh_directory import OWNERS_DIR, owner_marker_path
 from tests.provisioner.node_volumes.test_btrfs_ioctl import btrfs  # noqa: F401 -- a fixture
+from tests.provisioner.node_volumes.test_volume_executor import Stand, counting_setup
 
 pytestmark = pytest.mark.csi  # root: bwrap's confined copy, btrfs ioctls
 
@@ -322,3 +326,42 @@ def test_no_space_fails_in_plain_words_leaves_nothing_and_is_retried(small_node:
     (source / "big").unlink()
     assert node.service.take(setup, UID).outcome.kind == "done"
     assert (Path(setup.path) / "data.txt").is_file()
+
+
+def test_a_snapshot_taken_restores_and_shares_its_lock_with_restores(tmp_path: Path) -> None:
+    """The service's record and lock are the ones the restore (snapshot_restore.py) reads and
+    takes: a volume set up by the executor, snapshotted, restored into a new volume; once
+    removed with its permit, a restore of it is refused."""
+    stand = Stand(tmp_path.resolve(), counting_setup(tmp_path.resolve()))
+    executor = stand.executor()
+    source = VolumeSetup(str(stand.base), str(stand.base / "ns" / "src"), "Filesystem", 1 << 20)
+    assert executor.set_up("pvc-src", source.path, source).ok
+    Path(source.path, "data.txt").write_text("restore me")
+    state = VolumeState(stand.state_dir)
+    service = SnapshotService("n1", [str(stand.base)], state, timeout_seconds=30)
+    sid = snapshot_id(CONTENT)
+    setup = SnapshotSetup(
+        sid, "pvc-src", source.path, str(stand.base), snapshot_path(str(stand.base), sid),
+        1 << 20, "Filesystem",
+    )  # fmt: skip
+    assert service.take(setup, UID).outcome.kind == "done"
+    with (
+        service.store.locked(sid, 1),
+        pytest.raises(VolumeBusyError),
+        state.locked(snapshot_lock_name(sid), 0),
+    ):
+        pass
+    restore_source = NodeRestoreSource(sid, setup.path, str(stand.base), CONTENT)
+    restored = VolumeSetup(
+        str(stand.base), str(stand.base / "ns" / "new"), "Filesystem", 1 << 20,
+        restore_source=restore_source,
+    )  # fmt: skip
+    assert executor.set_up("pvc-new", restored.path, restored).ok
+    assert Path(restored.path, "data.txt").read_text() == "restore me"
+    removed = service.remove(
+        setup, permit(setup), content_name=CONTENT, content_uid=UID, confirm=lambda: None
+    )
+    assert removed.outcome.kind == "done"
+    again = dataclasses.replace(restored, path=str(stand.base / "ns" / "late"))
+    late = executor.set_up("pvc-late", again.path, again)
+    assert not late.ok and "deleted" in late.message
