@@ -186,3 +186,12 @@ def clone_step(source_path: str, target_path: str) -> NodeStep:
         {},
         View(read_write=(target_path,), read_only=(source_path,)),
     )
+
+
+def snapshot_removal_step(area: str, snapshot_path: str) -> NodeStep:
+    """The removal of a copied snapshot (its owner check done, under its lock, with the gate's
+    permit), named `finish` as the step that removes a volume's directory is. It sees only the
+    base path's snapshot area: the copy holds a tenant's data, links included, and whatever a
+    link there leads to resolves inside the view, where nothing but snapshots is. (A btrfs
+    snapshot goes by the kernel's SNAP_DESTROY instead.)"""
+    return NodeStep("finish", ("rm", "-rf", snapshot_path), {}, View(read_write=(area,)))
