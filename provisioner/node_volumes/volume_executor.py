@@ -22,9 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import grpc
+
 from provisioner.configuration.config import BasePathRules, ConfigBundle
+from provisioner.csi.csi_errors import CsiError
 from provisioner.csi.mount_table import mount_at
 from provisioner.csi.mounts import read_mount_table
+from provisioner.csi.node_paths import VolumeDirectory
+from provisioner.node_volumes import block_volumes
+from provisioner.node_volumes.block_volumes import BlockBusyError
 from provisioner.node_volumes.clone_copy import copy_source, is_copied
 from provisioner.node_volumes.step_runner import SYSTEM, Shell, StepResult, run_steps
 from provisioner.node_volumes.volume_checks import (
@@ -59,6 +65,9 @@ log = logging.getLogger(__name__)
 
 BASE_PATH_MODE = 0o755
 """What the kubelet gives a `DirectoryOrCreate` hostPath it makes."""
+
+BLOCK = "Block"
+"""A VolumeSetup's volume_mode for a volume served as a device (block_volumes.py)."""
 
 OutcomeKind = Literal["done", "already", "refused", "failed", "busy"]
 
@@ -159,6 +168,8 @@ class VolumeExecutor:
                             shell=self.shell,
                         )
                     )
+                if _succeeded(results) and setup.volume_mode == BLOCK:
+                    results.append(_make_block(setup))
                 if _succeeded(results):
                     self.state.write(volume_name, VolumeRecord("set-up", setup.path))
                     copied = f" with a copy of {source.path}" if source is not None else ""
@@ -231,6 +242,17 @@ class VolumeExecutor:
                     # remove; the base path is there and mounted, so it is not a disk away.
                     self.state.write(volume_name, VolumeRecord("removed", removal.path))
                     return Outcome("already", f"{removal.path} was not there")
+                if setup.volume_mode == BLOCK:
+                    # The device first: a file still attached would go with its directory
+                    # while a pod or the kubelet holds it, and the device would outlive it.
+                    try:
+                        block_volumes.detach(
+                            block_volumes.directory_of(setup.base_path, removal.path)
+                        )
+                    except BlockBusyError as busy:
+                        return Outcome("busy", str(busy))
+                    except CsiError as error:
+                        return Outcome("failed", f"detach: {error.message}")
                 steps = node_steps("delete", target, self.bundle, removal=removal)
                 results = run_steps(steps, self.timeout, self.shell)
                 if not _succeeded(results):
@@ -242,6 +264,47 @@ class VolumeExecutor:
             return Outcome("failed", str(conflict))
         except VolumeBusyError as busy:
             return Outcome("busy", str(busy))
+
+    def block_device(self, volume_name: str, setup: VolumeSetup) -> str:
+        """For NodePublishVolume: the loop device of a Block volume set up on this node,
+        attached again if none is (after a reboot). Under the volume's lock, so no teardown
+        detaches it meanwhile. CsiError if there is none to have."""
+        directory = self._block_directory(setup)
+        try:
+            with self.state.locked(volume_name, self.lock_wait):
+                record = self.state.read(volume_name)
+                if record is None or record.state != "set-up" or record.path != setup.path:
+                    raise CsiError(
+                        grpc.StatusCode.UNAVAILABLE,
+                        f"volume {volume_name} is not set up on this node",
+                    )
+                return block_volumes.attached_device(directory)
+        except VolumeBusyError as busy:
+            raise CsiError(grpc.StatusCode.UNAVAILABLE, str(busy)) from None
+
+    def grow_block(self, volume_name: str, setup: VolumeSetup, size_bytes: int) -> int:
+        """The node's part of a Block volume's expansion: its file and device made
+        `size_bytes` long (never shorter); the size it has now, for the node-size hand-off."""
+        directory = self._block_directory(setup)
+        try:
+            with self.state.locked(volume_name, self.lock_wait):
+                return block_volumes.grow(directory, size_bytes)
+        except VolumeBusyError as busy:
+            raise CsiError(grpc.StatusCode.UNAVAILABLE, str(busy)) from None
+
+    def block_usage(self, setup: VolumeSetup) -> block_volumes.BlockUsage:
+        return block_volumes.usage(self._block_directory(setup))
+
+    def _block_directory(self, setup: VolumeSetup) -> VolumeDirectory:
+        if setup.volume_mode != BLOCK:
+            raise CsiError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"volume at {setup.path} is volumeMode {setup.volume_mode}, not Block",
+            )
+        refusal = path_refusal(setup.path, setup.path, setup.base_path, self.base_paths)
+        if refusal is not None:
+            raise CsiError(grpc.StatusCode.FAILED_PRECONDITION, refusal)
+        return block_volumes.directory_of(setup.base_path, setup.path)
 
     def forget(self, volume_name: str) -> None:
         """Drops what this node keeps of a volume whose PV is gone."""
@@ -271,6 +334,20 @@ class VolumeExecutor:
         if rules is None or not _is_directory(base_path):
             return False
         return not rules.mount_point or mount_at(read_mount_table(), base_path) is not None
+
+
+def _make_block(setup: VolumeSetup) -> StepResult:
+    """A Block volume's file in its new directory, attached: the last step of its setup."""
+    try:
+        directory = block_volumes.directory_of(setup.base_path, setup.path)
+        block_volumes.make_block_file(directory, setup.size_bytes)
+        device = block_volumes.attached_device(directory)
+    except CsiError as error:
+        return StepResult("block", False, error.message)
+    except OSError as error:
+        return StepResult("block", False, f"{setup.path}/{block_volumes.BLOCK_FILE}: {error}")
+    log.info("block volume at %s: attached as %s", setup.path, device)
+    return StepResult("block", True, device)
 
 
 def _is_directory(path: str) -> bool:
