@@ -123,8 +123,13 @@ def make_target_file(target: str) -> None:
 
 def bind_device(device: str, target: str, *, read_only: bool) -> None:
     """Bind-mounts the device node `device` (a /dev/loopN) on the file `target`. Not nodev:
-    that would make the node unusable, and the node is the point. Read-only by a remount when
-    asked (the mount's flag; the kubelet also sets its own loop on it read-only)."""
+    that would make the node unusable, and the node is the point.
+
+    Read-only by a remount when asked, so the mount table (and a retried publish) shows the
+    mode. The flag does not stop a write opened through the node (measured: the kernel checks
+    a mount's read-only flag for files, not for device nodes); what holds the pod to reading is
+    the kubelet, which gives a read-only volumeDevice to the container with the device
+    permission "r" (the device cgroup)."""
     _call(
         _libc.mount(device.encode(), target.encode(), None, MS_BIND, None),
         f"bind mount of {device} at {target}",
