@@ -253,6 +253,8 @@ class VolumeExecutor:
                         return Outcome("busy", str(busy))
                     except CsiError as error:
                         return Outcome("failed", f"detach: {error.message}")
+                    except OSError as error:
+                        return Outcome("failed", f"detach of {removal.path}'s device: {error}")
                 steps = node_steps("delete", target, self.bundle, removal=removal)
                 results = run_steps(steps, self.timeout, self.shell)
                 if not _succeeded(results):
