@@ -98,4 +98,6 @@ def test_a_pod_writes_a_block_volume_raw_and_another_reads_it_back(
         warnings(csi.setup, "reader"),
     )
     assert "NodePublishVolume refused" not in csi.plugins["real-1"].output()
-    csi.release("reader", volume, "real-1")
+    delete_pod_and_wait(csi.setup, "reader")
+    csi.release("disk", volume, "real-1")
+    assert f"volume {volume['metadata']['name']}: removed" in csi.plugins["real-1"].output()
