@@ -6,11 +6,14 @@ detaches the device and removes the directory by the gate's permit, with no help
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from localcluster.raw_api import manifest
+from provisioner.node_volumes import loop_devices
 from provisioner.node_volumes.block_volumes import BLOCK_FILE
 from tests.provisioner.e2e.real_nodes.support import HOSTNAME, registry_busybox
 from tests.provisioner.e2e.real_nodes.test_real_node_csi import (
@@ -71,6 +74,27 @@ def test_a_pod_writes_a_block_volume_raw_and_another_reads_it_back(
     )
     assert pod["status"]["phase"] == "Running", (pod["status"], warnings(csi.setup, "writer"))
     file = csi.directory(volume, "real-1") / BLOCK_FILE
+    # Held open to find its device by, should the test fail: the harness removes the base
+    # path after a test, and a device left attached would outlive it.
+    held = os.open(file, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        read_back(csi, file)
+        csi.release("disk", volume, "real-1")
+        assert f"volume {volume['metadata']['name']}: removed" in csi.plugins["real-1"].output()
+        assert loop_devices.find(held) is None, "the plugin detached the device"
+    except BaseException:
+        while (device := loop_devices.find(held)) is not None:
+            loop_devices.detach(device)  # at its last close, if still held
+            if loop_devices.find(held) == device:
+                break
+        raise
+    finally:
+        os.close(held)
+
+
+def read_back(stack: CsiStack, file: Path) -> None:
+    """The writer's bytes in the node's file, the kubelet's size of the volume, then a second
+    pod reading them through its own device."""
 
     def written() -> bool | None:
         with file.open("rb") as data:
@@ -80,24 +104,22 @@ def test_a_pod_writes_a_block_volume_raw_and_another_reads_it_back(
     eventually(written, 30, f"the pod's bytes in {file}")
     assert file.stat().st_size == 16 * MIB
     capacity = wait_for_sample(
-        csi, "real-1", "kubelet_volume_stats_capacity_bytes", "disk", lambda v: v > 0
+        stack, "real-1", "kubelet_volume_stats_capacity_bytes", "disk", lambda v: v > 0
     )
     assert capacity == 16 * MIB
 
-    delete_pod_and_wait(csi.setup, "writer")
+    delete_pod_and_wait(stack.setup, "writer")
     read = (
         f'test "$(dd if={DEVICE} bs=512 skip={OFFSET // 512} count=1 2>/dev/null'
         f" | head -c {len(PAYLOAD)})\" = '{PAYLOAD}'"
     )
-    create_block_pod(csi.setup, "reader", "disk", "real-1", read)
-    finished = csi.cluster.wait_for_pod_phase(
-        csi.namespace, "reader", ("Succeeded", "Failed"), timeout=TIMEOUT_SECONDS
+    create_block_pod(stack.setup, "reader", "disk", "real-1", read)
+    finished = stack.cluster.wait_for_pod_phase(
+        stack.namespace, "reader", ("Succeeded", "Failed"), timeout=TIMEOUT_SECONDS
     )
     assert finished["status"]["phase"] == "Succeeded", (
         finished["status"],
-        warnings(csi.setup, "reader"),
+        warnings(stack.setup, "reader"),
     )
-    assert "NodePublishVolume refused" not in csi.plugins["real-1"].output()
-    delete_pod_and_wait(csi.setup, "reader")
-    csi.release("disk", volume, "real-1")
-    assert f"volume {volume['metadata']['name']}: removed" in csi.plugins["real-1"].output()
+    assert "NodePublishVolume refused" not in stack.plugins["real-1"].output()
+    delete_pod_and_wait(stack.setup, "reader")
