@@ -61,6 +61,19 @@ NODE_LOSS_RULES: tuple[PolicyRule, ...] = (
 """Cluster-wide rights added when a class releases claims for their node's loss."""
 
 
+SNAPSHOT_RESTORE_RULES: tuple[PolicyRule, ...] = (
+    # Restoring a VolumeSnapshot into a claim of a CSI class: the snapshot and its bound
+    # content are read on demand when such a claim comes (restores are rare: no watch), and
+    # across namespaces the ReferenceGrants of the snapshot's namespace are listed. Granted
+    # only when a class is a CSI class (its node plugin makes and restores snapshots).
+    PolicyRule("snapshot.storage.k8s.io", ("volumesnapshots",), ("get",)),
+    PolicyRule("snapshot.storage.k8s.io", ("volumesnapshotcontents",), ("get",)),
+    PolicyRule("gateway.networking.k8s.io", ("referencegrants",), ("list",)),
+)
+"""Cluster-wide rights added for restores when a class is a CSI class (keep the snapshot
+rights of the CSI classes together here)."""
+
+
 NAMESPACE_RULES: tuple[PolicyRule, ...] = (
     # Helper pods: created, watched to completion and deleted by the provisioner. Their log
     # tail arrives in the termination message, so no pods/log.

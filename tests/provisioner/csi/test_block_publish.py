@@ -174,13 +174,16 @@ def test_a_block_volume_from_setup_to_removal(stand: Stand, tmp_path: Path) -> N
     unpublish(server, target)
     assert devices_of(file) == [device]
 
-    # Grown: the file and the device, never shrunk.
-    assert executor.grow_block(VOLUME, setup, 32 * MiB) == 32 * MiB
+    # Grown by the node's part of an expansion: the file and the device, never shrunk.
+    assert executor.apply_size(VOLUME, setup, 32 * MiB) == Outcome("done")
     size = subprocess.run(
         ["blockdev", "--getsize64", device], check=True, capture_output=True, text=True
     )
     assert int(size.stdout) == 32 * MiB
-    assert executor.grow_block(VOLUME, setup, 8 * MiB) == 32 * MiB
+    assert executor.apply_size(VOLUME, setup, 8 * MiB) == Outcome("already")
+    assert block_volumes.grow(block_volumes.directory_of(setup.base_path, setup.path), 8 * MiB) == (
+        32 * MiB
+    )
     assert file.stat().st_size == 32 * MiB
 
     assert tear_down(executor, setup, permit(setup.path)) == Outcome("done")
@@ -233,8 +236,8 @@ def test_the_block_file_is_never_reached_through_a_link(stand: Stand, tmp_path: 
     with pytest.raises(CsiError) as refused:
         publish(server, setup, tmp_path / "pod-a")
     assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION
-    with pytest.raises(CsiError):
-        executor.grow_block(VOLUME, setup, 32 * MiB)
+    grown = executor.apply_size(VOLUME, setup, 32 * MiB)
+    assert grown.kind == "failed" and "symbolic link" in grown.message
     assert outside.read_bytes() == b"x" * 10
     assert devices_of(outside) == []
     assert not (tmp_path / "pod-a").exists()
