@@ -18,7 +18,12 @@ import pytest
 from provisioner.kube.client import KubeClients
 from provisioner.node_volumes.block_volumes import BLOCK_FILE
 from provisioner.node_volumes.volume_watch import NodeVolumes
-from provisioner.objects.node_handoff import REMOVAL_PERMIT_ANNOTATION, NodeRemoval, VolumeSetup
+from provisioner.objects.node_handoff import (
+    NODE_SIZE_ANNOTATION,
+    REMOVAL_PERMIT_ANNOTATION,
+    NodeRemoval,
+    VolumeSetup,
+)
 from provisioner.provisioning.annotations import DIRECTORY_REMOVED_ANNOTATION
 from tests.provisioner.e2e.support import eventually
 from tests.provisioner.node_volumes.test_volume_watch_cluster import (
@@ -72,6 +77,26 @@ def test_the_watch_sets_up_serves_and_removes_a_block_volume(
         watch.ensure_set_up(name, setup.path)
         assert watch.block_device(name, setup.path) == device
         assert watch.block_usage(name) == (device, 4 * MiB, 0)
+
+        # The node's part of an expansion: the controller grew the PV (here by hand); the
+        # watch grows the file and its device, then says the size on the PV.
+        clients.request_json(
+            "PATCH",
+            f"{volumes}/{name}",
+            body={"spec": {"capacity": {"storage": "8Mi"}}},
+            content_type=MERGE_PATCH,
+        )
+
+        def node_size() -> str | None:
+            volume = clients.request_json("GET", f"{volumes}/{name}")
+            return (volume["metadata"].get("annotations") or {}).get(NODE_SIZE_ANNOTATION)
+
+        assert eventually(node_size, 30, "the node to say the grown size") == str(8 * MiB)
+        assert file.stat().st_size == 8 * MiB
+        size = subprocess.run(
+            ["blockdev", "--getsize64", device], check=True, capture_output=True, text=True
+        )
+        assert int(size.stdout) == 8 * MiB
 
         clients.request_json(
             "DELETE", f"/api/v1/namespaces/{cluster_namespace}/persistentvolumeclaims/{name}"
