@@ -104,6 +104,10 @@ def arguments(args: NodePluginArgs, provisioner_name: str) -> list[str]:
     ]
 
 
+DEVICE_DIRECTORY = "/dev"
+"""The host's device directory, mounted at its own path: the loop devices of Block volumes."""
+
+
 @dataclass(frozen=True)
 class HostMount:
     """A host directory the plugin mounts (base paths and the kubelet's at the same path, as
@@ -175,6 +179,11 @@ def host_mounts(
             "None",
         ),
     ]
+    # Block volumes are loop devices the plugin attaches (node_volumes/block_volumes.py). A
+    # privileged container's /dev is a copy the runtime made at its start: a /dev/loopN the
+    # kernel makes later (LOOP_CTL_GET_FREE adds one when all are taken) would be missing from
+    # it, and the attach would fail. The host's own /dev (its devtmpfs) has every node.
+    mounts.append(HostMount("host-dev", DEVICE_DIRECTORY, DEVICE_DIRECTORY, "Directory", "None"))
     for index, directory in enumerate(base_directories):
         mounts.append(
             HostMount(
@@ -191,6 +200,7 @@ def allowed_host_paths(
     return {
         args.kubelet_directory,
         plugin_directory(args, provisioner_name),
+        DEVICE_DIRECTORY,
         *base_directories,
     }
 

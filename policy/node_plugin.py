@@ -8,9 +8,11 @@ does to it.
   PVs and contents, by the stack's ValidatingAdmissionPolicy.
 - `node-plugin-host-mounts`: a workload that runs the node plugin (`local-path-storage-provisioner
   csi-node-plugin`, or `python -m provisioner.csi`) mounts from the host only the kubelet's
-  directory (its `--kubelet-root`, and below it) and the base paths of the stack's config.json
-  (a base path that must exist: its parent, where the disk shows up once mounted); never `/`,
-  and it shares no host namespace (network, PID, IPC).
+  directory (its `--kubelet-root`, and below it), the host's `/dev` (itself only: the loop
+  devices of Block volumes, which the kernel makes after the container started, are missing
+  from the container's own copy) and the base paths of the stack's config.json (a base path that
+  must exist: its parent, where the disk shows up once mounted); never `/`, and it shares no
+  host namespace (network, PID, IPC).
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ ALLOWED_RIGHTS: Mapping[tuple[str, str], frozenset[str]] = {
 """(API group, resource) -> the verbs the node plugin may have: components/node_plugin.py's
 RULES (a test holds the two equal)."""
 _HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
+DEVICE_DIRECTORY = "/dev"
+"""Allowed as itself: a privileged container may open any device anyway, so mounting the host's
+/dev adds only the nodes made after its start (Block volumes' loop devices), nothing below it
+is a tenant's, and nothing of the host's files beyond device nodes is in it."""
 
 
 def check_role(resource: Resource) -> list[str]:
@@ -142,13 +148,14 @@ def _workload_problems(workload: KubeObject, configs: Sequence[ProvisionerConfig
         under_kubelet = any(
             normal == root or normal.startswith(root + "/") for root in kubelet_roots
         )
-        if normal != "/" and (under_kubelet or normal in base):
+        if normal != "/" and (under_kubelet or normal in base or normal == DEVICE_DIRECTORY):
             continue
         messages.append(
             f"{workload.label} runs the node plugin and mounts the host's {host_path}"
             f" (volume {volume.get('name')}): it may mount only the kubelet's directory"
-            f" ({', '.join(sorted(kubelet_roots)) or 'no --kubelet-root given'}) and the base"
-            " paths of the stack's config.json; remove the volume, or add the path to nodePathMap"
+            f" ({', '.join(sorted(kubelet_roots)) or 'no --kubelet-root given'}), the host's"
+            f" {DEVICE_DIRECTORY} and the base paths of the stack's config.json; remove the"
+            " volume, or add the path to nodePathMap"
         )
     return messages
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 import grpc
@@ -101,6 +103,77 @@ def bind_mount(fd: int, target: str, *, read_only: bool) -> None:
     except OSError:
         unmount(target)
         raise
+
+
+def make_target_file(target: str) -> None:
+    """A Block publish's target: a file (the kubelet made its parent, not the file), made
+    without following a link; one there already is kept, a directory or anything else
+    refused."""
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+    except OSError as error:
+        if error.errno not in (errno.EISDIR, errno.ELOOP):
+            raise
+        raise CsiError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"{target} is a directory or a symbolic link: a block volume is published on a file",
+        ) from None
+    os.close(fd)
+
+
+def bind_device(device: str, target: str, *, read_only: bool) -> None:
+    """Bind-mounts the device node `device` (a /dev/loopN) on the file `target`. Not nodev:
+    that would make the node unusable, and the node is the point.
+
+    Read-only by a remount when asked, so the mount table (and a retried publish) shows the
+    mode. The flag does not stop a write opened through the node (measured: the kernel checks
+    a mount's read-only flag for files, not for device nodes); what holds the pod to reading is
+    the kubelet, which gives a read-only volumeDevice to the container with the device
+    permission "r" (the device cgroup)."""
+    _call(
+        _libc.mount(device.encode(), target.encode(), None, MS_BIND, None),
+        f"bind mount of {device} at {target}",
+    )
+    if not read_only:
+        return
+    try:
+        _call(
+            _libc.mount(None, target.encode(), None, MS_BIND | MS_REMOUNT | MS_RDONLY, None),
+            f"read-only remount of {target}",
+        )
+    except OSError:
+        unmount(target)
+        raise
+
+
+def remove_target(target: str) -> None:
+    """What publish made at the target, once nothing is mounted there: its directory (mount)
+    or its file (block); nothing when it is gone already."""
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        return
+    try:
+        if stat.S_ISDIR(mode):
+            Path(target).rmdir()
+        else:
+            Path(target).unlink()
+    except FileNotFoundError:
+        pass
+
+
+def device_mounts(entries: Iterable[MountEntry], device: str) -> list[str]:
+    """Where the device `device` is mounted: bind mounts of its node (a block publish, the
+    kubelet's map of it: devtmpfs, root /loopN) and mounts of a filesystem on it (the
+    entry's device field is its major:minor)."""
+    name = device.removeprefix("/dev/")
+    rdev = Path(device).stat().st_rdev
+    number = f"{os.major(rdev)}:{os.minor(rdev)}"
+    return [
+        entry.mount_point
+        for entry in entries
+        if (entry.root == f"/{name}" and entry.fs_type == "devtmpfs") or entry.device == number
+    ]
 
 
 def unmount(target: str) -> None:

@@ -28,6 +28,8 @@ class Publish:
     read_only: bool
     single_writer: bool = False
     """ReadWriteOncePod (SINGLE_NODE_SINGLE_WRITER): published to one target at a time."""
+    block: bool = False
+    """Access type block: the volume's loop device is bind-mounted on a file at the target."""
 
 
 def _required(value: str, field: str) -> str:
@@ -46,18 +48,13 @@ def publish_request(
     if not request.HasField("volume_capability"):
         raise CsiError(grpc.StatusCode.INVALID_ARGUMENT, "volume_capability is required (CSI spec)")
     capability = request.volume_capability
-    if capability.HasField("block"):
-        raise CsiError(
-            grpc.StatusCode.FAILED_PRECONDITION,
-            "this driver publishes directories only (access type mount), not block devices:"
-            " use volumeMode: Filesystem",
-        )
-    if not capability.HasField("mount"):
+    block = capability.HasField("block")
+    if not block and not capability.HasField("mount"):
         raise CsiError(
             grpc.StatusCode.INVALID_ARGUMENT,
-            "volume_capability has no access type: it must be mount (CSI spec)",
+            "volume_capability has no access type: it must be mount or block (CSI spec)",
         )
-    if capability.mount.mount_flags:
+    if not block and capability.mount.mount_flags:
         raise CsiError(
             grpc.StatusCode.FAILED_PRECONDITION,
             f"mount options {list(capability.mount.mount_flags)} do not apply to a directory"
@@ -70,7 +67,12 @@ def publish_request(
     directory = volume_directory(request.volume_context, base_paths, node)
     single_writer = capability.access_mode.mode == _Mode.SINGLE_NODE_SINGLE_WRITER
     return Publish(
-        volume_id, target, directory, read_only=request.readonly, single_writer=single_writer
+        volume_id,
+        target,
+        directory,
+        read_only=request.readonly,
+        single_writer=single_writer,
+        block=block,
     )
 
 

@@ -8,8 +8,8 @@ calls that change mounts, so two calls for one target never interleave in this p
 
 from __future__ import annotations
 
-import contextlib
 import os
+import stat
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,6 +39,24 @@ class VolumeSetups(Protocol):
         """Returns once the volume's directory at `path` is set up; raises CsiError if not."""
 
 
+class BlockDevices(Protocol):
+    """The loop devices of this node's Block volumes (provisioner.node_volumes.block_volumes,
+    under each volume's lock: the gRPC side keeps no loop state)."""
+
+    def block_device(self, volume_id: str, path: str) -> str:
+        """The "/dev/loopN" backed by the Block volume's file at `path`, attached if none is."""
+
+    def block_usage(self, volume_id: str) -> tuple[str, int, int]:
+        """(its device, "" if none is attached; its size; the bytes its file holds) of the
+        Block volume `volume_id`; CsiError(NOT_FOUND) when it is no Block volume here."""
+
+
+NO_BLOCK_DEVICES = (
+    "block volumes are served only by a node plugin that manages its volumes"
+    " (--manage-volumes): it attaches their loop devices"
+)
+
+
 class NodeServer:
     def __init__(
         self,
@@ -46,11 +64,13 @@ class NodeServer:
         base_paths: Mapping[str, BasePathRules],
         topology: Mapping[str, str],
         volume_setups: VolumeSetups | None = None,
+        block_devices: BlockDevices | None = None,
     ) -> None:
         self.node_name = node_name
         self.base_paths = dict(base_paths)
         self.topology = dict(topology)
         self.volume_setups = volume_setups
+        self.block_devices = block_devices
         self._mounting = threading.Lock()
 
     def node_get_info(self, _: csi_pb2.NodeGetInfoRequest) -> csi_pb2.NodeGetInfoResponse:
@@ -81,9 +101,16 @@ class NodeServer:
         self, request: csi_pb2.NodePublishVolumeRequest
     ) -> csi_pb2.NodePublishVolumeResponse:
         publish = publish_request(request, self.base_paths, self.node_name)
+        if publish.block and self.block_devices is None:
+            raise CsiError(grpc.StatusCode.FAILED_PRECONDITION, NO_BLOCK_DEVICES)
         if self.volume_setups is not None:
             # Before the mount lock: a setup may take a while, and holds its volume's own lock.
             self.volume_setups.ensure_set_up(publish.volume_id, publish.directory.path)
+        if self.block_devices is not None and publish.block:
+            # Found by its file (or attached: after a reboot no device is left) each time.
+            device = self.block_devices.block_device(publish.volume_id, publish.directory.path)
+            self._publish_device(publish, device)
+            return csi_pb2.NodePublishVolumeResponse()
         with self._mounting:
             fd = mounts.open_volume_directory(publish.directory)
             try:
@@ -100,6 +127,40 @@ class NodeServer:
             finally:
                 os.close(fd)
         return csi_pb2.NodePublishVolumeResponse()
+
+    def _publish_device(self, publish: Publish, device: str) -> None:
+        """The device node bind-mounted on a file at the target; a target that has it already
+        (stat's st_rdev is the device's), read-only as asked, is success."""
+        rdev = Path(device).stat().st_rdev
+        with self._mounting:
+            entries = mounts.read_mount_table()
+            existing = mount_at(entries, os.path.realpath(publish.target))
+            if existing is not None:
+                shown = Path(publish.target).stat()
+                if not stat.S_ISBLK(shown.st_mode) or shown.st_rdev != rdev:
+                    raise CsiError(
+                        grpc.StatusCode.ALREADY_EXISTS,
+                        f"{publish.target} already has something else mounted, not {device}"
+                        f" (volume {publish.volume_id})",
+                    )
+                if existing.read_only != publish.read_only:
+                    mode = "read-only" if existing.read_only else "read-write"
+                    raise CsiError(
+                        grpc.StatusCode.ALREADY_EXISTS,
+                        f"volume {publish.volume_id} is already published {mode} at"
+                        f" {publish.target}",
+                    )
+                return
+            if publish.single_writer:
+                others = mounts.device_mounts(entries, device)
+                if others:
+                    raise CsiError(
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        f"volume {publish.volume_id} is ReadWriteOncePod and published to"
+                        f" another pod already (at {others[0]}): it is held to one pod at a time",
+                    )
+            mounts.make_target_file(publish.target)
+            mounts.bind_device(device, publish.target, read_only=publish.read_only)
 
     def _check_single_writer(
         self, entries: list[MountEntry], target: str, publish: Publish
@@ -137,14 +198,16 @@ class NodeServer:
                     f"{target} still has mounts after {MAX_UNMOUNTS} unmounts: look at"
                     f" `findmnt {target}` on the node",
                 )
-            with contextlib.suppress(FileNotFoundError):
-                Path(target).rmdir()
+            # A directory for a mount publish, a file for a block one.
+            mounts.remove_target(target)
         return csi_pb2.NodeUnpublishVolumeResponse()
 
     def node_get_volume_stats(
         self, request: csi_pb2.NodeGetVolumeStatsRequest
     ) -> csi_pb2.NodeGetVolumeStatsResponse:
         path = stats_request(request)
+        if self.block_devices is not None and _is_block_device(path):
+            return self._device_stats(request.volume_id, path)
         entries = mounts.read_mount_table()
         mounted = mount_at(entries, os.path.realpath(path))
         unmounted_disks = [
@@ -204,6 +267,33 @@ class NodeServer:
                 abnormal=condition.abnormal, message=condition.message
             ),
         )
+
+    def _device_stats(self, volume_id: str, path: str) -> csi_pb2.NodeGetVolumeStatsResponse:
+        """A Block volume's: its size, and what its sparse file holds on the disk. No inodes
+        (a device has none). The request has no volume context: the volume manager finds the
+        volume by its id, and its device must be the one at `path`."""
+        assert self.block_devices is not None
+        device, size, used = self.block_devices.block_usage(volume_id)
+        if not device or Path(device).stat().st_rdev != Path(path).stat().st_rdev:
+            raise CsiError(
+                grpc.StatusCode.NOT_FOUND,
+                f"no volume {volume_id} of this driver is published at {path}",
+            )
+        return csi_pb2.NodeGetVolumeStatsResponse(
+            usage=[
+                csi_pb2.VolumeUsage(
+                    unit=_Unit.BYTES, total=size, used=used, available=max(size - used, 0)
+                )
+            ],
+            volume_condition=csi_pb2.VolumeCondition(abnormal=False, message=""),
+        )
+
+
+def _is_block_device(path: str) -> bool:
+    try:
+        return stat.S_ISBLK(Path(path).stat().st_mode)
+    except OSError:
+        return False
 
 
 def _check_compatible(existing: MountEntry, fd: int, publish: Publish) -> None:

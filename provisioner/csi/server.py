@@ -24,7 +24,7 @@ from provisioner.configuration.config_error import ConfigError
 from provisioner.csi.identity_server import IdentityServer
 from provisioner.csi.liveness import Liveness
 from provisioner.csi.node_paths import node_base_paths
-from provisioner.csi.node_server import NodeServer, VolumeSetups
+from provisioner.csi.node_server import BlockDevices, NodeServer, VolumeSetups
 from provisioner.csi.options import NodePluginOptions
 from provisioner.csi.registration_server import RegistrationServer
 from provisioner.csi.services import (
@@ -94,7 +94,7 @@ def start_server(socket_path: Path, handlers: list[grpc.GenericRpcHandler]) -> g
     return server
 
 
-class ManagedVolumes(VolumeSetups, Protocol):
+class ManagedVolumes(VolumeSetups, BlockDevices, Protocol):
     """The node's volume manager (--manage-volumes), started before `run`, stopped by it."""
 
     def stop(self) -> None: ...
@@ -120,6 +120,7 @@ def run(
         base_paths,
         {options.topology_key: options.topology_value},
         volume_setups=volumes,
+        block_devices=volumes,
     )
     handlers = [identity_handler(identity), node_handler(node)]
     if controller is not None:

@@ -49,6 +49,12 @@ class NodeManager:
     def ensure_set_up(self, volume_id: str, path: str) -> None:
         self.volumes.ensure_set_up(volume_id, path)
 
+    def block_device(self, volume_id: str, path: str) -> str:
+        return self.volumes.block_device(volume_id, path)
+
+    def block_usage(self, volume_id: str) -> tuple[str, int, int]:
+        return self.volumes.block_usage(volume_id)
+
     def stop(self) -> None:
         self.snapshots.stop()
         self.volumes.stop()

@@ -22,10 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import grpc
+
 from provisioner.configuration.config import BasePathRules, ConfigBundle
+from provisioner.csi.csi_errors import CsiError
 from provisioner.csi.mount_table import mount_at
 from provisioner.csi.mounts import read_mount_table
-from provisioner.node_volumes import volume_layout
+from provisioner.csi.node_paths import VolumeDirectory
+from provisioner.node_volumes import block_volumes, volume_layout
+from provisioner.node_volumes.block_volumes import BlockBusyError
 from provisioner.node_volumes.clone_copy import copy_source, is_copied, mark_copied
 from provisioner.node_volumes.restore_checks import (
     SnapshotRecordView,
@@ -74,6 +79,9 @@ log = logging.getLogger(__name__)
 
 BASE_PATH_MODE = 0o755
 """What the kubelet gives a `DirectoryOrCreate` hostPath it makes."""
+
+BLOCK = "Block"
+"""A VolumeSetup's volume_mode for a volume served as a device (block_volumes.py)."""
 
 OutcomeKind = Literal["done", "already", "refused", "failed", "busy"]
 
@@ -179,6 +187,10 @@ class VolumeExecutor:
                 results, notice, made = self._make_and_fill(
                     volume_name, target, setup, source=source, restore=restore, snapshot=snapshot
                 )
+                if _succeeded(results) and setup.volume_mode == BLOCK:
+                    # Last: a clone's or a restore's copy brought its source's file, which is
+                    # kept (made longer if this volume is larger).
+                    results.append(_make_block(setup))
                 if _succeeded(results):
                     self.state.write(
                         volume_name, VolumeRecord("set-up", setup.path, setup.size_bytes)
@@ -361,8 +373,18 @@ class VolumeExecutor:
                 if applied >= size_bytes:
                     return Outcome("already")
                 try:
-                    notice = volume_layout.apply_size(
-                        self._layout(setup), setup.base_path, setup.path, size_bytes
+                    notice = ""
+                    if setup.volume_mode == BLOCK:
+                        # Its file made longer, then its device told (never shorter).
+                        directory = block_volumes.directory_of(setup.base_path, setup.path)
+                        block_volumes.grow(directory, size_bytes)
+                    else:
+                        notice = volume_layout.apply_size(
+                            self._layout(setup), setup.base_path, setup.path, size_bytes
+                        )
+                except CsiError as error:
+                    return Outcome(
+                        "failed", f"cannot give {setup.path} {size_bytes} bytes: {error.message}"
                     )
                 except (OSError, ValueError) as error:
                     return Outcome(
@@ -427,6 +449,19 @@ class VolumeExecutor:
                     # remove; the base path is there and mounted, so it is not a disk away.
                     self.state.write(volume_name, VolumeRecord("removed", removal.path))
                     return Outcome("already", f"{removal.path} was not there")
+                if setup.volume_mode == BLOCK:
+                    # The device first: a file still attached would go with its directory
+                    # while a pod or the kubelet holds it, and the device would outlive it.
+                    try:
+                        block_volumes.detach(
+                            block_volumes.directory_of(setup.base_path, removal.path)
+                        )
+                    except BlockBusyError as busy:
+                        return Outcome("busy", str(busy))
+                    except CsiError as error:
+                        return Outcome("failed", f"detach: {error.message}")
+                    except OSError as error:
+                        return Outcome("failed", f"detach of {removal.path}'s device: {error}")
                 steps = node_steps("delete", target, self.bundle, removal=removal)
                 results = run_steps(steps, self.timeout, self.shell)
                 if not _succeeded(results):
@@ -438,6 +473,37 @@ class VolumeExecutor:
             return Outcome("failed", str(conflict))
         except VolumeBusyError as busy:
             return Outcome("busy", str(busy))
+
+    def block_device(self, volume_name: str, setup: VolumeSetup) -> str:
+        """For NodePublishVolume: the loop device of a Block volume set up on this node,
+        attached again if none is (after a reboot). Under the volume's lock, so no teardown
+        detaches it meanwhile. CsiError if there is none to have."""
+        directory = self._block_directory(setup)
+        try:
+            with self.state.locked(volume_name, self.lock_wait):
+                record = self.state.read(volume_name)
+                if record is None or record.state != "set-up" or record.path != setup.path:
+                    raise CsiError(
+                        grpc.StatusCode.UNAVAILABLE,
+                        f"volume {volume_name} is not set up on this node",
+                    )
+                return block_volumes.attached_device(directory)
+        except VolumeBusyError as busy:
+            raise CsiError(grpc.StatusCode.UNAVAILABLE, str(busy)) from None
+
+    def block_usage(self, setup: VolumeSetup) -> block_volumes.BlockUsage:
+        return block_volumes.usage(self._block_directory(setup))
+
+    def _block_directory(self, setup: VolumeSetup) -> VolumeDirectory:
+        if setup.volume_mode != BLOCK:
+            raise CsiError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"volume at {setup.path} is volumeMode {setup.volume_mode}, not Block",
+            )
+        refusal = path_refusal(setup.path, setup.path, setup.base_path, self.base_paths)
+        if refusal is not None:
+            raise CsiError(grpc.StatusCode.FAILED_PRECONDITION, refusal)
+        return block_volumes.directory_of(setup.base_path, setup.path)
 
     def forget(self, volume_name: str) -> None:
         """Drops what this node keeps of a volume whose PV is gone."""
@@ -467,6 +533,20 @@ class VolumeExecutor:
         if rules is None or not _is_directory(base_path):
             return False
         return not rules.mount_point or mount_at(read_mount_table(), base_path) is not None
+
+
+def _make_block(setup: VolumeSetup) -> StepResult:
+    """A Block volume's file in its new directory, attached: the last step of its setup."""
+    try:
+        directory = block_volumes.directory_of(setup.base_path, setup.path)
+        block_volumes.make_block_file(directory, setup.size_bytes)
+        device = block_volumes.attached_device(directory)
+    except CsiError as error:
+        return StepResult("block", False, error.message)
+    except OSError as error:
+        return StepResult("block", False, f"{setup.path}/{block_volumes.BLOCK_FILE}: {error}")
+    log.info("block volume at %s: attached as %s", setup.path, device)
+    return StepResult("block", True, device)
 
 
 def _is_directory(path: str) -> bool:

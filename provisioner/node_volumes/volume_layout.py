@@ -164,5 +164,6 @@ def apply_size(layout: Layout, base_path: str, path: str, size_bytes: int) -> st
         finally:
             os.close(fd)
     # A plain directory has no size of its own to apply (nor one reused on btrfs). A block
-    # volume's grow (its file's length, its loop device's capacity) goes here, in its layout.
+    # volume's grow (its file's length, its loop device's capacity) is block_volumes.grow,
+    # which VolumeExecutor.apply_size calls instead of this.
     return ""

@@ -221,6 +221,36 @@ class NodeVolumes:
                 f"volume {facts.name} cannot be set up on this node: {outcome.message}",
             )
 
+    def block_device(self, volume_id: str, path: str) -> str:
+        """For a Block NodePublishVolume, after `ensure_set_up`: the volume's loop device,
+        attached again if none is (the plugin keeps no loop state: found by the file)."""
+        facts, setup = self._setup_of(volume_id, path)
+        return self.executor.block_device(facts.name, setup)
+
+    def block_usage(self, volume_id: str) -> tuple[str, int, int]:
+        """For NodeGetVolumeStats of a Block volume: (its device or "", its size, the bytes
+        its file holds), found by the volume's id alone (the request has no context)."""
+        found = next(
+            (facts for _, facts in self.informer.items() if facts.handle == volume_id), None
+        )
+        if found is None:
+            raise CsiError(grpc.StatusCode.NOT_FOUND, f"no volume {volume_id} on this node")
+        _, setup = self._setup_of(volume_id, found.path)
+        usage = self.executor.block_usage(setup)
+        return usage.device or "", usage.size_bytes, usage.used_bytes
+
+    def _setup_of(self, volume_id: str, path: str) -> tuple[VolumeFacts, VolumeSetup]:
+        facts = self._find(volume_id, path)
+        if facts is None:
+            raise CsiError(
+                grpc.StatusCode.NOT_FOUND,
+                f"no PV of volume {volume_id} at {path} is labelled for node {self.node_name}",
+            )
+        try:
+            return facts, VolumeSetup.from_json(facts.setup)
+        except HandoffError as error:
+            raise CsiError(grpc.StatusCode.FAILED_PRECONDITION, str(error)) from None
+
     def _find(self, volume_id: str, path: str) -> VolumeFacts | None:
         deadline = time.monotonic() + PUBLISH_LOOKUP_SECONDS
         while True:

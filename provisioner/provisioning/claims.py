@@ -8,9 +8,11 @@ now, in `volume_decisions`.
 
 Decisions where we differ from rancher and the library (documented here, tested in
 tests/provisioner/provisioning/test_claims.py):
-- A claim with a selector or volumeMode Block is rejected for shared paths too. One whose data
-  source is another claim is a clone (see `clones`), one whose data source is a VolumeSnapshot
-  in a CSI class a restore (see `snapshot_sources`); any other data source is not ours to fill.
+- A claim with a selector is rejected for shared paths too; one with volumeMode Block is
+  rejected unless its volume is a CSI class's (a loop device over a file, see
+  node_volumes.block_volumes), never on a shared path. One whose data source is another claim
+  is a clone (see `clones`), one whose data source is a VolumeSnapshot in a CSI class a restore
+  (see `snapshot_sources`); any other data source is not ours to fill.
 - Budgets (`capacity` on a base path, see `budgets`): only paths with room for the claim are
   candidates; when the selected node has none, the claim goes back to the scheduler
   (Reschedule), as for a node that is gone. A claim outside the class's minSize/maxSize is
@@ -53,6 +55,8 @@ from provisioner.provisioning.volume_facts import (
     volume_name_for,
 )
 
+BLOCK_REFUSED = "volumeMode Block is not supported: local paths are directories"
+"""For every class but a CSI one (whose node plugin serves Block as a loop device)."""
 NODE_LOCAL_ACCESS_MODES = frozenset({"ReadWriteOnce", "ReadWriteOncePod"})
 SHARED_ACCESS_MODES = NODE_LOCAL_ACCESS_MODES | {"ReadOnlyMany", "ReadWriteMany"}
 
@@ -184,8 +188,6 @@ def decide_claim_action(
     restoring = claim.data_source is not None and restores_here(claim, rules)
     if claim.data_source is not None and not claim.data_source.is_claim and not restoring:
         return Ignore(f"data source {claim.data_source.kind} is for another controller to fill")
-    if claim.volume_mode == "Block":
-        return Reject("volumeMode Block is not supported: local paths are directories")
     if claim.requested_storage is None:
         return Reject("spec.resources.requests.storage is required")
     size = rules.claim_size(claim, claim.requested_storage)
@@ -340,6 +342,22 @@ def _volume_type_refusal(
     """What the claim asks that its volume type cannot give, if anything."""
     class_name = claim.storage_class_name or ""
     clone = pinned if isinstance(pinned, ClonePlace) else None
+    if claim.volume_mode == "Block" and (volume_type != CSI_VOLUME_TYPE or shared):
+        # Only the CSI node plugin can hand a pod a device (a loop device over one file in
+        # the volume's directory); a hostPath or local volume is the directory itself.
+        return BLOCK_REFUSED
+    if (
+        clone is not None
+        and volume_type == CSI_VOLUME_TYPE
+        and clone.source.volume_mode != claim.volume_mode
+    ):
+        # A clone copies the directory: a Block source's is one device file, which a
+        # Filesystem volume would show as a file, and the other way round no device at all.
+        return (
+            f"source {clone.source.describe()} is a volumeMode {clone.source.volume_mode}"
+            f" volume and the claim asks volumeMode {claim.volume_mode}: a clone keeps its"
+            " source's volumeMode"
+        )
     if (
         clone is not None
         and volume_type == CSI_VOLUME_TYPE

@@ -58,6 +58,9 @@ class CloneSource:
     volume_type: str | None = None
     """The source volume's type (records.VolumeRecord.volume_type): a CSI clone copies only
     a CSI volume, which its node plugin set up and keeps a record of."""
+    volume_mode: str = "Filesystem"
+    """The source PV's volumeMode: a CSI clone keeps it (a Block volume's directory holds one
+    device file)."""
 
     def describe(self) -> str:
         return f"claim {self.claim_namespace}/{self.claim_name} (volume {self.volume_name})"
@@ -207,6 +210,7 @@ def place_clone(
         base_path=next(base for base in base_paths if is_strictly_inside(volume.path, base)),
         node_name=node_name,
         volume_type=volume.volume_type,
+        volume_mode=volume.volume_mode,
     )
     source_node = found.node_name
     if source_node is None or not claim.selected_node or claim.selected_node == source_node:

@@ -78,7 +78,8 @@ def build_persistent_volume(
         "capacity": {"storage": claim.requested_storage},
         "accessModes": list(claim.access_modes),
         "persistentVolumeReclaimPolicy": storage_class.reclaim_policy,
-        "volumeMode": "Filesystem",
+        # Block only for a CSI class (claims.py refuses it for every other).
+        "volumeMode": plan.volume_mode,
         **source,
     }
     if storage_class.mount_options:

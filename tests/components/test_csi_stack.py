@@ -271,6 +271,7 @@ def test_the_daemon_set() -> None:
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     assert mounts["/var/lib/kubelet"]["mountPropagation"] == "Bidirectional"
     assert mounts["/opt/local-path-provisioner"]["mountPropagation"] == "HostToContainer"
+    assert mounts["/dev"]["mountPropagation"] == "None"
     assert mounts[naming.CONFIG_DIRECTORY]["readOnly"] is True
     volumes = {v["name"]: v for v in pod["volumes"]}
     host_paths = {
@@ -279,6 +280,8 @@ def test_the_daemon_set() -> None:
     assert host_paths == {
         "/var/lib/kubelet": "Directory",
         f"/var/lib/kubelet/plugins/{DRIVER}": "DirectoryOrCreate",
+        # The host's devices: a Block volume's loop device made after the plugin started.
+        "/dev": "Directory",
         # rancher's default path may be made where it is missing.
         "/opt/local-path-provisioner": "DirectoryOrCreate",
     }

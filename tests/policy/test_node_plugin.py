@@ -103,6 +103,7 @@ def daemon_set(
 BUILT_PATHS = [
     "/var/lib/kubelet",
     "/var/lib/kubelet/plugins/local-path.local-path-storage.io",
+    "/dev",
     "/opt/local-path-provisioner",
     "/mnt/disk1",
 ]
@@ -120,7 +121,16 @@ def test_what_the_program_mounts_passes() -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["/", "/etc", "/var/lib", "/mnt", "/opt/local-path-provisioner-other", "/var/lib/kubelet-x"],
+    [
+        "/",
+        "/etc",
+        "/var/lib",
+        "/mnt",
+        "/opt/local-path-provisioner-other",
+        "/var/lib/kubelet-x",
+        "/dev/disk",  # /dev itself only: Block volumes' loop devices, nothing below it
+        "/devices",
+    ],
 )
 def test_a_mount_beyond_the_kubelet_and_base_paths_is_refused(path: str) -> None:
     for command in (

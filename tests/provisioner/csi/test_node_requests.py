@@ -50,10 +50,14 @@ def test_missing_fields_and_a_relative_target_are_invalid_arguments() -> None:
     assert code_of(publish(volume_capability=no_access_type)) == grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_a_block_volume_or_mount_options_exceed_what_the_driver_serves() -> None:
-    assert code_of(publish(volume_capability=mount_capability(block=True))) == (
-        grpc.StatusCode.FAILED_PRECONDITION
-    )
+def test_a_block_publish_is_read_as_one() -> None:
+    checked = publish_request(publish(volume_capability=mount_capability(block=True)), BASES, "n")
+    assert checked.block
+    assert checked.directory.path == "/mnt/disk1/pvc-1"
+    assert not publish_request(publish(), BASES, "n").block
+
+
+def test_mount_options_exceed_what_the_driver_serves() -> None:
     with_flags = mount_capability()
     with_flags.mount.mount_flags.append("noatime")
     assert code_of(publish(volume_capability=with_flags)) == grpc.StatusCode.FAILED_PRECONDITION

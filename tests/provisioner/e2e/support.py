@@ -257,6 +257,7 @@ class ProvisionerSetup:
         access_modes: Sequence[str] = ("ReadWriteOnce",),
         annotations: Mapping[str, str] | None = None,
         labels: Mapping[str, str] | None = None,
+        volume_mode: str = "Filesystem",
     ) -> None:
         body = {
             "metadata": {
@@ -268,6 +269,7 @@ class ProvisionerSetup:
                 "storageClassName": storage_class,
                 "accessModes": list(access_modes),
                 "resources": {"requests": {"storage": size}},
+                "volumeMode": volume_mode,
             },
         }
         self.core.create_namespaced_persistent_volume_claim(self.namespace, manifest(body))

@@ -186,3 +186,25 @@ def test_a_csi_claim_s_expansion_is_finished_once_its_node_says_it_holds_the_siz
     status = setup.claim("g").get("status") or {}
     assert status["capacity"]["storage"] == "2Gi"
     assert "storage" not in (status.get("allocatedResourceStatuses") or {})
+
+
+def test_a_block_claim_binds_in_a_csi_class_and_is_refused_in_another(
+    make_setup: Callable[..., ProvisionerSetup],
+) -> None:
+    """A Block claim of a CSI class gets a Block PV (the PV controller binds a claim only to a
+    PV of its volumeMode) whose setup tells the node to make the block file; a hostPath
+    class refuses one, as before."""
+    setup = make_setup(ConfigFiles(config=default_config(BASE)))
+    setup.start()
+    storage_class = setup.create_class("csi", parameters={"volumeType": "csi"})
+    plain_class = setup.create_class("plain")
+    setup.create_claim("disk", storage_class, size="64Mi", volume_mode="Block")
+    setup.create_consumer("disk", "disk", NODE)
+    setup.create_claim("plain-disk", plain_class, volume_mode="Block")
+    setup.create_consumer("plain-disk", "plain-disk", NODE)
+    volume = setup.wait_bound("disk")
+    assert volume["spec"]["volumeMode"] == "Block"
+    fields = VolumeSetup.from_json(volume["metadata"]["annotations"][SETUP_ANNOTATION])
+    assert (fields.volume_mode, fields.size_bytes) == ("Block", 64 << 20)
+    wait_refusal(setup, "plain-disk", "volumeMode Block is not supported")
+    assert setup.phase("plain-disk") == "Pending"

@@ -921,3 +921,19 @@ def test_every_path_decided_is_one_its_helper_can_start(size: int) -> None:
     assert isinstance(decision, Provision), decision
     assert len(decision.plan.path.encode()) == path_bytes
     assert decision.plan.path.startswith("/data/ns/c/"), "nested: its setup has a pod of its own"
+
+
+def test_block_claims_get_a_volume_only_in_a_csi_class() -> None:
+    """The CSI node plugin hands a pod a loop device over a file in the volume's directory; a
+    hostPath or local volume is the directory itself, and a shared path has no node plugin."""
+    block = claim(volume_mode="Block")
+    csi = decide(block, klass(parameters={"volumeType": "csi"}))
+    assert isinstance(csi, Provision), csi
+    assert (csi.plan.volume_type, csi.plan.volume_mode) == ("csi", "Block")
+    refused = Reject("volumeMode Block is not supported: local paths are directories")
+    assert decide(block) == refused
+    assert decide(block, klass(annotations={"defaultVolumeType": "local"})) == refused
+    by_claim = msgspec.structs.replace(block, annotations={**ONE_POD, "volumeType": "local"})
+    assert decide(by_claim) == refused
+    shared = claim(storage_class_name="nfs", selected_node=None, volume_mode="Block")
+    assert decide(shared, NFS) == refused

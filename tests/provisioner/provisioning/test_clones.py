@@ -486,3 +486,18 @@ def test_the_copy_keeps_links_modes_times_hard_links_and_holes(tmp_path: Path) -
     assert target.stat().st_mode == source.stat().st_mode
     assert (target / "sparse").stat().st_blocks < 8
     assert (target / "out").is_symlink()
+
+
+def test_a_csi_clone_keeps_its_source_s_volume_mode() -> None:
+    """A Block volume's directory holds one device file: copied into a Filesystem volume it
+    would be a plain file in the pod, and a Block clone of a Filesystem source no device."""
+    block_source = msgspec.structs.replace(CSI_SOURCE_VOLUME, volume_mode="Block")
+    block_clone = msgspec.structs.replace(CLONE, volume_mode="Block")
+    decision = decide(block_clone, CSI_CLASS, Sources(volumes=(block_source,)))
+    assert isinstance(decision, Provision), decision
+    assert decision.plan.clone_source is not None
+    assert decision.plan.clone_source.volume_mode == "Block"
+    for clone, volume in ((CLONE, block_source), (block_clone, CSI_SOURCE_VOLUME)):
+        refused = decide(clone, CSI_CLASS, Sources(volumes=(volume,)))
+        assert isinstance(refused, Reject), refused
+        assert "a clone keeps its source's volumeMode" in refused.reason

@@ -225,3 +225,14 @@ def test_a_csi_volume_of_another_driver_is_not_ours_to_save_or_to_tear_down() ->
         released, read_class_rules("local", CSI, CONFIG), NODES, provisioner_name=ME
     )
     assert "names CSI driver other.example.com" in getattr(decision, "reason", ""), decision
+
+
+def test_a_csi_block_volume_s_pv_and_setup_say_block() -> None:
+    decided = plan(msgspec.structs.replace(CLAIM, volume_mode="Block"), CSI).plan
+    pv = build_persistent_volume(decided, DRIVER)
+    assert pv["spec"]["volumeMode"] == "Block"
+    setup = VolumeSetup.from_json(pv["metadata"]["annotations"][SETUP_ANNOTATION])
+    assert setup.volume_mode == "Block"
+    assert build_persistent_volume(plan(storage_class=CSI).plan, DRIVER)["spec"]["volumeMode"] == (
+        "Filesystem"
+    )
