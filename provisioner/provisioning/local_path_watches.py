@@ -49,7 +49,9 @@ from provisioner.provisioning.caches import Caches
 from provisioner.provisioning.claims import is_our_claim
 from provisioner.provisioning.clone_sources import CloneWaits
 from provisioner.provisioning.local_path_provisioner import LocalPathProvisioner
-from provisioner.provisioning.work_keys import CLAIM, EXPANSION, HELPER_POD, VOLUME, Key
+from provisioner.provisioning.snapshot_decisions import ContentFacts
+from provisioner.provisioning.snapshots import needs_look
+from provisioner.provisioning.work_keys import CLAIM, EXPANSION, HELPER_POD, SNAPSHOT, VOLUME, Key
 
 WATCHED_INFORMERS = len(fields(Caches))
 """The informers `watched_caches` builds (the loop stops each within its own second)."""
@@ -111,8 +113,11 @@ class LocalPathWatches:
         queue: KeyQueue,
         *,
         provisioner_name: str,
+        contents: Informer[ContentFacts] | None = None,
     ) -> None:
+        """`contents`: our driver's VolumeSnapshotContents, where the snapshot API is served."""
         self._caches = caches
+        self._contents = contents
         self._local_path = local_path
         self._queue = queue
         self._name = provisioner_name
@@ -128,6 +133,7 @@ class LocalPathWatches:
             Watch(caches.classes, self._class_changed),
             Watch(caches.nodes, self._node_changed, sweep_last=True),
             Watch(caches.helper_pods, self._helper_pod_changed),
+            *([Watch(self._contents, self._content_changed)] if self._contents else []),
         ]
 
     def config_changed(self) -> None:
@@ -229,6 +235,20 @@ class LocalPathWatches:
         if new is not None and is_finished(new):
             return [(HELPER_POD, key)]
         return []
+
+    def _content_changed(
+        self, key: str, old: ContentFacts | None, new: ContentFacts | None
+    ) -> list[Key]:
+        """A content of our driver: the book counts an admitted one (and forgets it when it
+        goes); one not yet admitted, or being deleted, is a worker's to decide."""
+        snapshots = self._local_path.snapshots
+        if snapshots is None:
+            return []
+        if new is None:
+            snapshots.content_gone(key)
+            return []
+        snapshots.content_seen(new)
+        return [(SNAPSHOT, key)] if needs_look(new) else []
 
     def _claim_lagging(self, volume: VolumeRecord) -> list[Key]:
         """At a volume's first look or resync: its claim's key, if that claim may expand. The

@@ -138,6 +138,8 @@ class RefuseSnapshot:
     """status.error (readyToUse false) and a Warning on the content."""
 
     message: str
+    lasting: bool = True
+    """False: it may pass later (room freed, the source bound): the key is retried."""
 
 
 @dataclass(frozen=True)
@@ -226,7 +228,7 @@ def decide_snapshot(
     holds there (snapshots included)."""
     name = content.volume_handle or ""
     if source is None:
-        return RefuseSnapshot(f"PV {name} does not exist")
+        return RefuseSnapshot(f"PV {name} does not exist", lasting=False)
     if source.annotations.get(PROVISIONED_BY) != provisioner_name or rules is None:
         return RefuseSnapshot(f"PV {name} is not a volume of this provisioner")
     if source.volume_type != CSI_VOLUME_TYPE or source.path is None:
@@ -237,7 +239,9 @@ def decide_snapshot(
     if source.being_deleted:
         return RefuseSnapshot(f"PV {name} is being deleted")
     if source.phase != "Bound":
-        return RefuseSnapshot(f"PV {name} is {source.phase or 'not yet Bound'}, not Bound")
+        return RefuseSnapshot(
+            f"PV {name} is {source.phase or 'not yet Bound'}, not Bound", lasting=False
+        )
     node = volume_node_name(source)
     if not node:
         return RefuseSnapshot(f"PV {name} names no node")
@@ -255,7 +259,8 @@ def decide_snapshot(
         budget = room.capacity or 0
         return RefuseSnapshot(
             f"no room: base path {base} on node {node} has {format_bytes(room.free)} of its"
-            f" {format_bytes(budget)} budget left, the snapshot needs {format_bytes(size)}"
+            f" {format_bytes(budget)} budget left, the snapshot needs {format_bytes(size)}",
+            lasting=False,
         )
     found_id = snapshot_id(content.name)
     setup = SnapshotSetup(
