@@ -413,6 +413,7 @@ class ProvisionerDeployment(pulumi.ComponentResource):
                 _policy_rule(rule)
                 for rule in rbac.CLUSTER_RULES
                 + (rbac.NODE_LOSS_RULES if args.release_claims_on_node_loss else ())
+                + (rbac.SNAPSHOT_RULES if args.node_plugin is not None else ())
             ],
             opts=child,
         )

@@ -61,6 +61,22 @@ NODE_LOSS_RULES: tuple[PolicyRule, ...] = (
 """Cluster-wide rights added when a class releases claims for their node's loss."""
 
 
+SNAPSHOT_RULES: tuple[PolicyRule, ...] = (
+    # VolumeSnapshotContents of our driver: admitted (label, setup), refused (status), given
+    # the removal permit, and let go (the finalizer the csi-snapshotter sidecar would take off).
+    # Granted only with a CSI class (the node plugin): only its volumes can be snapshotted.
+    PolicyRule(
+        "snapshot.storage.k8s.io",
+        ("volumesnapshotcontents",),
+        ("get", "list", "watch", "patch"),
+    ),
+    PolicyRule("snapshot.storage.k8s.io", ("volumesnapshotcontents/status",), ("patch",)),
+    PolicyRule("snapshot.storage.k8s.io", ("volumesnapshots",), ("get",)),
+    PolicyRule("snapshot.storage.k8s.io", ("volumesnapshotclasses",), ("get", "list", "watch")),
+)
+"""Cluster-wide rights added where a CSI class exists (the node plugin is deployed)."""
+
+
 NAMESPACE_RULES: tuple[PolicyRule, ...] = (
     # Helper pods: created, watched to completion and deleted by the provisioner. Their log
     # tail arrives in the termination message, so no pods/log.
