@@ -133,7 +133,7 @@ class LocalPathWatches:
             Watch(caches.classes, self._class_changed),
             Watch(caches.nodes, self._node_changed, sweep_last=True),
             Watch(caches.helper_pods, self._helper_pod_changed),
-            *([Watch(self._contents, self._content_changed)] if self._contents else []),
+            *([Watch(self._contents, self._content_changed)] if self._contents is not None else []),
         ]
 
     def config_changed(self) -> None:

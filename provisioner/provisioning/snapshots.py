@@ -71,11 +71,15 @@ def snapshot_api_served(clients: KubeClients) -> bool:
     except ApiError as error:
         if error.status != HTTPStatus.NOT_FOUND:
             log.warning("cannot tell whether the snapshot API is served (%s): not watched", error)
+        else:
+            log.info("snapshot API not served: VolumeSnapshotContents are not watched")
         return False
     except (HTTPError, OSError) as error:
         log.warning("cannot tell whether the snapshot API is served (%s): not watched", error)
         return False
-    return any(r.get("name") == "volumesnapshotcontents" for r in found.get("resources") or ())
+    served = any(r.get("name") == "volumesnapshotcontents" for r in found.get("resources") or ())
+    log.info("snapshot API %s", "served" if served else "without VolumeSnapshotContents")
+    return served
 
 
 def contents_informer(clients: KubeClients, *, driver: str, resync_period: float) -> Informer[Any]:
