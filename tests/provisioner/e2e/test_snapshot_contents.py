@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from kubernetes import client
@@ -111,7 +111,7 @@ class Snapshots:
             if error.status == 404:
                 return None
             raise
-        return dict(found)
+        return cast("dict[str, Any]", found)
 
     def delete(self, name: str) -> None:
         self.custom.delete_namespaced_custom_object(
@@ -127,7 +127,7 @@ class Snapshots:
             if error.status == 404:
                 return None
             raise
-        return dict(found)
+        return cast("dict[str, Any]", found)
 
     def patch_content(self, name: str, body: dict[str, Any], *, status: bool = False) -> None:
         patch = (
