@@ -4,8 +4,9 @@
 `Caches` the decisions read. `LocalPathWatches` gives the loop its watches: each filters an event
 cheaply on the informer's thread and says which keys to queue (an unbound claim of ours, a bound
 claim that may expand, a PV of ours, a finished helper pod, the claims a class or a node change
-affects), telling the provisioner what the book must record on the way (a PV came or went, the
-capacity set changed). The `LocalPathProvisioner` is the loop's `Reconciler` and `Lifecycle`;
+affects, a VolumeSnapshotContent of our driver to admit or let go), telling the provisioner
+what the book must record on the way (a PV or an admitted snapshot came or went, the capacity set
+changed). The `LocalPathProvisioner` is the loop's `Reconciler` and `Lifecycle`;
 the helper pods hear their informer themselves.
 """
 
@@ -53,8 +54,9 @@ from provisioner.provisioning.snapshot_decisions import ContentFacts
 from provisioner.provisioning.snapshots import needs_look
 from provisioner.provisioning.work_keys import CLAIM, EXPANSION, HELPER_POD, SNAPSHOT, VOLUME, Key
 
-WATCHED_INFORMERS = len(fields(Caches))
-"""The informers `watched_caches` builds (the loop stops each within its own second)."""
+WATCHED_INFORMERS = len(fields(Caches)) + 1
+"""The informers `watched_caches` builds, and the VolumeSnapshotContents' where the snapshot API
+is served (the loop stops each within its own second)."""
 
 
 def watched_caches(

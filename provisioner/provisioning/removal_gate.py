@@ -33,6 +33,13 @@ moment it asks):
   (`sharing`); no marker can name a live volume of it, so its node-side check is the removal
   script's own: no symbolic link on the way, and unchanged for `--older-than`.
 
+- **A snapshot** (`SNAPSHOT_DELETE`: its data in the snapshot area of its source's base path) goes
+  only when its VolumeSnapshotContent is being deleted with deletionPolicy Delete and names the
+  snapshot its setup does (`snapshot`, from the contents informer: contents are cluster-scoped,
+  written by admins and controllers only). The permit travels on the content (snapshot_handoff
+  .SnapshotRemoval); the node re-reads the content before it acts, and removes only a snapshot
+  whose marker names it (`snapshot_owner`).
+
 Where reads are taken, and where the cache is trusted (the benchmark counts requests per
 volume, so the common path takes none): a first teardown of a Released PV is decided from the
 informer and the book: the informer saw the PV Released (a PV is never un-released), the book
