@@ -217,6 +217,7 @@ class LocalPathProvisioner:
                 book_lock=self._paths_lock,
                 rules_of=self._current_rules,
                 on_budget_changed=self.poke_capacity,
+                wake=lambda name: queue.add((SNAPSHOT, name)),
                 driver=csi_driver,
                 provisioner_name=provisioner_name,
             )
@@ -274,6 +275,8 @@ class LocalPathProvisioner:
             waiting = self._waiting.pop(volume_name, set()) if freed else set()
             expansions, self._expansions_waiting_for_room = self._expansions_waiting_for_room, set()
         self._wake(waiting, expansions)
+        if self.snapshots is not None:
+            self.snapshots.budget_freed()
 
     def node_gone(self, node_name: str) -> None:
         """A node went: its volumes' grace period (for classes that opt in) starts now."""

@@ -132,6 +132,7 @@ class SnapshotContents:
         book_lock: threading.Lock,
         rules_of: Callable[[str], ClassRules | None],
         on_budget_changed: Callable[[], None],
+        wake: Callable[[str], None],
         driver: str,
         provisioner_name: str,
     ) -> None:
@@ -145,6 +146,11 @@ class SnapshotContents:
         self._book_lock = book_lock
         self._rules_of = rules_of
         self._on_budget_changed = on_budget_changed
+        self._wake = wake
+        # Contents refused for want of room (or a source not bound yet): looked at again when a
+        # volume or a snapshot goes and gives its budget back, not only after their backoff.
+        self._waiting: set[str] = set()
+        self._waiting_lock = threading.Lock()
         self._driver = driver
         self._name = provisioner_name
 
@@ -170,7 +176,17 @@ class SnapshotContents:
     def content_gone(self, name: str) -> None:
         with self._book_lock:
             self._book.forget(snapshot_book_key(name))
+        with self._waiting_lock:
+            self._waiting.discard(name)
         self._on_budget_changed()
+        self.budget_freed()
+
+    def budget_freed(self) -> None:
+        """A volume or a snapshot went: the contents refused for want of room look again."""
+        with self._waiting_lock:
+            waiting, self._waiting = self._waiting, set()
+        for name in sorted(waiting):
+            self._wake(name)
 
     # -- a worker's ---------------------------------------------------------------------------
 
@@ -246,6 +262,8 @@ class SnapshotContents:
                 content_reference(content), "SnapshotCreationFailed", action.message
             )
         if not action.lasting:
+            with self._waiting_lock:
+                self._waiting.add(content.name)
             raise ActionFailed(action.message)
 
     def _permit(self, content: ContentFacts, action: AskRemovalPermit) -> None:

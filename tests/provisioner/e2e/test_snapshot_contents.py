@@ -27,6 +27,7 @@ from provisioner.objects.snapshot_handoff import (
     SnapshotSetup,
     snapshot_handle,
 )
+from tests.provisioner.e2e.capacity_support import published
 from tests.provisioner.e2e.support import (
     ConfigFiles,
     ProvisionerSetup,
@@ -223,6 +224,14 @@ def test_a_snapshot_is_admitted_over_budget_refused_and_deleted_through_the_gate
         ]
     )
     assert not snapshot.imported
+    # The scheduler's picture counts the snapshot: 5Gi less the claim's 2Gi and the snapshot's.
+    storage_class = f"csi-{setup.suffix}"
+
+    def node_1_free() -> int | None:
+        free = published(setup, storage_class).get("node-1")
+        return free if free == GIB else None
+
+    eventually(node_1_free, 30, "node-1's published capacity to count the snapshot")
     api.act_as_node(content, snapshot, "node-1")
     ready = api.wait_ready("s1")
     assert ready["status"]["restoreSize"] in ("2Gi", str(2 * GIB), 2 * GIB)
