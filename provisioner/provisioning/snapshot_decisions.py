@@ -176,9 +176,11 @@ def decide_content(
     *,
     driver: str,
     provisioner_name: str,
+    nodes: NodeListing,
 ) -> SnapshotAction:
     """What a content calls for. `source` is the PV its volumeHandle names (None: none),
-    `rules` that PV's class's rules, `book_entries` the path book under its lock."""
+    `rules` that PV's class's rules, `book_entries` the path book under its lock, `nodes` the
+    cluster's (an import's handle must name one of them)."""
     if content.driver != driver:
         return NoSnapshotAction(f"driver {content.driver} is not ours")
     if content.being_deleted:
@@ -186,13 +188,14 @@ def decide_content(
     if SNAPSHOT_SETUP_ANNOTATION in content.annotations:
         return NoSnapshotAction("admitted")
     if content.pre_provisioned:
-        return decide_import(content)
+        return decide_import(content, nodes)
     return decide_snapshot(content, source, rules, book_entries, provisioner_name=provisioner_name)
 
 
-def decide_import(content: ContentFacts) -> AdmitSnapshot | RefuseSnapshot:
+def decide_import(content: ContentFacts, nodes: NodeListing) -> AdmitSnapshot | RefuseSnapshot:
     """A pre-provisioned content: its handle names a node and an id, never a path; the node
-    confirms it holds that snapshot (its own record), else it writes the error."""
+    confirms it holds that snapshot (its own record), else it writes the error. A node key no
+    node carries would leave the content waiting for nobody: refused until one does."""
     handle = content.snapshot_handle or ""
     parsed = parse_snapshot_handle(handle)
     if parsed is None:
@@ -201,6 +204,12 @@ def decide_import(content: ContentFacts) -> AdmitSnapshot | RefuseSnapshot:
             " (v1/<node>/<32 hex digits>)"
         )
     node_key, found_id = parsed
+    if node_of_key(node_key, nodes) is None:
+        return RefuseSnapshot(
+            f"snapshot handle {handle!r} names node {node_key}, which is not a node of this"
+            " cluster",
+            lasting=False,
+        )
     # No base path is known here: the node takes the snapshot's place from its own record.
     setup = SnapshotSetup(
         snapshot_id=found_id,
@@ -316,12 +325,15 @@ def snapshot_entry(content: ContentFacts, node: str) -> PathEntry | None:
 
 
 def content_node(content: ContentFacts, nodes: NodeListing) -> str | None:
-    """The node whose NODE_LABEL value the content carries: the node of that name when there
-    is one (the value is the name itself for nearly every node), else the one whose hashed
-    value it is (`node_label_value`); None when no node carries it."""
+    """The node whose NODE_LABEL value the content carries; None when no node carries it."""
     value = content.labels.get(NODE_LABEL)
-    if value is None:
-        return None
+    return None if value is None else node_of_key(value, nodes)
+
+
+def node_of_key(value: str, nodes: NodeListing) -> str | None:
+    """The node a NODE_LABEL value names: the node of that name when there is one (the value is
+    the name itself for nearly every node), else the one whose hashed value it is
+    (`node_label_value`); None when no node carries it."""
     names = [name for name, _ in nodes.items()]
     if value in names:
         return value

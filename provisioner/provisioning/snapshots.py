@@ -205,6 +205,7 @@ class SnapshotContents:
                 self._book.entries(),
                 driver=self._driver,
                 provisioner_name=self._name,
+                nodes=self._nodes,
             )
             if isinstance(action, AdmitSnapshot) and action.entry is not None:
                 entry = action.entry
@@ -224,15 +225,12 @@ class SnapshotContents:
                 log.debug("content %s: %s", name, action.why)
 
     def _admit(self, content: ContentFacts, action: AdmitSnapshot) -> None:
-        body = {
-            "metadata": {
-                "labels": {NODE_LABEL: action.node_key},
-                "annotations": {
-                    BEING_CREATED_ANNOTATION: "yes",
-                    SNAPSHOT_SETUP_ANNOTATION: action.setup.to_json(),
-                },
-            }
-        }
+        annotations = {SNAPSHOT_SETUP_ANNOTATION: action.setup.to_json()}
+        if not action.setup.imported:
+            # As the sidecar marks a snapshot it is taking. An import takes nothing: the node
+            # only confirms it, so nothing may hold the content's deletion back meanwhile.
+            annotations[BEING_CREATED_ANNOTATION] = "yes"
+        body = {"metadata": {"labels": {NODE_LABEL: action.node_key}, "annotations": annotations}}
         try:
             self._patch(content.name, body)
         except ActionFailed:

@@ -26,6 +26,7 @@ from provisioner.objects.snapshot_handoff import (
     SnapshotRemoval,
     SnapshotSetup,
     snapshot_handle,
+    snapshot_id,
 )
 from tests.provisioner.e2e.capacity_support import published
 from tests.provisioner.e2e.support import (
@@ -129,6 +130,28 @@ class Snapshots:
                 return None
             raise
         return cast("dict[str, Any]", found)
+
+    def import_content(self, short_name: str, handle: str) -> str:
+        """A pre-provisioned content (Retain), as an admin makes one, for the VolumeSnapshot
+        `short_name` of the setup's namespace."""
+        name = f"{short_name}-{self.setup.suffix}"
+        self.custom.create_cluster_custom_object(
+            GROUP,
+            VERSION,
+            "volumesnapshotcontents",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "VolumeSnapshotContent",
+                "metadata": {"name": name},
+                "spec": {
+                    "driver": self.driver,
+                    "deletionPolicy": "Retain",
+                    "source": {"snapshotHandle": handle},
+                    "volumeSnapshotRef": {"name": short_name, "namespace": self.setup.namespace},
+                },
+            },
+        )
+        return name
 
     def patch_content(self, name: str, body: dict[str, Any], *, status: bool = False) -> None:
         patch = (
@@ -282,29 +305,22 @@ def test_a_snapshot_is_admitted_over_budget_refused_and_deleted_through_the_gate
 def test_a_bad_handle_is_refused_and_retain_lets_go_at_once(
     snapshots: tuple[ProvisionerSetup, Snapshots, str],
 ) -> None:
-    setup, api, _ = snapshots
+    _, api, _ = snapshots
     # A pre-provisioned content whose handle is a path: never ours.
-    imported = f"imported-{setup.suffix}"
-    api.custom.create_cluster_custom_object(
-        GROUP,
-        VERSION,
-        "volumesnapshotcontents",
-        {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "VolumeSnapshotContent",
-            "metadata": {"name": imported},
-            "spec": {
-                "driver": api.driver,
-                "deletionPolicy": "Retain",
-                "source": {"snapshotHandle": "/etc/passwd"},
-                "volumeSnapshotRef": {"name": "imp", "namespace": setup.namespace},
-            },
-        },
-    )
-    api.create("imp", {"volumeSnapshotContentName": imported})
-    assert "'/etc/passwd' is not one of this provisioner's" in api.error("imp")
+    imported = api.import_content("bad", "/etc/passwd")
+    api.create("bad", {"volumeSnapshotContentName": imported})
+    assert "'/etc/passwd' is not one of this provisioner's" in api.error("bad")
     annotations = (api.content(imported) or {}).get("metadata", {}).get("annotations") or {}
     assert SNAPSHOT_SETUP_ANNOTATION not in annotations
+
+    # One of ours is handed to its node to confirm (its record, not the handle, says where).
+    good = api.import_content("good", snapshot_handle("node-2", snapshot_id("old")))
+    api.create("good", {"volumeSnapshotContentName": good})
+    found, setup_fields = api.admitted(good)
+    assert found["metadata"]["labels"][NODE_LABEL] == "node-2"
+    assert setup_fields.imported
+    assert setup_fields.snapshot_id == snapshot_id("old")
+    assert BEING_CREATED_ANNOTATION not in found["metadata"]["annotations"]
 
     # Retain: the content is let go when it is deleted, with no permit: the data stays.
     retain_class = api.create_class("retain", "Retain")
@@ -319,5 +335,8 @@ def test_a_bad_handle_is_refused_and_retain_lets_go_at_once(
     api.custom.delete_cluster_custom_object(GROUP, VERSION, "volumesnapshotcontents", content)
     wait_gone(lambda: api.content(content), 30, f"content {content} let go")
     # Cleaning up what the test made by hand.
-    api.delete("imp")
-    api.custom.delete_cluster_custom_object(GROUP, VERSION, "volumesnapshotcontents", imported)
+    for snapshot_name, content_name in (("bad", imported), ("good", good)):
+        api.delete(snapshot_name)
+        api.custom.delete_cluster_custom_object(
+            GROUP, VERSION, "volumesnapshotcontents", content_name
+        )

@@ -80,7 +80,15 @@ def decide(
     source: VolumeRecord | None = SOURCE,
     book: list[PathEntry] | None = None,
 ) -> object:
-    return decide_content(content, source, RULES, book or [], driver=DRIVER, provisioner_name=ME)
+    return decide_content(
+        content,
+        source,
+        RULES,
+        book or [],
+        driver=DRIVER,
+        provisioner_name=ME,
+        nodes=_Nodes(["n1", "n2"]),
+    )
 
 
 def test_a_snapshot_of_our_bound_csi_volume_is_admitted_on_its_node_in_its_base_path() -> None:
@@ -176,6 +184,16 @@ def test_a_pre_provisioned_content_is_labelled_for_its_handle_s_node_and_importe
     assert admitted.setup.snapshot_id == found
     assert admitted.entry is None
     assert SnapshotSetup.from_json(admitted.setup.to_json()) == admitted.setup
+
+
+def test_a_handle_naming_no_node_of_the_cluster_is_refused_until_one_carries_it() -> None:
+    handle = snapshot_handle("gone", snapshot_id("old"))
+    content = dataclasses.replace(CONTENT, volume_handle=None, snapshot_handle=handle)
+    refused = decide(content, source=None)
+    assert refused == RefuseSnapshot(
+        f"snapshot handle {handle!r} names node gone, which is not a node of this cluster",
+        lasting=False,
+    )
 
 
 @pytest.mark.parametrize(
