@@ -75,6 +75,9 @@ class ContentFacts:
     being_deleted: bool = False
     error_message: str | None = None
     """status.error.message, as last written (by us or the node)."""
+    resource_version: str = ""
+    """As read: the admission's PATCH is sent on this version only (a stale cache must not
+    mark a content being-created again after its node lifted that)."""
 
     @property
     def pre_provisioned(self) -> bool:
@@ -111,6 +114,7 @@ def content_facts(obj: Mapping[str, Any]) -> ContentFacts:
         finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
         being_deleted=meta.get("deletionTimestamp") is not None,
         error_message=_text_or_none(error.get("message")),
+        resource_version=str(meta.get("resourceVersion", "")),
     )
 
 

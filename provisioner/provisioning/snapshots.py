@@ -230,14 +230,24 @@ class SnapshotContents:
             # As the sidecar marks a snapshot it is taking. An import takes nothing: the node
             # only confirms it, so nothing may hold the content's deletion back meanwhile.
             annotations[BEING_CREATED_ANNOTATION] = "yes"
-        body = {"metadata": {"labels": {NODE_LABEL: action.node_key}, "annotations": annotations}}
+        metadata: dict[str, Any] = {
+            "labels": {NODE_LABEL: action.node_key},
+            "annotations": annotations,
+        }
+        if content.resource_version:
+            # Only on the content as decided: a stale cache's second admission (the node may
+            # have made the snapshot and lifted being-created since) gets a conflict instead.
+            metadata["resourceVersion"] = content.resource_version
         try:
-            self._patch(content.name, body)
+            self._patch(content.name, {"metadata": metadata})
         except ActionFailed:
             if action.entry is not None:
                 with self._book_lock:
                     self._book.cancel_reservation(action.entry.volume_name)
             raise
+        if content.error_message is not None:
+            # Ours, from an earlier refusal (room was short): the content is admitted now.
+            self._patch(content.name, {"status": {"error": None}}, status=True)
         if action.entry is not None:
             self._on_budget_changed()
         log.info(

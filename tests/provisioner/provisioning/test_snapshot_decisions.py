@@ -277,6 +277,7 @@ def test_content_facts_read_the_json_of_a_content() -> None:
         "metadata": {
             "name": "snapcontent-1",
             "uid": "uid-c1",
+            "resourceVersion": "42",
             "labels": {NODE_LABEL: "n1"},
             "annotations": {SNAPSHOT_SETUP_ANNOTATION: SETUP.to_json()},
             "finalizers": [CONTENT_FINALIZER],
@@ -294,6 +295,7 @@ def test_content_facts_read_the_json_of_a_content() -> None:
     assert facts.being_deleted
     assert facts.source_volume_mode == "Block"
     assert facts.error_message == "no room"
+    assert facts.resource_version == "42"
     assert facts.setup() == SETUP
     assert content_node(facts, _Nodes(["n1"])) == "n1"
     assert snapshot_entry(facts, "n1") == PathEntry(
