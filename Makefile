@@ -51,7 +51,7 @@ lint:
 	@$(VENV)/bin/lint-imports --config pyproject.toml
 
 test: tools reference node-tools csi-sanity snapshot-controller engine image lint
-	@$(PY) -m pytest -m "not slow"
+	@$(PY) -m pytest -m "not slow" --durations=40
 
 # The documentation site, from docs/ into site/ (git-ignored). `make test` builds it with
 # --strict too (tests/docs/test_site.py): a broken link or a page missing from the nav fails.

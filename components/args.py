@@ -294,6 +294,20 @@ TopologyTerm = tuple[LabelExpression, ...]
 
 
 @dataclass(frozen=True)
+class SnapshotClassArgs:
+    """The VolumeSnapshotClass of a CSI class (stack config `storageClasses[].snapshotClass`):
+    snapshots of its volumes are taken by the node plugin's driver."""
+
+    name: str
+    """The VolumeSnapshotClass's name (cluster-wide; the StorageClass's name unless given)."""
+    deletion_policy: str = "Delete"
+    """Delete (deleting a VolumeSnapshot removes its data, by the removal gate) or Retain (the
+    data stays, to import again by handle)."""
+    default: bool = False
+    """The default class of the driver's snapshots (the is-default-class annotation)."""
+
+
+@dataclass(frozen=True)
 class StorageClassArgs:
     """One StorageClass served by the provisioner."""
 
@@ -322,6 +336,8 @@ class StorageClassArgs:
     allow_volume_expansion: bool = True
     """Let claims grow: the runtime grants an expansion when the volume's path has room
     (docs/configure.md, "Budgets, size limits and scheduler-visible capacity")."""
+    snapshot_class: SnapshotClassArgs | None = None
+    """A CSI class's VolumeSnapshotClass; None: the stack deploys none for it."""
 
     def all_parameters(self) -> dict[str, str]:
         """The class's parameters including the one derived from volume_type."""
@@ -359,3 +375,7 @@ class StorageClassesArgs:
     adopted: tuple[str, ...] = ()
     """Names of classes that exist already (rancher's, stack config `adopt`): imported, and
     left in the cluster when the stack deletes them."""
+    look_up_snapshot_crd: bool = True
+    """With a snapshot class: read the VolumeSnapshotClass CRD from the cluster first, so a
+    cluster without the snapshot API fails preview rather than the update halfway; False in
+    render mode (no cluster)."""

@@ -18,6 +18,11 @@ from components.rbac import PolicyRule
 from provisioner.configuration.config import ProvisionerConfig
 from provisioner.csi.driver_name import driver_name_for
 from provisioner.objects.node_handoff import NODE_LABEL
+from provisioner.objects.snapshot_handoff import (
+    BEING_CREATED_ANNOTATION,
+    SNAPSHOT_GROUP,
+    SNAPSHOT_REMOVED_ANNOTATION,
+)
 
 DAEMON_SET_NAME = "local-path-storage-node-plugin"
 APP_NAME = "local-path-storage-node-plugin"
@@ -45,6 +50,12 @@ RULES: tuple[PolicyRule, ...] = (
     # holds each plugin to its own node's PVs, which RBAC cannot express.
     PolicyRule("", ("persistentvolumes",), ("get", "list", "watch", "patch")),
     PolicyRule("", ("events",), ("create", "patch")),
+    # Its own node's VolumeSnapshotContents, the same way (provisioner/objects/
+    # snapshot_handoff.py): it takes a snapshot the controller admitted, reports it in the
+    # status and lifts the annotations; the admission policy holds it to its node's contents
+    # and to those annotations.
+    PolicyRule(SNAPSHOT_GROUP, ("volumesnapshotcontents",), ("get", "list", "watch", "patch")),
+    PolicyRule(SNAPSHOT_GROUP, ("volumesnapshotcontents/status",), ("patch",)),
 )
 """Cluster-wide rights of the node plugin's service account: nothing else (no claims, no pods,
 no nodes, no secrets)."""
@@ -211,11 +222,20 @@ def service_account_username(namespace: str) -> str:
     return f"system:serviceaccount:{namespace}:{SERVICE_ACCOUNT}"
 
 
+SNAPSHOT_CONTENT_ANNOTATIONS = (BEING_CREATED_ANNOTATION, SNAPSHOT_REMOVED_ANNOTATION)
+"""The only annotations the node plugin may change on a VolumeSnapshotContent: it lifts the
+common controller's being-created mark once the snapshot is taken, and marks the snapshot's
+data removed (provisioner/objects/snapshot_handoff.py). The setup and the removal permit are
+the controller's: a plugin that could write them would grant itself a removal."""
+
+
 def admission_policy_spec(namespace: str) -> dict[str, Any]:
     """A ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1): the node plugin's account
-    may update (a patch is an update to admission) only a PV labelled with its own node, before
-    and after, and may not change its spec: RBAC alone would let any node's plugin rewrite
-    every PV.
+    may update (a patch is an update to admission) only a PV or a VolumeSnapshotContent
+    labelled with its own node, before and after, and may not change its spec: RBAC alone
+    would let any node's plugin rewrite every PV and every content. On a content it may change
+    no label, no finalizer and no annotation but SNAPSHOT_CONTENT_ANNOTATIONS; its status
+    (the /status subresource) it may update, as the snapshot's taker must.
 
     The node comes from the token, not from the request: `userInfo.extra[NODE_NAME_EXTRA]`.
     The label holds `node_label_value(node)`, which is the node's name when it is a valid label
@@ -223,6 +243,7 @@ def admission_policy_spec(namespace: str) -> dict[str, Any]:
     so the policy refuses the plugin of such a node (its volumes' removal marks wait)."""
     label = f"object.metadata.labels[{_cel(NODE_LABEL)}]"
     old_label = f"oldObject.metadata.labels[{_cel(NODE_LABEL)}]"
+    allowed = "[" + ", ".join(_cel(key) for key in SNAPSHOT_CONTENT_ANNOTATIONS) + "]"
     return {
         "failure_policy": "Fail",
         "match_constraints": {
@@ -232,7 +253,13 @@ def admission_policy_spec(namespace: str) -> dict[str, Any]:
                     "api_versions": ["v1"],
                     "operations": ["UPDATE"],
                     "resources": ["persistentvolumes", "persistentvolumes/status"],
-                }
+                },
+                {
+                    "api_groups": [SNAPSHOT_GROUP],
+                    "api_versions": ["v1"],
+                    "operations": ["UPDATE"],
+                    "resources": ["volumesnapshotcontents", "volumesnapshotcontents/status"],
+                },
             ]
         },
         "match_conditions": [
@@ -250,12 +277,35 @@ def admission_policy_spec(namespace: str) -> dict[str, Any]:
                     f" request.userInfo.extra ? request.userInfo.extra[{_cel(NODE_NAME_EXTRA)}][0]"
                     " : ''"
                 ),
-            }
+            },
+            {
+                "name": "content",
+                "expression": "request.resource.resource == 'volumesnapshotcontents'",
+            },
+            {
+                "name": "what",
+                "expression": "variables.content ? 'VolumeSnapshotContents' : 'PVs'",
+            },
+            {
+                "name": "annotations",
+                "expression": (
+                    "has(object.metadata.annotations) ? object.metadata.annotations : {}"
+                ),
+            },
+            {
+                "name": "oldAnnotations",
+                "expression": (
+                    "has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}"
+                ),
+            },
         ],
         "validations": [
             {
                 "expression": "variables.node != ''",
-                "message": "the node plugin updates PVs only with a token bound to its pod",
+                "message_expression": (
+                    "'the node plugin updates ' + variables.what + ' only with a token bound to"
+                    " its pod'"
+                ),
             },
             {
                 "expression": (
@@ -265,13 +315,36 @@ def admission_policy_spec(namespace: str) -> dict[str, Any]:
                     f" object.metadata.labels && {label} == variables.node"
                 ),
                 "message_expression": (
-                    "'the node plugin of node ' + variables.node + ' may update only the PVs"
-                    f" labelled {NODE_LABEL}=' + variables.node"
+                    "'the node plugin of node ' + variables.node + ' may update only the '"
+                    f" + variables.what + ' labelled {NODE_LABEL}=' + variables.node"
                 ),
             },
             {
                 "expression": "object.spec == oldObject.spec",
-                "message": "the node plugin may change a PV's annotations, never its spec",
+                "message_expression": (
+                    "'the node plugin may change the annotations of ' + variables.what + ',"
+                    " never their spec'"
+                ),
+            },
+            {
+                "expression": (
+                    "!variables.content || ("
+                    "(has(object.metadata.labels) ? object.metadata.labels : {})"
+                    " == (has(oldObject.metadata.labels) ? oldObject.metadata.labels : {})"
+                    " && (has(object.metadata.finalizers) ? object.metadata.finalizers : [])"
+                    " == (has(oldObject.metadata.finalizers) ? oldObject.metadata.finalizers"
+                    " : [])"
+                    f" && variables.annotations.all(k, k in {allowed}"
+                    " || (k in variables.oldAnnotations"
+                    " && variables.oldAnnotations[k] == variables.annotations[k]))"
+                    f" && variables.oldAnnotations.all(k, k in {allowed}"
+                    " || k in variables.annotations))"
+                ),
+                "message": (
+                    "the node plugin may change a VolumeSnapshotContent's annotations "
+                    + " and ".join(SNAPSHOT_CONTENT_ANNOTATIONS)
+                    + " and its status, no other annotation, label or finalizer"
+                ),
             },
         ],
     }

@@ -42,6 +42,18 @@ class TopologySelectorTerm(TypedDict, total=False):
     """The expressions, all of which must match."""
 
 
+class SnapshotClass(TypedDict, total=False):
+    """The VolumeSnapshotClass of a csi class: snapshots taken by the node plugin's driver."""
+
+    name: pulumi.Input[str]
+    """VolumeSnapshotClass name (cluster-wide); default: the StorageClass's."""
+    deletion_policy: pulumi.Input[str]
+    """Delete (the default: deleting a VolumeSnapshot removes its data) or Retain (the data
+    stays, to import again by its handle)."""
+    default: pulumi.Input[bool]
+    """The default snapshot class of the driver (at most one class)."""
+
+
 class StorageClass(TypedDict, total=False):
     """One StorageClass served by the provisioner (a storageClasses entry of the stack)."""
 
@@ -70,6 +82,9 @@ class StorageClass(TypedDict, total=False):
     """Mount options copied into each PersistentVolume."""
     allow_volume_expansion: pulumi.Input[bool]
     """Let claims grow when the volume's path has room (default true)."""
+    snapshot_class: pulumi.Input[SnapshotClass]
+    """With volumeType csi: a VolumeSnapshotClass of the node plugin's driver (needs the
+    snapshot CRDs and snapshot-controller, external-snapshotter v8)."""
 
 
 class NodePathMapEntry(TypedDict, total=False):

@@ -54,6 +54,7 @@ from components.capacity_scheduling import csi_driver_name_problem
 from components.node_plugin import driver_name
 from components.node_plugin_keys import NODE_PLUGIN_KEY, NodePluginKeys
 from components.node_plugin_settings import check_csi_class, node_plugin_args, volume_type_key
+from components.snapshot_classes import SnapshotClassKeys, check_snapshot_class, snapshot_class_key
 from components.stack_values import (
     InvalidValueError,
     SettingsError,
@@ -223,6 +224,8 @@ def parse_settings(
             provisioner_name=names.provisioner_name,
             common_labels=names.common_labels or {},
             adopted=adoption.storage_classes if adoption is not None else (),
+            # Render mode has no cluster to read the CRD from.
+            look_up_snapshot_crd=names.render_yaml_to_directory is None,
         ),
         render_yaml_to_directory=names.render_yaml_to_directory,
         warnings=warnings,
@@ -402,6 +405,7 @@ STORAGE_CLASS_KEYS = (
     "allowedTopologies",
     "mountOptions",
     "allowVolumeExpansion",
+    "snapshotClass",
 )
 """The keys of a storageClasses entry, in the order an unknown key's message lists them."""
 
@@ -431,6 +435,8 @@ class _StorageClassKeys(BaseModel):
     allowed_topologies: Annotated[tuple[TopologyTerm, ...] | None, topologies()] = None
     mount_options: Annotated[tuple[str, ...] | None, strings()] = None
     allow_volume_expansion: Annotated[bool | None, boolean()] = None
+    snapshot_class: Annotated[SnapshotClassKeys | None, snapshot_class_key()] = None
+    """A csi class's VolumeSnapshotClass (components/snapshot_classes.py)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -446,6 +452,8 @@ class _StorageClassKeys(BaseModel):
 
     def to_args(self) -> StorageClassArgs:
         given = {name: value for name, value in self if name in self.model_fields_set}
+        if self.snapshot_class is not None:
+            given["snapshot_class"] = self.snapshot_class.to_args(self.name)
         return StorageClassArgs(**given)
 
 
@@ -622,6 +630,7 @@ def _storage_classes(text: str | None, config: ProvisionerConfig) -> tuple[Stora
                     f"({show(earlier.name)}) already is",
                 )
         _check_against_config(key, storage_class, config)
+        check_snapshot_class(key, storage_class, classes)
         try:
             check_affinity_key_agrees(
                 storage_class.name,

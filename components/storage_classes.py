@@ -17,8 +17,9 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as kubernetes
 
-from components import naming
-from components.args import StorageClassesArgs, TopologyTerm
+from components import naming, snapshot_classes
+from components.args import SnapshotClassArgs, StorageClassesArgs, TopologyTerm
+from components.node_plugin import driver_name
 from components.plain_args import refuse_outputs
 
 IMMUTABLE_FIELDS = ("parameters", "provisioner", "reclaimPolicy", "volumeBindingMode")
@@ -45,6 +46,16 @@ def _class_options(parent: pulumi.Resource, name: str, adopted: bool) -> pulumi.
     return pulumi.ResourceOptions(
         parent=parent, replace_on_changes=list(IMMUTABLE_FIELDS), delete_before_replace=True
     )
+
+
+class VolumeSnapshotClass(pulumi.CustomResource):
+    """A snapshot.storage.k8s.io/v1 VolumeSnapshotClass: the SDK's CustomResource takes only a
+    spec, and this kind's fields (driver, deletionPolicy) are top-level."""
+
+    def __init__(self, name: str, body: dict[str, object], opts: pulumi.ResourceOptions) -> None:
+        super().__init__(
+            f"kubernetes:{snapshot_classes.API_VERSION}:{snapshot_classes.KIND}", name, body, opts
+        )
 
 
 class StorageClasses(pulumi.ComponentResource):
@@ -85,5 +96,39 @@ class StorageClasses(pulumi.ComponentResource):
                 opts=_class_options(self, storage_class.name, storage_class.name in args.adopted),
             )
             names.append(resource.metadata.name)
+        self._snapshot_classes(name, args)
         self.class_names = pulumi.Output.all(*names).apply(lambda values: [str(v) for v in values])
         self.register_outputs({"class_names": self.class_names})
+
+    def _snapshot_classes(self, name: str, args: StorageClassesArgs) -> None:
+        """The csi classes' VolumeSnapshotClasses. Applying to a cluster, the stack first reads
+        the VolumeSnapshotClass CRD: a cluster without the snapshot API fails preview on that
+        read (naming the CRD), before anything is changed, instead of failing the update
+        halfway. Rendering, there is no cluster to ask."""
+        wanted: dict[str, SnapshotClassArgs] = {
+            c.name: c.snapshot_class for c in args.classes if c.snapshot_class is not None
+        }
+        if not wanted:
+            return
+        depends_on: list[pulumi.Resource] = []
+        if args.look_up_snapshot_crd:
+            depends_on.append(
+                kubernetes.apiextensions.v1.CustomResourceDefinition.get(
+                    f"{name}-volumesnapshotclass-crd",
+                    snapshot_classes.CRD_NAME,
+                    opts=pulumi.ResourceOptions(parent=self),
+                )
+            )
+        driver = driver_name(args.provisioner_name)
+        labels = {**args.common_labels, **naming.labels(name, "snapshotclass")}
+        for class_name, snapshot_class in wanted.items():
+            VolumeSnapshotClass(
+                f"{name}-{class_name}-snapshotclass",
+                snapshot_classes.volume_snapshot_class(
+                    snapshot_class,
+                    driver,
+                    labels,
+                    naming.FIELD_OWNERSHIP_ANNOTATIONS,
+                ),
+                pulumi.ResourceOptions(parent=self, depends_on=depends_on),
+            )

@@ -39,6 +39,7 @@ KERNEL_TUNABLES = (
 kernel.panic=10, kernel.panic_on_oops=1, ...); the CNI bridge plugin turns on ip_forward when
 it is a gateway (it is not, here, but a restored value costs nothing)."""
 CGROUP_REMOVE_SECONDS = 10.0
+LOOP_DETACH_SECONDS = 10.0
 
 
 def _ip(*arguments: str) -> None:
@@ -100,6 +101,7 @@ class HostChanges:
             "cgroup_roots": [],
             "containerd_sockets": [],
             "mount_points": [],
+            "loop_images": [],
         }
         self.problems: list[str] = []
 
@@ -162,6 +164,13 @@ class HostChanges:
         self.record["containerd_sockets"].append(str(socket))
         self._save()
 
+    def note_loop_image(self, image: Path) -> None:
+        """A file a node loop-mounts in its namespace (its btrfs disk): the mount goes with the
+        namespace and autoclear frees the device; a device still backed by it at the undo (a
+        namespace that outlived its harness) is detached."""
+        self.record["loop_images"].append(str(image))
+        self._save()
+
     def undo_all(self) -> None:
         """Undoes every change; what could not be undone is in `problems`."""
         self.problems = undo_recorded(self.record)
@@ -189,6 +198,11 @@ def undo_recorded(record: dict[str, Any]) -> list[str]:
                 _remove_cgroup_tree(hierarchy / root.lstrip("/"))
             except OSError as error:
                 problems.append(f"remove cgroup {hierarchy / root}: {error}")
+    for image in record.get("loop_images", []):
+        try:
+            detach_loop_devices(Path(image))
+        except ClusterError as error:
+            problems.append(f"detach the loop devices of {image}: {error}")
     for made in record.get("mount_points", []):
         try:
             Path(made).rmdir()
@@ -231,6 +245,34 @@ def undo_abandoned(record_path: Path) -> None:
             f"host ({record_path}): {problems[0]}"
         )
     record_path.unlink()
+
+
+def detach_loop_devices(image: Path) -> None:
+    """Detaches every loop device backed by `image` (as `losetup -j` finds them) and waits until
+    none is: a device whose mount is still being dropped (its namespace's last process has only
+    just died) is marked to go and goes a moment later."""
+    deadline = time.monotonic() + LOOP_DETACH_SECONDS
+    while devices := _loop_devices_of(image):
+        for device in devices:
+            result = subprocess.run(
+                ["losetup", "-d", device], capture_output=True, text=True, check=False
+            )
+            if result.returncode != 0 and "No such device" not in result.stderr:
+                raise ClusterError(f"localcluster: `losetup -d {device}`: {result.stderr.strip()}")
+        if time.monotonic() >= deadline:
+            raise ClusterError(f"localcluster: {', '.join(devices)} still attached to {image}")
+        time.sleep(0.1)
+
+
+def _loop_devices_of(image: Path) -> list[str]:
+    if not image.exists():
+        return []
+    found = subprocess.run(
+        ["losetup", "-j", str(image)], capture_output=True, text=True, check=False
+    )
+    if found.returncode != 0:
+        raise ClusterError(f"localcluster: `losetup -j {image}` failed: {found.stderr.strip()}")
+    return [line.split(":", 1)[0] for line in found.stdout.splitlines() if line]
 
 
 def shim_pids(sockets: list[str]) -> set[int]:

@@ -18,6 +18,7 @@ by name.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -29,6 +30,8 @@ from localcluster.host_changes import cgroup_pids, kill_all
 from localcluster.node_binaries import NodeBinaries
 from localcluster.processes import ManagedProcess
 from localcluster.real_node_config import (
+    BTRFS_IMAGE_BYTES,
+    BTRFS_MOUNT,
     RealNodePlan,
     cni_config,
     containerd_config,
@@ -47,6 +50,22 @@ def mount_namespace(pid: int) -> str | None:
         return str(Path(f"/proc/{pid}/ns/mnt").readlink())
     except OSError:
         return None
+
+
+def make_btrfs_image(image: Path) -> None:
+    """A fresh sparse btrfs image at `image` (its size is BTRFS_IMAGE_BYTES)."""
+    mkfs = shutil.which("mkfs.btrfs")
+    if mkfs is None:
+        raise ClusterError(
+            "localcluster: mkfs.btrfs is missing (the real nodes' btrfs disks need it): run "
+            "`make node-tools`"
+        )
+    image.unlink(missing_ok=True)
+    with image.open("wb") as file:
+        file.truncate(BTRFS_IMAGE_BYTES)
+    result = subprocess.run([mkfs, "-q", str(image)], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise ClusterError(f"localcluster: mkfs.btrfs {image} failed: {result.stderr.strip()}")
 
 
 class RealNode:
@@ -85,6 +104,7 @@ class RealNode:
             path.write_text(text)
         (plan.cni_config_dir / "10-bridge.conflist").write_text(cni_config(plan))
         plan.resolv_conf.write_text("")
+        make_btrfs_image(plan.btrfs_image)
         pki = issue_kubelet_pki(plan.state / "pki", ca, plan.name, plan.node_ip)
         plan.kubelet_config.write_text(
             kubelet_config(plan, ca.cert, (pki.serving.cert, pki.serving.key))
@@ -113,6 +133,11 @@ class RealNode:
             source.mkdir(parents=True, exist_ok=True)
             self._in_namespace("mount", "--bind", str(source), str(target))
         self._in_namespace("mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", "/run")
+        # The btrfs disk: a loop mount made in the namespace (util-linux sets autoclear), so the
+        # mount and its loop device go when the namespace does. Quotas stay off: turning them
+        # on is the node plugin's job, on the first volume it sizes there.
+        (self.plan.disk / BTRFS_MOUNT.relative_to("/")).mkdir(parents=True, exist_ok=True)
+        self._in_namespace("mount", "-o", "loop", str(self.plan.btrfs_image), str(BTRFS_MOUNT))
         # Shared inside the node, as systemd makes / on a real machine: a container's mount
         # with HostToContainer or Bidirectional propagation (a CSI node plugin's, of the
         # kubelet's directory and the base paths) needs its source on a shared mount. The

@@ -43,6 +43,11 @@ KUBELET_ROOT = Path("/var/lib/kubelet")
 (the CSI node plugin's) serves every node, the kubelet's device-plugin socket (always under
 /var/lib/kubelet) is each node's own, and a plugin's socket paths stay short."""
 """The host directories each real node sees as its own disk (see RealNodePlan.disk_mounts)."""
+BTRFS_MOUNT = Path("/mnt/btrfs")
+"""Where every real node has a second disk, btrfs (inside its mount namespace), beside the plain
+directories above: base paths there get subvolumes, quota groups and instant snapshots."""
+BTRFS_IMAGE_BYTES = 4 << 30
+"""The btrfs disk's size: a sparse file, so only what volumes write takes room on the host."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,11 @@ class RealNodePlan:
     def disk(self) -> Path:
         """The node's disk: `cluster.node_dir(name)`, as for kwok nodes."""
         return self.cluster_dir / "nodes" / self.name
+
+    @property
+    def btrfs_image(self) -> Path:
+        """The sparse file behind the node's btrfs disk (loop-mounted at BTRFS_MOUNT)."""
+        return self.state / "btrfs.img"
 
     @property
     def containerd_socket(self) -> Path:

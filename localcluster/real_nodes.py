@@ -158,6 +158,7 @@ class RealNodes:
         for node in self.nodes:
             node.write_configuration(server, ca, self.registry.address)
             self.host.note_containerd(node.plan.containerd_socket)
+            self.host.note_loop_image(node.plan.btrfs_image)
             node.start(deadline)
 
     def check_alive(self) -> None:

@@ -3,8 +3,9 @@ program builds it (components/node_plugin.py), whatever a transformation or anot
 does to it.
 
 - `least-privilege-node-plugin`: the node plugin's ClusterRole (named `<namespace>:node-plugin`)
-  grants nothing beyond reading, watching and patching PVs and writing events. Its PV patches
-  are narrowed further, to its own node's PVs, by the stack's ValidatingAdmissionPolicy.
+  grants nothing beyond reading, watching and patching PVs and VolumeSnapshotContents (and the
+  contents' status) and writing events. Its patches are narrowed further, to its own node's
+  PVs and contents, by the stack's ValidatingAdmissionPolicy.
 - `node-plugin-host-mounts`: a workload that runs the node plugin (`local-path-storage-provisioner
   csi-node-plugin`, or `python -m provisioner.csi`) mounts from the host only the kubelet's
   directory (its `--kubelet-root`, and below it) and the base paths of the stack's config.json
@@ -40,6 +41,10 @@ NODE_PLUGIN_COMMAND = "csi-node-plugin"
 ALLOWED_RIGHTS: Mapping[tuple[str, str], frozenset[str]] = {
     ("", "persistentvolumes"): frozenset({"get", "list", "watch", "patch"}),
     ("", "events"): frozenset({"create", "patch"}),
+    ("snapshot.storage.k8s.io", "volumesnapshotcontents"): frozenset(
+        {"get", "list", "watch", "patch"}
+    ),
+    ("snapshot.storage.k8s.io", "volumesnapshotcontents/status"): frozenset({"patch"}),
 }
 """(API group, resource) -> the verbs the node plugin may have: components/node_plugin.py's
 RULES (a test holds the two equal)."""
@@ -70,7 +75,8 @@ def _role_problems(role: KubeObject) -> list[str]:
                     messages.append(
                         f"{role.label} rules[{index}] grants {sorted(extra)} on"
                         f" {name or '(none)'} of group {group or 'core'!r}: the node plugin may"
-                        " only get/list/watch/patch persistentvolumes and create/patch events;"
+                        " only get/list/watch/patch persistentvolumes and volumesnapshotcontents,"
+                        " patch volumesnapshotcontents/status and create/patch events;"
                         " grant only what components/node_plugin.py lists"
                     )
     return messages

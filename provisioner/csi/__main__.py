@@ -19,13 +19,15 @@ def main() -> None:
         sys.exit(2)
     try:
         volumes = None
+        controller = None
         if options.manage_volumes:
             # The one module of this package that reaches the Kubernetes client, through the
             # volume manager: the gRPC and mount modules stay without one.
             from provisioner.node_volumes.plugin import start_node_volumes  # noqa: PLC0415
 
             volumes = start_node_volumes(options)
-        sys.exit(run(options, volumes))
+            controller = volumes.controller
+        sys.exit(run(options, volumes, controller))
     except NodePluginError as error:
         print(f"csi node plugin: {error}", file=sys.stderr)
         sys.exit(1)

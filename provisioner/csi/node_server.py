@@ -165,6 +165,14 @@ class NodeServer:
         base_path, directory = found
         space = volume_usage.filesystem_space(path)
         usage = volume_usage.directory_usage(path)
+        # On btrfs with a limit the volume's size is its own, not its filesystem's: the
+        # kubelet's numbers (and the condition's free space) are the qgroup's.
+        limited = volume_usage.limited_usage(path)
+        bytes_total, bytes_used, bytes_available = (
+            (space.bytes_total, usage.bytes_used, space.bytes_available)
+            if limited is None
+            else (limited.limit, limited.used, limited.available(space))
+        )
         condition = condition_of(
             VolumeFacts(
                 directory=directory,
@@ -181,9 +189,9 @@ class NodeServer:
             usage=[
                 csi_pb2.VolumeUsage(
                     unit=_Unit.BYTES,
-                    total=space.bytes_total,
-                    used=usage.bytes_used,
-                    available=space.bytes_available,
+                    total=bytes_total,
+                    used=bytes_used,
+                    available=bytes_available,
                 ),
                 csi_pb2.VolumeUsage(
                     unit=_Unit.INODES,

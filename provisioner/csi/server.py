@@ -27,7 +27,13 @@ from provisioner.csi.node_paths import node_base_paths
 from provisioner.csi.node_server import NodeServer, VolumeSetups
 from provisioner.csi.options import NodePluginOptions
 from provisioner.csi.registration_server import RegistrationServer
-from provisioner.csi.services import identity_handler, node_handler, registration_handler
+from provisioner.csi.services import (
+    ControllerService,
+    controller_handler,
+    identity_handler,
+    node_handler,
+    registration_handler,
+)
 from provisioner.process.server import ProbeServer
 
 log = logging.getLogger(__name__)
@@ -94,7 +100,11 @@ class ManagedVolumes(VolumeSetups, Protocol):
     def stop(self) -> None: ...
 
 
-def run(options: NodePluginOptions, volumes: ManagedVolumes | None = None) -> int:
+def run(
+    options: NodePluginOptions,
+    volumes: ManagedVolumes | None = None,
+    controller: ControllerService | None = None,
+) -> int:
     base_paths = load_base_paths(options)
     if not base_paths:
         log.warning(
@@ -111,7 +121,12 @@ def run(options: NodePluginOptions, volumes: ManagedVolumes | None = None) -> in
         {options.topology_key: options.topology_value},
         volume_setups=volumes,
     )
-    server = start_server(options.socket_path, [identity_handler(identity), node_handler(node)])
+    handlers = [identity_handler(identity), node_handler(node)]
+    if controller is not None:
+        # Snapshots only; the Identity keeps not advertising a Controller service, so that
+        # nothing in a cluster expects volume calls of it (services.py).
+        handlers.append(controller_handler(controller))
+    server = start_server(options.socket_path, handlers)
     log.info(
         "CSI node plugin %s serving on %s for node %s, base paths %s",
         options.driver_name,

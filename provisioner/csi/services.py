@@ -3,15 +3,19 @@ the generated messages.
 
 Each RPC is a method that takes the request and returns the response; a CsiError becomes the
 call's status, an OSError an INTERNAL one naming it. Methods not bound here (staging, expansion,
-health, the Controller service) answer UNIMPLEMENTED, as the spec asks of a plugin that does not
-advertise them.
+health, the Controller's volume calls) answer UNIMPLEMENTED, as the spec asks of a plugin that does
+not advertise them.
+
+The Controller service is bound with its snapshot calls only (`ControllerService`): the node
+plugin takes its own node's snapshots (node_volumes.snapshot_rpcs), the same code its
+VolumeSnapshotContent watch runs. Nothing in a cluster calls it; csi-sanity does.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -26,6 +30,7 @@ log = logging.getLogger(__name__)
 
 IDENTITY_SERVICE = "csi.v1.Identity"
 NODE_SERVICE = "csi.v1.Node"
+CONTROLLER_SERVICE = "csi.v1.Controller"
 REGISTRATION_SERVICE = "pluginregistration.Registration"
 
 
@@ -90,6 +95,46 @@ def node_handler(server: NodeServer) -> grpc.GenericRpcHandler:
         ),
     }
     return grpc.method_handlers_generic_handler(NODE_SERVICE, methods)
+
+
+class ControllerService(Protocol):
+    """The Controller calls the node plugin serves: capabilities and snapshots."""
+
+    def controller_get_capabilities(
+        self, request: csi_pb2.ControllerGetCapabilitiesRequest
+    ) -> csi_pb2.ControllerGetCapabilitiesResponse: ...
+
+    def create_snapshot(
+        self, request: csi_pb2.CreateSnapshotRequest
+    ) -> csi_pb2.CreateSnapshotResponse: ...
+
+    def delete_snapshot(
+        self, request: csi_pb2.DeleteSnapshotRequest
+    ) -> csi_pb2.DeleteSnapshotResponse: ...
+
+    def list_snapshots(
+        self, request: csi_pb2.ListSnapshotsRequest
+    ) -> csi_pb2.ListSnapshotsResponse: ...
+
+
+def controller_handler(server: ControllerService) -> grpc.GenericRpcHandler:
+    methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+        "ControllerGetCapabilities": _unary(
+            "ControllerGetCapabilities",
+            server.controller_get_capabilities,
+            csi_pb2.ControllerGetCapabilitiesRequest,
+        ),
+        "CreateSnapshot": _unary(
+            "CreateSnapshot", server.create_snapshot, csi_pb2.CreateSnapshotRequest
+        ),
+        "DeleteSnapshot": _unary(
+            "DeleteSnapshot", server.delete_snapshot, csi_pb2.DeleteSnapshotRequest
+        ),
+        "ListSnapshots": _unary(
+            "ListSnapshots", server.list_snapshots, csi_pb2.ListSnapshotsRequest
+        ),
+    }
+    return grpc.method_handlers_generic_handler(CONTROLLER_SERVICE, methods)
 
 
 def registration_handler(server: RegistrationServer) -> grpc.GenericRpcHandler:

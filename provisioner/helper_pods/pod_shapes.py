@@ -127,6 +127,10 @@ if [ -L "$dir" ]; then refuse "$dir is a symbolic link"; fi
 
 # The provisioner's own steps, with the base path mounted read-write at its own path. Neither
 # follows a symbolic link: a tenant owns what is inside its volume and can plant links there.
+# Two modes of `prepare` only the node plugin asks for (a helper pod never: the provisioner
+# builds its environment): LPS_PARENTS_ONLY makes and checks every parent but not VOL_DIR
+# itself (the plugin then makes VOL_DIR as a btrfs subvolume through its parent's descriptor),
+# and LPS_NODE_MADE says the plugin made VOL_DIR just now, so the marker says made, not reused.
 # `finish` also removes the parents a pathPattern made (`<base>/<namespace>` for
 # "{{ .PVC.Namespace }}/{{ .PVC.Name }}"), deepest first, while they are empty, never the base
 # path. A sibling's `prepare` may find such a parent, then see it removed before it makes its
@@ -146,18 +150,20 @@ make_path() {
     + """\
     if [ -n "$rest" ]; then
       if [ ! -d "$dir" ]; then mkdir "$dir" 2>/dev/null || [ -d "$dir" ] || return 1; fi
+    elif [ -n "${LPS_PARENTS_ONLY:-}" ]; then :
     elif mkdir "$dir" 2>/dev/null; then fresh=yes
     elif [ ! -d "$dir" ]; then return 1
     fi
   done
 }
-fresh=""
+fresh="${LPS_NODE_MADE:-}"
 attempt=1
 until make_path; do
   if [ "$attempt" -ge 5 ]; then refuse "cannot create $dir"; fi
   echo "$dir: its parent vanished (a sibling's teardown removed it empty); again" >&2
   attempt=$((attempt + 1))
 done
+if [ -n "${LPS_PARENTS_ONLY:-}" ]; then exit 0; fi
 cd "$VOL_DIR"
 real="$(pwd -P)"
 if [ "$real" != "$VOL_DIR" ]; then refuse "its real path is $real"; fi

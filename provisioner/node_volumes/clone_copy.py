@@ -50,6 +50,29 @@ def copy_source(
     """Copies the source's contents into `target_path` (call holding both volumes' locks,
     after the setup made `target_path`) and marks the copy whole (`mark_copied`); on failure
     `target_path` is left empty and the result says what failed and what to do."""
+    return copy_into(
+        source.path,
+        f"source volume {source.volume_name} ({source.path})",
+        volume_name,
+        target_path,
+        base_path,
+        timeout_seconds=timeout_seconds,
+        shell=shell,
+    )
+
+
+def copy_into(
+    source_path: str,
+    described: str,
+    volume_name: str,
+    target_path: str,
+    base_path: str,
+    *,
+    timeout_seconds: float,
+    shell: Shell,
+) -> StepResult:
+    """`copy_source` for any directory the caller holds (a clone's source volume, a restore's
+    snapshot), `described` in the messages: the same emptying, confined copy and mark."""
     try:
         if empty_directory(target_path):
             earlier = f"{target_path} held an earlier attempt's partial copy: emptied\n"
@@ -57,7 +80,7 @@ def copy_source(
             earlier = ""
     except OSError as error:
         return StepResult("clone", False, f"cannot empty {target_path} before the copy: {error}")
-    result = run_step(clone_step(source.path, target_path), timeout_seconds, shell)
+    result = run_step(clone_step(source_path, target_path), timeout_seconds, shell)
     if result.ok:
         try:
             mark_copied(base_path, target_path, volume_name)
@@ -73,7 +96,7 @@ def copy_source(
     return StepResult(
         "clone",
         False,
-        f"{result.tail}\ncopying source volume {source.volume_name} ({source.path}) failed{hint};"
+        f"{result.tail}\ncopying {described} failed{hint};"
         f" {emptied} and the setup is retried: if the base path is full, free space there or"
         " delete this claim",
     )

@@ -1,7 +1,8 @@
 """Starts the node plugin's volume manager (--manage-volumes): the ConfigMap's files beside
 config.json (the setup and teardown scripts in force, as a helper pod gets them), this node's
-base paths, the state directory on the host, a client with the plugin's credentials, and the
-watch of this node's PVs."""
+base paths, the state directory on the host, a client with the plugin's credentials, the
+watch of this node's PVs and, beside it, the watch of this node's VolumeSnapshotContents with
+the CSI Controller's snapshot calls over the same SnapshotService."""
 
 from __future__ import annotations
 
@@ -12,7 +13,11 @@ from provisioner.configuration.config_error import ConfigError
 from provisioner.csi.node_paths import node_base_paths
 from provisioner.csi.options import NodePluginOptions
 from provisioner.csi.server import NodePluginError
+from provisioner.csi.services import ControllerService
 from provisioner.kube.client import DEFAULT_USER_AGENT, KubeConfigError, create_clients
+from provisioner.node_volumes.snapshot_rpcs import SnapshotRpcs
+from provisioner.node_volumes.snapshot_service import SnapshotService
+from provisioner.node_volumes.snapshot_watch import ClusterSourceVolumes, NodeSnapshots
 from provisioner.node_volumes.step_runner import Shell, sandbox_problem
 from provisioner.node_volumes.volume_executor import VolumeExecutor
 from provisioner.node_volumes.volume_state import VolumeState
@@ -30,7 +35,26 @@ longer than the release they are part of. A burst of 40 lets a node's usual batc
 once; the kubelet itself runs at 50 a second after 100."""
 
 
-def start_node_volumes(options: NodePluginOptions) -> NodeVolumes:
+class NodeManager:
+    """The node's volume and snapshot watches, started and stopped together, and the
+    Controller service over its snapshots (server.run binds it)."""
+
+    def __init__(self, volumes: NodeVolumes, snapshots: NodeSnapshots) -> None:
+        self.volumes = volumes
+        self.snapshots = snapshots
+        self.controller: ControllerService = SnapshotRpcs(
+            snapshots.service, ClusterSourceVolumes(volumes), snapshots
+        )
+
+    def ensure_set_up(self, volume_id: str, path: str) -> None:
+        self.volumes.ensure_set_up(volume_id, path)
+
+    def stop(self) -> None:
+        self.snapshots.stop()
+        self.volumes.stop()
+
+
+def start_node_volumes(options: NodePluginOptions) -> NodeManager:
     if options.state_dir is None:
         raise NodePluginError("--manage-volumes needs a state directory (--state-dir)")
     # Fail closed: no volume step runs unconfined (sandbox.py), so no plugin starts without it.
@@ -65,6 +89,15 @@ def start_node_volumes(options: NodePluginOptions) -> NodeVolumes:
         shell=Shell(str(options.shell_directory) if options.shell_directory else None),
     )
     volumes = NodeVolumes(clients, executor, options.driver_name)
+    service = SnapshotService(
+        options.node_name,
+        executor.base_paths,
+        state,
+        timeout_seconds=executor.timeout,
+        shell=executor.shell,
+    )
+    snapshots = NodeSnapshots(clients, service, options.driver_name)
     volumes.start()
+    snapshots.start()
     log.info("managing node %s's CSI volumes (state in %s)", options.node_name, options.state_dir)
-    return volumes
+    return NodeManager(volumes, snapshots)

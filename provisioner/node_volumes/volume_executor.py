@@ -25,13 +25,25 @@ from typing import Literal
 from provisioner.configuration.config import BasePathRules, ConfigBundle
 from provisioner.csi.mount_table import mount_at
 from provisioner.csi.mounts import read_mount_table
-from provisioner.node_volumes.clone_copy import copy_source, is_copied
+from provisioner.node_volumes import volume_layout
+from provisioner.node_volumes.clone_copy import copy_source, is_copied, mark_copied
+from provisioner.node_volumes.restore_checks import (
+    SnapshotRecordView,
+    restore_record_refusal,
+    restore_source_refusal,
+)
+from provisioner.node_volumes.snapshot_restore import (
+    read_snapshot_record,
+    restore_into,
+    snapshot_lock_name,
+)
 from provisioner.node_volumes.step_runner import SYSTEM, Shell, StepResult, run_steps
 from provisioner.node_volumes.volume_checks import (
     clone_source_refusal,
     missing_base_path_refusal,
     path_refusal,
 )
+from provisioner.node_volumes.volume_layout import FilesystemKinds
 from provisioner.node_volumes.volume_records import (
     RecordConflictError,
     SetupDecision,
@@ -47,10 +59,13 @@ from provisioner.node_volumes.volume_steps import (
     VolumeTarget,
     failed_setup_clean_up,
     node_steps,
+    parents_step,
+    subvolume_steps,
 )
 from provisioner.objects.node_handoff import (
     NodeCloneSource,
     NodeRemoval,
+    NodeRestoreSource,
     VolumeSetup,
     removal_refusal,
 )
@@ -71,6 +86,8 @@ class Outcome:
 
     kind: OutcomeKind
     message: str = ""
+    notice: str = ""
+    """What the admin should hear of a success (quota groups this call turned on), or ""."""
 
     @property
     def ok(self) -> bool:
@@ -87,24 +104,29 @@ class VolumeExecutor:
         *,
         lock_wait_seconds: float | None = None,
         shell: Shell = SYSTEM,
+        kinds: FilesystemKinds | None = None,
     ) -> None:
         self.node_name = node_name
+        self.kinds = FilesystemKinds() if kinds is None else kinds
         self.shell = shell
         self.bundle = bundle
         self.base_paths = dict(base_paths)
         self.state = state
         self.timeout = float(bundle.config.cmd_timeout_seconds)
-        # A holder runs at most four steps, each within the timeout (a clone's setup:
-        # prepare, create, the copy, and finish after a failure).
-        self.lock_wait = 4 * self.timeout + 5 if lock_wait_seconds is None else lock_wait_seconds
+        # A holder runs at most five steps, each within the timeout (a clone's setup on
+        # btrfs: prepare's parents, prepare, create, the copy, and finish after a failure).
+        self.lock_wait = 5 * self.timeout + 5 if lock_wait_seconds is None else lock_wait_seconds
 
     def set_up(self, volume_name: str, volume_path: str, setup: VolumeSetup) -> Outcome:
         """Makes the volume's directory unless this node did already (`already`); a clone's
         (`setup.clone_source`) with a copy of its source's data in it."""
         refusal = path_refusal(volume_path, setup.path, setup.base_path, self.base_paths)
         source = setup.clone_source
+        restore = setup.restore_source
         if refusal is None and source is not None:
             refusal = clone_source_refusal(volume_name, setup.path, source, self.base_paths)
+        if refusal is None and restore is not None:
+            refusal = restore_source_refusal(setup.path, restore, self.base_paths)
         if refusal is not None:
             return Outcome("refused", refusal)
         target = VolumeTarget.of(volume_name, self.node_name, setup)
@@ -114,12 +136,15 @@ class VolumeExecutor:
                 decision = setup_decision(record, setup.path, _is_directory(setup.path))
                 if decision is SetupDecision.DONE:
                     return Outcome("already")
-                if source is not None and is_copied(setup.base_path, setup.path, volume_name):
+                if (source or restore) is not None and is_copied(
+                    setup.base_path, setup.path, volume_name
+                ):
                     # The copy was made whole before, and this node lost its record of the
-                    # setup since (clone_copy): the directory holds the clone's data, in use;
-                    # only the setup runs again, as for any volume, and nothing is copied.
+                    # setup since (clone_copy): the directory holds the clone's (or the
+                    # restore's) data, in use; only the setup runs again, as for any volume,
+                    # and nothing is copied.
                     log.info("volume %s: its copy in %s is whole already", volume_name, setup.path)
-                    source = None
+                    source = restore = None
                 if source is not None:
                     # The source's lock, taken second and held through the copy: its
                     # teardown runs only under it (by this node's plugin, whichever process),
@@ -142,28 +167,24 @@ class VolumeExecutor:
                     waits = self._source_problem(source)
                     if waits is not None:
                         return waits
+                snapshot: SnapshotRecordView | None = None
+                if restore is not None:
+                    held_snapshot = self._hold_snapshot(held, restore)
+                    if isinstance(held_snapshot, Outcome):
+                        return held_snapshot
+                    snapshot = held_snapshot
                 missing = self._make_base_path(setup.base_path)
                 if missing is not None:
                     return Outcome("failed", missing)
-                results = run_steps(
-                    node_steps("create", target, self.bundle), self.timeout, self.shell
+                results, notice, made = self._make_and_fill(
+                    volume_name, target, setup, source=source, restore=restore, snapshot=snapshot
                 )
-                if source is not None and _succeeded(results):
-                    results.append(
-                        copy_source(
-                            source,
-                            volume_name,
-                            setup.path,
-                            setup.base_path,
-                            timeout_seconds=self.timeout,
-                            shell=self.shell,
-                        )
-                    )
                 if _succeeded(results):
-                    self.state.write(volume_name, VolumeRecord("set-up", setup.path))
-                    copied = f" with a copy of {source.path}" if source is not None else ""
-                    log.info("volume %s: made %s%s", volume_name, setup.path, copied)
-                    return Outcome("done")
+                    self.state.write(
+                        volume_name, VolumeRecord("set-up", setup.path, setup.size_bytes)
+                    )
+                    log.info("volume %s: made %s%s", volume_name, setup.path, made)
+                    return Outcome("done", notice=notice)
                 clean_up = run_steps(
                     failed_setup_clean_up(target, self.bundle, setup.clean_up),
                     self.timeout,
@@ -175,6 +196,181 @@ class VolumeExecutor:
                 return Outcome("failed", message)
         except RecordConflictError as conflict:
             return Outcome("failed", str(conflict))
+        except VolumeBusyError as busy:
+            return Outcome("busy", str(busy))
+
+    def _make_and_fill(
+        self,
+        volume_name: str,
+        target: VolumeTarget,
+        setup: VolumeSetup,
+        *,
+        source: NodeCloneSource | None,
+        restore: NodeRestoreSource | None,
+        snapshot: SnapshotRecordView | None,
+    ) -> tuple[list[StepResult], str, str]:
+        """Under the locks `set_up` holds: the directory made in its layout, then a clone's
+        copy or a restore's. The steps' results, the quota notice, and what the log says of
+        the data it got."""
+        notice = ""
+        if self._layout(setup) == "subvolume":
+            results, made, notice = self._make_subvolume(target, setup, source)
+            if made == "snapshot" and _succeeded(results):
+                # The clone's data came whole with its snapshot: no copy, but the same mark a
+                # whole copy leaves (clone_copy), for a setup run again.
+                assert source is not None
+                try:
+                    mark_copied(setup.base_path, setup.path, volume_name)
+                    return results, notice, f" as a snapshot of {source.path}"
+                except OSError as error:
+                    # Retried: the snapshot is there, and the retry copies over it.
+                    results.append(
+                        StepResult("clone", False, f"cannot mark the clone whole: {error}")
+                    )
+                    return results, notice, ""
+        else:
+            results = run_steps(node_steps("create", target, self.bundle), self.timeout, self.shell)
+        if source is not None and _succeeded(results):
+            results.append(
+                copy_source(
+                    source,
+                    volume_name,
+                    setup.path,
+                    setup.base_path,
+                    timeout_seconds=self.timeout,
+                    shell=self.shell,
+                )
+            )
+            return results, notice, f" with a copy of {source.path}"
+        if restore is not None and snapshot is not None and _succeeded(results):
+            results.append(
+                restore_into(
+                    restore,
+                    snapshot,
+                    volume_name,
+                    setup.path,
+                    setup.base_path,
+                    timeout_seconds=self.timeout,
+                    shell=self.shell,
+                )
+            )
+            return results, notice, f" restored from {restore.snapshot_path}"
+        return results, notice, ""
+
+    def _hold_snapshot(
+        self, held: ExitStack, restore: NodeRestoreSource
+    ) -> SnapshotRecordView | Outcome:
+        """Takes the restore's snapshot's lock into `held` (second, after the new volume's:
+        snapshot_restore.py says why no cycle) and reads this node's record of it: the
+        snapshot to copy, or what to report. Held through the copy, so the snapshot's
+        removal (under the same lock) waits for it, or ran before and left its record
+        `removed`."""
+        try:
+            held.enter_context(
+                self.state.locked(snapshot_lock_name(restore.snapshot_id), self.lock_wait)
+            )
+        except VolumeBusyError:
+            return Outcome(
+                "busy",
+                f"snapshot {restore.snapshot_id} is busy (being made or removed): the restore"
+                " is retried",
+            )
+        record = read_snapshot_record(self.state.directory, restore.snapshot_id)
+        problem = restore_record_refusal(record, restore)
+        if problem is not None:
+            waits, why = problem
+            return Outcome("busy" if waits else "refused", why)
+        assert record is not None
+        if not _is_directory(restore.snapshot_path):
+            return Outcome(
+                "refused",
+                f"snapshot {restore.snapshot_id}'s directory {restore.snapshot_path} is no"
+                " directory on this node (gone, or a symbolic link): nothing to restore",
+            )
+        return record
+
+    def _layout(self, setup: VolumeSetup) -> volume_layout.Layout:
+        """A Filesystem volume on btrfs is a subvolume; anything else a plain directory (a
+        block volume's layout is its own)."""
+        if setup.volume_mode != "Filesystem":
+            return "directory"
+        try:
+            return self.kinds.layout(setup.base_path)
+        except OSError:
+            return "directory"  # no base path to look at: `prepare` says so in its own words
+
+    def _make_subvolume(
+        self, target: VolumeTarget, setup: VolumeSetup, source: NodeCloneSource | None
+    ) -> tuple[list[StepResult], volume_layout.SubvolumeMade | None, str]:
+        """The steps of a volume on btrfs: `prepare` makes its parents, the plugin its
+        directory (a subvolume, or a clone's snapshot of its source), `prepare` checks and
+        marks it, the limit is set to the volume's size, then the setup runs. The results,
+        what was made (None: nothing, a step failed first) and the quota notice."""
+        results = run_steps([parents_step(target, self.bundle)], self.timeout, self.shell)
+        if not _succeeded(results):
+            return results, None, ""
+        source_fd = (
+            None
+            if source is None
+            else volume_layout.clone_source_subvolume(source.base_path, source.path)
+        )
+        try:
+            made = volume_layout.make_subvolume(setup.base_path, setup.path, source_fd)
+        except (OSError, ValueError) as error:
+            results.append(
+                StepResult("prepare", False, f"cannot make {setup.path} a btrfs subvolume: {error}")
+            )
+            return results, None, ""
+        finally:
+            if source_fd is not None:
+                os.close(source_fd)
+        prepare, create = subvolume_steps(target, self.bundle, node_made=made != "existing")
+        results += run_steps([prepare], self.timeout, self.shell)
+        if not _succeeded(results):
+            return results, made, ""
+        # Only now, once `prepare` said the directory is this volume's: an existing one may be
+        # a retained volume's, whose limit is not this setup's to change.
+        notice = ""
+        try:
+            fd = volume_layout.open_volume(setup.base_path, setup.path)
+            try:
+                if volume_layout.is_subvolume_top(fd):
+                    notice = volume_layout.limit_size(fd, setup.size_bytes, setup.base_path)
+            finally:
+                os.close(fd)
+        except OSError as error:
+            results.append(
+                StepResult("prepare", False, f"cannot limit {setup.path} to its size: {error}")
+            )
+            return results, made, ""
+        results += run_steps([create], self.timeout, self.shell)
+        return results, made, notice
+
+    def apply_size(self, volume_name: str, setup: VolumeSetup, size_bytes: int) -> Outcome:
+        """Gives the set-up volume the size its PV grew to (an expansion the controller made),
+        once: `already` when its record says it has it, `busy` while it is not set up."""
+        refusal = path_refusal(setup.path, setup.path, setup.base_path, self.base_paths)
+        if refusal is not None:
+            return Outcome("refused", refusal)
+        try:
+            with self.state.locked(volume_name, self.lock_wait):
+                record = self.state.read(volume_name)
+                if record is None or record.state != "set-up" or record.path != setup.path:
+                    return Outcome("busy", f"volume {volume_name} is not set up on this node")
+                applied = setup.size_bytes if record.size_bytes is None else record.size_bytes
+                if applied >= size_bytes:
+                    return Outcome("already")
+                try:
+                    notice = volume_layout.apply_size(
+                        self._layout(setup), setup.base_path, setup.path, size_bytes
+                    )
+                except (OSError, ValueError) as error:
+                    return Outcome(
+                        "failed", f"cannot give {setup.path} {size_bytes} bytes: {error}"
+                    )
+                self.state.write(volume_name, VolumeRecord("set-up", setup.path, size_bytes))
+                log.info("volume %s: %s now holds %d bytes", volume_name, setup.path, size_bytes)
+                return Outcome("done", notice=notice)
         except VolumeBusyError as busy:
             return Outcome("busy", str(busy))
 

@@ -7,10 +7,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from provisioner.objects.node_handoff import (
+    NODE_SIZE_ANNOTATION,
     REMOVAL_PERMIT_ANNOTATION,
     SETUP_ANNOTATION,
     VOLUME_PATH_KEY,
 )
+from provisioner.objects.quantities import quantity_to_bytes
 from provisioner.provisioning.annotations import DIRECTORY_REMOVED_ANNOTATION
 
 VolumeWork = Literal["set-up", "tear-down", "none"]
@@ -35,6 +37,10 @@ class VolumeFacts:
     claim_name: str
     removed: bool
     """The node marked it DIRECTORY_REMOVED_ANNOTATION already."""
+    capacity_bytes: int = 0
+    """spec.capacity's storage in bytes (0: none, or not a quantity): the size wanted."""
+    node_size: int = 0
+    """The NODE_SIZE_ANNOTATION's bytes (0: none yet): the size this node said it applied."""
 
 
 def volume_facts(volume: Mapping[str, Any]) -> VolumeFacts:
@@ -56,7 +62,26 @@ def volume_facts(volume: Mapping[str, Any]) -> VolumeFacts:
         claim_namespace=str(claim.get("namespace", "")),
         claim_name=str(claim.get("name", "")),
         removed=annotations.get(DIRECTORY_REMOVED_ANNOTATION) == "true",
+        capacity_bytes=_bytes(str((spec.get("capacity") or {}).get("storage", "0"))),
+        node_size=_bytes(str(annotations.get(NODE_SIZE_ANNOTATION, "0"))),
     )
+
+
+def _bytes(quantity: str) -> int:
+    try:
+        return quantity_to_bytes(quantity)
+    except ValueError:
+        return 0
+
+
+def size_to_apply(facts: VolumeFacts, setup_bytes: int) -> int | None:
+    """The size the node is to apply to a set-up volume and then say on its PV: its capacity,
+    when the controller grew it past the setup's size and the node has not said it holds it
+    yet; None when nothing is to be done (a volume never grown costs no write)."""
+    wanted = facts.capacity_bytes
+    if wanted <= setup_bytes or facts.node_size >= wanted:
+        return None
+    return wanted
 
 
 def volume_work(facts: VolumeFacts, driver: str) -> VolumeWork:

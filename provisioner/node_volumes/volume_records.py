@@ -21,9 +21,16 @@ RecordState = Literal["set-up", "removed"]
 class VolumeRecord:
     state: RecordState
     path: str
+    size_bytes: int | None = None
+    """The size the node applied to the volume (a btrfs qgroup limit; a plain directory has
+    none to apply, its size is recorded all the same), so an expansion is applied once; None in
+    a record of an earlier version: the setup's size."""
 
     def to_json(self) -> str:
-        return json.dumps({"state": self.state, "path": self.path}, sort_keys=True)
+        fields: dict[str, object] = {"state": self.state, "path": self.path}
+        if self.size_bytes is not None:
+            fields["size_bytes"] = self.size_bytes
+        return json.dumps(fields, sort_keys=True)
 
     @staticmethod
     def from_json(text: str) -> VolumeRecord | None:
@@ -38,7 +45,10 @@ class VolumeRecord:
         state, path = fields.get("state"), fields.get("path")
         if state not in ("set-up", "removed") or not isinstance(path, str):
             return None
-        return VolumeRecord(state, path)
+        size = fields.get("size_bytes")
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
+            return None
+        return VolumeRecord(state, path, size)
 
 
 class SetupDecision(Enum):

@@ -106,6 +106,34 @@ def node_steps(
     return (_step("delete", target, bundle, check), _step("finish", target, bundle, check))
 
 
+def subvolume_steps(
+    target: VolumeTarget, bundle: ConfigBundle, *, node_made: bool
+) -> tuple[NodeStep, NodeStep]:
+    """A volume whose directory is a btrfs subvolume the plugin makes itself (volume_layout):
+    `prepare` as `node_steps` has it, told whether the plugin made the directory just now
+    (`node_made`: the owner marker then says made, as a `mkdir` of `prepare` would have it),
+    then `create`. `parents_step` comes before the subvolume is made."""
+    prepare, create = node_steps("create", target, bundle)
+    if node_made:
+        prepare = NodeStep(
+            prepare.name, prepare.argv, {**prepare.env, NODE_MADE: "yes"}, prepare.view
+        )
+    return prepare, create
+
+
+def parents_step(target: VolumeTarget, bundle: ConfigBundle) -> NodeStep:
+    """`prepare` making and checking every parent of the volume's directory, not the directory
+    itself, one component at a time without following a link (the plugin makes the last
+    component as a subvolume through its parent's descriptor; `subvolume_steps` follows)."""
+    prepare, _ = node_steps("create", target, bundle)
+    return NodeStep(prepare.name, prepare.argv, {**prepare.env, PARENTS_ONLY: "yes"}, prepare.view)
+
+
+NODE_MADE = "LPS_NODE_MADE"
+PARENTS_ONLY = "LPS_PARENTS_ONLY"
+"""The environment of `prepare`'s two node-only modes (pod_shapes.PREPARE_SCRIPT)."""
+
+
 def failed_setup_clean_up(
     target: VolumeTarget, bundle: ConfigBundle, clean_up: NodeRemoval | None
 ) -> tuple[NodeStep, ...]:
@@ -158,3 +186,12 @@ def clone_step(source_path: str, target_path: str) -> NodeStep:
         {},
         View(read_write=(target_path,), read_only=(source_path,)),
     )
+
+
+def snapshot_removal_step(area: str, snapshot_path: str) -> NodeStep:
+    """The removal of a copied snapshot (its owner check done, under its lock, with the gate's
+    permit), named `finish` as the step that removes a volume's directory is. It sees only the
+    base path's snapshot area: the copy holds a tenant's data, links included, and whatever a
+    link there leads to resolves inside the view, where nothing but snapshots is. (A btrfs
+    snapshot goes by the kernel's SNAP_DESTROY instead.)"""
+    return NodeStep("finish", ("rm", "-rf", snapshot_path), {}, View(read_write=(area,)))

@@ -31,10 +31,12 @@ from provisioner.node_volumes.volume_executor import Outcome, VolumeExecutor
 from provisioner.node_volumes.volume_facts import (
     VolumeFacts,
     permit_staleness,
+    size_to_apply,
     volume_facts,
     volume_work,
 )
 from provisioner.objects.node_handoff import (
+    NODE_SIZE_ANNOTATION,
     HandoffError,
     NodeRemoval,
     VolumeSetup,
@@ -136,7 +138,10 @@ class NodeVolumes:
             return True
         if removal is None:
             outcome = self.executor.set_up(name, facts.path, setup)
-            return self._report(facts, "set up", outcome)
+            if not self._report(facts, "set up", outcome):
+                return False
+            self._notice(facts, outcome)
+            return self._grow(facts, setup)
         self._set_up_clones_of(name)
         outcome = self.executor.tear_down(
             name,
@@ -150,6 +155,29 @@ class NodeVolumes:
         if not self._report(facts, "remove", outcome):
             return False
         return self._mark_removed(facts)
+
+    def _grow(self, facts: VolumeFacts, setup: VolumeSetup) -> bool:
+        """An expansion's node side: the PV's capacity, grown by the controller past what this
+        node applied, applied to the volume (volume_layout.apply_size: a btrfs limit raised;
+        a plain directory has nothing to apply), then said on the PV (NODE_SIZE_ANNOTATION),
+        after which the controller finishes the claim's resize."""
+        size = size_to_apply(facts, setup.size_bytes)
+        if size is None:
+            return True
+        outcome = self.executor.apply_size(facts.name, setup, size)
+        if not self._report(facts, "grow", outcome):
+            return False
+        self._notice(facts, outcome)
+        return self._patch_annotation(facts, NODE_SIZE_ANNOTATION, str(size))
+
+    def _notice(self, facts: VolumeFacts, outcome: Outcome) -> None:
+        if outcome.notice:
+            log.info("volume %s: %s", facts.name, outcome.notice)
+            self.events.normal(
+                ObjectReference(kind="PersistentVolume", name=facts.name, uid=facts.uid),
+                "QuotasEnabled",
+                outcome.notice,
+            )
 
     def _set_up_clones_of(self, source_name: str) -> None:
         """Before a source's teardown: each clone of it on this node not set up yet gets its
@@ -184,6 +212,7 @@ class NodeVolumes:
         except HandoffError as error:
             raise CsiError(grpc.StatusCode.FAILED_PRECONDITION, str(error)) from None
         outcome = self.executor.set_up(facts.name, facts.path, setup)
+        self._notice(facts, outcome)
         if outcome.kind == "busy":
             raise CsiError(grpc.StatusCode.UNAVAILABLE, outcome.message)
         if not outcome.ok:
@@ -227,10 +256,11 @@ class NodeVolumes:
         )
 
     def _mark_removed(self, facts: VolumeFacts) -> bool:
+        return self._patch_annotation(facts, DIRECTORY_REMOVED_ANNOTATION, "true")
+
+    def _patch_annotation(self, facts: VolumeFacts, key: str, value: str) -> bool:
         # The UID makes the PATCH a precondition: never marks a new PV of the same name.
-        body: dict[str, Any] = {
-            "metadata": {"uid": facts.uid, "annotations": {DIRECTORY_REMOVED_ANNOTATION: "true"}}
-        }
+        body: dict[str, Any] = {"metadata": {"uid": facts.uid, "annotations": {key: value}}}
         try:
             self.clients.request_json(
                 "PATCH", f"{VOLUMES_PATH}/{facts.name}", body=body, content_type=MERGE_PATCH
@@ -238,12 +268,12 @@ class NodeVolumes:
         except ApiError as error:
             if error.status == HTTPStatus.NOT_FOUND:
                 return True
-            log.warning("volume %s: marking it removed: %s", facts.name, describe_api_error(error))
+            log.warning("volume %s: marking %s: %s", facts.name, key, describe_api_error(error))
             return False
         except HTTPError as error:
-            log.warning("volume %s: marking it removed: %s", facts.name, error)
+            log.warning("volume %s: marking %s: %s", facts.name, key, error)
             return False
-        log.info("volume %s: marked %s", facts.name, DIRECTORY_REMOVED_ANNOTATION)
+        log.info("volume %s: marked %s=%s", facts.name, key, value)
         return True
 
     def _report(self, facts: VolumeFacts, action: str, outcome: Outcome) -> bool:

@@ -32,6 +32,7 @@ from provisioner.objects.records import (
     claim_record,
     volume_record,
 )
+from provisioner.objects.snapshot_handoff import SNAPSHOT_GROUP
 from provisioner.provisioning.annotations import (
     BASE_PATH_ANNOTATION,
     DIRECTORY_REMOVED_ANNOTATION,
@@ -52,6 +53,11 @@ from provisioner.provisioning.claims import (
 from provisioner.provisioning.clones import CloneSource, source_changed
 from provisioner.provisioning.expansion import Expand
 from provisioner.provisioning.removal_gate import RemovalKind, RemovalPermit
+from provisioner.provisioning.snapshot_sources import (
+    GRANT_GROUP,
+    SNAPSHOT_KIND,
+    SnapshotLookup,
+)
 from provisioner.provisioning.volume_decisions import TeardownPlan
 from provisioner.provisioning.volumes import (
     build_persistent_volume,
@@ -300,6 +306,33 @@ class Actions:
             volume_record(volume) if volume is not None else None,
         )
 
+    def snapshot_lookup(self, claim: ClaimRecord) -> SnapshotLookup | None:
+        """What a restore is decided on (snapshot_sources.place_restore), read from the API
+        server on demand: restores are rare, so no informer watches VolumeSnapshots, their
+        contents or ReferenceGrants for them. The grants are listed only across namespaces.
+        None for a claim whose data source is no VolumeSnapshot."""
+        source = claim.data_source
+        if source is None or source.kind != SNAPSHOT_KIND:
+            return None
+        namespace = source.namespace or claim.namespace
+        snapshot = self._read_or_none(
+            f"/apis/{SNAPSHOT_GROUP}/v1/namespaces/{namespace}/volumesnapshots/{source.name}"
+        )
+        content = None
+        bound = ((snapshot or {}).get("status") or {}).get("boundVolumeSnapshotContentName")
+        if isinstance(bound, str) and bound:
+            content = self._read_or_none(
+                f"/apis/{SNAPSHOT_GROUP}/v1/volumesnapshotcontents/{bound}"
+            )
+        grants: list[dict[str, Any]] = []
+        if namespace != claim.namespace:
+            listed = self._read_or_none(
+                f"/apis/{GRANT_GROUP}/v1beta1/namespaces/{namespace}/referencegrants"
+            )
+            # No ReferenceGrant CRD (404) means no grant: the restore is refused for that.
+            grants = [item for item in (listed or {}).get("items") or [] if isinstance(item, dict)]
+        return SnapshotLookup(self._csi_driver, snapshot, content, tuple(grants))
+
     def _read_or_none(self, path: str) -> dict[str, Any] | None:
         """The object, or None when it does not exist; any other answer fails the action (it
         is retried)."""
@@ -356,12 +389,18 @@ class Actions:
         """Grow the volume as the external-resizer does, once its quota on the node was raised
         (`HelperPods.raise_quota`): the PV's capacity, then the claim's status (status
         subresource), then the event."""
+        self.grow_volume(expansion)
+        self.finish_expansion(claim, expansion.capacity)
+
+    def grow_volume(self, expansion: Expand) -> None:
+        """The PV's capacity alone: a CSI volume's node applies it and says so on the PV
+        (NODE_SIZE_ANNOTATION), and the claim's resize is finished after that
+        (`decide_expansion`)."""
         self._patch(
             f"/api/v1/persistentvolumes/{expansion.volume_name}",
             {"spec": {"capacity": {"storage": expansion.capacity}}},
             MERGE,
         )
-        self.finish_expansion(claim, expansion.capacity)
 
     def finish_expansion(self, claim: ClaimRecord, capacity: str, *, resized: bool = True) -> None:
         """The claim's status says the volume has `capacity`, as the external-resizer leaves it
@@ -560,4 +599,6 @@ def _refused(status: int | None) -> bool:
 
 def _source_label(plan: ProvisionPlan) -> str:
     """The provision metrics' `source` label, as the library sets it: the data source's kind."""
+    if plan.restore_source is not None:
+        return SNAPSHOT_KIND
     return CLAIM_KIND if plan.clone_source is not None else ""

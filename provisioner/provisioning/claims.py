@@ -9,7 +9,8 @@ now, in `volume_decisions`.
 Decisions where we differ from rancher and the library (documented here, tested in
 tests/provisioner/provisioning/test_claims.py):
 - A claim with a selector or volumeMode Block is rejected for shared paths too. One whose data
-  source is another claim is a clone (see `clones`); any other data source is not ours to fill.
+  source is another claim is a clone (see `clones`), one whose data source is a VolumeSnapshot
+  in a CSI class a restore (see `snapshot_sources`); any other data source is not ours to fill.
 - Budgets (`capacity` on a base path, see `budgets`): only paths with room for the claim are
   candidates; when the selected node has none, the claim goes back to the scheduler
   (Reschedule), as for a node that is gone. A claim outside the class's minSize/maxSize is
@@ -40,6 +41,13 @@ from provisioner.provisioning.paths import (
     pick_base_path,
     render_owner_fields,
     resolve_volume_path,
+)
+from provisioner.provisioning.snapshot_sources import (
+    RestorePlace,
+    RestoreSource,
+    SnapshotLookup,
+    place_restore,
+    restores_here,
 )
 from provisioner.provisioning.volume_facts import (
     volume_name_for,
@@ -73,6 +81,8 @@ class ProvisionPlan:
     """The class lets an existing directory at `path` be handed over with its data."""
     clone_source: CloneSource | None = None
     """The volume whose data the fixed `clone` step copies in (see `clones`)."""
+    restore_source: RestoreSource | None = None
+    """The snapshot whose data the node plugin copies in (see `snapshot_sources`)."""
 
     @property
     def volume_mode(self) -> str:
@@ -140,11 +150,13 @@ def decide_claim_action(
     provisioner_name: str,
     paths: PathBook | None = None,
     sources: ClaimSources | None = None,
+    snapshots: SnapshotLookup | None = None,
 ) -> ClaimDecision:
     """`rules` are those of the claim's class, read once (`class_rules`). `paths` is the whole
     picture of taken paths (live, Released, in flight); without it no overlap can be seen,
     which only pure tests of other rules may want. `sources` finds a clone's source claim and
-    volume (see `clones`); without it no claim can be cloned.
+    volume (see `clones`); without it no claim can be cloned. `snapshots` is what the I/O
+    layer read for a restore (see `snapshot_sources`); without it no claim is restored.
 
     Read in order: the claim's own checks, the class's (its sizes, its config entry), a
     clone's source, the node, the class's place on it (`ClassRules.place`), the budgets, then
@@ -167,7 +179,10 @@ def decide_claim_action(
         return Ignore(f"volume {volume_name} is being provisioned")
     if claim.has_selector:
         return Reject("claims with spec.selector cannot be provisioned dynamically: remove it")
-    if claim.data_source is not None and not claim.data_source.is_claim:
+    # Only a claim with a data source looks at restores: the walk of any other claim stays
+    # within the files it has always entered (docs/CONTRACTS.md).
+    restoring = claim.data_source is not None and restores_here(claim, rules)
+    if claim.data_source is not None and not claim.data_source.is_claim and not restoring:
         return Ignore(f"data source {claim.data_source.kind} is for another controller to fill")
     if claim.volume_mode == "Block":
         return Reject("volumeMode Block is not supported: local paths are directories")
@@ -179,19 +194,17 @@ def decide_claim_action(
     if not rules.configured:
         return Reject(f"config.json has no storageClassConfigs entry for {storage_class.name}")
     shared = rules.shared_path is not None
-    clone: ClonePlace | None = None
-    if claim.data_source is not None:
-        found = place_clone(
-            claim,
-            claim.data_source,
-            rules=rules,
-            sources=sources,
-            nodes=nodes,
-            provisioner_name=provisioner_name,
-        )
-        if isinstance(found, str):
-            return Reject(found)
-        clone = found
+    pinned = _source_place(
+        claim,
+        rules,
+        nodes,
+        restoring=restoring,
+        sources=sources,
+        snapshots=snapshots,
+        provisioner_name=provisioner_name,
+    )
+    if isinstance(pinned, str):
+        return Reject(pinned)
     allowed = SHARED_ACCESS_MODES if shared else NODE_LOCAL_ACCESS_MODES
     if not claim.access_modes or not set(claim.access_modes) <= allowed:
         return Reject(
@@ -199,12 +212,13 @@ def decide_claim_action(
             " allow ReadWriteOnce and ReadWriteOncePod; a sharedFileSystemPath allows all"
         )
     node = None
-    if clone is not None and clone.source.node_name is not None:
-        if clone.wrong_node is not None:
-            return Reschedule(clone.wrong_node)
-        if clone.node_name is None:
+    # A node-local clone goes where its source is, a restore where its snapshot is.
+    if pinned is not None and pinned.source.node_name is not None:
+        if pinned.wrong_node is not None:
+            return Reschedule(pinned.wrong_node)
+        if pinned.node_name is None:
             return Ignore("waiting for the scheduler to select a node")
-        node = nodes.get(clone.node_name)
+        node = nodes.get(pinned.node_name)
     elif claim.selected_node:
         node = nodes.get(claim.selected_node)
         if node is None:
@@ -219,8 +233,11 @@ def decide_claim_action(
     try:
         place = rules.place(claim, node)
         taken = paths.entries() if paths else []
+        offered = _restore_base_paths(place.candidates, pinned)
+        if isinstance(offered, str):
+            return Reject(offered)
         # Only node-local paths have budgets: a shared one has no capacities.
-        candidates = with_room(place.capacities, place.candidates, place.disk_node, size, taken)
+        candidates = with_room(place.capacities, offered, place.disk_node, size, taken)
         base_path, record = pick_base_path(
             candidates, claim.annotations.get(BASE_PATH_ANNOTATION), paths, place.disk_node
         )
@@ -236,7 +253,7 @@ def decide_claim_action(
     except (ConfigError, PathPatternError, ValueError) as error:
         return Reject(str(error))
     if (
-        refused := _volume_type_refusal(claim, place.volume_type, clone, shared=shared)
+        refused := _volume_type_refusal(claim, place.volume_type, pinned, shared=shared)
     ) is not None:
         return Reject(refused)
     blockers = paths.overlapping(volume_name, place.disk_node, path) if paths else []
@@ -264,16 +281,65 @@ def decide_claim_action(
             vol_perm=owner["perm"],
             record_base_path=record,
             reuse_existing_data=rules.reuse_existing_data,
-            clone_source=clone.source if clone is not None else None,
+            clone_source=pinned.source if isinstance(pinned, ClonePlace) else None,
+            restore_source=pinned.source if isinstance(pinned, RestorePlace) else None,
         )
     )
 
 
+def _source_place(
+    claim: ClaimRecord,
+    rules: ClassRules,
+    nodes: Mapping[str, NodeRecord],
+    *,
+    restoring: bool,
+    sources: ClaimSources | None,
+    snapshots: SnapshotLookup | None,
+    provisioner_name: str,
+) -> ClonePlace | RestorePlace | str | None:
+    """Where the claim's data source pins it (a clone's source, a restore's snapshot), why it
+    cannot be filled from it, or None for a claim with no data source."""
+    if claim.data_source is None:
+        return None
+    if restoring:
+        return place_restore(claim, claim.data_source, rules=rules, lookup=snapshots, nodes=nodes)
+    return place_clone(
+        claim,
+        claim.data_source,
+        rules=rules,
+        sources=sources,
+        nodes=nodes,
+        provisioner_name=provisioner_name,
+    )
+
+
+def _restore_base_paths(
+    candidates: list[str], pinned: ClonePlace | RestorePlace | None
+) -> list[str] | str:
+    """The base paths the new volume may take: a restore's only its snapshot's, on the
+    filesystem holding it (where a copy shares extents by reflink, and where a btrfs snapshot
+    can be made writable in place); or why the claim cannot have that one."""
+    if not isinstance(pinned, RestorePlace):
+        return candidates
+    source = pinned.source
+    if source.base_path in candidates:
+        return [source.base_path]
+    return (
+        f"{source.describe()} is kept in base path {source.base_path}, which this claim cannot"
+        f" use on node {source.node_name} (the class's nodePath names another)"
+    )
+
+
 def _volume_type_refusal(
-    claim: ClaimRecord, volume_type: str, clone: ClonePlace | None, *, shared: bool
+    claim: ClaimRecord,
+    volume_type: str,
+    pinned: ClonePlace | RestorePlace | None,
+    *,
+    shared: bool,
 ) -> str | None:
     """What the claim asks that its volume type cannot give, if anything."""
     class_name = claim.storage_class_name or ""
+    clone = pinned if isinstance(pinned, ClonePlace) else None
     if (
         clone is not None
         and volume_type == CSI_VOLUME_TYPE

@@ -4,9 +4,10 @@ ours gets a new volume holding a copy of that claim's data. rancher has no clone
 
 What this module decides, on records (claims.decide_claim_action asks `place_clone`;
 the fixed `clone` helper step in clone_step.py makes the copy):
-- Served: a source of kind PersistentVolumeClaim with an empty apiGroup. Any other kind (a
-  VolumeSnapshot, a volume populator's resource) is left alone, without an event: another
-  controller may fill such a claim, and it is none of ours.
+- Served: a source of kind PersistentVolumeClaim with an empty apiGroup. A VolumeSnapshot in a
+  CSI class is a restore (snapshot_sources.py). Any other kind (a VolumeSnapshot in another
+  class, a volume populator's resource) is left alone, without an event: another controller
+  may fill such a claim, and it is none of ours.
 - Refused with the reason (a Warning event, nothing made): a source in another namespace, not
   found, being deleted or not Bound, of another class, whose volume we did not make or whose
   path is not one of the class's, larger than the new claim; and a class with

@@ -16,6 +16,11 @@ has what it was asked for that is what the field says.
 
 Granted only when the class has allowVolumeExpansion, the claim is still inside the class's
 maxSize, and the volume's base path has room for the difference in its budget.
+
+A CSI volume's size is the node's to apply (a btrfs subvolume's limit; a plain directory has
+none, a block volume's file grows): the provisioner grows its PV, the node plugin applies the
+new size and says so on the PV (NODE_SIZE_ANNOTATION), and only then is the claim's resize
+finished. A helper pod's volume is as before: its quota is raised before the PV grows.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from provisioner.capacity.budgets import committed_bytes, no_room_reason, path_rooms
+from provisioner.configuration.class_parameters import CSI_VOLUME_TYPE
 from provisioner.configuration.class_rules import ClassRules
+from provisioner.objects.node_handoff import NODE_SIZE_ANNOTATION
 from provisioner.objects.quantities import QuantityTooLarge, format_bytes, quantity_to_bytes
 from provisioner.objects.records import ClaimRecord, VolumeRecord
 from provisioner.provisioning.annotations import PROVISIONED_BY
@@ -111,6 +118,11 @@ def decide_expansion(
             return NoExpansion("the claim is still being bound")
         status = _bytes_or_zero(claim.status_capacity)
         if status < current and volume.capacity:
+            if node_behind(volume, current):
+                return NoExpansion(
+                    f"volume {volume.name} grew to {format_bytes(current)}: its node has not"
+                    " applied that size yet"
+                )
             return FinishExpansion(volume.capacity)
         if allocation_behind(claim, current) and volume.capacity:
             return FinishExpansion(volume.capacity, resized=False)
@@ -123,6 +135,14 @@ def decide_expansion(
     bases = rules.capacities_on(node)
     base = next((b for b in bases if is_strictly_inside(volume.path, b)), "")
     return Expand(volume.name, claim.requested_storage, requested, node, volume.path, base)
+
+
+def node_behind(volume: VolumeRecord, size_bytes: int) -> bool:
+    """Whether a CSI volume's node has not said it holds `size_bytes` yet (the PV's
+    NODE_SIZE_ANNOTATION, written by the node plugin once it applied the size)."""
+    if volume.volume_type != CSI_VOLUME_TYPE:
+        return False
+    return _bytes_or_zero(volume.annotations.get(NODE_SIZE_ANNOTATION)) < size_bytes
 
 
 def allocation_behind(claim: ClaimRecord, volume_bytes: int) -> bool:

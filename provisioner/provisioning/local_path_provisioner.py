@@ -61,6 +61,7 @@ from provisioner.provisioning.claims import (
     Ignore,
     Provision,
     ProvisionPlan,
+    Reject,
     WaitForPath,
     decide_claim_action,
 )
@@ -76,6 +77,7 @@ from provisioner.provisioning.paths import PathBook
 from provisioner.provisioning.removal_gate import RemovalPermit, RemovalRefused
 from provisioner.provisioning.removals import Leadership, Removals
 from provisioner.provisioning.snapshot_decisions import ContentFacts
+from provisioner.provisioning.snapshot_sources import restores_here
 from provisioner.provisioning.snapshots import SnapshotContents
 from provisioner.provisioning.volume_decisions import (
     AddFinalizer,
@@ -95,6 +97,12 @@ from provisioner.provisioning.volume_facts import record_volume, volume_node_nam
 from provisioner.provisioning.work_keys import CLAIM, EXPANSION, SNAPSHOT, VOLUME, Key
 
 log = logging.getLogger(__name__)
+
+RESTORE_RETRY_SECONDS = 5.0
+"""How soon a refused restore is first looked at again (its snapshot may become ready, or a
+ReferenceGrant come, and neither is watched); each further refusal doubles it, up to
+RESTORE_RETRY_MAX_SECONDS, as the external-provisioner backs off."""
+RESTORE_RETRY_MAX_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -169,6 +177,9 @@ class LocalPathProvisioner:
             book_lock=self._paths_lock,
             leadership=leadership,
         )
+        # Restores refused in a row, by claim UID: how long until the next look (see
+        # RESTORE_RETRY_SECONDS).
+        self._restores_refused: dict[str, int] = {}
         # Claims told to wait, by the volume they wait for: woken when it leaves the book.
         self._waiting: dict[str, set[str]] = {}
         # Claims whose expansion was refused for want of room: looked at again when a volume
@@ -337,6 +348,14 @@ class LocalPathProvisioner:
         bundle = self._config.current
         nodes = dict(self._caches.nodes.items())
         rules = self._rules(claim.storage_class_name or "", bundle)
+        restoring = (
+            claim.data_source is not None
+            and restores_here(claim, rules)
+            and rules.storage_class is not None
+            and rules.storage_class.provisioner == self._provisioner_name
+        )
+        # Read before the lock, from the API server: no informer holds snapshots for us.
+        snapshots = self._actions.snapshot_lookup(claim) if restoring else None
         with self._paths_lock:
             decision = decide_claim_action(
                 claim,
@@ -346,6 +365,7 @@ class LocalPathProvisioner:
                 provisioner_name=self._provisioner_name,
                 paths=self._paths,
                 sources=self._clone_sources,
+                snapshots=snapshots,
             )
             plan = decision.plan if isinstance(decision, Provision) else None
             if plan is not None:
@@ -355,6 +375,15 @@ class LocalPathProvisioner:
             if isinstance(decision, WaitForPath):
                 for blocker in decision.blockers:
                     self._waiting.setdefault(blocker, set()).add(claim.uid)
+        if restoring and isinstance(decision, Reject):
+            # Nothing we watch tells when the snapshot becomes ready, or a ReferenceGrant
+            # comes: look again after a while, as the external-provisioner retries.
+            refused = self._restores_refused.get(claim.uid, 0)
+            self._restores_refused[claim.uid] = refused + 1
+            delay = min(RESTORE_RETRY_SECONDS * 2**refused, RESTORE_RETRY_MAX_SECONDS)
+            self._queue.add_after(key, delay)
+        else:
+            self._restores_refused.pop(claim.uid, None)
         node_made = plan is not None and plan.volume_type == CSI_VOLUME_TYPE
         try:
             reference = self._actions.report_claim_decision(claim, decision)
@@ -490,6 +519,7 @@ class LocalPathProvisioner:
     def _clean_up_after(self, uid: str) -> None:
         """The claim went between a failed setup and its retry: remove what that setup left,
         unless its path is in use again (then it is not this attempt's any more)."""
+        self._restores_refused.pop(uid, None)
         attempt = self._failed_attempts.pop(uid, None)
         if attempt is None:
             return
@@ -552,9 +582,13 @@ class LocalPathProvisioner:
                     self._actions.begin_expansion(claim, decision)
                     try:
                         if volume is None or volume.volume_type != CSI_VOLUME_TYPE:
-                            # A CSI volume has no helper pod, and no project quota to raise.
                             self.helper_pods.raise_quota(decision, bundle)
-                        self._actions.expand(claim, decision)
+                            self._actions.expand(claim, decision)
+                        else:
+                            # A CSI volume has no helper pod: its node plugin applies the new
+                            # size once the PV shows it, then says so on the PV, and that
+                            # event finishes the claim's resize (`decide_expansion`).
+                            self._actions.grow_volume(decision)
                     except ActionFailed:
                         self._actions.expansion_failed(claim)
                         raise

@@ -35,6 +35,7 @@ from provisioner.objects.api_objects import (
     object_name,
     object_uid,
 )
+from provisioner.objects.node_handoff import NODE_SIZE_ANNOTATION
 from provisioner.objects.records import (
     ClaimRecord,
     NodeRecord,
@@ -185,7 +186,7 @@ class LocalPathWatches:
         elif new.annotations.get(PROVISIONED_BY) == self._name:
             self._local_path.volume_seen(new)
             keys.append((VOLUME, key))
-            if old is None or old == new:
+            if old is None or old == new or _node_size_changed(old, new):
                 keys += self._claim_lagging(new)
         if _budget_changed(old, new, self._name):
             self._local_path.poke_capacity()
@@ -288,6 +289,11 @@ class LocalPathWatches:
             and not just_bound
             and (claim.resize_status is not None or claim.allocated_storage != volume.capacity)
         )
+
+
+def _node_size_changed(old: VolumeRecord, new: VolumeRecord) -> bool:
+    """A CSI volume's node said it applied a new size: its claim's resize may be finished."""
+    return old.annotations.get(NODE_SIZE_ANNOTATION) != new.annotations.get(NODE_SIZE_ANNOTATION)
 
 
 def _budget_changed(old: VolumeRecord | None, new: VolumeRecord | None, name: str) -> bool:

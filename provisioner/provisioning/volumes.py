@@ -24,6 +24,7 @@ from provisioner.objects.node_handoff import (
     VOLUME_PATH_KEY,
     NodeCloneSource,
     NodeRemoval,
+    NodeRestoreSource,
     VolumeSetup,
     node_label_value,
 )
@@ -48,8 +49,8 @@ def build_persistent_volume(
     if plan.volume_type == CSI_VOLUME_TYPE and plan.node_name is not None:
         # No helper made the directory: the node plugin that watches its node's PVs (the
         # label) makes it from the setup annotation, before it publishes the volume to a pod.
-        metadata["labels"] = {NODE_LABEL: node_label_value(plan.node_name)}
         annotations[SETUP_ANNOTATION] = volume_setup(plan, clean_up).to_json()
+        metadata["labels"] = {NODE_LABEL: node_label_value(plan.node_name)}
         source: dict[str, Any] = {
             "csi": {
                 "driver": driver,
@@ -106,10 +107,11 @@ def node_removal(permit: RemovalPermit, claim_uid: str) -> NodeRemoval:
 
 
 def volume_setup(plan: ProvisionPlan, clean_up: RemovalPermit | None = None) -> VolumeSetup:
-    """What the node plugin makes a CSI volume's directory from (and, for a clone, copies
-    into it)."""
+    """What the node plugin makes a CSI volume's directory from (and, for a clone or a
+    restore, copies into it)."""
     covers = clean_up is not None and clean_up.covers(plan.volume_name, plan.path)
     source = plan.clone_source
+    restore = plan.restore_source
     return VolumeSetup(
         base_path=plan.base_path,
         path=plan.path,
@@ -127,6 +129,14 @@ def volume_setup(plan: ProvisionPlan, clean_up: RemovalPermit | None = None) -> 
             path=source.path,
             base_path=source.base_path,
             claim_uid=source.claim_uid,
+        ),
+        restore_source=None
+        if restore is None
+        else NodeRestoreSource(
+            snapshot_id=restore.snapshot_id,
+            snapshot_path=restore.snapshot_path,
+            base_path=restore.base_path,
+            content_name=restore.content_name,
         ),
     )
 

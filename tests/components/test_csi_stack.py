@@ -214,6 +214,16 @@ def test_the_node_plugin_role_grants_only_its_list() -> None:
             "verbs": ["get", "list", "watch", "patch"],
         },
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        {
+            "apiGroups": ["snapshot.storage.k8s.io"],
+            "resources": ["volumesnapshotcontents"],
+            "verbs": ["get", "list", "watch", "patch"],
+        },
+        {
+            "apiGroups": ["snapshot.storage.k8s.io"],
+            "resources": ["volumesnapshotcontents/status"],
+            "verbs": ["patch"],
+        },
     ]
 
 

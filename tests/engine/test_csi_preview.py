@@ -76,3 +76,25 @@ def test_a_csi_class_brings_the_node_plugin_and_none_comes_without(
         "local-path-storage-node-plugin-clusterrole",
     ) in creates
     assert "[mandatory]" not in outcome.output
+
+
+def test_a_snapshot_class_is_planned_for_a_csi_class_and_passes_the_pack(
+    rendering: tuple[EngineStack, Path],
+) -> None:
+    """The VolumeSnapshotClass (a custom resource whose fields are top-level) goes through the
+    real engine and provider; rendering, no CRD is read."""
+    stack, pack = rendering
+    classes = [
+        *base_config(stack.names)["storageClasses"],
+        {
+            "name": f"{stack.names.class_name}-csi",
+            "volumeType": "csi",
+            "snapshotClass": {"deletionPolicy": "Retain", "default": True},
+        },
+    ]
+    outcome = preview(stack, pack, {"storageClasses": classes})
+    assert "kubernetes:snapshot.storage.k8s.io/v1:VolumeSnapshotClass" in planned_types(outcome), (
+        outcome.output
+    )
+    assert "volumesnapshotclasses.snapshot.storage.k8s.io" not in outcome.output
+    assert "[mandatory]" not in outcome.output

@@ -36,6 +36,8 @@ class HostState:
     cgroups: frozenset[str]
     run: frozenset[str]
     var_log: frozenset[str]
+    loops: frozenset[str]
+    """The loop devices backed by a real node's file (its btrfs disk)."""
 
     def differences(self, other: HostState) -> dict[str, tuple[list[str], list[str]]]:
         """For each listing that differs: (only in self, only in other)."""
@@ -78,4 +80,7 @@ def host_state() -> HostState:
         cgroups=frozenset(cgroups),
         run=frozenset(path.name for path in Path("/run").iterdir()),
         var_log=frozenset(path.name for path in Path("/var/log").iterdir()),
+        loops=frozenset(
+            line for line in _run("losetup", "-a").splitlines() if "/real-nodes/" in line
+        ),
     )

@@ -20,7 +20,7 @@ from kubernetes import client, config
 from localcluster import ClusterError, ClusterOptions, LocalCluster, NodeSpec
 from localcluster.cluster_access import wait_for
 from localcluster.raw_api import call_json
-from localcluster.real_node_config import BUSYBOX_IMAGE, REAL_NODE_LABEL
+from localcluster.real_node_config import BTRFS_MOUNT, BUSYBOX_IMAGE, REAL_NODE_LABEL
 from localcluster.real_nodes import RealNodes, host_changes_record
 from localcluster.state_file import ClusterState, read_state, remove_state
 from scripts import build_image
@@ -298,6 +298,34 @@ def test_a_host_path_written_on_one_real_node_is_not_on_the_other(
     assert not (cluster.node_dir("real-2") / relative / "file").exists()
     # The node's disk is its own directory: nothing reached the host's /opt.
     assert not Path("/opt/lps-real-node-test").exists()
+
+
+def test_each_real_node_has_a_btrfs_disk_of_its_own(
+    real_cluster: RealCluster, namespace: str
+) -> None:
+    """Beside its plain directories, each node has a btrfs disk at BTRFS_MOUNT (a loop-mounted
+    sparse file in its namespace): a pod sees btrfs there, and what it writes is that node's."""
+    cluster = real_cluster.cluster
+    for node in REAL_NODES:
+        # busybox's stat names no btrfs: its magic number (linux/magic.h BTRFS_SUPER_MAGIC).
+        script = f"stat -f -c %t /data && echo {node} > /data/{namespace}"
+        manifest = pod(f"btrfs-{node}", node, BUSYBOX_IMAGE, command=["sh", "-c", script])
+        manifest["spec"]["containers"][0]["volumeMounts"] = [{"name": "disk", "mountPath": "/data"}]
+        manifest["spec"]["volumes"] = [
+            {"name": "disk", "hostPath": {"path": str(BTRFS_MOUNT), "type": "Directory"}}
+        ]
+        finished = run_to_end(real_cluster, namespace, manifest)
+        log = real_cluster.real.node_by_name(node).plan.container_log(
+            namespace, f"btrfs-{node}", finished["metadata"]["uid"], "main"
+        )
+        assert finished["status"]["phase"] == "Succeeded", log.read_text()
+        assert "stdout F 9123683e\n" in log.read_text(), log.read_text()
+        holder = real_cluster.real.node_by_name(node).holder.pid
+        seen = Path(f"/proc/{holder}/root") / BTRFS_MOUNT.relative_to("/") / namespace
+        assert seen.read_text() == f"{node}\n"
+        # Not the plain directory underneath the mount, and not the host's /mnt.
+        assert not (cluster.node_dir(node) / BTRFS_MOUNT.relative_to("/") / namespace).exists()
+    assert not (Path("/mnt/btrfs") / namespace).exists()
 
 
 @pytest.mark.parametrize(("node", "by"), [("real-1", "tag"), ("real-2", "digest")])

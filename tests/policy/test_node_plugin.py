@@ -26,6 +26,10 @@ def rule(groups: list[str], resources: list[str], verbs: list[str]) -> dict[str,
     return {"apiGroups": groups, "resources": resources, "verbs": verbs}
 
 
+def snapshot_rule(resources: list[str], verbs: list[str]) -> dict[str, Any]:
+    return rule(["snapshot.storage.k8s.io"], resources, verbs)
+
+
 BUILT_RULES = [rule([r.api_group], list(r.resources), list(r.verbs)) for r in built.RULES]
 
 
@@ -44,6 +48,13 @@ def test_the_built_rules_are_the_allowed_ones() -> None:
         (rule([""], ["secrets"], ["get"]), "on secrets"),
         (rule(["storage.k8s.io"], ["persistentvolumes"], ["get"]), "'storage.k8s.io'"),
         ({**rule([""], ["events"], ["create"]), "resourceNames": ["x"]}, "resourceNames"),
+        (
+            snapshot_rule(["volumesnapshotcontents"], ["delete"]),
+            "['delete'] on volumesnapshotcontents",
+        ),
+        (snapshot_rule(["volumesnapshotcontents/status"], ["update"]), "['update'] on"),
+        (snapshot_rule(["volumesnapshots"], ["get"]), "on volumesnapshots of"),
+        (snapshot_rule(["volumesnapshotclasses"], ["list"]), "on volumesnapshotclasses"),
     ],
 )
 def test_a_wider_node_plugin_role_is_refused(extra: dict[str, Any], says: str) -> None:

@@ -26,8 +26,13 @@ import grpc
 from provisioner.csi.driver_name import DEFAULT_DRIVER_NAME
 from provisioner.csi.generated import csi_pb2
 from provisioner.csi.identity_server import IdentityServer
-from provisioner.csi.services import identity_handler
+from provisioner.csi.services import controller_handler, identity_handler
+from provisioner.node_volumes.snapshot_rpcs import SnapshotPermit, SnapshotRpcs, SourceVolume
+from provisioner.node_volumes.snapshot_service import SnapshotService
+from provisioner.node_volumes.volume_records import VolumeRecord
+from provisioner.node_volumes.volume_state import VolumeState
 from provisioner.objects.node_handoff import VOLUME_PATH_KEY
+from provisioner.objects.snapshot_handoff import SnapshotRemoval, SnapshotSetup
 
 _Rpc = csi_pb2.ControllerServiceCapability.RPC
 _Service = csi_pb2.PluginCapability.Service
@@ -152,3 +157,66 @@ def serve_front(socket: Path, plugin_endpoint: str, controller: SanityController
         )
     }
     return _server(socket, [_PassOn(channel, overrides), controller.handler()])
+
+
+class SnapshotSanityController(SanityController):
+    """The stand-in Controller for csi-sanity's snapshot tests: each volume it makes is recorded
+    as set up in the node's state (as the node's own setup records it), so that the real
+    SnapshotService, behind the real Controller binding (services.controller_handler), takes
+    snapshots of it. It is the `SourceVolumes` (by volume id, never a request's path) and the
+    `SnapshotPermits` (the gate's stand-in: a permit for every snapshot of this run)."""
+
+    def __init__(
+        self, base_path: Path, topology: dict[str, str], state: VolumeState, node_name: str
+    ) -> None:
+        super().__init__(base_path, topology)
+        self.state = state
+        self.service = SnapshotService(node_name, [str(base_path)], state, timeout_seconds=30)
+        self.rpcs = SnapshotRpcs(self.service, self, self)
+
+    def create_volume(
+        self, request: csi_pb2.CreateVolumeRequest, context: grpc.ServicerContext
+    ) -> csi_pb2.CreateVolumeResponse:
+        answer = super().create_volume(request, context)
+        self.state.write(request.name, VolumeRecord("set-up", str(self.base_path / request.name)))
+        return answer
+
+    def find(self, volume_id: str) -> SourceVolume | None:
+        path = self.base_path / volume_id
+        if _bad_name(volume_id) or not path.is_dir():
+            return None
+        return SourceVolume(volume_id, str(path), str(self.base_path), 1 << 20)
+
+    def for_snapshot(self, snapshot: str) -> SnapshotPermit | None:
+        record = self.service.record(snapshot)
+        if record is None:
+            return None
+        setup = SnapshotSetup(
+            record.id, record.source_volume, "", record.base_path, record.path, 0, "Filesystem"
+        )
+        removal = SnapshotRemoval("sanity", "", record.id, record.path)
+        return SnapshotPermit(setup, removal, "sanity", "", lambda: None)
+
+    def capabilities(
+        self, _: csi_pb2.ControllerGetCapabilitiesRequest, __: grpc.ServicerContext
+    ) -> csi_pb2.ControllerGetCapabilitiesResponse:
+        answer = self.rpcs.controller_get_capabilities(csi_pb2.ControllerGetCapabilitiesRequest())
+        answer.capabilities.add(rpc=_Rpc(type=_Rpc.CREATE_DELETE_VOLUME))
+        return answer
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        """The stand-in's volume calls and capabilities first, then the driver's own snapshot
+        calls as services.py binds them (a generic handler passes on a method it lacks)."""
+        return _Chain([super().handler(), controller_handler(self.rpcs)])
+
+
+class _Chain(grpc.GenericRpcHandler):
+    def __init__(self, handlers: list[grpc.GenericRpcHandler]) -> None:
+        self.handlers = handlers
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
+        for handler in self.handlers:
+            found = handler.service(details)
+            if found is not None:
+                return found
+        return None

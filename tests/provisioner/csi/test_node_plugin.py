@@ -22,6 +22,7 @@ import pytest
 from provisioner.csi.generated import csi_pb2
 from provisioner.csi.mount_table import mount_at
 from provisioner.csi.mounts import read_mount_table
+from provisioner.node_volumes import btrfs_ioctl
 from provisioner.objects.node_handoff import VOLUME_PATH_KEY
 from tests.provisioner.csi.plugin_process import (
     PluginProcess,
@@ -29,6 +30,11 @@ from tests.provisioner.csi.plugin_process import (
     mount_capability,
     plugin_process,
     require_root,
+)
+from tests.provisioner.node_volumes.test_btrfs_ioctl import (
+    IMAGE_BYTES,
+    release_loop_devices,
+    run,
 )
 
 pytestmark = [pytest.mark.csi, pytest.mark.usefixtures("unmount_leftovers")]
@@ -271,3 +277,39 @@ def test_a_read_write_once_pod_volume_is_published_to_one_target_at_a_time(
     publish_once(second)  # the first pod gone: the second may have it
     assert mounted(second)
     unpublish(plugin, second)
+
+
+def test_stats_of_a_btrfs_volume_are_its_qgroup_s(plugin: PluginProcess, tmp_path: Path) -> None:
+    """A subvolume with a limit reports the limit as its total, its referenced bytes as used,
+    and what is left under the limit as available; inodes are counted as for any directory."""
+    image = tmp_path / "btrfs.img"
+    with image.open("wb") as sparse:
+        sparse.truncate(IMAGE_BYTES)
+    run("mkfs.btrfs", "-q", str(image))
+    run("mount", "-o", "loop", str(image), str(plugin.base_path))
+    try:
+        top = btrfs_ioctl.open_directory(str(plugin.base_path))
+        try:
+            btrfs_ioctl.create_subvolume(top, "pvc-1")
+            btrfs_ioctl.enable_quotas(top)
+            volume_fd = btrfs_ioctl.open_directory("pvc-1", dir_fd=top)
+            try:
+                btrfs_ioctl.set_limit(volume_fd, 16 << 20)
+            finally:
+                os.close(volume_fd)
+        finally:
+            os.close(top)
+        volume, target = plugin.base_path / "pvc-1", tmp_path / "pod" / "mount"
+        publish(plugin, volume, target)
+        (target / "file").write_bytes(os.urandom(3 << 20))
+        run("btrfs", "filesystem", "sync", str(target))
+        by_unit = {usage.unit: usage for usage in stats(plugin, target).usage}
+        written = by_unit[csi_pb2.VolumeUsage.BYTES]
+        assert written.total == 16 << 20
+        assert 3 << 20 <= written.used < 4 << 20
+        assert written.available == written.total - written.used
+        assert by_unit[csi_pb2.VolumeUsage.INODES].used == 2  # the volume, file
+        unpublish(plugin, target)
+    finally:
+        subprocess.run(["umount", str(plugin.base_path)], check=True)
+        release_loop_devices(image)

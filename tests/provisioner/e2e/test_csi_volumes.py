@@ -14,6 +14,7 @@ from localcluster.raw_api import call_json
 from provisioner.csi.driver_name import driver_name_for
 from provisioner.objects.node_handoff import (
     NODE_LABEL,
+    NODE_SIZE_ANNOTATION,
     REMOVAL_PERMIT_ANNOTATION,
     SETUP_ANNOTATION,
     VOLUME_PATH_KEY,
@@ -147,3 +148,41 @@ def test_a_clone_into_a_csi_class_names_its_source_for_the_node_and_another_clas
     wait_refusal(setup, "mixed", "a clone must be of its source's class")
     assert setup.phase("mixed") == "Pending"
     assert setup.volume(f"pvc-{setup.claim('mixed')['metadata']['uid']}") is None
+
+
+def test_a_csi_claim_s_expansion_is_finished_once_its_node_says_it_holds_the_size(
+    make_setup: Callable[..., ProvisionerSetup],
+) -> None:
+    """The controller's half of a CSI volume's expansion: the PV grows and the claim says its
+    resize is in progress, but it is finished (status.capacity, the event) only once the PV's
+    NODE_SIZE_ANNOTATION, which the node plugin writes after applying the size (here by hand,
+    test_volume_watch_cluster.py has the node's half), reaches the new size."""
+    setup = make_setup(ConfigFiles(config=default_config(BASE)))
+    setup.start()
+    storage_class = setup.create_class("csi", parameters={"volumeType": "csi"})
+    call_json(setup.storage.patch_storage_class, storage_class, {"allowVolumeExpansion": True})
+    setup.create_claim("g", storage_class, size="1Gi")
+    setup.create_consumer("g", "g", NODE)
+    name = setup.wait_bound("g")["metadata"]["name"]
+    setup.core.patch_namespaced_persistent_volume_claim(
+        "g", setup.namespace, {"spec": {"resources": {"requests": {"storage": "2Gi"}}}}
+    )
+
+    def grown() -> bool | None:
+        volume = setup.volume(name) or {}
+        return volume.get("spec", {}).get("capacity", {}).get("storage") == "2Gi" or None
+
+    eventually(grown, 30, f"PV {name} to grow")
+    time.sleep(1)  # what the controller would do next, were it not waiting for the node
+    status = setup.claim("g").get("status") or {}
+    assert status["capacity"]["storage"] == "1Gi"
+    assert status["allocatedResourceStatuses"]["storage"] == "ControllerResizeInProgress"
+    call_json(
+        setup.core.patch_persistent_volume,
+        name,
+        {"metadata": {"annotations": {NODE_SIZE_ANNOTATION: str(2 << 30)}}},
+    )
+    setup.wait_event("g", "VolumeResizeSuccessful")
+    status = setup.claim("g").get("status") or {}
+    assert status["capacity"]["storage"] == "2Gi"
+    assert "storage" not in (status.get("allocatedResourceStatuses") or {})

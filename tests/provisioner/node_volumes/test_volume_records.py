@@ -21,6 +21,16 @@ def test_a_record_reads_back_and_anything_else_is_none() -> None:
         assert VolumeRecord.from_json(text) is None
 
 
+def test_a_record_keeps_the_size_applied_and_an_earlier_version_s_reads_without_one() -> None:
+    sized = VolumeRecord("set-up", "/data/a", 3 << 20)
+    assert VolumeRecord.from_json(sized.to_json()) == sized
+    assert VolumeRecord.from_json('{"path": "/data/a", "state": "set-up"}') == SET_UP
+    assert SET_UP.to_json() == '{"path": "/data/a", "state": "set-up"}'
+    for size in ('"3"', "true", "1.5"):
+        text = f'{{"path": "/data/a", "state": "set-up", "size_bytes": {size}}}'
+        assert VolumeRecord.from_json(text) is None
+
+
 def test_a_setup_runs_once() -> None:
     assert setup_decision(None, "/data/a", directory_present=False) is SetupDecision.RUN
     assert setup_decision(SET_UP, "/data/a", directory_present=True) is SetupDecision.DONE

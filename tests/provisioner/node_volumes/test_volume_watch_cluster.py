@@ -23,10 +23,12 @@ from provisioner.configuration.config import (
 from provisioner.csi.node_paths import node_base_paths
 from provisioner.kube.client import KubeClients, create_clients
 from provisioner.node_volumes.volume_executor import VolumeExecutor
+from provisioner.node_volumes.volume_records import VolumeRecord
 from provisioner.node_volumes.volume_state import VolumeState
 from provisioner.node_volumes.volume_watch import NodeVolumes
 from provisioner.objects.node_handoff import (
     NODE_LABEL,
+    NODE_SIZE_ANNOTATION,
     REMOVAL_PERMIT_ANNOTATION,
     SETUP_ANNOTATION,
     VOLUME_PATH_KEY,
@@ -241,3 +243,38 @@ def test_a_source_s_teardown_first_sets_up_its_clones_not_set_up_yet(
         for name in (source, clone):
             with contextlib.suppress(Exception):  # best effort: the cluster is per session
                 clients.request_json("DELETE", f"{volumes}/{name}")
+
+
+def test_a_grown_pv_gets_its_size_applied_and_said_by_the_node(
+    clients: KubeClients, cluster_namespace: str, tmp_path: Path
+) -> None:
+    """The node's part of an expansion: the controller grows the PV's capacity (here by hand),
+    the watch applies the size (a plain directory: only its record) and says so on the PV
+    (NODE_SIZE_ANNOTATION), once; a PV never grown gets no such write."""
+    node, base, executor = fake_node(tmp_path)
+    watch = NodeVolumes(clients, executor, DRIVER, base_delay=0.2, max_delay=1.0)
+    name = f"pv-{uuid.uuid4().hex[:10]}"
+    setup = VolumeSetup(str(base), str(base / name), "Filesystem", 1 << 20)
+    volumes = "/api/v1/persistentvolumes"
+
+    def node_size() -> str | None:
+        volume = clients.request_json("GET", f"{volumes}/{name}")
+        return (volume["metadata"].get("annotations") or {}).get(NODE_SIZE_ANNOTATION)
+
+    watch.start()
+    try:
+        clients.request_json("POST", volumes, body=csi_volume(name, node, setup, cluster_namespace))
+        eventually(lambda: executor.state.read(name), 30, f"{name} to be set up")
+        assert node_size() is None
+        clients.request_json(
+            "PATCH",
+            f"{volumes}/{name}",
+            body={"spec": {"capacity": {"storage": "3Mi"}}},
+            content_type=MERGE_PATCH,
+        )
+        eventually(lambda: node_size() == str(3 << 20) or None, 30, "the node to say 3Mi")
+        assert executor.state.read(name) == VolumeRecord("set-up", setup.path, 3 << 20)
+    finally:
+        watch.stop()
+        with contextlib.suppress(Exception):  # best effort: the cluster is per session
+            clients.request_json("DELETE", f"{volumes}/{name}")

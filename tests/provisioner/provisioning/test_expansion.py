@@ -10,6 +10,7 @@ import msgspec
 
 from provisioner.configuration.class_rules import read_class_rules
 from provisioner.configuration.config import DEFAULT_NODE, parse_config_json
+from provisioner.objects.node_handoff import NODE_SIZE_ANNOTATION
 from provisioner.objects.records import (
     ClaimRecord,
     ClaimReference,
@@ -92,6 +93,25 @@ def test_a_pv_grown_before_a_crash_gets_the_claim_status_caught_up() -> None:
     grown = msgspec.structs.replace(VOLUME, capacity="2Gi")
     claim = msgspec.structs.replace(CLAIM, requested_storage="2Gi", status_capacity="1Gi")
     assert decide(claim, grown) == FinishExpansion("2Gi")
+
+
+def test_a_grown_csi_volume_s_claim_is_finished_only_once_its_node_holds_the_size() -> None:
+    csi = msgspec.structs.replace(VOLUME, volume_type="csi", csi_driver="d", capacity="2Gi")
+    claim = msgspec.structs.replace(CLAIM, requested_storage="2Gi", status_capacity="1Gi")
+    waiting = decide(claim, csi)
+    assert isinstance(waiting, NoExpansion) and "not applied that size yet" in waiting.reason
+    behind = msgspec.structs.replace(
+        csi, annotations={**csi.annotations, NODE_SIZE_ANNOTATION: str(GI)}
+    )
+    assert isinstance(decide(claim, behind), NoExpansion)
+    held = msgspec.structs.replace(
+        csi, annotations={**csi.annotations, NODE_SIZE_ANNOTATION: str(2 * GI)}
+    )
+    assert decide(claim, held) == FinishExpansion("2Gi")
+    # Its allocatedResources alone lagging (no resize) need no word from the node.
+    bound = msgspec.structs.replace(CLAIM, allocated_storage=None)
+    same = msgspec.structs.replace(csi, capacity="1Gi")
+    assert decide(bound, same) == FinishExpansion("1Gi", resized=False)
 
 
 def test_the_same_size_is_nothing_to_do() -> None:
