@@ -227,6 +227,7 @@ class LocalPathProvisioner:
                 book=self._paths,
                 book_lock=self._paths_lock,
                 rules_of=self._current_rules,
+                csi_classes=self._our_class_names,
                 on_budget_changed=self.poke_capacity,
                 wake=lambda name: queue.add((SNAPSHOT, name)),
                 driver=csi_driver,
@@ -426,6 +427,14 @@ class LocalPathProvisioner:
         return self._class_rules.rules(
             class_name, self._caches.classes.get(class_name), bundle.config
         )
+
+    def _our_class_names(self) -> list[str]:
+        """The StorageClasses of this provisioner, as the informer shows them."""
+        return [
+            name
+            for name, storage_class in self._caches.classes.items()
+            if storage_class.provisioner == self._provisioner_name
+        ]
 
     def _current_rules(self, class_name: str) -> ClassRules | None:
         """A class's rules under the config in force."""

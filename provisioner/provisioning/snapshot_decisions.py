@@ -17,7 +17,7 @@ costs its request: budgets are promises, not measurements. Its entry in the path
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,10 +181,12 @@ def decide_content(
     driver: str,
     provisioner_name: str,
     nodes: NodeListing,
+    import_base_paths: Callable[[str], Iterable[str]] = lambda node: (),
 ) -> SnapshotAction:
     """What a content calls for. `source` is the PV its volumeHandle names (None: none),
     `rules` that PV's class's rules, `book_entries` the path book under its lock, `nodes` the
-    cluster's (an import's handle must name one of them)."""
+    cluster's (an import's handle must name one of them), `import_base_paths` the base paths
+    our CSI classes have on a node (where an import's snapshot can be)."""
     if content.driver != driver:
         return NoSnapshotAction(f"driver {content.driver} is not ours")
     if content.being_deleted:
@@ -192,14 +194,20 @@ def decide_content(
     if SNAPSHOT_SETUP_ANNOTATION in content.annotations:
         return NoSnapshotAction("admitted")
     if content.pre_provisioned:
-        return decide_import(content, nodes)
+        return decide_import(content, nodes, import_base_paths)
     return decide_snapshot(content, source, rules, book_entries, provisioner_name=provisioner_name)
 
 
-def decide_import(content: ContentFacts, nodes: NodeListing) -> AdmitSnapshot | RefuseSnapshot:
+def decide_import(
+    content: ContentFacts,
+    nodes: NodeListing,
+    import_base_paths: Callable[[str], Iterable[str]],
+) -> AdmitSnapshot | RefuseSnapshot:
     """A pre-provisioned content: its handle names a node and an id, never a path; the node
-    confirms it holds that snapshot (its own record), else it writes the error. A node key no
-    node carries would leave the content waiting for nobody: refused until one does."""
+    confirms it holds that snapshot (its own record, at the setup's place), else it writes the
+    error. A node key no node carries would leave the content waiting for nobody: refused until
+    one does. The snapshot's place is its id's in the one base path our CSI classes have on
+    that node; with several, the handle does not say which: refused, naming them."""
     handle = content.snapshot_handle or ""
     parsed = parse_snapshot_handle(handle)
     if parsed is None:
@@ -208,19 +216,28 @@ def decide_import(content: ContentFacts, nodes: NodeListing) -> AdmitSnapshot | 
             " (v1/<node>/<32 hex digits>)"
         )
     node_key, found_id = parsed
-    if node_of_key(node_key, nodes) is None:
+    node = node_of_key(node_key, nodes)
+    if node is None:
         return RefuseSnapshot(
             f"snapshot handle {handle!r} names node {node_key}, which is not a node of this"
             " cluster",
             lasting=False,
         )
-    # No base path is known here: the node takes the snapshot's place from its own record.
+    candidates = sorted(set(import_base_paths(node)))
+    if len(candidates) != 1:
+        where = (
+            f"has the base paths {', '.join(candidates)}: the handle does not say which holds it"
+            if candidates
+            else "has no base path of a CSI class of this provisioner"
+        )
+        return RefuseSnapshot(f"snapshot handle {handle!r} names node {node}, which {where}")
+    base = candidates[0]
     setup = SnapshotSetup(
         snapshot_id=found_id,
         source_volume="",
         source_path="",
-        base_path="",
-        path=snapshot_path("", found_id),
+        base_path=base,
+        path=snapshot_path(base, found_id),
         size_bytes=0,
         volume_mode=content.source_volume_mode,
         imported=True,

@@ -14,13 +14,14 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
 
 from urllib3.exceptions import HTTPError
 
+from provisioner.configuration.class_parameters import CSI_VOLUME_TYPE
 from provisioner.configuration.class_rules import ClassRules
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
@@ -131,6 +132,7 @@ class SnapshotContents:
         book: PathBook,
         book_lock: threading.Lock,
         rules_of: Callable[[str], ClassRules | None],
+        csi_classes: Callable[[], Iterable[str]],
         on_budget_changed: Callable[[], None],
         wake: Callable[[str], None],
         driver: str,
@@ -145,6 +147,7 @@ class SnapshotContents:
         self._book = book
         self._book_lock = book_lock
         self._rules_of = rules_of
+        self._csi_classes = csi_classes
         self._on_budget_changed = on_budget_changed
         self._wake = wake
         # Contents refused for want of room (or a source not bound yet): looked at again when a
@@ -206,6 +209,7 @@ class SnapshotContents:
                 driver=self._driver,
                 provisioner_name=self._name,
                 nodes=self._nodes,
+                import_base_paths=self._import_base_paths,
             )
             if isinstance(action, AdmitSnapshot) and action.entry is not None:
                 entry = action.entry
@@ -223,6 +227,15 @@ class SnapshotContents:
                 self._let_go(content, why)
             case _:
                 log.debug("content %s: %s", name, action.why)
+
+    def _import_base_paths(self, node: str) -> list[str]:
+        """The base paths our CSI classes have on `node`: where an imported snapshot can be."""
+        found: list[str] = []
+        for name in self._csi_classes():
+            rules = self._rules_of(name)
+            if rules is not None and rules.default_volume_type == CSI_VOLUME_TYPE:
+                found += rules.base_paths_on(node)
+        return found
 
     def _admit(self, content: ContentFacts, action: AdmitSnapshot) -> None:
         annotations = {SNAPSHOT_SETUP_ANNOTATION: action.setup.to_json()}

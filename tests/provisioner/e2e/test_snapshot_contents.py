@@ -319,6 +319,7 @@ def test_a_bad_handle_is_refused_and_retain_lets_go_at_once(
     found, setup_fields = api.admitted(good)
     assert found["metadata"]["labels"][NODE_LABEL] == "node-2"
     assert setup_fields.imported
+    assert (setup_fields.base_path, setup_fields.size_bytes) == (BASE, 0)
     assert setup_fields.snapshot_id == snapshot_id("old")
     assert BEING_CREATED_ANNOTATION not in found["metadata"]["annotations"]
 

@@ -88,6 +88,7 @@ def decide(
         driver=DRIVER,
         provisioner_name=ME,
         nodes=_Nodes(["n1", "n2"]),
+        import_base_paths=lambda node: {"n2": ["/opt/x"]}.get(node, ["/opt/a", "/opt/b"]),
     )
 
 
@@ -182,8 +183,26 @@ def test_a_pre_provisioned_content_is_labelled_for_its_handle_s_node_and_importe
     assert admitted.node_key == "n2"
     assert admitted.setup.imported
     assert admitted.setup.snapshot_id == found
+    # Its place: its id's in the one base path our CSI classes have on that node.
+    assert admitted.setup.base_path == "/opt/x"
+    assert admitted.setup.path == f"/opt/x/.local-path-storage-snapshots/{found}"
     assert admitted.entry is None
     assert SnapshotSetup.from_json(admitted.setup.to_json()) == admitted.setup
+
+
+def test_a_handle_s_node_with_several_base_paths_or_none_is_refused_naming_them() -> None:
+    handle = snapshot_handle("n1", snapshot_id("old"))
+    content = dataclasses.replace(CONTENT, volume_handle=None, snapshot_handle=handle)
+    refused = decide(content, source=None)
+    assert refused == RefuseSnapshot(
+        f"snapshot handle {handle!r} names node n1, which has the base paths /opt/a, /opt/b:"
+        " the handle does not say which holds it"
+    )
+    none = decide_content(
+        content, None, None, [], driver=DRIVER, provisioner_name=ME, nodes=_Nodes(["n1"])
+    )
+    assert isinstance(none, RefuseSnapshot)
+    assert "has no base path of a CSI class of this provisioner" in none.message
 
 
 def test_a_handle_naming_no_node_of_the_cluster_is_refused_until_one_carries_it() -> None:
