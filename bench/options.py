@@ -12,9 +12,10 @@ from bench.real_nodes import REAL_SIZES
 from localcluster.pod_start import MODELS
 
 REPO = Path(__file__).resolve().parents[1]
-SCENARIOS = ("burst", "lifted", "scale", "failover", "real")
+SCENARIOS = ("burst", "lifted", "scale", "failover", "real", "snapshots")
 DEFAULT_SCENARIOS = ("burst", "lifted", "scale", "failover")
-"""`real` starts real nodes (root, one such cluster on the machine): only when asked."""
+"""`real` and `snapshots` start real nodes (root, one such cluster on the machine): only when
+asked."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,9 @@ def parse_options(argv: Sequence[str]) -> BenchOptions:
         "one lease duration after the kill; real runs bursts of --real-sizes claims on two "
         "real nodes (kubelet, containerd, runc; needs root and no other real-node cluster on "
         "the machine), ours, ours-csi and both references, under the default and the lifted "
-        "limit)",
+        "limit; snapshots times a VolumeSnapshot of a 1 GiB volume and its restore on one real "
+        "node, on its plain disk and on btrfs, beside cp -a and cp -a --reflink=always of the "
+        "same data there (root, as real))",
     )
     add(
         "--real-sizes",

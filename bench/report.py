@@ -30,6 +30,7 @@ from bench.options import BenchOptions
 from bench.real_nodes import REAL_NODES, RealResults, pod_start_rows
 from bench.runner import RunResults
 from bench.scale import ScaleResult
+from bench.snapshot_goals import DiskRun, judge_snapshots, report_lines
 from bench.stats import ratio
 from localcluster.pod_start import KUBELET
 
@@ -248,6 +249,8 @@ def build_report(
             }
             for limit, by_size in results.real.items()
         },
+        "snapshots": [asdict(run) for run in results.snapshots],
+        "snapshot_goals": judge_snapshots(results.snapshots),
     }
 
 
@@ -559,8 +562,18 @@ def pod_starts_table(report: dict[str, Any], markdown: bool = False) -> str:
     return format_table(headers, rows, markdown)
 
 
+def snapshot_lines(report: dict[str, Any]) -> list[str]:
+    """The snapshot scenario's stages and goals (`bench.snapshot_goals.report_lines`)."""
+    runs = [DiskRun.from_dict(run) for run in report.get("snapshots") or []]
+    return report_lines(runs, report.get("snapshot_goals") or []) if runs else []
+
+
 def print_report(report: dict[str, Any]) -> None:
     options = report["options"]
+    if report.get("snapshots") and not report["figures"] and not report.get("real_figures"):
+        print(f"\nsnapshots; wall time {report['wall_seconds']:.0f}s")
+        print("\n".join(snapshot_lines(report)))
+        return
     if report["figures"]:
         print(
             f"\n{options['claims']} claims over {options['nodes']} nodes; "
@@ -617,6 +630,11 @@ def markdown(report: dict[str, Any]) -> str:
             *filter(None, [failover_table(report, markdown=True)]),
             *filter(None, [real_table(report, markdown=True)]),
             *filter(None, [pod_starts_table(report, markdown=True)]),
+            *(
+                ["```\n" + "\n".join(snapshot_lines(report)) + "\n```"]
+                if report.get("snapshots")
+                else []
+            ),
         ]
     )
 

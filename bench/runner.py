@@ -29,6 +29,8 @@ from bench.scale import (
     median_start,
     run_scale,
 )
+from bench.snapshot_goals import DiskRun
+from bench.snapshots import run_snapshots
 from bench.workspace import Workspace, prepare_workspace
 from localcluster import default_node_specs
 from localcluster.pod_start import MODELS
@@ -56,6 +58,8 @@ class RunResults:
     """At the largest scale size: ours (leader and warm standby) and the tuned reference."""
     real: RealResults = field(default_factory=dict)
     """The bursts on real nodes, by binder limit, claims and implementation."""
+    snapshots: list[DiskRun] = field(default_factory=list)
+    """The snapshot scenario's disks: the plain one, then btrfs."""
 
 
 def say(message: str) -> None:
@@ -292,4 +296,6 @@ def run_all(options: BenchOptions, work_dir: Path) -> RunResults:
             work_dir=work_dir,
             say=say,
         )
+    if "snapshots" in options.scenarios:
+        results.snapshots = run_snapshots(work_dir, say)
     return results
