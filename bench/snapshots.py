@@ -5,8 +5,9 @@ same disk. Its goals and report lines are `bench.snapshot_goals`.
 
 One cluster: one real node and no kwok node, the snapshot CRDs and the common snapshot
 controller, ours' controller (`ours-csi`'s command) and the node plugin in the node's mount
-namespace. The classes bind at once (`Immediate`): a claim is Bound with no consumer, so a
-restore's time is the provisioner's and the node's alone.
+namespace. The classes wait for a first consumer (node-local paths must): the restore claim's
+consumer is created with it, so its time to Bound counts the scheduler's pick as a user's would;
+its pod's start is not counted.
 
 Per disk, in this order:
 1. a claim of 1 GiB and a busybox pod that writes three files of 320 MiB and 512 of 96 KiB
@@ -105,7 +106,7 @@ def _start_cluster(say: Callable[[str], None]) -> LocalCluster:
 
 
 def _prepare(cluster: LocalCluster, api: RawApi, work_dir: Path) -> Workspace:
-    """Ours' CSI workspace with a class per disk, Immediate binding, and a snapshot class each."""
+    """Ours' CSI workspace with a class per disk, binding at the first consumer, and a snapshot class each."""
     config_dir = work_dir / "config"
     config_dir.mkdir(parents=True, exist_ok=True)
     files = {**config_files(), "config.json": json.dumps(_base_config())}
@@ -127,7 +128,7 @@ def _prepare(cluster: LocalCluster, api: RawApi, work_dir: Path) -> Workspace:
                 "metadata": {"name": f"snap-{disk}"},
                 "provisioner": CSI_PROVISIONER_NAME,
                 "reclaimPolicy": "Delete",
-                "volumeBindingMode": "Immediate",
+                "volumeBindingMode": "WaitForFirstConsumer",
                 "parameters": CSI_CLASS_PARAMETERS,
             },
         )
@@ -169,6 +170,29 @@ def _claim(name: str, storage_class: str, source: str | None = None) -> dict[str
             "name": source,
         }
     return {"metadata": {"name": name}, "spec": spec}
+
+
+def _pod(name: str, node: str, claim: str, script: str) -> dict[str, Any]:
+    """A busybox pod on the node running `script` with the claim at /data."""
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            # A node selector, not nodeName: the scheduler must pick the node, so that it marks
+            # the claim (WaitForFirstConsumer) with the node for the provisioner.
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": BUSYBOX_IMAGE,
+                    "command": ["sh", "-c", script],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }
+            ],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    }
 
 
 def _bound_volume(api: RawApi, claim: str) -> dict[str, Any] | None:
@@ -256,24 +280,7 @@ class Bench:
         """The source claim, written full by a pod and synced: its name and its path."""
         source = f"data-{disk}"
         self.api.create(CLAIMS, _claim(source, f"snap-{disk}"))
-        writer = {
-            "metadata": {"name": f"writer-{disk}"},
-            "spec": {
-                "nodeName": self.node,
-                "restartPolicy": "Never",
-                "terminationGracePeriodSeconds": 1,
-                "containers": [
-                    {
-                        "name": "writer",
-                        "image": BUSYBOX_IMAGE,
-                        "command": ["sh", "-c", WRITER_SCRIPT],
-                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                    }
-                ],
-                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": source}}],
-            },
-        }
-        self.api.create(PODS, writer)
+        self.api.create(PODS, _pod(f"writer-{disk}", self.node, source, WRITER_SCRIPT))
 
         def finished() -> str | None:
             phase = (self.api.get(f"{PODS}/writer-{disk}").get("status") or {}).get("phase")
@@ -323,6 +330,8 @@ class Bench:
         restored = f"restored-{disk}"
         started = time.monotonic()
         self.api.create(CLAIMS, _claim(restored, f"snap-{disk}", source=f"snap-{disk}"))
+        # Its consumer at once: the class waits for one (a node-local path).
+        self.api.create(PODS, _pod(restored, self.node, restored, "ls /data > /dev/null"))
         pv = _until(f"{restored}'s PV", lambda: _volume_of(self.api, restored))
         pv_seen_wall, pv_seen = time.time(), time.monotonic() - started
         _until(f"{restored} Bound", lambda: _bound_volume(self.api, restored))
