@@ -106,7 +106,8 @@ def _start_cluster(say: Callable[[str], None]) -> LocalCluster:
 
 
 def _prepare(cluster: LocalCluster, api: RawApi, work_dir: Path) -> Workspace:
-    """Ours' CSI workspace with a class per disk, binding at the first consumer, and a snapshot class each."""
+    """Ours' CSI workspace: a class per disk (bound at the first consumer) and a snapshot class
+    for each."""
     config_dir = work_dir / "config"
     config_dir.mkdir(parents=True, exist_ok=True)
     files = {**config_files(), "config.json": json.dumps(_base_config())}
