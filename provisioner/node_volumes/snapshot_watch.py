@@ -187,6 +187,14 @@ class NodeSnapshots:
                 self._patch(
                     facts, error_status(outcome.message, self.now().isoformat()), status=True
                 )
+                if facts.being_created:
+                    # As the sidecar does after a final error: while being-created stays,
+                    # the common controller never deletes the content, so a snapshot that
+                    # cannot be taken could never be deleted either. Retries go on; a
+                    # snapshot being deleted is not taken again (snapshot_work).
+                    self._patch(
+                        facts, annotation_patch(facts.uid, {BEING_CREATED_ANNOTATION: None})
+                    )
             return self._failed(facts, "SnapshotCreationFailed", "take", outcome)
         handle = snapshot_handle(self.node_name, record.id)
         size = record.size_bytes or setup.size_bytes
