@@ -415,6 +415,9 @@ def run_snapshots(work_dir: Path, say: Callable[[str], None]) -> list[DiskRun]:
             cluster, workspace.provisioner_name, workspace.config_file, cluster_dir
         )
         shell = NodeShell(node)
+        # The base paths are made by hand, as an admin makes a disk's directory: config.json
+        # does not let the plugin make them.
+        shell.run("mkdir", "-p", *(base for _, base in DISKS))
         (plan,) = plugins.plans
         records = shell.host_path(str(plan.kubelet_root / "plugins" / plan.driver / "snapshots"))
         bench = Bench(api, shell, node.plan.name, plan.log, records, say)
