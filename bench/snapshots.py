@@ -14,7 +14,8 @@ Per disk, in this order:
    (1008 MiB: a btrfs volume is held to its size, metadata included, so a full GiB of data
    would not fit) from /dev/urandom, then `sync`s;
 2. `sync -f` (untimed), then a VolumeSnapshot, polled every 20 ms until readyToUse; the node's
-   own take from its record's creation time to its "taken" log line; `sync -f`, timed;
+   own take from its record's creation time to its "taken" log line, and the controller's
+   admission from its "admitted" log line; `sync -f`, timed;
 3. a restore claim of the snapshot, polled until its PV exists and until Bound; the node's log
    line "restored from" ends its copy; `sync -f`, timed;
 4. the floors, through nsenter into the node's mount namespace: `cp -a` of the volume's data
@@ -275,6 +276,7 @@ class Bench:
     plugin_log: Path
     records: Path
     """The node plugin's snapshot records (`<id>.json`), as this machine sees them."""
+    controller_log: Path
     say: Callable[[str], None]
 
     def fill(self, disk: str) -> tuple[str, str]:
@@ -295,10 +297,11 @@ class Bench:
         self.shell.run("sync", "-f", path)
         return source, path
 
-    def snapshot(self, disk: str, source: str, path: str) -> tuple[str, float, float, float]:
-        """Ours' snapshot of the source: its kind, ready, the node's take, the sync after."""
+    def snapshot(self, disk: str, source: str, path: str) -> tuple[str, float, float, float, float]:
+        """Ours' snapshot of the source: its kind, ready, admitted by the controller (from its
+        log), the node's take, the sync after."""
         name = f"snap-{disk}"
-        started = time.monotonic()
+        started, started_wall = time.monotonic(), time.time()
         self.api.create(
             SNAPSHOTS,
             {
@@ -323,7 +326,8 @@ class Bench:
         record = json.loads((self.records / f"{found}.json").read_text())
         kind: str = record["kind"]
         taken = _wait_logged(self.plugin_log, f"snapshot {found}: {kind} of")
-        return kind, seconds, taken - record["created_ns"] / 1e9, sync
+        admitted = _wait_logged(self.controller_log, f"snapshot {found} admitted") - started_wall
+        return kind, seconds, admitted, taken - record["created_ns"] / 1e9, sync
 
     def restore(self, disk: str, path: str) -> tuple[float, float, float, float, float]:
         """Ours' restore of the snapshot: PV seen, Bound, the node's copy done, the node's copy
@@ -361,10 +365,10 @@ class Bench:
         source, path = self.fill(disk)
         filesystem = self.shell.run("stat", "-f", "-c", "%T", path).stdout.strip()
         self.say(f"snapshots: {disk}: {DATA_BYTES >> 20} MiB written in {path} ({filesystem})")
-        kind, ready, take, snapshot_sync = self.snapshot(disk, source, path)
+        kind, ready, admitted, take, snapshot_sync = self.snapshot(disk, source, path)
         self.say(
-            f"snapshots: {disk}: snapshot ({kind}) ready in {ready:.3f}s (the node's take"
-            f" {take:.3f}s), sync {snapshot_sync:.3f}s"
+            f"snapshots: {disk}: snapshot ({kind}) ready in {ready:.3f}s (admitted at"
+            f" {admitted:.3f}s, the node's take {take:.3f}s), sync {snapshot_sync:.3f}s"
         )
         pv_seen, bound, done, node_copy, restore_sync = self.restore(disk, path)
         self.say(
@@ -382,6 +386,7 @@ class Bench:
             snapshot_kind=kind,
             data_bytes=DATA_BYTES,
             snapshot_ready=ready,
+            snapshot_admitted=admitted,
             node_take=take,
             snapshot_sync=snapshot_sync,
             restore_pv=pv_seen,
@@ -420,7 +425,7 @@ def run_snapshots(work_dir: Path, say: Callable[[str], None]) -> list[DiskRun]:
         shell.run("mkdir", "-p", *(base for _, base in DISKS))
         (plan,) = plugins.plans
         records = shell.host_path(str(plan.kubelet_root / "plugins" / plan.driver / "snapshots"))
-        bench = Bench(api, shell, node.plan.name, plan.log, records, say)
+        bench = Bench(api, shell, node.plan.name, plan.log, records, cluster_dir / "ours.log", say)
         return [bench.measure(disk) for disk, _ in DISKS]
     finally:
         if plugins is not None:

@@ -17,6 +17,7 @@ PLAIN = DiskRun(
     snapshot_kind="copy",
     data_bytes=1008 << 20,
     snapshot_ready=2.0,
+    snapshot_admitted=0.1,
     node_take=1.8,
     snapshot_sync=1.0,
     restore_pv=0.05,
@@ -100,15 +101,16 @@ def test_the_report_says_each_stage_and_where_a_missed_goal_went() -> None:
         " (cp -a + sync, / 0.8): MISSED; 0.79x the floor's throughput"
     ) in lines
     assert (
-        "  where the time goes: the node's take 2.600 s,"
-        " admission, content and status round trips 0.200 s, sync 1.000 s"
+        "  where the time goes: created -> admitted 0.100 s, the node's take 2.600 s,"
+        " content and status round trips 0.100 s, sync 1.000 s"
     ) in lines
     assert "goal btrfs disk (btrfs): snapshot ready: 0.300 s, limit 0.500 s" in text
 
 
 def test_stages_split_the_snapshot_into_the_node_s_take_and_the_rest() -> None:
     named = dict(stages(PLAIN))
-    assert named["  the rest (admission, content, status round trips)"] == pytest.approx(0.2)
+    assert named["  created -> admitted by the controller"] == pytest.approx(0.1)
+    assert named["  the rest (content, status round trips)"] == pytest.approx(0.1)
     assert "floor: cp -a --reflink=always" not in named
     assert dict(stages(BTRFS))["floor: cp -a --reflink=always"] == 0.2
 
