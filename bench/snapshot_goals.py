@@ -44,6 +44,9 @@ class DiskRun:
     """VolumeSnapshot created -> its status readyToUse, seen by the bench."""
     snapshot_admitted: float
     """VolumeSnapshot created -> the controller's log says it admitted the content."""
+    content_ready: float
+    """VolumeSnapshot created -> its content's status readyToUse seen (the node's word on it);
+    NaN when not seen before the snapshot's own."""
     node_take: float
     """The node's own take: its record's creation -> its "taken" log line."""
     snapshot_sync: float
@@ -137,6 +140,8 @@ def stages(run: DiskRun) -> list[tuple[str, float]]:
         ("  created -> admitted by the controller", run.snapshot_admitted),
         ("  of it the node's take (record -> taken)", run.node_take),
         ("  the rest (content, status round trips)", _rest(run)),
+        ("  created -> the content readyToUse", run.content_ready),
+        ("  the content readyToUse -> the snapshot's", run.snapshot_ready - run.content_ready),
         ("  sync -f after it", run.snapshot_sync),
         ("restore: claim created -> ready (Bound, copy done)", run.restore_ready),
         ("  claim created -> PV seen", run.restore_pv),
@@ -195,6 +200,7 @@ def where_time_goes(runs: list[DiskRun], goal: dict[str, Any]) -> str:
             ("created -> admitted", run.snapshot_admitted),
             ("the node's take", run.node_take),
             ("content and status round trips", _rest(run)),
+            ("of it after the content was ready", run.snapshot_ready - run.content_ready),
             ("sync", run.snapshot_sync if run.disk != "btrfs" else math.nan),
         ]
     else:

@@ -18,6 +18,7 @@ PLAIN = DiskRun(
     data_bytes=1008 << 20,
     snapshot_ready=2.0,
     snapshot_admitted=0.1,
+    content_ready=1.95,
     node_take=1.8,
     snapshot_sync=1.0,
     restore_pv=0.05,
@@ -102,7 +103,8 @@ def test_the_report_says_each_stage_and_where_a_missed_goal_went() -> None:
     ) in lines
     assert (
         "  where the time goes: created -> admitted 0.100 s, the node's take 2.600 s,"
-        " content and status round trips 0.100 s, sync 1.000 s"
+        " content and status round trips 0.100 s, of it after the content was ready 0.850 s,"
+        " sync 1.000 s"
     ) in lines
     assert "goal btrfs disk (btrfs): snapshot ready: 0.300 s, limit 0.500 s" in text
 
