@@ -127,7 +127,7 @@ def pod_template(args: ProvisionerDeploymentArgs, instance: str) -> core.PodTemp
     spec: core.PodSpecArgsDict = {
         "service_account_name": naming.PROVISIONER_SERVICE_ACCOUNT,
         # Above the provisioner's bounded stop on SIGTERM
-        # (provisioner.process.app.STOP_BUDGET_SECONDS, 50 s: drain, helper pods, lease release,
+        # (provisioner.process.app.STOP_BUDGET_SECONDS, 51 s: drain, helper pods, lease release,
         # and our finalizers released when the installation is being removed), so all of it is
         # done before any SIGKILL.
         "termination_grace_period_seconds": TERMINATION_GRACE_PERIOD_SECONDS,
@@ -413,7 +413,7 @@ class ProvisionerDeployment(pulumi.ComponentResource):
                 _policy_rule(rule)
                 for rule in rbac.CLUSTER_RULES
                 + (rbac.NODE_LOSS_RULES if args.release_claims_on_node_loss else ())
-                + (rbac.SNAPSHOT_RESTORE_RULES if args.node_plugin is not None else ())
+                + (rbac.SNAPSHOT_RULES if args.node_plugin is not None else ())
             ],
             opts=child,
         )

@@ -61,17 +61,25 @@ NODE_LOSS_RULES: tuple[PolicyRule, ...] = (
 """Cluster-wide rights added when a class releases claims for their node's loss."""
 
 
-SNAPSHOT_RESTORE_RULES: tuple[PolicyRule, ...] = (
-    # Restoring a VolumeSnapshot into a claim of a CSI class: the snapshot and its bound
-    # content are read on demand when such a claim comes (restores are rare: no watch), and
-    # across namespaces the ReferenceGrants of the snapshot's namespace are listed. Granted
-    # only when a class is a CSI class (its node plugin makes and restores snapshots).
+SNAPSHOT_RULES: tuple[PolicyRule, ...] = (
+    # VolumeSnapshotContents of our driver, watched: admitted (label, setup), refused (status),
+    # given the removal permit, and let go (the finalizer the csi-snapshotter sidecar would
+    # take off); a restore reads a snapshot's bound content too.
+    PolicyRule(
+        "snapshot.storage.k8s.io",
+        ("volumesnapshotcontents",),
+        ("get", "list", "watch", "patch"),
+    ),
+    PolicyRule("snapshot.storage.k8s.io", ("volumesnapshotcontents/status",), ("patch",)),
+    # Restoring a VolumeSnapshot into a claim of a CSI class: the snapshot is read on demand
+    # when such a claim comes (restores are rare: no watch), and across namespaces the
+    # ReferenceGrants of the snapshot's namespace are listed.
     PolicyRule("snapshot.storage.k8s.io", ("volumesnapshots",), ("get",)),
-    PolicyRule("snapshot.storage.k8s.io", ("volumesnapshotcontents",), ("get",)),
+    PolicyRule("snapshot.storage.k8s.io", ("volumesnapshotclasses",), ("get", "list", "watch")),
     PolicyRule("gateway.networking.k8s.io", ("referencegrants",), ("list",)),
 )
-"""Cluster-wide rights added for restores when a class is a CSI class (keep the snapshot
-rights of the CSI classes together here)."""
+"""Cluster-wide rights added when a class is a CSI class (its node plugin makes and restores
+snapshots; no other class's volumes can be snapshotted). Every snapshot right is here."""
 
 
 NAMESPACE_RULES: tuple[PolicyRule, ...] = (

@@ -71,6 +71,7 @@ from provisioner.provisioning.local_path_watches import (
     watched_caches,
 )
 from provisioner.provisioning.removals import SoleInstance
+from provisioner.provisioning.snapshots import contents_informer, snapshot_api_served
 from provisioner.provisioning.work_keys import CLAIM, EXPANSION, HELPER_POD, VOLUME
 from provisioner.scans.node_scan import NodeScanner
 
@@ -178,6 +179,14 @@ class Provisioner:
         )
         self.caches = watched_caches(self.clients, helper_namespace=options.namespace)
         """The informers the local-path decisions and the leader's node scan read."""
+        csi_driver = driver_name_for(options.provisioner_name)
+        # Asked once: without the snapshot CRDs there is nothing to watch (an informer whose
+        # list fails would never sync); installing them later takes a restart.
+        contents = (
+            contents_informer(self.clients, driver=csi_driver, resync_period=900.0)
+            if snapshot_api_served(self.clients)
+            else None
+        )
         self.local_path = LocalPathProvisioner(
             self.clients,
             self.caches,
@@ -196,10 +205,16 @@ class Provisioner:
                 hold_timeout=options.helper_hold_timeout,
             ),
             capacity_min_interval=CAPACITY_MIN_INTERVAL_SECONDS,
+            contents=contents,
+            csi_driver=csi_driver,
         )
         self.local_path.helper_pods.observe(self.caches.helper_pods)
         self.watches = LocalPathWatches(
-            self.caches, self.local_path, queue, provisioner_name=options.provisioner_name
+            self.caches,
+            self.local_path,
+            queue,
+            provisioner_name=options.provisioner_name,
+            contents=contents,
         )
         self.controller = Controller(
             queue,

@@ -30,6 +30,7 @@ from provisioner.configuration.class_parameters import CSI_VOLUME_TYPE
 from provisioner.configuration.class_rules import ClassRules, ClassRulesCache
 from provisioner.configuration.config import ConfigBundle
 from provisioner.configuration.config_watch import ConfigSource
+from provisioner.csi.driver_name import DEFAULT_DRIVER_NAME
 from provisioner.helper_pods.pod_outcomes import DirectoryUnknown
 from provisioner.helper_pods.pod_runner import HelperPodError, HelperPodNotStarted, never_ran
 from provisioner.helper_pods.pod_shapes import HelperAction
@@ -42,6 +43,7 @@ from provisioner.helper_pods.pods import (
 )
 from provisioner.kube.client import KubeClients
 from provisioner.kube.events import ObjectReference
+from provisioner.kube.informer import Informer
 from provisioner.kube.metrics import Metrics
 from provisioner.kube.workqueue import WorkQueue
 from provisioner.loop.controller import IN_BACKGROUND, SETTLED, Failed, Outcome
@@ -74,7 +76,9 @@ from provisioner.provisioning.expansion import (
 from provisioner.provisioning.paths import PathBook
 from provisioner.provisioning.removal_gate import RemovalPermit, RemovalRefused
 from provisioner.provisioning.removals import Leadership, Removals
+from provisioner.provisioning.snapshot_decisions import ContentFacts
 from provisioner.provisioning.snapshot_sources import restores_here
+from provisioner.provisioning.snapshots import SnapshotContents
 from provisioner.provisioning.volume_decisions import (
     AddFinalizer,
     AwaitNode,
@@ -90,7 +94,7 @@ from provisioner.provisioning.volume_decisions import (
     decide_volume_action,
 )
 from provisioner.provisioning.volume_facts import record_volume, volume_node_name
-from provisioner.provisioning.work_keys import CLAIM, EXPANSION, VOLUME, Key
+from provisioner.provisioning.work_keys import CLAIM, EXPANSION, SNAPSHOT, VOLUME, Key
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +140,10 @@ class LocalPathProvisioner:
         helper_pod: PodSettings,
         batch: BatchSettings,
         capacity_min_interval: float,
+        contents: Informer[ContentFacts] | None = None,
+        csi_driver: str = DEFAULT_DRIVER_NAME,
     ) -> None:
+        """`contents`: the VolumeSnapshotContents informer, where the snapshot API is served."""
         self._caches = caches
         self._config = config
         self._actions = actions
@@ -207,6 +214,26 @@ class LocalPathProvisioner:
             min_interval=capacity_min_interval,
         )
 
+        # Our driver's VolumeSnapshotContents: admitted into the same book, under its lock.
+        self.snapshots: SnapshotContents | None = None
+        if contents is not None:
+            self.snapshots = SnapshotContents(
+                clients,
+                actions.recorder,
+                self._removals,
+                contents=contents,
+                volumes=caches.volumes,
+                nodes=caches.nodes,
+                book=self._paths,
+                book_lock=self._paths_lock,
+                rules_of=self._current_rules,
+                csi_classes=self._our_class_names,
+                on_budget_changed=self.poke_capacity,
+                wake=lambda name: queue.add((SNAPSHOT, name)),
+                driver=csi_driver,
+                provisioner_name=provisioner_name,
+            )
+
     # -- lifecycle, as the loop drives it ----------------------------------------------------
 
     def start(self) -> None:
@@ -260,6 +287,8 @@ class LocalPathProvisioner:
             waiting = self._waiting.pop(volume_name, set()) if freed else set()
             expansions, self._expansions_waiting_for_room = self._expansions_waiting_for_room, set()
         self._wake(waiting, expansions)
+        if self.snapshots is not None:
+            self.snapshots.budget_freed()
 
     def node_gone(self, node_name: str) -> None:
         """A node went: its volumes' grace period (for classes that opt in) starts now."""
@@ -283,6 +312,10 @@ class LocalPathProvisioner:
                 settled = True
             elif kind == VOLUME:
                 settled = self.reconcile_volume(name)
+            elif kind == SNAPSHOT:
+                if self.snapshots is not None:
+                    self.snapshots.reconcile(name)
+                settled = True
             else:
                 self.helper_pods.collect_leftover(self._caches.helper_pods.get(name))
                 settled = True
@@ -394,6 +427,18 @@ class LocalPathProvisioner:
         return self._class_rules.rules(
             class_name, self._caches.classes.get(class_name), bundle.config
         )
+
+    def _our_class_names(self) -> list[str]:
+        """The StorageClasses of this provisioner, as the informer shows them."""
+        return [
+            name
+            for name, storage_class in self._caches.classes.items()
+            if storage_class.provisioner == self._provisioner_name
+        ]
+
+    def _current_rules(self, class_name: str) -> ClassRules | None:
+        """A class's rules under the config in force."""
+        return self._rules(class_name, self._config.current)
 
     def _hand_over(
         self,

@@ -4,8 +4,9 @@
 `Caches` the decisions read. `LocalPathWatches` gives the loop its watches: each filters an event
 cheaply on the informer's thread and says which keys to queue (an unbound claim of ours, a bound
 claim that may expand, a PV of ours, a finished helper pod, the claims a class or a node change
-affects), telling the provisioner what the book must record on the way (a PV came or went, the
-capacity set changed). The `LocalPathProvisioner` is the loop's `Reconciler` and `Lifecycle`;
+affects, a VolumeSnapshotContent of our driver to admit or let go), telling the provisioner
+what the book must record on the way (a PV or an admitted snapshot came or went, the capacity set
+changed). The `LocalPathProvisioner` is the loop's `Reconciler` and `Lifecycle`;
 the helper pods hear their informer themselves.
 """
 
@@ -50,10 +51,13 @@ from provisioner.provisioning.caches import Caches
 from provisioner.provisioning.claims import is_our_claim
 from provisioner.provisioning.clone_sources import CloneWaits
 from provisioner.provisioning.local_path_provisioner import LocalPathProvisioner
-from provisioner.provisioning.work_keys import CLAIM, EXPANSION, HELPER_POD, VOLUME, Key
+from provisioner.provisioning.snapshot_decisions import ContentFacts
+from provisioner.provisioning.snapshots import needs_look
+from provisioner.provisioning.work_keys import CLAIM, EXPANSION, HELPER_POD, SNAPSHOT, VOLUME, Key
 
-WATCHED_INFORMERS = len(fields(Caches))
-"""The informers `watched_caches` builds (the loop stops each within its own second)."""
+WATCHED_INFORMERS = len(fields(Caches)) + 1
+"""The informers `watched_caches` builds, and the VolumeSnapshotContents' where the snapshot API
+is served (the loop stops each within its own second)."""
 
 
 def watched_caches(
@@ -112,8 +116,11 @@ class LocalPathWatches:
         queue: KeyQueue,
         *,
         provisioner_name: str,
+        contents: Informer[ContentFacts] | None = None,
     ) -> None:
+        """`contents`: our driver's VolumeSnapshotContents, where the snapshot API is served."""
         self._caches = caches
+        self._contents = contents
         self._local_path = local_path
         self._queue = queue
         self._name = provisioner_name
@@ -129,6 +136,7 @@ class LocalPathWatches:
             Watch(caches.classes, self._class_changed),
             Watch(caches.nodes, self._node_changed, sweep_last=True),
             Watch(caches.helper_pods, self._helper_pod_changed),
+            *([Watch(self._contents, self._content_changed)] if self._contents is not None else []),
         ]
 
     def config_changed(self) -> None:
@@ -230,6 +238,20 @@ class LocalPathWatches:
         if new is not None and is_finished(new):
             return [(HELPER_POD, key)]
         return []
+
+    def _content_changed(
+        self, key: str, old: ContentFacts | None, new: ContentFacts | None
+    ) -> list[Key]:
+        """A content of our driver: the book counts an admitted one (and forgets it when it
+        goes); one not yet admitted, or being deleted, is a worker's to decide."""
+        snapshots = self._local_path.snapshots
+        if snapshots is None:
+            return []
+        if new is None:
+            snapshots.content_gone(key)
+            return []
+        snapshots.content_seen(new)
+        return [(SNAPSHOT, key)] if needs_look(new) else []
 
     def _claim_lagging(self, volume: VolumeRecord) -> list[Key]:
         """At a volume's first look or resync: its claim's key, if that claim may expand. The

@@ -24,6 +24,7 @@ from functools import lru_cache
 from typing import Literal
 
 from provisioner.configuration.config_error import ConfigError
+from provisioner.objects.snapshot_handoff import SNAPSHOT_AREA
 from provisioner.provisioning.fresh_directory import OWNERS_DIR
 
 SUPPORTED_SYNTAX = (
@@ -267,9 +268,9 @@ def check_volume_path(base_path: str, relative: str, scope: tuple[str, str] | No
         components.pop()  # one trailing slash, as in rancher's "{{.PVC.Namespace}}/{{.PVC.Name}}/"
     if not components:
         raise PathPatternError("the pattern renders an empty path")
-    if components[0] == OWNERS_DIR:
+    if components[0] in (OWNERS_DIR, SNAPSHOT_AREA):
         raise PathPatternError(
-            f"rendered path {relative!r} begins with {OWNERS_DIR}, the provisioner's own"
+            f"rendered path {relative!r} begins with {components[0]}, the provisioner's own"
             " directory in every base path: change the pattern or the value it renders"
         )
     for component in components:

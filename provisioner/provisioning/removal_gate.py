@@ -33,6 +33,13 @@ moment it asks):
   (`sharing`); no marker can name a live volume of it, so its node-side check is the removal
   script's own: no symbolic link on the way, and unchanged for `--older-than`.
 
+- **A snapshot** (`SNAPSHOT_DELETE`: its data in the snapshot area of its source's base path) goes
+  only when its VolumeSnapshotContent is being deleted with deletionPolicy Delete and names the
+  snapshot its setup does (`snapshot`, from the contents informer: contents are cluster-scoped,
+  written by admins and controllers only). The permit travels on the content (snapshot_handoff
+  .SnapshotRemoval); the node re-reads the content before it acts, and removes only a snapshot
+  whose marker names it (`snapshot_owner`).
+
 Where reads are taken, and where the cache is trusted (the benchmark counts requests per
 volume, so the common path takes none): a first teardown of a Released PV is decided from the
 informer and the book: the informer saw the PV Released (a PV is never un-released), the book
@@ -55,6 +62,7 @@ from __future__ import annotations
 from dataclasses import InitVar, dataclass
 from enum import Enum
 
+from provisioner.objects.snapshot_handoff import snapshot_owner
 from provisioner.provisioning.paths import is_named_for_volume
 
 
@@ -64,6 +72,7 @@ class RemovalKind(Enum):
     CLONE_GIVE_BACK = "clone give-back"
     FAILED_SETUP_CLEAN_UP = "clean-up after a failed setup"
     ORPHAN_REMOVAL = "orphan removal"
+    SNAPSHOT_DELETE = "snapshot deletion"
 
 
 GIVE_BACKS = (RemovalKind.GIVE_BACK, RemovalKind.CLONE_GIVE_BACK)
@@ -88,6 +97,22 @@ class RemovalProof:
     """Give-backs: whether a fresh read found a PV of this claim's (None: not read)."""
     clone_verdict_before_save: bool | None = None
     """Clone give-backs: whether the source's verdict was taken before the first save."""
+    snapshot: SnapshotProof | None = None
+    """Snapshot deletions: what the content showed (`volume_name` is the content's name)."""
+
+
+@dataclass(frozen=True)
+class SnapshotProof:
+    """What a snapshot's removal rests on, from the VolumeSnapshotContent as the informer shows
+    it (cluster-scoped: only admins and controllers write it; the node re-reads it before it
+    acts on the permit)."""
+
+    content_being_deleted: bool
+    deletion_policy: str
+    snapshot_id: str
+    """The id the content names by itself (its name's hash, or its handle's)."""
+    setup_snapshot_id: str
+    """The id of the setup we wrote on it: the snapshot the node made for it."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +183,8 @@ def decide_removal(proof: RemovalProof) -> RemovalPermit | RemovalRefused:
         return RemovalRefused(
             f"{what}: the verdict on the clone's source was not taken before its first save"
         )
+    if proof.kind is RemovalKind.SNAPSHOT_DELETE:
+        return _snapshot_permit(proof, what)
     if proof.kind is RemovalKind.ORPHAN_REMOVAL:
         return RemovalPermit(proof.kind, "", proof.path, None, _GATE)
     check = OwnerCheck(
@@ -165,5 +192,30 @@ def decide_removal(proof: RemovalProof) -> RemovalPermit | RemovalRefused:
         made_only=proof.kind in CLEAN_UPS,
         # A teardown: volumes made before markers existed, or named for the volume, have none.
         absent_ok=named or proof.kind is RemovalKind.TEARDOWN,
+    )
+    return RemovalPermit(proof.kind, proof.volume_name, proof.path, check, _GATE)
+
+
+def _snapshot_permit(proof: RemovalProof, what: str) -> RemovalPermit | RemovalRefused:
+    """A snapshot's data goes only when its content is being deleted with policy Delete and
+    names the snapshot its setup does; the node removes it only where the owner marker names
+    that snapshot (a snapshot always has one: it is made with it)."""
+    facts = proof.snapshot
+    if facts is None:
+        return RemovalRefused(f"{what}: nothing was read of its VolumeSnapshotContent")
+    if not facts.content_being_deleted:
+        return RemovalRefused(f"{what}: its VolumeSnapshotContent is not being deleted")
+    if facts.deletion_policy != "Delete":
+        return RemovalRefused(
+            f"{what}: its VolumeSnapshotContent's deletionPolicy is {facts.deletion_policy},"
+            " not Delete"
+        )
+    if not facts.snapshot_id or facts.snapshot_id != facts.setup_snapshot_id:
+        return RemovalRefused(
+            f"{what}: its VolumeSnapshotContent names snapshot {facts.snapshot_id or 'none'},"
+            f" its setup {facts.setup_snapshot_id}"
+        )
+    check = OwnerCheck(
+        owner=snapshot_owner(facts.setup_snapshot_id), made_only=False, absent_ok=False
     )
     return RemovalPermit(proof.kind, proof.volume_name, proof.path, check, _GATE)

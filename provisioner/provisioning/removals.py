@@ -21,6 +21,7 @@ from provisioner.helper_pods.pods import HelperPods
 from provisioner.kube.api_error import ApiError
 from provisioner.kube.client import KubeClients
 from provisioner.kube.events import EventRecorder, ObjectReference
+from provisioner.objects.snapshot_handoff import SnapshotRemoval, SnapshotSetup
 from provisioner.provisioning.actions import ActionFailed, volume_reference
 from provisioner.provisioning.claims import ProvisionPlan
 from provisioner.provisioning.paths import PathBook
@@ -29,8 +30,10 @@ from provisioner.provisioning.removal_gate import (
     RemovalPermit,
     RemovalProof,
     RemovalRefused,
+    SnapshotProof,
     decide_removal,
 )
+from provisioner.provisioning.snapshot_decisions import snapshot_book_key
 from provisioner.provisioning.volume_decisions import TeardownPlan
 from provisioner.scans.orphans import Orphan, Owner, still_orphan
 
@@ -162,6 +165,38 @@ class Removals:
                 f"{why} and removing {plan.path} failed too: {error}; remove it by hand",
             )
         raise ActionFailed(why)
+
+    def snapshot_removal(
+        self,
+        content_name: str,
+        content_uid: str,
+        node: str,
+        facts: SnapshotProof,
+        setup: SnapshotSetup,
+    ) -> SnapshotRemoval | RemovalRefused:
+        """For a VolumeSnapshotContent being deleted with policy Delete (read from the informer:
+        the node re-reads the content before it acts on the permit): the permit as the node
+        receives it (SNAPSHOT_REMOVAL_PERMIT_ANNOTATION), or what was not proven."""
+        proof = RemovalProof(
+            kind=RemovalKind.SNAPSHOT_DELETE,
+            volume_name=content_name,
+            path=setup.path,
+            base_path=setup.base_path,
+            sharing=self._sharing(snapshot_book_key(content_name), node, setup.path)
+            if node
+            else (),
+            holds_lease=self._leadership.holds_lease(),
+            snapshot=facts,
+        )
+        decision = decide_removal(proof)
+        if isinstance(decision, RemovalRefused):
+            return decision
+        return SnapshotRemoval(
+            content_name=decision.volume_name,
+            content_uid=content_uid,
+            snapshot_id=setup.snapshot_id,
+            path=decision.path,
+        )
 
     def _clean_up_proof(
         self,

@@ -24,6 +24,7 @@ from provisioner.helper_pods.pod_shapes import (
     NEXT_COMPONENT,
     helper_pod_frame,
 )
+from provisioner.objects.snapshot_handoff import SNAPSHOT_AREA
 from provisioner.provisioning.base_path_checks import (
     MOUNT_POINT_CHECK,
     base_host_path,
@@ -41,7 +42,8 @@ RESULT_BUDGET_BYTES = 3900
 
 # Walks the base path breadth first without following a symbolic link, descending only into
 # directories that hold an owned path (LPS_OWNED, relative, one per line), never into an owned
-# one, nor into the provisioner's owners directory (LPS_OWNERS_DIR: see fresh_directory).
+# one, nor into the provisioner's owners directory (LPS_OWNERS_DIR: see fresh_directory) or
+# its snapshot area (LPS_SNAPSHOT_AREA: the snapshots' own, never an orphan).
 # Prints `now EPOCH`, one `KIND MTIME RELATIVE` per entry no owner holds, `missing
 # RELATIVE` per owned path that is not a plain directory, then `end`.
 LIST_SCRIPT = """\
@@ -72,6 +74,7 @@ while [ -n "$queue" ]; do
     case "$child" in *"$NL"*) skipped=$((skipped + 1)); continue ;; esac
     case "$owned" in *"$NL$child$NL"*) continue ;; esac
     if [ "$child" = "${LPS_OWNERS_DIR:-}" ]; then continue; fi
+    if [ "$child" = "${LPS_SNAPSHOT_AREA:-}" ]; then continue; fi
     if [ -L "$entry" ]; then kind=symlink
     elif [ -d "$entry" ]; then
       case "$owned" in *"$NL$child/"*) queue="$queue${queue:+$NL}$child"; continue ;; esac
@@ -172,6 +175,7 @@ def build_listing_pod(
         "LPS_RESULT": RESULT_PATH,
         "LPS_BUDGET": str(RESULT_BUDGET_BYTES),
         "LPS_OWNERS_DIR": OWNERS_DIR,
+        "LPS_SNAPSHOT_AREA": SNAPSHOT_AREA,
     }
     _finish(pod, base_path, LIST_SCRIPT, "list", env, read_only=True, bundle=bundle)
     return pod

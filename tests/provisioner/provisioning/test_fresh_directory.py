@@ -30,6 +30,7 @@ from provisioner.helper_pods.pod_shapes import (
     build_helper_pod,
     helper_steps,
 )
+from provisioner.objects.snapshot_handoff import SNAPSHOT_AREA
 from provisioner.provisioning.fresh_directory import OWNERS_DIR
 from provisioner.provisioning.paths import PathPatternError, check_volume_path, is_named_for_volume
 from provisioner.provisioning.volume_decisions import TeardownPlan
@@ -145,6 +146,30 @@ def test_the_orphan_listing_never_reports_the_owners_directory(tmp_path: Path) -
     )
     assert done.returncode == 0, done.stderr
     assert OWNERS_DIR not in result.read_text()
+
+
+def test_the_orphan_listing_never_reports_the_snapshot_area(tmp_path: Path) -> None:
+    """Snapshots live beside the volumes in their base path: `orphans --delete` must not take
+    them for leftovers."""
+    base = make_base(tmp_path)
+    (base / SNAPSHOT_AREA / ("a" * 32)).mkdir(parents=True)
+    (base / "stray").mkdir()
+    result = tmp_path / "result"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "LPS_BASE": str(base),
+        "LPS_RESULT": str(result),
+        "LPS_BUDGET": "3900",
+        "LPS_OWNERS_DIR": OWNERS_DIR,
+        "LPS_SNAPSHOT_AREA": SNAPSHOT_AREA,
+    }
+    done = subprocess.run(
+        ["/bin/sh", "-c", LIST_SCRIPT, "list"], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    listed = result.read_text()
+    assert SNAPSHOT_AREA not in listed
+    assert "stray" in listed
 
 
 BUNDLE = load_config_bundle(

@@ -4,6 +4,7 @@ started."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -12,9 +13,12 @@ import msgspec
 from provisioner.kube.workqueue import WorkQueue
 from provisioner.loop.controller import Key, Watch
 from provisioner.objects.records import ClaimRecord, ClaimReference, NodeRecord, VolumeRecord
+from provisioner.objects.snapshot_handoff import SNAPSHOT_SETUP_ANNOTATION
 from provisioner.provisioning.annotations import PROVISIONED_BY, STORAGE_PROVISIONER
 from provisioner.provisioning.local_path_watches import LocalPathWatches, watched_caches
-from provisioner.provisioning.work_keys import CLAIM, EXPANSION, HELPER_POD, VOLUME
+from provisioner.provisioning.snapshot_decisions import ContentFacts
+from provisioner.provisioning.snapshots import contents_informer
+from provisioner.provisioning.work_keys import CLAIM, EXPANSION, HELPER_POD, SNAPSHOT, VOLUME
 
 NAME = "p"
 OURS = {PROVISIONED_BY: NAME}
@@ -174,3 +178,52 @@ def test_after_a_config_change_pending_claims_come_before_the_sweep_of_our_volum
         handed_out.append(key)
         queue.done(key)
     assert handed_out == [(CLAIM, "u-1"), (VOLUME, "pvc-1"), (VOLUME, "pvc-2")]
+
+
+class RecordingSnapshots:
+    """What the contents watch tells the snapshot side."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, str]] = []
+
+    def content_seen(self, content: ContentFacts) -> None:
+        self.heard.append(("content_seen", content.name))
+
+    def content_gone(self, name: str) -> None:
+        self.heard.append(("content_gone", name))
+
+
+def test_a_content_not_yet_admitted_or_being_deleted_is_queued_and_every_one_is_booked() -> None:
+    clients = cast(Any, SimpleNamespace(list_function=lambda path: None))
+    provisioner = RecordingProvisioner()
+    snapshots = RecordingSnapshots()
+    cast(Any, provisioner).snapshots = snapshots
+    made = LocalPathWatches(
+        watched_caches(clients, helper_namespace="ns"),
+        cast(Any, provisioner),
+        WorkQueue("test"),
+        provisioner_name=NAME,
+        contents=contents_informer(clients, driver="d", resync_period=0),
+    )
+    new = ContentFacts("snapcontent-1", "u", "d", "Delete", "pvc-1", None)
+    admitted = dataclasses.replace(new, annotations={SNAPSHOT_SETUP_ANNOTATION: "{}"})
+    deleting = dataclasses.replace(admitted, being_deleted=True)
+    assert keys(made, "snapshot-contents", "snapcontent-1", None, new) == [
+        (SNAPSHOT, "snapcontent-1")
+    ]
+    assert keys(made, "snapshot-contents", "snapcontent-1", new, admitted) == []
+    assert keys(made, "snapshot-contents", "snapcontent-1", admitted, deleting) == [
+        (SNAPSHOT, "snapcontent-1")
+    ]
+    assert keys(made, "snapshot-contents", "snapcontent-1", deleting, None) == []
+    assert snapshots.heard == [
+        ("content_seen", "snapcontent-1"),
+        ("content_seen", "snapcontent-1"),
+        ("content_seen", "snapcontent-1"),
+        ("content_gone", "snapcontent-1"),
+    ]
+
+
+def test_without_the_snapshot_api_no_contents_are_watched() -> None:
+    made, _, _ = watches_of()
+    assert all(w.informer.name != "snapshot-contents" for w in made.watches())

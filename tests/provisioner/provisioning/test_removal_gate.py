@@ -14,13 +14,25 @@ from provisioner.provisioning.removal_gate import (
     RemovalPermit,
     RemovalProof,
     RemovalRefused,
+    SnapshotProof,
     decide_removal,
 )
 
 BASE = "/data"
 NESTED = "/data/team/db"
 NAMED = "/data/pvc-1_team_db"
-VOLUME_KINDS = [kind for kind in RemovalKind if kind is not RemovalKind.ORPHAN_REMOVAL]
+VOLUME_KINDS = [
+    kind
+    for kind in RemovalKind
+    if kind not in (RemovalKind.ORPHAN_REMOVAL, RemovalKind.SNAPSHOT_DELETE)
+]
+SNAPSHOT = "0123456789abcdef0123456789abcdef"
+HOLDING_SNAPSHOT = SnapshotProof(
+    content_being_deleted=True,
+    deletion_policy="Delete",
+    snapshot_id=SNAPSHOT,
+    setup_snapshot_id=SNAPSHOT,
+)
 
 
 def proof(kind: RemovalKind, path: str = NESTED, **facts: object) -> RemovalProof:
@@ -35,6 +47,7 @@ def proof(kind: RemovalKind, path: str = NESTED, **facts: object) -> RemovalProo
         reuses_existing_data=False,
         claim_volume_seen=False,
         clone_verdict_before_save=True,
+        snapshot=HOLDING_SNAPSHOT,
     )
     return dataclasses.replace(holding, **facts)  # type: ignore[arg-type]
 
@@ -125,6 +138,12 @@ def test_a_clone_is_given_back_only_on_the_verdict_taken_before_its_first_save(
             if kind is not RemovalKind.TEARDOWN
         ),
         (RemovalKind.ORPHAN_REMOVAL, NESTED, None),
+        # A snapshot is always made with its marker: none is no snapshot of ours.
+        (
+            RemovalKind.SNAPSHOT_DELETE,
+            NESTED,
+            OwnerCheck(f"snapshot:{SNAPSHOT}", made_only=False, absent_ok=False),
+        ),
     ],
 )
 def test_the_node_side_check_the_permit_carries(
@@ -180,3 +199,29 @@ def test_a_permit_comes_only_from_the_gate() -> None:
     assert isinstance(permit, RemovalPermit)
     with pytest.raises(TypeError):
         dataclasses.replace(permit, path="/data/other")
+
+
+@pytest.mark.parametrize(
+    ("facts", "reason"),
+    [
+        (None, "nothing was read of its VolumeSnapshotContent"),
+        (
+            dataclasses.replace(HOLDING_SNAPSHOT, content_being_deleted=False),
+            "is not being deleted",
+        ),
+        (dataclasses.replace(HOLDING_SNAPSHOT, deletion_policy="Retain"), "is Retain, not Delete"),
+        (dataclasses.replace(HOLDING_SNAPSHOT, deletion_policy=""), "is , not Delete"),
+        (
+            dataclasses.replace(HOLDING_SNAPSHOT, snapshot_id="f" * 32),
+            f"names snapshot {'f' * 32}, its setup {SNAPSHOT}",
+        ),
+        (dataclasses.replace(HOLDING_SNAPSHOT, snapshot_id=""), "names snapshot none"),
+    ],
+    ids=["unread", "not-deleted", "retain", "no-policy", "other-id", "no-id"],
+)
+def test_a_snapshot_goes_only_for_a_deleted_delete_content_naming_its_setup_s_snapshot(
+    facts: SnapshotProof | None, reason: str
+) -> None:
+    refused = decide_removal(proof(RemovalKind.SNAPSHOT_DELETE, snapshot=facts))
+    assert isinstance(refused, RemovalRefused)
+    assert reason in refused.reason
