@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from kubernetes import client
 
 from components.naming import DEFAULT_NAMESPACE
 from components.node_plugin import APP_NAME, CONTAINER_NAME, DAEMON_SET_NAME
@@ -42,6 +43,7 @@ from localcluster.real_node_config import BUSYBOX_IMAGE
 from provisioner.csi.driver_name import DEFAULT_DRIVER_NAME
 from provisioner.helper_pods.pod_shapes import HELPER_POD_SELECTOR
 from provisioner.objects.node_handoff import VOLUME_PATH_KEY
+from provisioner.objects.snapshot_handoff import SNAPSHOT_SETUP_ANNOTATION, SnapshotSetup
 from scripts import build_image
 from scripts.pulumi_engine import ROOT, EngineUnavailableError, find_engine, project_copy
 
@@ -51,7 +53,9 @@ CSI_CLASS = {
     "volumeType": "csi",
     "reclaimPolicy": "Delete",
     "volumeBindingMode": "WaitForFirstConsumer",
+    "snapshotClass": {"deletionPolicy": "Delete", "default": True},
 }
+SNAPSHOTS = ("snapshot.storage.k8s.io", "v1")
 STACK_TEMPLATE = ROOT / "stacks" / "Pulumi.dev.yaml"
 T = TypeVar("T")
 timings: list[tuple[str, float]] = []
@@ -150,42 +154,43 @@ def claim_for_a_pod(
     claim: str = "data",
     pod: str = "app",
     command: str = "echo hello > /data/greeting; sleep 3600",
+    snapshot: str | None = None,
+    node: str | None = None,
 ) -> dict[str, Any]:
+    """A claim (restored from VolumeSnapshot `snapshot`, if given) and a pod that uses it
+    (pinned to `node`, if given); returns the claim's PV once the pod runs."""
     core = cluster.core_v1()
     started = time.monotonic()
+    claim_spec: dict[str, Any] = {
+        "storageClassName": storage_class,
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Gi"}},
+    }
+    if snapshot is not None:
+        claim_spec["dataSource"] = {
+            "apiGroup": SNAPSHOTS[0],
+            "kind": "VolumeSnapshot",
+            "name": snapshot,
+        }
     core.create_namespaced_persistent_volume_claim(
-        "default",
-        manifest(
-            {
-                "metadata": {"name": claim},
-                "spec": {
-                    "storageClassName": storage_class,
-                    "accessModes": ["ReadWriteOnce"],
-                    "resources": {"requests": {"storage": "1Gi"}},
-                },
-            }
-        ),
+        "default", manifest({"metadata": {"name": claim}, "spec": claim_spec})
     )
-    core.create_namespaced_pod(
-        "default",
-        manifest(
+    pod_spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
             {
-                "metadata": {"name": pod},
-                "spec": {
-                    "terminationGracePeriodSeconds": 0,
-                    "containers": [
-                        {
-                            "name": "app",
-                            "image": BUSYBOX_IMAGE,
-                            "command": ["sh", "-c", command],
-                            "volumeMounts": [{"name": "d", "mountPath": "/data"}],
-                        }
-                    ],
-                    "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": claim}}],
-                },
+                "name": "app",
+                "image": BUSYBOX_IMAGE,
+                "command": ["sh", "-c", command],
+                "volumeMounts": [{"name": "d", "mountPath": "/data"}],
             }
-        ),
-    )
+        ],
+        "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": claim}}],
+    }
+    if node is not None:
+        # A restore is made where its snapshot is: the consumer goes there.
+        pod_spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    core.create_namespaced_pod("default", manifest({"metadata": {"name": pod}, "spec": pod_spec}))
 
     def bound() -> str | None:
         found = call_json(core.read_namespaced_persistent_volume_claim, claim, "default")
@@ -375,7 +380,88 @@ def csi_claim(cluster: LocalCluster, namespace: str) -> None:
     )
     if used < 8 << 20:
         raise DemoError(f"demo: the kubelet reports {used} bytes used, less than the pod wrote")
+    snapshot_and_restore(cluster, node)
     release(cluster, volume["metadata"]["name"], directory, claim="csi-data", pod="csi-app")
+
+
+def snapshot_and_restore(cluster: LocalCluster, node: str) -> None:
+    """A VolumeSnapshot of the CSI claim, ready; a second claim restored from it, whose pod
+    reads the data back; then both deleted, the snapshot's data with it (policy Delete)."""
+    objects = client.CustomObjectsApi(cluster.admin_client)
+    group, version = SNAPSHOTS
+    started = time.monotonic()
+    print("  $ kubectl create -f volumesnapshot.yaml  # source: persistentVolumeClaimName csi-data")
+    objects.create_namespaced_custom_object(
+        group,
+        version,
+        "default",
+        "volumesnapshots",
+        {
+            "apiVersion": f"{group}/{version}",
+            "kind": "VolumeSnapshot",
+            "metadata": {"name": "csi-data-snapshot"},
+            "spec": {
+                "volumeSnapshotClassName": CSI_CLASS["name"],
+                "source": {"persistentVolumeClaimName": "csi-data"},
+            },
+        },
+    )
+
+    def ready() -> dict[str, Any] | None:
+        found = call_json(
+            objects.get_namespaced_custom_object,
+            group,
+            version,
+            "default",
+            "volumesnapshots",
+            "csi-data-snapshot",
+        )
+        status = found.get("status") or {}
+        if (status.get("error") or {}).get("message"):
+            print(f"  (not yet: {status['error']['message']})")
+        return found if status.get("readyToUse") else None
+
+    snapshot = _poll(ready, "the VolumeSnapshot to be readyToUse")
+    content_name = snapshot["status"]["boundVolumeSnapshotContentName"]
+    content = call_json(
+        objects.get_cluster_custom_object, group, version, "volumesnapshotcontents", content_name
+    )
+    setup = SnapshotSetup.from_json(content["metadata"]["annotations"][SNAPSHOT_SETUP_ANNOTATION])
+    area = cluster.node_dir(node) / setup.path.lstrip("/")
+    print(
+        f"  VolumeSnapshot default/csi-data-snapshot readyToUse in"
+        f" {time.monotonic() - started:.1f}s: restoreSize {snapshot['status']['restoreSize']},"
+        f" handle {content['status']['snapshotHandle']}"
+    )
+    print(f"  on {node}: {area} ({'present' if area.is_dir() else 'absent'})")
+    if not (area / "greeting").is_file():
+        raise DemoError(f"demo: the snapshot's copy of greeting is not in {area}")
+    restored = claim_for_a_pod(
+        cluster,
+        str(CSI_CLASS["name"]),
+        claim="csi-restored",
+        pod="csi-reader",
+        command="cat /data/greeting; sleep 3600",
+        snapshot="csi-data-snapshot",
+        node=node,
+    )
+    reader = call_json(cluster.core_v1().read_namespaced_pod, "csi-reader", "default")
+    log = cluster.pod_log_path("default", "csi-reader", reader["metadata"]["uid"])
+    _poll(lambda: True if log.is_file() and "hello" in log.read_text() else None, "the reader")
+    print(f"  pod default/csi-reader read {log.read_text().split()[-1]!r} from the restored volume")
+    restored_directory = cluster.node_dir(node) / volume_path(restored).lstrip("/")
+    release(
+        cluster,
+        restored["metadata"]["name"],
+        restored_directory,
+        claim="csi-restored",
+        pod="csi-reader",
+    )
+    objects.delete_namespaced_custom_object(
+        group, version, "default", "volumesnapshots", "csi-data-snapshot"
+    )
+    _poll(lambda: True if not area.exists() else None, f"{area} to be removed")
+    print(f"  VolumeSnapshot deleted (deletionPolicy Delete); {area}: removed")
 
 
 def run(cluster: LocalCluster) -> None:
@@ -402,7 +488,8 @@ def run(cluster: LocalCluster) -> None:
         release(cluster, volume["metadata"]["name"], directory)
     with step(
         "A CSI claim: bound without a helper pod, mounted by the node plugin, its usage read"
-        " from the kubelet's metrics, released by the node plugin"
+        " from the kubelet's metrics, a VolumeSnapshot of it restored into a second claim whose"
+        " pod reads the data back, released by the node plugin"
     ):
         csi_claim(cluster, namespace_of_stack())
     with step("pulumi destroy: everything the stack made is removed"):
@@ -422,7 +509,11 @@ def main() -> int:
             "registry with the image pushed, and two real nodes (kubelet, containerd, runc)"
         ):
             options = ClusterOptions(
-                announce=False, provisioner_image=image.directory, nodes=(), real_nodes=2
+                announce=False,
+                provisioner_image=image.directory,
+                nodes=(),
+                real_nodes=2,
+                snapshots=True,
             )
             cluster = LocalCluster.start(options)
             seconds = cluster.startup_seconds

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from provisioner.objects.snapshot_handoff import (
     BEING_CREATED_ANNOTATION,
+    BEING_DELETED_ANNOTATION,
     SNAPSHOT_REMOVAL_PERMIT_ANNOTATION,
     SNAPSHOT_REMOVED_ANNOTATION,
     SNAPSHOT_SETUP_ANNOTATION,
@@ -33,6 +34,8 @@ class ContentFacts:
     handle: str
     """status.snapshotHandle ("" when none)."""
     ready: bool
+    deleting: bool = False
+    """Its VolumeSnapshot (or itself) is being deleted: nothing new is taken for it."""
 
 
 def content_facts(content: Mapping[str, Any]) -> ContentFacts:
@@ -50,6 +53,7 @@ def content_facts(content: Mapping[str, Any]) -> ContentFacts:
         removed=annotations.get(SNAPSHOT_REMOVED_ANNOTATION) == "true",
         handle=str(status.get("snapshotHandle") or ""),
         ready=status.get("readyToUse") is True,
+        deleting=bool(metadata.get("deletionTimestamp")) or BEING_DELETED_ANNOTATION in annotations,
     )
 
 
@@ -61,6 +65,11 @@ def snapshot_work(facts: ContentFacts, driver: str) -> SnapshotWork:
         return "none"
     if facts.permit:
         return "remove"
+    if facts.deleting:
+        # Not taken now: a take would make data for a content on its way out. One taken
+        # before is removed by the gate's permit, like any (the take and the removal share
+        # the snapshot's lock).
+        return "none"
     if facts.being_created or not facts.ready or not facts.handle:
         return "take"
     return "none"

@@ -7,15 +7,13 @@ never removed while a restore copies it, nor restored while it is still being ta
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from provisioner.node_volumes.snapshot_records import SnapshotRecord
 from provisioner.node_volumes.snapshot_restore import SNAPSHOT_RECORDS, snapshot_lock_name
-from provisioner.node_volumes.volume_state import VolumeState
+from provisioner.node_volumes.volume_state import VolumeState, write_durably
 
 log = logging.getLogger(__name__)
 
@@ -45,24 +43,7 @@ class SnapshotStore:
 
     def write(self, record: SnapshotRecord) -> None:
         """Replaces the snapshot's record, durably (call under its lock)."""
-        path = self._path(record.id)
-        temporary = path.with_name(f".{path.name}.tmp")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(temporary, flags, 0o600)
-        try:
-            os.write(fd, record.to_json().encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        temporary.replace(path)
-        directory = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(directory)
-        except OSError as error:  # some filesystems refuse a directory's fsync
-            if error.errno != errno.EINVAL:
-                raise
-        finally:
-            os.close(directory)
+        write_durably(self._path(record.id), record.to_json())
 
     def records(self) -> list[SnapshotRecord]:
         """Every readable record (for ListSnapshots), in id order."""

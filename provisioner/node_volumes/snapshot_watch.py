@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -24,10 +23,8 @@ from urllib3.exceptions import HTTPError
 
 from provisioner.kube.api_error import ApiError, describe_api_error
 from provisioner.kube.client import KubeClients
-from provisioner.kube.events import EventRecorder, ObjectReference
-from provisioner.kube.informer import Informer, name_key
-from provisioner.kube.object_decoding import DictObjects
-from provisioner.kube.workqueue import WorkQueue
+from provisioner.kube.events import ObjectReference
+from provisioner.node_volumes.node_watch import MERGE_PATCH, NodeWatch
 from provisioner.node_volumes.snapshot_facts import (
     ContentFacts,
     annotation_patch,
@@ -40,7 +37,7 @@ from provisioner.node_volumes.snapshot_facts import (
 from provisioner.node_volumes.snapshot_rpcs import SnapshotPermit, SourceVolume
 from provisioner.node_volumes.snapshot_service import SnapshotOutcome, SnapshotService
 from provisioner.node_volumes.volume_watch import NodeVolumes
-from provisioner.objects.node_handoff import HandoffError, VolumeSetup, node_selector
+from provisioner.objects.node_handoff import HandoffError, VolumeSetup
 from provisioner.objects.snapshot_handoff import (
     BEING_CREATED_ANNOTATION,
     SNAPSHOT_GROUP,
@@ -54,11 +51,9 @@ from provisioner.objects.snapshot_handoff import (
 log = logging.getLogger(__name__)
 
 CONTENTS_PATH = f"/apis/{SNAPSHOT_GROUP}/v1/volumesnapshotcontents"
-MERGE_PATCH = "application/merge-patch+json"
-WORKERS = 2
 
 
-class NodeSnapshots:
+class NodeSnapshots(NodeWatch[ContentFacts]):
     def __init__(
         self,
         clients: KubeClients,
@@ -69,64 +64,18 @@ class NodeSnapshots:
         max_delay: float = 300.0,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        self.clients = clients
+        super().__init__(
+            "content",
+            clients,
+            CONTENTS_PATH,
+            content_facts,
+            driver_name=driver_name,
+            node_name=service.node_name,
+            base_delay=base_delay,
+            max_delay=max_delay,
+        )
         self.service = service
-        self.driver_name = driver_name
-        self.node_name = service.node_name
         self.now = now
-        self.informer: Informer[ContentFacts] = Informer(
-            f"node-snapshots-{self.node_name}",
-            clients.list_function(CONTENTS_PATH),
-            objects=DictObjects(),
-            to_record=content_facts,
-            key=name_key,
-            label_selector=node_selector(self.node_name),
-        )
-        self.queue: WorkQueue[str] = WorkQueue(
-            "node-snapshots", base_delay=base_delay, max_delay=max_delay
-        )
-        self.events = EventRecorder(
-            clients, driver_name, host=self.node_name, spare_capacity=clients.spare_capacity
-        )
-        self.informer.add_event_handler(
-            on_add=self._enqueue, on_update=self._enqueue, on_delete=self._enqueue
-        )
-        self._threads: list[threading.Thread] = []
-
-    def start(self) -> None:
-        self.informer.start()
-        for number in range(WORKERS):
-            thread = threading.Thread(
-                target=self._work, name=f"node-snapshots-{number}", daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
-
-    def stop(self) -> None:
-        self.queue.shutdown()
-        self.informer.stop()
-        for thread in self._threads:
-            thread.join(10)
-        self.events.stop()
-
-    def liveness(self) -> str | None:
-        return self.informer.liveness()
-
-    def _enqueue(self, key: str, _: ContentFacts | None, __: ContentFacts | None) -> None:
-        self.queue.add(key)
-
-    def _work(self) -> None:
-        while (name := self.queue.get()) is not None:
-            try:
-                if self.process(name):
-                    self.queue.forget(name)
-                else:
-                    self.queue.add_rate_limited(name)
-            except Exception:
-                log.exception("content %s: unexpected failure", name)
-                self.queue.add_rate_limited(name)
-            finally:
-                self.queue.done(name)
 
     def process(self, name: str) -> bool:
         """Does what the content asks for; True when done (or nothing to do), False to retry."""
@@ -187,6 +136,14 @@ class NodeSnapshots:
                 self._patch(
                     facts, error_status(outcome.message, self.now().isoformat()), status=True
                 )
+                if facts.being_created:
+                    # As the sidecar does after a final error: while being-created stays,
+                    # the common controller never deletes the content, so a snapshot that
+                    # cannot be taken could never be deleted either. Retries go on; a
+                    # snapshot being deleted is not taken again (snapshot_work).
+                    self._patch(
+                        facts, annotation_patch(facts.uid, {BEING_CREATED_ANNOTATION: None})
+                    )
             return self._failed(facts, "SnapshotCreationFailed", "take", outcome)
         handle = snapshot_handle(self.node_name, record.id)
         size = record.size_bytes or setup.size_bytes

@@ -106,16 +106,7 @@ class VolumeState:
 
     def write(self, volume_name: str, record: VolumeRecord) -> None:
         """Replaces the volume's record, durably (call under its lock)."""
-        path = self._record_path(volume_name)
-        temporary = path.with_name(f".{path.name}.tmp")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        try:
-            os.write(fd, record.to_json().encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        temporary.replace(path)
-        _sync_directory(path.parent)
+        write_durably(self._record_path(volume_name), record.to_json())
 
     def forget(self, volume_name: str) -> None:
         """Drops the record and the lock file of a volume whose PV is gone (under its lock)."""
@@ -136,6 +127,21 @@ class VolumeState:
 
     def _record_path(self, volume_name: str) -> Path:
         return self.directory / RECORDS / f"{file_name(volume_name)}.json"
+
+
+def write_durably(path: Path, text: str) -> None:
+    """`path` replaced by `text` as one step that survives a crash: written beside it (0600, no
+    link followed), synced, renamed over it, and the rename synced."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temporary, flags, 0o600)
+    try:
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    temporary.replace(path)
+    _sync_directory(path.parent)
 
 
 def _sync_directory(directory: Path) -> None:

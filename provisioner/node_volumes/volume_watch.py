@@ -12,7 +12,6 @@ setup, done by the watch or, when the kubelet is first, right then under the sam
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from http import HTTPStatus
 from typing import Any
@@ -23,10 +22,8 @@ from urllib3.exceptions import HTTPError
 from provisioner.csi.csi_errors import CsiError
 from provisioner.kube.api_error import ApiError, describe_api_error
 from provisioner.kube.client import KubeClients
-from provisioner.kube.events import EventRecorder, ObjectReference
-from provisioner.kube.informer import Informer, name_key
-from provisioner.kube.object_decoding import DictObjects
-from provisioner.kube.workqueue import WorkQueue
+from provisioner.kube.events import ObjectReference
+from provisioner.node_volumes.node_watch import MERGE_PATCH, NodeWatch
 from provisioner.node_volumes.volume_executor import Outcome, VolumeExecutor
 from provisioner.node_volumes.volume_facts import (
     VolumeFacts,
@@ -40,7 +37,6 @@ from provisioner.objects.node_handoff import (
     HandoffError,
     NodeRemoval,
     VolumeSetup,
-    node_selector,
     removal_refusal,
 )
 from provisioner.provisioning.annotations import DIRECTORY_REMOVED_ANNOTATION
@@ -48,13 +44,11 @@ from provisioner.provisioning.annotations import DIRECTORY_REMOVED_ANNOTATION
 log = logging.getLogger(__name__)
 
 VOLUMES_PATH = "/api/v1/persistentvolumes"
-MERGE_PATCH = "application/merge-patch+json"
-WORKERS = 2
 PUBLISH_LOOKUP_SECONDS = 5.0
 """How long NodePublishVolume waits for the watch to show a PV it does not know yet."""
 
 
-class NodeVolumes:
+class NodeVolumes(NodeWatch[VolumeFacts]):
     def __init__(
         self,
         clients: KubeClients,
@@ -64,61 +58,17 @@ class NodeVolumes:
         base_delay: float = 1.0,
         max_delay: float = 300.0,
     ) -> None:
-        self.clients = clients
+        super().__init__(
+            "volume",
+            clients,
+            VOLUMES_PATH,
+            volume_facts,
+            driver_name=driver_name,
+            node_name=executor.node_name,
+            base_delay=base_delay,
+            max_delay=max_delay,
+        )
         self.executor = executor
-        self.driver_name = driver_name
-        self.node_name = executor.node_name
-        self.informer: Informer[VolumeFacts] = Informer(
-            f"node-volumes-{self.node_name}",
-            clients.list_function(VOLUMES_PATH),
-            objects=DictObjects(),
-            to_record=volume_facts,
-            key=name_key,
-            label_selector=node_selector(self.node_name),
-        )
-        self.queue: WorkQueue[str] = WorkQueue(
-            "node-volumes", base_delay=base_delay, max_delay=max_delay
-        )
-        self.events = EventRecorder(
-            clients, driver_name, host=self.node_name, spare_capacity=clients.spare_capacity
-        )
-        self.informer.add_event_handler(
-            on_add=self._enqueue, on_update=self._enqueue, on_delete=self._enqueue
-        )
-        self._threads: list[threading.Thread] = []
-
-    def start(self) -> None:
-        self.informer.start()
-        for number in range(WORKERS):
-            thread = threading.Thread(target=self._work, name=f"node-volumes-{number}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
-
-    def stop(self) -> None:
-        self.queue.shutdown()
-        self.informer.stop()
-        for thread in self._threads:
-            thread.join(10)
-        self.events.stop()
-
-    def liveness(self) -> str | None:
-        return self.informer.liveness()
-
-    def _enqueue(self, key: str, _: VolumeFacts | None, __: VolumeFacts | None) -> None:
-        self.queue.add(key)
-
-    def _work(self) -> None:
-        while (name := self.queue.get()) is not None:
-            try:
-                if self.process(name):
-                    self.queue.forget(name)
-                else:
-                    self.queue.add_rate_limited(name)
-            except Exception:
-                log.exception("volume %s: unexpected failure", name)
-                self.queue.add_rate_limited(name)
-            finally:
-                self.queue.done(name)
 
     def process(self, name: str) -> bool:
         """Does what the PV asks for; True when done (or nothing to do), False to retry."""

@@ -4,9 +4,11 @@ carry a decision out: the admission PATCH (label, being-created, setup), a refus
 content's status with a Warning, the removal permit (asked of the gate through removals.py)
 and the finalizer's removal.
 
-The informer exists only where the snapshot API is served (`snapshot_api_served`, asked once
-at the start): a cluster without the CRDs has nothing to watch, and an informer whose list
-fails would never sync. Installing the CRDs later takes a restart of the provisioner.
+The informer exists only where the snapshot API is served and ours to list
+(`snapshot_api_served`, asked once at the start): a cluster without the CRDs has nothing to
+watch, an installation without a CSI class has no rights on it, and an informer whose list
+fails would never sync. Installing the CRDs (or a first CSI class) later takes a restart of
+the provisioner.
 """
 
 from __future__ import annotations
@@ -64,9 +66,10 @@ JSON_PATCH = "application/json-patch+json"
 
 
 def snapshot_api_served(clients: KubeClients) -> bool:
-    """Whether the API server serves VolumeSnapshotContents (the snapshot CRDs are installed).
-    An answer other than yes or NotFound (the API unreachable at the start) counts as no, with
-    a warning: the process runs on without snapshots rather than failing to start."""
+    """Whether the API server serves VolumeSnapshotContents (the snapshot CRDs are installed)
+    and we may list them (our RBAC grants it with a CSI class). An answer other than yes,
+    NotFound or Forbidden (the API unreachable at the start) counts as no, with a warning: the
+    process runs on without snapshots rather than failing to start."""
     try:
         found = clients.request_json("GET", SNAPSHOT_API)
     except ApiError as error:
@@ -79,8 +82,24 @@ def snapshot_api_served(clients: KubeClients) -> bool:
         log.warning("cannot tell whether the snapshot API is served (%s): not watched", error)
         return False
     served = any(r.get("name") == "volumesnapshotcontents" for r in found.get("resources") or ())
-    log.info("snapshot API %s", "served" if served else "without VolumeSnapshotContents")
-    return served
+    if not served:
+        log.info("snapshot API without VolumeSnapshotContents: not watched")
+        return False
+    # Served, but ours to watch only where the installation grants it (a CSI class: the rights
+    # come with it); an informer refused its list would never sync.
+    try:
+        clients.request_json("GET", CONTENTS_PATH, query={"limit": 1})
+    except ApiError as error:
+        if error.status in {HTTPStatus.FORBIDDEN, HTTPStatus.UNAUTHORIZED}:
+            log.info("no rights on VolumeSnapshotContents (no CSI class): not watched")
+        else:
+            log.warning("cannot list VolumeSnapshotContents (%s): not watched", error)
+        return False
+    except (HTTPError, OSError) as error:
+        log.warning("cannot list VolumeSnapshotContents (%s): not watched", error)
+        return False
+    log.info("snapshot API served: watching VolumeSnapshotContents")
+    return True
 
 
 def contents_informer(clients: KubeClients, *, driver: str, resync_period: float) -> Informer[Any]:

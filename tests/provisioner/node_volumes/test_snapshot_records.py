@@ -25,6 +25,7 @@ from provisioner.node_volumes.snapshot_records import (
 )
 from provisioner.objects.snapshot_handoff import (
     BEING_CREATED_ANNOTATION,
+    BEING_DELETED_ANNOTATION,
     SNAPSHOT_REMOVAL_PERMIT_ANNOTATION,
     SNAPSHOT_REMOVED_ANNOTATION,
     SNAPSHOT_SETUP_ANNOTATION,
@@ -110,6 +111,21 @@ def test_what_a_content_asks_of_the_node() -> None:
     assert snapshot_work(content_facts(content(permitted, reported)), DRIVER) == "remove"
     done = {**permitted, SNAPSHOT_REMOVED_ANNOTATION: "true"}
     assert snapshot_work(content_facts(content(done, reported)), DRIVER) == "none"
+
+
+def test_nothing_is_taken_for_a_content_on_its_way_out() -> None:
+    """A snapshot that failed (being-created lifted, not ready) whose VolumeSnapshot is then
+    deleted: no take makes data for it any more; a permit still removes what an earlier take
+    made."""
+    setup = {SNAPSHOT_SETUP_ANNOTATION: SETUP.to_json()}
+    deleting = {**setup, BEING_DELETED_ANNOTATION: "yes"}
+    assert snapshot_work(content_facts(content(setup)), DRIVER) == "take"
+    assert snapshot_work(content_facts(content(deleting)), DRIVER) == "none"
+    gone = content(setup)
+    gone["metadata"] = {**gone["metadata"], "deletionTimestamp": "2026-11-29T00:00:00Z"}  # type: ignore[dict-item]
+    assert snapshot_work(content_facts(gone), DRIVER) == "none"
+    permitted = {**deleting, SNAPSHOT_REMOVAL_PERMIT_ANNOTATION: "{}"}
+    assert snapshot_work(content_facts(content(permitted)), DRIVER) == "remove"
 
 
 def test_a_permit_is_stale_once_the_content_changed() -> None:

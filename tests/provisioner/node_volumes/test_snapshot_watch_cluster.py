@@ -129,6 +129,13 @@ def test_the_watch_takes_reports_and_removes_its_nodes_snapshots(
         message = eventually(failed, 30, f"{unready} to get status.error")
         assert "not set up" in message and "pv-missing" in message
 
+        def let_go() -> bool | None:
+            annotations = read(unready)["metadata"].get("annotations") or {}
+            return True if BEING_CREATED_ANNOTATION not in annotations else None
+
+        # As the sidecar after a final error: its VolumeSnapshot can be deleted.
+        eventually(let_go, 30, f"{unready}'s being-created lifted after the error")
+
         # A permit following another content (a re-made one of the same name) removes nothing.
         uid = made[ours]["metadata"]["uid"]
         forged = SnapshotRemoval(ours, "another-uid", setup.snapshot_id, setup.path)
