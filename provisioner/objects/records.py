@@ -60,6 +60,11 @@ class DataSource(msgspec.Struct, frozen=True, gc=False):
         left to whoever serves it."""
         return self.kind == CLAIM_KIND and not self.api_group
 
+    @property
+    def is_volume_snapshot(self) -> bool:
+        """A VolumeSnapshot of the external-snapshotter's group: a restore, in a CSI class."""
+        return self.kind == "VolumeSnapshot" and self.api_group == "snapshot.storage.k8s.io"
+
 
 class ClaimRecord(msgspec.Struct, frozen=True, gc=False):
     uid: str

@@ -32,7 +32,6 @@ from provisioner.objects.records import (
     claim_record,
     volume_record,
 )
-from provisioner.objects.snapshot_handoff import SNAPSHOT_GROUP
 from provisioner.provisioning.annotations import (
     BASE_PATH_ANNOTATION,
     DIRECTORY_REMOVED_ANNOTATION,
@@ -54,9 +53,7 @@ from provisioner.provisioning.clones import CloneSource, source_changed
 from provisioner.provisioning.expansion import Expand
 from provisioner.provisioning.removal_gate import RemovalKind, RemovalPermit
 from provisioner.provisioning.snapshot_sources import (
-    GRANT_GROUP,
     SNAPSHOT_KIND,
-    SnapshotLookup,
 )
 from provisioner.provisioning.volume_decisions import TeardownPlan
 from provisioner.provisioning.volumes import (
@@ -201,6 +198,7 @@ class Actions:
         gives back a clone whose source went after its PV may have been saved. `node_clean_up`:
         a CSI volume's permit for the clean-up after its setup fails on the node."""
         claim, class_name = plan.claim, plan.storage_class.name
+        source = _source_label(plan)
         where = plan.node_name or "the shared filesystem"
         reference = claim_reference(claim)
         error = helper.error
@@ -212,10 +210,10 @@ class Actions:
             except VolumeSaveUnsettled as unsettled:
                 unsettled.clone_problem = clone_problem
                 raise
-            self._metrics.provision_total.labels(class_name, _source_label(plan)).inc()
-            self._metrics.provision_duration_seconds.labels(
-                class_name, _source_label(plan)
-            ).observe(time.monotonic() - started)
+            self._metrics.provision_total.labels(class_name, source).inc()
+            self._metrics.provision_duration_seconds.labels(class_name, source).observe(
+                time.monotonic() - started
+            )
             self._recorder.normal(
                 reference,
                 "ProvisioningSucceeded",
@@ -223,7 +221,7 @@ class Actions:
             )
             return
         if isinstance(error, HelperPodError):
-            self._metrics.provision_failed_total.labels(class_name, _source_label(plan)).inc()
+            self._metrics.provision_failed_total.labels(class_name, source).inc()
             self._recorder.warning(
                 reference,
                 "ProvisioningFailed",
@@ -233,7 +231,7 @@ class Actions:
             raise ActionFailed(str(error)) from error
         if error is not None:
             raise error
-        self._metrics.provision_failed_total.labels(class_name, _source_label(plan)).inc()
+        self._metrics.provision_failed_total.labels(class_name, source).inc()
         raise GiveBack(RemovalKind.CLONE_GIVE_BACK, f"{clone_problem}, so the copy may miss files")
 
     def _save_volume(self, plan: ProvisionPlan, clean_up: RemovalPermit | None) -> None:
@@ -306,44 +304,8 @@ class Actions:
             volume_record(volume) if volume is not None else None,
         )
 
-    def snapshot_lookup(self, claim: ClaimRecord) -> SnapshotLookup | None:
-        """What a restore is decided on (snapshot_sources.place_restore), read from the API
-        server on demand: restores are rare, so no informer watches VolumeSnapshots, their
-        contents or ReferenceGrants for them. The grants are listed only across namespaces.
-        None for a claim whose data source is no VolumeSnapshot."""
-        source = claim.data_source
-        if source is None or source.kind != SNAPSHOT_KIND:
-            return None
-        namespace = source.namespace or claim.namespace
-        snapshot = self._read_or_none(
-            f"/apis/{SNAPSHOT_GROUP}/v1/namespaces/{namespace}/volumesnapshots/{source.name}"
-        )
-        content = None
-        bound = ((snapshot or {}).get("status") or {}).get("boundVolumeSnapshotContentName")
-        if isinstance(bound, str) and bound:
-            content = self._read_or_none(
-                f"/apis/{SNAPSHOT_GROUP}/v1/volumesnapshotcontents/{bound}"
-            )
-        grants: list[dict[str, Any]] = []
-        if namespace != claim.namespace:
-            listed = self._read_or_none(
-                f"/apis/{GRANT_GROUP}/v1beta1/namespaces/{namespace}/referencegrants"
-            )
-            # No ReferenceGrant CRD (404) means no grant: the restore is refused for that.
-            grants = [item for item in (listed or {}).get("items") or [] if isinstance(item, dict)]
-        return SnapshotLookup(self._csi_driver, snapshot, content, tuple(grants))
-
     def _read_or_none(self, path: str) -> dict[str, Any] | None:
-        """The object, or None when it does not exist; any other answer fails the action (it
-        is retried)."""
-        try:
-            return self._clients.request_json("GET", path)
-        except ApiError as error:
-            if error.status == HTTPStatus.NOT_FOUND:
-                return None
-            raise ActionFailed(f"reading {path}: {error.status} {error.reason}") from error
-        except (HTTPError, OSError) as error:
-            raise ActionFailed(f"reading {path}: {error}") from error
+        return read_or_none(self._clients, path)
 
     def _read_volume(self, name: str) -> dict[str, Any] | None:
         """The PV, or None when a read says it does not exist. Any other answer (a 429, a 5xx,
@@ -589,6 +551,19 @@ class Actions:
             if error.status == HTTPStatus.NOT_FOUND:
                 return
             raise ActionFailed(f"patching {path}: {error.status} {error.reason}") from error
+
+
+def read_or_none(clients: KubeClients, path: str) -> dict[str, Any] | None:
+    """The object at `path`, or None when it does not exist; any other answer fails the action
+    (it is retried)."""
+    try:
+        return clients.request_json("GET", path)
+    except ApiError as error:
+        if error.status == HTTPStatus.NOT_FOUND:
+            return None
+        raise ActionFailed(f"reading {path}: {error.status} {error.reason}") from error
+    except (HTTPError, OSError) as error:
+        raise ActionFailed(f"reading {path}: {error}") from error
 
 
 def _refused(status: int | None) -> bool:

@@ -34,7 +34,7 @@ from provisioner.provisioning.annotations import (
     BETA_STORAGE_PROVISIONER,
     STORAGE_PROVISIONER,
 )
-from provisioner.provisioning.clones import ClaimSources, ClonePlace, CloneSource, place_clone
+from provisioner.provisioning.clones import ClaimSources, ClonePlace, CloneSource
 from provisioner.provisioning.paths import (
     EVERY_NODE,
     PathBook,
@@ -48,8 +48,7 @@ from provisioner.provisioning.snapshot_sources import (
     RestorePlace,
     RestoreSource,
     SnapshotLookup,
-    place_restore,
-    restores_here,
+    place_source,
 )
 from provisioner.provisioning.volume_facts import (
     volume_name_for,
@@ -183,10 +182,10 @@ def decide_claim_action(
         return Ignore(f"volume {volume_name} is being provisioned")
     if claim.has_selector:
         return Reject("claims with spec.selector cannot be provisioned dynamically: remove it")
-    # Only a claim with a data source looks at restores: the walk of any other claim stays
-    # within the files it has always entered (docs/CONTRACTS.md).
-    restoring = claim.data_source is not None and restores_here(claim, rules)
-    if claim.data_source is not None and not claim.data_source.is_claim and not restoring:
+    # A restore of ours is a claim the I/O layer read a snapshot for (snapshot_reads decides
+    # which): the walk of any other claim stays within the files it has always entered
+    # (docs/CONTRACTS.md).
+    if claim.data_source is not None and not claim.data_source.is_claim and snapshots is None:
         return Ignore(f"data source {claim.data_source.kind} is for another controller to fill")
     if claim.requested_storage is None:
         return Reject("spec.resources.requests.storage is required")
@@ -196,11 +195,10 @@ def decide_claim_action(
     if not rules.configured:
         return Reject(f"config.json has no storageClassConfigs entry for {storage_class.name}")
     shared = rules.shared_path is not None
-    pinned = _source_place(
+    pinned = place_source(
         claim,
         rules,
         nodes,
-        restoring=restoring,
         sources=sources,
         snapshots=snapshots,
         provisioner_name=provisioner_name,
@@ -235,9 +233,11 @@ def decide_claim_action(
     try:
         place = rules.place(claim, node)
         taken = paths.entries() if paths else []
-        offered = _restore_base_paths(place.candidates, pinned)
-        if isinstance(offered, str):
-            return Reject(offered)
+        # A restore takes only its snapshot's base path (place_restore checked the class has
+        # it there): the filesystem holding the snapshot, where a copy shares its extents.
+        offered = (
+            [pinned.source.base_path] if isinstance(pinned, RestorePlace) else place.candidates
+        )
         # Only node-local paths have budgets: a shared one has no capacities.
         candidates = with_room(place.capacities, offered, place.disk_node, size, taken)
         base_path, record = pick_base_path(
@@ -286,49 +286,6 @@ def decide_claim_action(
             clone_source=pinned.source if isinstance(pinned, ClonePlace) else None,
             restore_source=pinned.source if isinstance(pinned, RestorePlace) else None,
         )
-    )
-
-
-def _source_place(
-    claim: ClaimRecord,
-    rules: ClassRules,
-    nodes: Mapping[str, NodeRecord],
-    *,
-    restoring: bool,
-    sources: ClaimSources | None,
-    snapshots: SnapshotLookup | None,
-    provisioner_name: str,
-) -> ClonePlace | RestorePlace | str | None:
-    """Where the claim's data source pins it (a clone's source, a restore's snapshot), why it
-    cannot be filled from it, or None for a claim with no data source."""
-    if claim.data_source is None:
-        return None
-    if restoring:
-        return place_restore(claim, claim.data_source, rules=rules, lookup=snapshots, nodes=nodes)
-    return place_clone(
-        claim,
-        claim.data_source,
-        rules=rules,
-        sources=sources,
-        nodes=nodes,
-        provisioner_name=provisioner_name,
-    )
-
-
-def _restore_base_paths(
-    candidates: list[str], pinned: ClonePlace | RestorePlace | None
-) -> list[str] | str:
-    """The base paths the new volume may take: a restore's only its snapshot's, on the
-    filesystem holding it (where a copy shares extents by reflink, and where a btrfs snapshot
-    can be made writable in place); or why the claim cannot have that one."""
-    if not isinstance(pinned, RestorePlace):
-        return candidates
-    source = pinned.source
-    if source.base_path in candidates:
-        return [source.base_path]
-    return (
-        f"{source.describe()} is kept in base path {source.base_path}, which this claim cannot"
-        f" use on node {source.node_name} (the class's nodePath names another)"
     )
 
 

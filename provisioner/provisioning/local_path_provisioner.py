@@ -77,7 +77,7 @@ from provisioner.provisioning.paths import PathBook
 from provisioner.provisioning.removal_gate import RemovalPermit, RemovalRefused
 from provisioner.provisioning.removals import Leadership, Removals
 from provisioner.provisioning.snapshot_decisions import ContentFacts
-from provisioner.provisioning.snapshot_sources import restores_here
+from provisioner.provisioning.snapshot_reads import SnapshotReads
 from provisioner.provisioning.snapshots import SnapshotContents
 from provisioner.provisioning.volume_decisions import (
     AddFinalizer,
@@ -97,12 +97,6 @@ from provisioner.provisioning.volume_facts import record_volume, volume_node_nam
 from provisioner.provisioning.work_keys import CLAIM, EXPANSION, SNAPSHOT, VOLUME, Key
 
 log = logging.getLogger(__name__)
-
-RESTORE_RETRY_SECONDS = 5.0
-"""How soon a refused restore is first looked at again (its snapshot may become ready, or a
-ReferenceGrant come, and neither is watched); each further refusal doubles it, up to
-RESTORE_RETRY_MAX_SECONDS, as the external-provisioner backs off."""
-RESTORE_RETRY_MAX_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -147,6 +141,7 @@ class LocalPathProvisioner:
         self._caches = caches
         self._config = config
         self._actions = actions
+        self._snapshot_reads = SnapshotReads(clients, csi_driver)
         self._queue = queue
         self._provisioner_name = provisioner_name
         self._volume_names = InformerVolumeNames(caches.volumes)
@@ -177,9 +172,6 @@ class LocalPathProvisioner:
             book_lock=self._paths_lock,
             leadership=leadership,
         )
-        # Restores refused in a row, by claim UID: how long until the next look (see
-        # RESTORE_RETRY_SECONDS).
-        self._restores_refused: dict[str, int] = {}
         # Claims told to wait, by the volume they wait for: woken when it leaves the book.
         self._waiting: dict[str, set[str]] = {}
         # Claims whose expansion was refused for want of room: looked at again when a volume
@@ -349,14 +341,12 @@ class LocalPathProvisioner:
         bundle = self._config.current
         nodes = dict(self._caches.nodes.items())
         rules = self._rules(claim.storage_class_name or "", bundle)
-        restoring = (
-            claim.data_source is not None
-            and restores_here(claim, rules)
-            and rules.storage_class is not None
-            and rules.storage_class.provisioner == self._provisioner_name
+        ours = rules.storage_class is not None and (
+            rules.storage_class.provisioner == self._provisioner_name
         )
-        # Read before the lock, from the API server: no informer holds snapshots for us.
-        snapshots = self._actions.snapshot_lookup(claim) if restoring else None
+        # A restore's snapshot, read before the lock from the API server (no informer holds
+        # snapshots for us); None for any other claim.
+        snapshots = self._snapshot_reads.lookup(claim, rules) if ours else None
         with self._paths_lock:
             decision = decide_claim_action(
                 claim,
@@ -376,15 +366,6 @@ class LocalPathProvisioner:
             if isinstance(decision, WaitForPath):
                 for blocker in decision.blockers:
                     self._waiting.setdefault(blocker, set()).add(claim.uid)
-        if restoring and isinstance(decision, Reject):
-            # Nothing we watch tells when the snapshot becomes ready, or a ReferenceGrant
-            # comes: look again after a while, as the external-provisioner retries.
-            refused = self._restores_refused.get(claim.uid, 0)
-            self._restores_refused[claim.uid] = refused + 1
-            delay = min(RESTORE_RETRY_SECONDS * 2**refused, RESTORE_RETRY_MAX_SECONDS)
-            self._queue.add_after(key, delay)
-        else:
-            self._restores_refused.pop(claim.uid, None)
         node_made = plan is not None and plan.volume_type == CSI_VOLUME_TYPE
         try:
             reference = self._actions.report_claim_decision(claim, decision)
@@ -418,6 +399,10 @@ class LocalPathProvisioner:
         finally:
             if plan is not None:
                 self._capacity.poke()
+        if snapshots is not None and isinstance(decision, Reject):
+            # Nothing we watch tells when the snapshot becomes ready, or a ReferenceGrant
+            # comes: the loop looks again with its backoff, as the external-provisioner does.
+            raise ActionFailed(f"restore refused: {decision.reason}")
         if node_made:
             return self._settle_claim(key)
         return plan is None
@@ -528,7 +513,6 @@ class LocalPathProvisioner:
     def _clean_up_after(self, uid: str) -> None:
         """The claim went between a failed setup and its retry: remove what that setup left,
         unless its path is in use again (then it is not this attempt's any more)."""
-        self._restores_refused.pop(uid, None)
         attempt = self._failed_attempts.pop(uid, None)
         if attempt is None:
             return

@@ -3,7 +3,7 @@ names a VolumeSnapshot (snapshot.storage.k8s.io) gets a new volume holding a cop
 snapshot's data, made by the snapshot's node plugin from the snapshot it took itself.
 
 Pure, beside clones.py (claims.decide_claim_action asks `place_restore`). The objects it reads
-are fetched on demand by the I/O layer (Actions.snapshot_lookup) for such claims only, as
+are fetched on demand by the I/O layer (snapshot_reads.SnapshotReads) for such claims only, as
 restores are rare: the VolumeSnapshot, its bound VolumeSnapshotContent and, across namespaces,
 the ReferenceGrants of the snapshot's namespace. Nothing here trusts the tenant's side: the
 VolumeSnapshot is the tenant's (its status the common controller's), so every fact the restore
@@ -27,7 +27,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from provisioner.configuration.class_parameters import CSI_VOLUME_TYPE
 from provisioner.configuration.class_rules import ClassRules
 from provisioner.objects.node_handoff import HandoffError, node_label_value
 from provisioner.objects.records import ClaimRecord, DataSource, NodeRecord, quantity_to_bytes
@@ -38,24 +37,12 @@ from provisioner.objects.snapshot_handoff import (
     parse_snapshot_handle,
     snapshot_handle,
 )
+from provisioner.provisioning.clones import ClaimSources, ClonePlace, place_clone
 
 SNAPSHOT_KIND = "VolumeSnapshot"
 GRANT_GROUP = "gateway.networking.k8s.io"
 """ReferenceGrant's group (v1beta1), as the external-provisioner reads it for the same purpose."""
 CLAIM_KIND = "PersistentVolumeClaim"
-
-
-def is_snapshot_source(source: DataSource | None) -> bool:
-    """A VolumeSnapshot of the external-snapshotter's group: restored by us in a CSI class."""
-    return (
-        source is not None and source.api_group == SNAPSHOT_GROUP and source.kind == SNAPSHOT_KIND
-    )
-
-
-def restores_here(claim: ClaimRecord, rules: ClassRules) -> bool:
-    """Whether the claim is a restore we serve: a snapshot source in a CSI class (any other
-    class leaves it, as before, to whoever fills VolumeSnapshots there)."""
-    return is_snapshot_source(claim.data_source) and rules.default_volume_type == CSI_VOLUME_TYPE
 
 
 @dataclass(frozen=True)
@@ -215,7 +202,8 @@ def place_restore(
     nodes: Mapping[str, NodeRecord],
 ) -> RestorePlace | str:
     """The snapshot the claim is to be restored from and where, or why it cannot be (see the
-    module's doc). Call only for `restores_here` claims with a storage request."""
+    module's doc). Call only for restores of ours (snapshot_reads.restores_here) with a
+    storage request."""
     if lookup is None:
         return "a restore needs its VolumeSnapshot looked up, which this caller has not"
     namespace = data_source.namespace or claim.namespace
@@ -272,3 +260,29 @@ def place_restore(
     if rules.binding_mode == "Immediate" or claim.selected_node == node:
         return RestorePlace(source, node, wrong_node)
     return RestorePlace(source, None, wrong_node)
+
+
+def place_source(
+    claim: ClaimRecord,
+    rules: ClassRules,
+    nodes: Mapping[str, NodeRecord],
+    *,
+    sources: ClaimSources | None,
+    snapshots: SnapshotLookup | None,
+    provisioner_name: str,
+) -> ClonePlace | RestorePlace | str | None:
+    """Where the claim's data source pins it (a clone's source, a restore's snapshot: a claim
+    the I/O layer read a snapshot for), why it cannot be filled from it, or None for a claim
+    with no data source."""
+    if claim.data_source is None:
+        return None
+    if snapshots is not None:
+        return place_restore(claim, claim.data_source, rules=rules, lookup=snapshots, nodes=nodes)
+    return place_clone(
+        claim,
+        claim.data_source,
+        rules=rules,
+        sources=sources,
+        nodes=nodes,
+        provisioner_name=provisioner_name,
+    )
