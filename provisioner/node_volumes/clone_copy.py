@@ -31,11 +31,11 @@ import stat
 from pathlib import Path
 
 from provisioner.node_volumes.step_runner import Shell, StepResult, run_step
-from provisioner.node_volumes.volume_steps import clone_step
+from provisioner.node_volumes.volume_steps import GNU_CP, clone_step
 from provisioner.objects.node_handoff import NodeCloneSource
 from provisioner.provisioning.fresh_directory import COPIED_SUFFIX, owner_marker_path
 
-GNU_CP_HINT = "cloning needs GNU cp (coreutils) at /usr/bin/cp where the node plugin runs its steps"
+GNU_CP_HINT = f"cloning needs GNU cp (coreutils) at {GNU_CP} where the node plugin runs its steps"
 
 
 def copy_source(

@@ -164,9 +164,11 @@ def _step(
     return NodeStep(step, (*command, *args), env, View(read_write=(target.base_path,)))
 
 
-GNU_CP = "/usr/bin/cp"
+GNU_CP = "/bin/cp"
 """GNU cp (coreutils) by its own path: a step's PATH starts with the shell directory, whose
-busybox `cp` has neither `--reflink` nor `--sparse` (see clone_step.py for why both)."""
+busybox `cp` has neither `--reflink` nor `--sparse` (see clone_step.py for why both). /bin/cp,
+where Debian's coreutils package puts it: the image has it there (no merged /usr), and on a
+merged-/usr node /bin leads to /usr/bin, which the step's view binds too."""
 
 
 def clone_step(source_path: str, target_path: str) -> NodeStep:

@@ -35,6 +35,7 @@ from provisioner.configuration.config import (
     DEFAULT_SETUP_SCRIPT,
     DEFAULT_TEARDOWN_SCRIPT,
 )
+from provisioner.node_volumes.volume_steps import GNU_CP
 from scripts.build_image import (
     DEBIAN_PACKAGES,
     ENTRYPOINT,
@@ -224,13 +225,14 @@ def test_the_csi_node_plugin_runs_from_the_image_root(bundle: Path, spec: dict[s
 
 
 @pytest.mark.parametrize(
-    ("program", "says"), [("/usr/bin/bwrap", "bubblewrap"), ("/bin/cp", "GNU coreutils")]
+    ("program", "says"), [("/usr/bin/bwrap", "bubblewrap"), (GNU_CP, "GNU coreutils")]
 )
 def test_the_node_plugin_s_programs_run_from_the_image_root(
     bundle: Path, spec: dict[str, Any], program: str, says: str
 ) -> None:
     """bwrap, which confines the node plugin's volume steps (it refuses to start without it),
-    and GNU cp, which copies a clone's source: both in the image, with their libraries."""
+    and GNU cp, which copies a clone's source and takes a snapshot: both in the image, with
+    their libraries, at the very paths the steps run them by."""
     result = run_from_image(bundle, {**spec, "args": [program]}, ["--version"])
     assert result.returncode == 0, result.stderr
     assert says in result.stdout
