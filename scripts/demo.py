@@ -445,10 +445,16 @@ def snapshot_and_restore(cluster: LocalCluster, node: str) -> None:
         snapshot="csi-data-snapshot",
         node=node,
     )
-    reader = call_json(cluster.core_v1().read_namespaced_pod, "csi-reader", "default")
-    log = cluster.pod_log_path("default", "csi-reader", reader["metadata"]["uid"])
-    _poll(lambda: True if log.is_file() and "hello" in log.read_text() else None, "the reader")
-    print(f"  pod default/csi-reader read {log.read_text().split()[-1]!r} from the restored volume")
+    core = cluster.core_v1()
+
+    def read_back() -> str | None:
+        log = str(core.read_namespaced_pod_log("csi-reader", "default"))
+        return log.strip() or None
+
+    said = _poll(read_back, "the reader pod's log (kubectl logs csi-reader)")
+    print(f"  $ kubectl logs csi-reader  # cat /data/greeting in the restored volume\n  {said}")
+    if said != "hello":
+        raise DemoError(f"demo: the restored volume's greeting reads {said!r}, not 'hello'")
     restored_directory = cluster.node_dir(node) / volume_path(restored).lstrip("/")
     release(
         cluster,
