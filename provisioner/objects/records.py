@@ -35,6 +35,7 @@ from provisioner.objects.api_objects import (
 )
 from provisioner.objects.node_handoff import VOLUME_PATH_KEY
 from provisioner.objects.quantities import quantity_to_bytes
+from provisioner.objects.snapshot_handoff import SNAPSHOT_GROUP, SNAPSHOT_KIND
 
 __all__ = ["quantity_to_bytes"]  # re-exported: the decisions read sizes through records
 
@@ -63,7 +64,7 @@ class DataSource(msgspec.Struct, frozen=True, gc=False):
     @property
     def is_volume_snapshot(self) -> bool:
         """A VolumeSnapshot of the external-snapshotter's group: a restore, in a CSI class."""
-        return self.kind == "VolumeSnapshot" and self.api_group == "snapshot.storage.k8s.io"
+        return self.kind == SNAPSHOT_KIND and self.api_group == SNAPSHOT_GROUP
 
 
 class ClaimRecord(msgspec.Struct, frozen=True, gc=False):

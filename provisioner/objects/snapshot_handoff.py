@@ -42,6 +42,9 @@ from provisioner.objects.node_handoff import (
 SNAPSHOT_GROUP = "snapshot.storage.k8s.io"
 """The API group of VolumeSnapshots, their contents and classes (external-snapshotter v8)."""
 
+SNAPSHOT_KIND = "VolumeSnapshot"
+"""The kind a restore's claim names as its data source (of SNAPSHOT_GROUP)."""
+
 SNAPSHOT_SETUP_ANNOTATION = "local-path-storage.io/snapshot-setup"
 """On an admitted content: the `SnapshotSetup` JSON the node takes the snapshot from."""
 

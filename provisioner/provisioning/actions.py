@@ -32,6 +32,7 @@ from provisioner.objects.records import (
     claim_record,
     volume_record,
 )
+from provisioner.objects.snapshot_handoff import SNAPSHOT_KIND
 from provisioner.provisioning.annotations import (
     BASE_PATH_ANNOTATION,
     DIRECTORY_REMOVED_ANNOTATION,
@@ -52,9 +53,6 @@ from provisioner.provisioning.claims import (
 from provisioner.provisioning.clones import CloneSource, source_changed
 from provisioner.provisioning.expansion import Expand
 from provisioner.provisioning.removal_gate import RemovalKind, RemovalPermit
-from provisioner.provisioning.snapshot_sources import (
-    SNAPSHOT_KIND,
-)
 from provisioner.provisioning.volume_decisions import TeardownPlan
 from provisioner.provisioning.volumes import (
     build_persistent_volume,

@@ -32,6 +32,7 @@ from provisioner.objects.node_handoff import HandoffError, node_label_value
 from provisioner.objects.records import ClaimRecord, DataSource, NodeRecord, quantity_to_bytes
 from provisioner.objects.snapshot_handoff import (
     SNAPSHOT_GROUP,
+    SNAPSHOT_KIND,
     SNAPSHOT_SETUP_ANNOTATION,
     SnapshotSetup,
     parse_snapshot_handle,
@@ -39,7 +40,6 @@ from provisioner.objects.snapshot_handoff import (
 )
 from provisioner.provisioning.clones import ClaimSources, ClonePlace, place_clone
 
-SNAPSHOT_KIND = "VolumeSnapshot"
 GRANT_GROUP = "gateway.networking.k8s.io"
 """ReferenceGrant's group (v1beta1), as the external-provisioner reads it for the same purpose."""
 CLAIM_KIND = "PersistentVolumeClaim"
