@@ -21,12 +21,11 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from provisioner.capacity.budgets import best_free_bytes, committed_bytes, path_rooms
 from provisioner.configuration.config import DEFAULT_NODE_AFFINITY_KEY, ProvisionerConfig
 from provisioner.objects.quantities import format_bytes, quantity_to_bytes
 from provisioner.objects.records import NodeRecord, StorageClassRecord
 from provisioner.provisioning.claims import candidate_base_paths
-from provisioner.provisioning.paths import PathEntry
+from provisioner.provisioning.paths import PathEntry, best_free_bytes, committed_bytes, path_rooms
 
 CAPACITY_OWNER_LABEL = "local-path-storage.io/capacity-owner"
 """On every CSIStorageCapacity we publish: its value identifies the provisioner name, and only

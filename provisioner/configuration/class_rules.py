@@ -33,12 +33,11 @@ from provisioner.configuration.config import (
     ConfigError,
     ProvisionerConfig,
 )
-from provisioner.objects.quantities import QuantityTooLarge, format_bytes
+from provisioner.objects.quantities import format_bytes
 from provisioner.objects.records import (
     ClaimRecord,
     NodeRecord,
     StorageClassRecord,
-    quantity_to_bytes,
 )
 from provisioner.provisioning.paths import EVERY_NODE
 
@@ -92,27 +91,21 @@ class ClassRules:
     def _entry(self, node: str) -> Mapping[str, int | None]:
         return self.node_base_paths.get(node, self.node_base_paths.get(DEFAULT_NODE, {}))
 
-    def claim_size(self, claim: ClaimRecord, requested: str) -> int | str:
-        """The claim's request in bytes, or why it is not a size we accept or is outside the
-        class's minSize/maxSize."""
+    def claim_size(self, claim: ClaimRecord) -> int | str:
+        """The claim's request in bytes (read when its record was), or why it is not a size
+        we accept or is outside the class's minSize/maxSize."""
         if self.size_problem is not None:
             return f"StorageClass {self.name}: {self.size_problem}"
-        try:
-            size = quantity_to_bytes(requested)
-        except QuantityTooLarge as error:
-            return (
-                f"claim {claim.namespace}/{claim.name} requests {error}:"
-                " request a smaller spec.resources.requests.storage"
-            )
-        except ValueError as error:
-            return str(error)
+        size = claim.requested_bytes
+        if size is None:
+            return claim.request_problem or "spec.resources.requests.storage is required"
         low, high = self.min_size, self.max_size
         if (low is not None and size < low) or (high is not None and size > high):
             shown = f"{format_bytes(low) if low is not None else '0'} .. " + (
                 format_bytes(high) if high is not None else "unlimited"
             )
             return (
-                f"requested {requested} is outside the size range of StorageClass"
+                f"requested {claim.requested_storage} is outside the size range of StorageClass"
                 f" {self.name} (minSize .. maxSize: {shown}): request a size in that range"
             )
         return size

@@ -47,7 +47,7 @@ from provisioner.helper_pods.pod_shapes import (
     HelperTarget,
     helper_pod_name,
 )
-from provisioner.kube.events import ObjectReference
+from provisioner.kube.client import ObjectReference
 from provisioner.provisioning.actions import ActionFailed
 from provisioner.provisioning.base_path_checks import missing_base_path_hint
 from provisioner.provisioning.removal_gate import RemovalPermit

@@ -15,11 +15,10 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
-from provisioner.kube.client import KubeClients
-from provisioner.kube.events import EventRecorder
+from provisioner.kube.client import EventRecorder, KubeClients
 from provisioner.kube.informer import Informer, name_key
 from provisioner.kube.object_decoding import DictObjects
-from provisioner.kube.workqueue import WorkQueue
+from provisioner.loop.controller import WorkQueue
 from provisioner.objects.node_handoff import node_selector
 
 log = logging.getLogger(__name__)

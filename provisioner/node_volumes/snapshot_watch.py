@@ -22,8 +22,7 @@ from typing import Any
 from urllib3.exceptions import HTTPError
 
 from provisioner.kube.api_error import ApiError, describe_api_error
-from provisioner.kube.client import KubeClients
-from provisioner.kube.events import ObjectReference
+from provisioner.kube.client import KubeClients, ObjectReference
 from provisioner.node_volumes.node_watch import MERGE_PATCH, NodeWatch
 from provisioner.node_volumes.snapshot_facts import (
     ContentFacts,

@@ -21,8 +21,7 @@ from urllib3.exceptions import HTTPError
 
 from provisioner.csi.csi_errors import CsiError
 from provisioner.kube.api_error import ApiError, describe_api_error
-from provisioner.kube.client import KubeClients
-from provisioner.kube.events import ObjectReference
+from provisioner.kube.client import KubeClients, ObjectReference
 from provisioner.node_volumes.node_watch import MERGE_PATCH, NodeWatch
 from provisioner.node_volumes.volume_executor import Outcome, VolumeExecutor
 from provisioner.node_volumes.volume_facts import (

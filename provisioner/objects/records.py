@@ -34,7 +34,7 @@ from provisioner.objects.api_objects import (
     TypedObjectReference,
 )
 from provisioner.objects.node_handoff import VOLUME_PATH_KEY
-from provisioner.objects.quantities import quantity_to_bytes
+from provisioner.objects.quantities import QuantityTooLarge, quantity_to_bytes
 from provisioner.objects.snapshot_handoff import SNAPSHOT_GROUP, SNAPSHOT_KIND
 
 __all__ = ["quantity_to_bytes"]  # re-exported: the decisions read sizes through records
@@ -94,6 +94,30 @@ class ClaimRecord(msgspec.Struct, frozen=True, gc=False):
     never resized, or resized by a version that did not say it)."""
     resize_status: str | None = None
     """status.allocatedResourceStatuses.storage: where a resize stands (None: none under way)."""
+    requested_bytes: int | None = None
+    """`requested_storage` in bytes, read once per version of the claim (`__post_init__`, on
+    every decode and construction): None when it is absent or no size we accept."""
+    request_problem: str | None = None
+    """Why `requested_storage` is no size we accept, in words for the claim's Event."""
+
+    def __post_init__(self) -> None:
+        requested, problem = _request_in_bytes(self)
+        msgspec.structs.force_setattr(self, "requested_bytes", requested)
+        msgspec.structs.force_setattr(self, "request_problem", problem)
+
+
+def _request_in_bytes(claim: ClaimRecord) -> tuple[int | None, str | None]:
+    if claim.requested_storage is None:
+        return None, None
+    try:
+        return quantity_to_bytes(claim.requested_storage), None
+    except QuantityTooLarge as error:
+        return None, (
+            f"claim {claim.namespace}/{claim.name} requests {error}:"
+            " request a smaller spec.resources.requests.storage"
+        )
+    except ValueError as error:
+        return None, str(error)
 
 
 class ClaimReference(msgspec.Struct, frozen=True, gc=False):

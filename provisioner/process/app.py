@@ -43,19 +43,24 @@ from provisioner.csi.driver_name import driver_name_for
 from provisioner.helper_pods.pod_runner import kubelet_deadline_wait
 from provisioner.helper_pods.pod_shapes import helper_grace_seconds
 from provisioner.helper_pods.pods import POD_CLEANUP_SECONDS, BatchSettings, PodSettings
-from provisioner.kube.client import KubeClients, KubeConfigError, create_clients
-from provisioner.kube.events import EventRecorder, ObjectReference
+from provisioner.kube.client import (
+    EventRecorder,
+    KubeClients,
+    KubeConfigError,
+    ObjectReference,
+    create_clients,
+)
 from provisioner.kube.informer import Informer
 from provisioner.kube.leader_election import LeaderElectionConfig, LeaderElector, lease_name_for
 from provisioner.kube.lease_watch import lease_watch
 from provisioner.kube.metrics import Metrics
-from provisioner.kube.workqueue import WorkQueue
 from provisioner.loop.controller import (
     DRAIN_SECONDS,
     INFORMER_STOP_SECONDS,
     Controller,
     ControllerSettings,
     Key,
+    WorkQueue,
 )
 from provisioner.process.api_reachability import ApiReachability
 from provisioner.process.installation_removal import release_finalizers, removal_reason

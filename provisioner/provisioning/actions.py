@@ -20,8 +20,7 @@ from provisioner.csi.driver_name import DEFAULT_DRIVER_NAME
 from provisioner.helper_pods.pod_runner import HelperPodError
 from provisioner.helper_pods.pod_runs import RunResult
 from provisioner.kube.api_error import ApiError
-from provisioner.kube.client import KubeClients
-from provisioner.kube.events import EventRecorder, EventType, ObjectReference
+from provisioner.kube.client import EventRecorder, EventType, KubeClients, ObjectReference
 from provisioner.kube.metrics import Metrics
 from provisioner.objects.node_handoff import REMOVAL_PERMIT_ANNOTATION
 from provisioner.objects.records import (
@@ -49,16 +48,14 @@ from provisioner.provisioning.claims import (
     Reject,
     Reschedule,
     WaitForPath,
+    build_persistent_volume,
+    foreign_volume_problem,
+    node_removal,
 )
 from provisioner.provisioning.clones import CloneSource, source_changed
 from provisioner.provisioning.expansion import Expand
 from provisioner.provisioning.removal_gate import RemovalKind, RemovalPermit
 from provisioner.provisioning.volume_decisions import TeardownPlan
-from provisioner.provisioning.volumes import (
-    build_persistent_volume,
-    foreign_volume_problem,
-    node_removal,
-)
 
 log = logging.getLogger(__name__)
 

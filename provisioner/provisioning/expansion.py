@@ -27,14 +27,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from provisioner.capacity.budgets import committed_bytes, no_room_reason, path_rooms
 from provisioner.configuration.class_parameters import CSI_VOLUME_TYPE
 from provisioner.configuration.class_rules import ClassRules
 from provisioner.objects.node_handoff import NODE_SIZE_ANNOTATION
 from provisioner.objects.quantities import QuantityTooLarge, format_bytes, quantity_to_bytes
 from provisioner.objects.records import ClaimRecord, VolumeRecord
 from provisioner.provisioning.annotations import PROVISIONED_BY
-from provisioner.provisioning.paths import PathBook, is_strictly_inside
+from provisioner.provisioning.paths import (
+    PathBook,
+    committed_bytes,
+    is_strictly_inside,
+    no_room_reason,
+    path_rooms,
+)
 from provisioner.provisioning.volume_facts import volume_node_name, volume_size_bytes
 
 

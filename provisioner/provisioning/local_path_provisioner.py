@@ -41,12 +41,10 @@ from provisioner.helper_pods.pods import (
     RunResult,
     VolumeJob,
 )
-from provisioner.kube.client import KubeClients
-from provisioner.kube.events import ObjectReference
+from provisioner.kube.client import KubeClients, ObjectReference
 from provisioner.kube.informer import Informer
 from provisioner.kube.metrics import Metrics
-from provisioner.kube.workqueue import WorkQueue
-from provisioner.loop.controller import IN_BACKGROUND, SETTLED, Failed, Outcome
+from provisioner.loop.controller import IN_BACKGROUND, SETTLED, Failed, Outcome, WorkQueue
 from provisioner.objects.records import ClaimRecord, VolumeRecord
 from provisioner.provisioning.actions import (
     ActionFailed,
@@ -345,8 +343,12 @@ class LocalPathProvisioner:
             rules.storage_class.provisioner == self._provisioner_name
         )
         # A restore's snapshot, read before the lock from the API server (no informer holds
-        # snapshots for us); None for any other claim.
-        snapshots = self._snapshot_reads.lookup(claim, rules) if ours else None
+        # snapshots for us); None for any other claim, which never enters the restore's files.
+        snapshots = (
+            self._snapshot_reads.lookup(claim, rules)
+            if ours and claim.data_source is not None
+            else None
+        )
         with self._paths_lock:
             decision = decide_claim_action(
                 claim,

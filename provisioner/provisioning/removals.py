@@ -19,8 +19,7 @@ from provisioner.configuration.config import ConfigBundle
 from provisioner.helper_pods.pod_runner import HelperPodError
 from provisioner.helper_pods.pods import HelperPods
 from provisioner.kube.api_error import ApiError
-from provisioner.kube.client import KubeClients
-from provisioner.kube.events import EventRecorder, ObjectReference
+from provisioner.kube.client import EventRecorder, KubeClients, ObjectReference
 from provisioner.objects.snapshot_handoff import SnapshotRemoval, SnapshotSetup
 from provisioner.provisioning.actions import ActionFailed, volume_reference
 from provisioner.provisioning.claims import ProvisionPlan

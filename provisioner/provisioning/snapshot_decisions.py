@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from provisioner.capacity.budgets import PathRoom, committed_bytes
 from provisioner.configuration.class_parameters import CSI_VOLUME_TYPE
 from provisioner.configuration.class_rules import ClassRules
 from provisioner.objects.node_handoff import NODE_LABEL, HandoffError, node_label_value
@@ -39,7 +38,14 @@ from provisioner.objects.snapshot_handoff import (
     snapshot_path,
 )
 from provisioner.provisioning.annotations import PROVISIONED_BY
-from provisioner.provisioning.paths import LIVE, PROVISIONING, PathEntry, is_strictly_inside
+from provisioner.provisioning.paths import (
+    LIVE,
+    PROVISIONING,
+    PathEntry,
+    PathRoom,
+    committed_bytes,
+    is_strictly_inside,
+)
 from provisioner.provisioning.volume_facts import NodeListing, volume_node_name, volume_size_bytes
 
 CONTENT_FINALIZER = "snapshot.storage.kubernetes.io/volumesnapshotcontent-bound-protection"

@@ -26,8 +26,7 @@ from urllib3.exceptions import HTTPError
 from provisioner.configuration.class_parameters import CSI_VOLUME_TYPE
 from provisioner.configuration.class_rules import ClassRules
 from provisioner.kube.api_error import ApiError
-from provisioner.kube.client import KubeClients
-from provisioner.kube.events import EventRecorder, ObjectReference
+from provisioner.kube.client import EventRecorder, KubeClients, ObjectReference
 from provisioner.kube.informer import Informer, name_key
 from provisioner.kube.object_decoding import DictObjects
 from provisioner.objects.node_handoff import NODE_LABEL

@@ -13,7 +13,6 @@ from typing import Protocol
 from provisioner.configuration.class_rules import ClassRules
 from provisioner.configuration.config import DEFAULT_NODE_AFFINITY_KEY
 from provisioner.objects.records import (
-    ClaimRecord,
     NodeRecord,
     VolumeRecord,
     quantity_to_bytes,
@@ -29,11 +28,6 @@ from provisioner.provisioning.paths import (
     PathBook,
     PathState,
 )
-
-
-def volume_name_for(claim: ClaimRecord) -> str:
-    return f"pvc-{claim.uid}"
-
 
 Location = tuple[str, str]
 """The (label key, value) a PV's node affinity names, or ("", "") when it names none."""

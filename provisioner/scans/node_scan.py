@@ -19,7 +19,7 @@ from provisioner.configuration.config import ConfigBundle
 from provisioner.configuration.config_watch import ConfigSource
 from provisioner.helper_pods.pod_runner import HelperPodError
 from provisioner.helper_pods.pods import HelperPods
-from provisioner.kube.events import EventRecorder, ObjectReference
+from provisioner.kube.client import EventRecorder, ObjectReference
 from provisioner.kube.metrics import Metrics
 from provisioner.objects.records import NodeRecord, VolumeRecord
 from provisioner.provisioning.annotations import PROVISIONED_BY

@@ -2,7 +2,6 @@
 
 import json
 
-from provisioner.capacity.budgets import UNLIMITED_BYTES
 from provisioner.capacity.storage_capacity import (
     CapacityObject,
     capacity_changes,
@@ -14,7 +13,7 @@ from provisioner.capacity.storage_capacity import (
 )
 from provisioner.configuration.config import parse_config_json
 from provisioner.objects.records import NodeRecord, StorageClassRecord
-from provisioner.provisioning.paths import LIVE, PathEntry
+from provisioner.provisioning.paths import LIVE, UNLIMITED_BYTES, PathEntry
 
 GI = 1024**3
 NAME = "cap.example.com"

@@ -29,7 +29,7 @@ from provisioner.helper_pods.pod_index import ServingPod
 from provisioner.helper_pods.pod_outcomes import HelperPodFailed
 from provisioner.helper_pods.pod_runs import BatchResults, RunResult
 from provisioner.helper_pods.pod_shapes import HelperAction, HelperTarget
-from provisioner.kube.events import ObjectReference
+from provisioner.kube.client import ObjectReference
 from provisioner.provisioning.volume_decisions import TeardownPlan
 
 BUNDLE = load_config_bundle(

@@ -7,9 +7,14 @@ from typing import Any
 import pytest
 
 from provisioner.kube.api_error import ApiError
-from provisioner.kube.client import DEFAULT_REQUEST_TIMEOUT, Timeout
+from provisioner.kube.client import (
+    DEFAULT_REQUEST_TIMEOUT,
+    MAX_MESSAGE_LENGTH,
+    EventRecorder,
+    ObjectReference,
+    Timeout,
+)
 from provisioner.kube.event_correlator import EventCorrelator, EventKey
-from provisioner.kube.events import MAX_MESSAGE_LENGTH, EventRecorder, ObjectReference
 from tests.provisioner.kube.fakes import FakeClock
 
 WALL = datetime(2025, 1, 1, tzinfo=UTC)

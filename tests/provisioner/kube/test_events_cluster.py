@@ -4,8 +4,7 @@ from typing import Any
 
 import pytest
 
-from provisioner.kube.client import KubeClients
-from provisioner.kube.events import EventRecorder, ObjectReference
+from provisioner.kube.client import EventRecorder, KubeClients, ObjectReference
 from tests.provisioner.kube.fakes import wait_until
 
 pytestmark = pytest.mark.cluster

@@ -1,5 +1,5 @@
 from provisioner.kube.metrics import Metrics
-from provisioner.kube.workqueue import WorkQueue
+from provisioner.loop.controller import WorkQueue
 
 
 def test_each_metrics_object_has_its_own_registry() -> None:

@@ -9,7 +9,6 @@ from typing import Any
 
 from provisioner.kube.informer import Informer
 from provisioner.kube.object_decoding import DictObjects
-from provisioner.kube.workqueue import WorkQueue
 from provisioner.loop.controller import (
     IN_BACKGROUND,
     SETTLED,
@@ -19,6 +18,7 @@ from provisioner.loop.controller import (
     Key,
     Outcome,
     Watch,
+    WorkQueue,
 )
 
 WAIT = 10.0

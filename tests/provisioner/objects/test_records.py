@@ -164,7 +164,7 @@ def test_the_pure_core_never_imports_the_kubernetes_client() -> None:
         "import sys\n"
         "import provisioner.provisioning.claims, provisioner.configuration.config\n"
         "import provisioner.helper_pods.pod_shapes, provisioner.provisioning.paths\n"
-        "import provisioner.objects.records, provisioner.provisioning.volumes\n"
+        "import provisioner.objects.records, provisioner.provisioning.claims\n"
         "bad = [m for m in sys.modules if m.split('.')[0] == 'kubernetes'"
         " or m.startswith(('provisioner.kube', 'provisioner.loop', 'provisioner.process'))]\n"
         "assert not bad, bad\n"

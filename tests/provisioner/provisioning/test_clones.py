@@ -49,12 +49,12 @@ from provisioner.provisioning.claims import (
     Provision,
     Reject,
     Reschedule,
+    build_persistent_volume,
     decide_claim_action,
 )
 from provisioner.provisioning.clones import CloneSource, source_changed
 from provisioner.provisioning.paths import PathBook
 from provisioner.provisioning.volume_facts import record_volume
-from provisioner.provisioning.volumes import build_persistent_volume
 
 ME = "local-path-storage.io/local-path"
 HOST = "kubernetes.io/hostname"

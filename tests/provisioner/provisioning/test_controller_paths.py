@@ -22,10 +22,9 @@ from provisioner.configuration.config import (
 from provisioner.helper_pods.pod_outcomes import HelperPodError, HelperPodFailed
 from provisioner.helper_pods.pod_shapes import HelperAction, HelperTarget
 from provisioner.helper_pods.pods import BatchSettings, PodSettings, RunRefused, RunResult
-from provisioner.kube.events import ObjectReference
+from provisioner.kube.client import ObjectReference
 from provisioner.kube.metrics import Metrics
-from provisioner.kube.workqueue import WorkQueue
-from provisioner.loop.controller import IN_BACKGROUND, SETTLED, Failed
+from provisioner.loop.controller import IN_BACKGROUND, SETTLED, Failed, WorkQueue
 from provisioner.objects.records import ClaimRecord, StorageClassRecord, VolumeRecord
 from provisioner.provisioning.actions import ActionFailed, VolumeSaveUnsettled
 from provisioner.provisioning.annotations import (

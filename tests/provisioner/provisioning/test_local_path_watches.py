@@ -10,8 +10,7 @@ from typing import Any, cast
 
 import msgspec
 
-from provisioner.kube.workqueue import WorkQueue
-from provisioner.loop.controller import Key, Watch
+from provisioner.loop.controller import Key, Watch, WorkQueue
 from provisioner.objects.records import ClaimRecord, ClaimReference, NodeRecord, VolumeRecord
 from provisioner.objects.snapshot_handoff import SNAPSHOT_SETUP_ANNOTATION
 from provisioner.provisioning.annotations import PROVISIONED_BY, STORAGE_PROVISIONER

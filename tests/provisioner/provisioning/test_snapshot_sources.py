@@ -24,11 +24,11 @@ from provisioner.provisioning.claims import (
     Provision,
     Reject,
     Reschedule,
+    build_persistent_volume,
     decide_claim_action,
 )
 from provisioner.provisioning.snapshot_reads import restores_here
 from provisioner.provisioning.snapshot_sources import SnapshotLookup, grant_refusal
-from provisioner.provisioning.volumes import build_persistent_volume
 
 ME = "local-path-storage.io/local-path"
 DRIVER = "local-path-storage.io"

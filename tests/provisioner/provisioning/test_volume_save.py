@@ -24,9 +24,8 @@ from provisioner.kube.api_error import ApiError
 from provisioner.kube.metrics import Metrics
 from provisioner.objects.records import ClaimRecord, StorageClassRecord
 from provisioner.provisioning.actions import ActionFailed, Actions, GiveBack, VolumeSaveUnsettled
-from provisioner.provisioning.claims import ProvisionPlan
+from provisioner.provisioning.claims import ProvisionPlan, build_persistent_volume
 from provisioner.provisioning.removal_gate import RemovalKind
-from provisioner.provisioning.volumes import build_persistent_volume
 
 BUNDLE = load_config_bundle(
     '{"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["/opt/a"]}]}',

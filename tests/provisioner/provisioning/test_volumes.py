@@ -24,9 +24,13 @@ from provisioner.provisioning.annotations import (
     STORAGE_PROVISIONER,
     VOLUME_FINALIZER,
 )
-from provisioner.provisioning.claims import Provision, decide_claim_action
+from provisioner.provisioning.claims import (
+    Provision,
+    build_persistent_volume,
+    decide_claim_action,
+    foreign_volume_problem,
+)
 from provisioner.provisioning.volume_decisions import decide_volume_action
-from provisioner.provisioning.volumes import build_persistent_volume, foreign_volume_problem
 
 DRIVER = "local-path.local-path-storage.io"
 

@@ -3,19 +3,21 @@
 import json
 from typing import Any
 
-from provisioner.capacity.budgets import (
-    UNLIMITED_BYTES,
-    PathRoom,
-    best_free_bytes,
-    committed_bytes,
-    paths_with_room,
-)
 from provisioner.configuration.class_rules import read_class_rules
 from provisioner.configuration.config import parse_config_json
 from provisioner.objects.records import ClaimRecord, NodeRecord, StorageClassRecord, VolumeRecord
 from provisioner.provisioning.annotations import BASE_PATH_ANNOTATION, STORAGE_PROVISIONER
 from provisioner.provisioning.claims import Provision, Reject, Reschedule, decide_claim_action
-from provisioner.provisioning.paths import LIVE, PathBook, PathEntry
+from provisioner.provisioning.paths import (
+    LIVE,
+    UNLIMITED_BYTES,
+    PathBook,
+    PathEntry,
+    PathRoom,
+    best_free_bytes,
+    committed_bytes,
+    paths_with_room,
+)
 from provisioner.provisioning.volume_facts import record_volume
 
 GI = 1024**3

@@ -5,7 +5,7 @@ from typing import TypeVar
 
 import pytest
 
-from provisioner.kube.workqueue import WorkQueue
+from provisioner.loop.controller import WorkQueue
 from tests.provisioner.kube.fakes import FakeClock
 
 
