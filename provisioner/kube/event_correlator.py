@@ -1,7 +1,7 @@
 """Deciding what to do with each event a controller records, as client-go's correlator does
 (simplified): repeats of one event within a window become a count on the first Event object,
 and a per-object token bucket drops floods. Pure bookkeeping, bounded in memory; the I/O is in
-events.py."""
+client.py (`EventRecorder`)."""
 
 from __future__ import annotations
 

@@ -180,8 +180,8 @@ def decide_claim_action(
     layer read for a restore (see `snapshot_sources`); without it no claim is restored.
 
     Read in order: the claim's own checks, the class's (its sizes, its config entry), a
-    clone's source, the node, the class's place on it (`ClassRules.place`), the budgets, then
-    the path."""
+    clone's or restore's source, the node, the class's place on it (`ClassRules.place`) and
+    what its volume type cannot give, the budgets, then the path."""
     storage_class = rules.storage_class
     if claim.volume_name:
         return Ignore(f"bound to volume {claim.volume_name}")
@@ -255,6 +255,15 @@ def decide_claim_action(
         return Ignore("waiting for the scheduler to select a node")
     try:
         place = rules.place(claim, node)
+    except (ConfigError, PathPatternError, ValueError) as error:
+        return Reject(str(error))
+    # What the volume type cannot give is refused before any node's room is weighed: another
+    # node would not give it either.
+    if (
+        refused := _volume_type_refusal(claim, place.volume_type, pinned, shared=shared)
+    ) is not None:
+        return Reject(refused)
+    try:
         taken = paths.entries() if paths else []
         # A restore takes only its snapshot's base path (place_restore checked the class has
         # it there): the filesystem holding the snapshot, where a copy shares its extents.
@@ -277,10 +286,6 @@ def decide_claim_action(
         return Reschedule(str(error))
     except (ConfigError, PathPatternError, ValueError) as error:
         return Reject(str(error))
-    if (
-        refused := _volume_type_refusal(claim, place.volume_type, pinned, shared=shared)
-    ) is not None:
-        return Reject(refused)
     blockers = paths.overlapping(volume_name, place.disk_node, path) if paths else []
     if blockers:
         return WaitForPath(
