@@ -256,3 +256,24 @@ def test_an_empty_data_source_ref_gives_way_to_the_data_source() -> None:
     claim = claim_record({"spec": {"dataSourceRef": {}, "dataSource": source}})
     assert claim.data_source == DataSource("", "PersistentVolumeClaim", "src")
     assert claim_record({"spec": {"dataSourceRef": {}}}).data_source is None
+
+
+def test_a_claims_request_is_read_into_bytes_once_per_version() -> None:
+    record = claim_record(
+        {
+            "metadata": {"uid": "u", "namespace": "ns", "name": "c"},
+            "spec": {"resources": {"requests": {"storage": "1Gi"}}},
+        }
+    )
+    assert (record.requested_bytes, record.request_problem) == (1024**3, None)
+    # A new version of the claim (a replaced record) is read again, not carried over.
+    grown = msgspec.structs.replace(record, requested_storage="2Gi")
+    assert grown.requested_bytes == 2 * 1024**3
+    assert msgspec.structs.replace(record, requested_storage=None).requested_bytes is None
+    bad = msgspec.structs.replace(record, requested_storage="1 Gi")
+    assert bad.requested_bytes is None
+    assert bad.request_problem is not None and "1 Gi" in bad.request_problem
+    huge = msgspec.structs.replace(record, requested_storage="9Ei")
+    assert huge.requested_bytes is None
+    assert huge.request_problem is not None
+    assert huge.request_problem.startswith("claim ns/c requests ")

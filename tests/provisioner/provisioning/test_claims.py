@@ -937,3 +937,16 @@ def test_block_claims_get_a_volume_only_in_a_csi_class() -> None:
     assert decide(by_claim) == refused
     shared = claim(storage_class_name="nfs", selected_node=None, volume_mode="Block")
     assert decide(shared, NFS) == refused
+
+
+def test_a_claim_without_a_data_source_never_enters_the_clone_and_restore_rules(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """docs/CONTRACTS.md counts a plain claim's walk without clones.py and snapshot_sources.py."""
+    def entered(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a claim without a data source entered place_source")
+
+    monkeypatch.setattr("provisioner.provisioning.claims.place_source", entered)
+    assert isinstance(decide(), Provision)
+    with pytest.raises(AssertionError, match="entered place_source"):
+        decide(claim(data_source=DataSource("", "PersistentVolumeClaim", "src")))
