@@ -60,11 +60,12 @@ def restore_into(
     holding both locks, and marks it whole as a clone's copy is (clone_copy.mark_copied), so a
     node that lost its records never empties a restore in use.
 
-    The one place a restore's kind of copy is chosen: on btrfs (`record.kind == "btrfs"`) a
-    writable subvolume snapshot of the snapshot, as the new volume's subvolume, is to replace
-    the copy (issue 39, the btrfs piece); everywhere else the confined copy step shares extents
-    where the filesystem can (cp --reflink=auto) and keeps holes."""
-    del record  # read for its kind once the btrfs restore lands
+    A snapshot made on btrfs is not copied here: the new volume is a writable snapshot of it
+    (volume_executor makes it so, `_snapshot_of`), unless the snapshot could not be taken (the
+    two on different filesystems): then, as everywhere, the confined copy step shares extents
+    where the filesystem can (cp --reflink=auto) and keeps holes. `record` is the snapshot's,
+    read under its lock, which the caller holds through the copy."""
+    del record  # the caller read it for the snapshot's kind; the copy needs only its path
     return copy_into(
         source.snapshot_path,
         f"snapshot {source.snapshot_id} ({source.snapshot_path})",

@@ -226,18 +226,28 @@ class VolumeExecutor:
         the data it got."""
         notice = ""
         if self._layout(setup) == "subvolume":
-            results, made, notice = self._make_subvolume(target, setup, source)
+            # A clone of a subvolume, or a restore of a snapshot the snapshot service made on
+            # btrfs (a read-only subvolume), is a writable snapshot of it: instant, and whole
+            # at once, whatever its size.
+            of = _snapshot_of(source, restore, snapshot)
+            results, made, notice = self._make_subvolume(target, setup, of)
             if made == "snapshot" and _succeeded(results):
-                # The clone's data came whole with its snapshot: no copy, but the same mark a
-                # whole copy leaves (clone_copy), for a setup run again.
-                assert source is not None
+                # The data came whole with its snapshot: no copy, but the same mark a whole
+                # copy leaves (clone_copy), for a setup run again.
+                assert of is not None
+                step = "clone" if source is not None else "restore"
+                got = (
+                    f" as a snapshot of {of[1]}"
+                    if source is not None
+                    else f" restored from {of[1]}, a snapshot"
+                )
                 try:
                     mark_copied(setup.base_path, setup.path, volume_name)
-                    return results, notice, f" as a snapshot of {source.path}"
+                    return results, notice, got
                 except OSError as error:
                     # Retried: the snapshot is there, and the retry copies over it.
                     results.append(
-                        StepResult("clone", False, f"cannot mark the clone whole: {error}")
+                        StepResult(step, False, f"cannot mark the {step} whole: {error}")
                     )
                     return results, notice, ""
         else:
@@ -312,20 +322,17 @@ class VolumeExecutor:
             return "directory"  # no base path to look at: `prepare` says so in its own words
 
     def _make_subvolume(
-        self, target: VolumeTarget, setup: VolumeSetup, source: NodeCloneSource | None
+        self, target: VolumeTarget, setup: VolumeSetup, of: tuple[str, str] | None
     ) -> tuple[list[StepResult], volume_layout.SubvolumeMade | None, str]:
         """The steps of a volume on btrfs: `prepare` makes its parents, the plugin its
-        directory (a subvolume, or a clone's snapshot of its source), `prepare` checks and
-        marks it, the limit is set to the volume's size, then the setup runs. The results,
-        what was made (None: nothing, a step failed first) and the quota notice."""
+        directory (a subvolume, or a snapshot of `of`, the (base path, path) of a clone's
+        source or a restore's snapshot), `prepare` checks and marks it, the limit is set to
+        the volume's size, then the setup runs. The results, what was made (None: nothing, a
+        step failed first) and the quota notice."""
         results = run_steps([parents_step(target, self.bundle)], self.timeout, self.shell)
         if not _succeeded(results):
             return results, None, ""
-        source_fd = (
-            None
-            if source is None
-            else volume_layout.clone_source_subvolume(source.base_path, source.path)
-        )
+        source_fd = None if of is None else volume_layout.subvolume_to_snapshot(*of)
         try:
             made = volume_layout.make_subvolume(setup.base_path, setup.path, source_fd)
         except (OSError, ValueError) as error:
@@ -554,6 +561,21 @@ def _is_directory(path: str) -> bool:
         return stat.S_ISDIR(os.lstat(path).st_mode)
     except FileNotFoundError:
         return False
+
+
+def _snapshot_of(
+    source: NodeCloneSource | None,
+    restore: NodeRestoreSource | None,
+    snapshot: SnapshotRecordView | None,
+) -> tuple[str, str] | None:
+    """What a new volume on btrfs may be a snapshot of: a clone's source (a snapshot is tried,
+    and taken where the source is a subvolume), or a restore's snapshot when this node's record
+    says it made it as a btrfs snapshot (else the restore copies, as everywhere)."""
+    if source is not None:
+        return source.base_path, source.path
+    if restore is not None and snapshot is not None and snapshot.kind == "btrfs":
+        return restore.base_path, restore.snapshot_path
+    return None
 
 
 def _succeeded(results: list[StepResult]) -> bool:

@@ -96,9 +96,10 @@ def is_subvolume_top(fd: int) -> bool:
 
 
 def make_subvolume(base_path: str, path: str, source_fd: int | None = None) -> SubvolumeMade:
-    """Makes the volume's directory as a subvolume (`subvolume`), or, for a clone whose source
-    is a subvolume (`source_fd`, its top directory), as a writable snapshot of it
-    (`snapshot`: instant, and the clone's data is whole at once). `existing`: something is at
+    """Makes the volume's directory as a subvolume (`subvolume`), or, for a clone or a restore
+    whose source is a subvolume (`source_fd`, its top directory: a volume, or a read-only
+    snapshot), as a writable snapshot of it (`snapshot`: instant, and the data is whole at
+    once). `existing`: something is at
     the path already (an earlier attempt's, or anyone's: `prepare` decides whether it may be
     used, and a clone then copies as before). Its parents must exist (`parents_step`)."""
     parent, name = open_parent(base_path, path)
@@ -112,7 +113,7 @@ def make_subvolume(base_path: str, path: str, source_fd: int | None = None) -> S
                     return "existing"
                 if error.errno not in _NO_SNAPSHOT:
                     raise
-                log.info("%s: no snapshot of the clone's source (%s): copied", path, error)
+                log.info("%s: no snapshot of its source (%s): copied", path, error)
         try:
             btrfs_ioctl.create_subvolume(parent, name)
         except FileExistsError:
@@ -122,9 +123,10 @@ def make_subvolume(base_path: str, path: str, source_fd: int | None = None) -> S
         os.close(parent)
 
 
-def clone_source_subvolume(base_path: str, path: str) -> int | None:
-    """An fd on a clone's source directory when it is a subvolume's top (its snapshot is then
-    the clone), else None (the data is copied). The caller closes it."""
+def subvolume_to_snapshot(base_path: str, path: str) -> int | None:
+    """An fd on the directory a new volume is to be a snapshot of (a clone's source, a
+    restore's snapshot) when it is a subvolume's top, else None (the data is copied). The
+    walk to it follows no symbolic link. The caller closes it."""
     try:
         fd = open_volume(base_path, path)
     except (OSError, ValueError):

@@ -14,10 +14,13 @@ import pytest
 
 from provisioner.csi.volume_usage import filesystem_space, limited_usage
 from provisioner.node_volumes.clone_copy import is_copied
+from provisioner.node_volumes.snapshot_service import SnapshotService
 from provisioner.node_volumes.volume_executor import Outcome, VolumeExecutor
 from provisioner.node_volumes.volume_layout import SUBVOLUME_TOP_INODE, FilesystemKinds
 from provisioner.node_volumes.volume_records import VolumeRecord
-from provisioner.objects.node_handoff import NodeCloneSource, VolumeSetup
+from provisioner.node_volumes.volume_state import VolumeState
+from provisioner.objects.node_handoff import NodeCloneSource, NodeRestoreSource, VolumeSetup
+from provisioner.objects.snapshot_handoff import SnapshotSetup, snapshot_id, snapshot_path
 from tests.provisioner.node_volumes.test_btrfs_ioctl import (
     IMAGE_BYTES,
     qgroup_show,
@@ -149,6 +152,53 @@ def test_a_clone_is_a_snapshot_of_its_source_with_its_own_limit(stand: Stand) ->
     assert stand.marker(clone.path).read_text() == "pvc-clone\n"
     (Path(clone.path) / "data").write_text("the clone's own")
     assert (Path(source.path) / "data").read_text() == "the tenant's data"
+
+
+def test_a_restore_of_a_btrfs_snapshot_is_a_writable_snapshot_with_its_own_limit(
+    stand: Stand,
+) -> None:
+    """The snapshot service's read-only snapshot, restored: no copy, a snapshot of it as the
+    new volume's subvolume, held to the new volume's size; the tenant's writes to either side
+    never show on the other, and the snapshot stays as it was taken."""
+    executor = stand.executor()
+    source = volume(stand, "ns/src", 8 * MiB)
+    assert executor.set_up("pvc-src", source.path, source).ok
+    (Path(source.path) / "data").write_text("as it was at the snapshot")
+    sid = snapshot_id("snapcontent-1")
+    taken = SnapshotSetup(
+        sid, "pvc-src", source.path, str(stand.base), snapshot_path(str(stand.base), sid),
+        8 * MiB, "Filesystem",
+    )  # fmt: skip
+    service = SnapshotService(
+        "n1", [str(stand.base)], VolumeState(stand.state_dir), timeout_seconds=30
+    )
+    snapshot = service.take(taken, "uid-content")
+    assert snapshot.outcome.kind == "done"
+    assert snapshot.record is not None and snapshot.record.kind == "btrfs"
+    (Path(source.path) / "data").write_text("written after the snapshot")
+    restored = volume(
+        stand,
+        "ns/restored",
+        32 * MiB,
+        restore_source=NodeRestoreSource(sid, taken.path, str(stand.base), "snapcontent-1"),
+    )
+    made = executor.set_up("pvc-restored", restored.path, restored)
+    assert made == Outcome("done")
+    shown = run("btrfs", "subvolume", "show", restored.path)
+    assert "Parent UUID:" in shown and "Parent UUID: \t\t-" not in shown  # a snapshot
+    assert run("btrfs", "property", "get", restored.path, "ro").strip() == "ro=false"
+    assert (Path(restored.path) / "data").read_text() == "as it was at the snapshot"
+    assert limit_of(restored.path) == 32 * MiB
+    assert is_copied(restored.base_path, restored.path, "pvc-restored")
+    assert stand.marker(restored.path).read_text() == "pvc-restored\n"
+    (Path(restored.path) / "data").write_text("the restore's own")
+    assert (Path(taken.path) / "data").read_text() == "as it was at the snapshot"
+    assert (Path(source.path) / "data").read_text() == "written after the snapshot"
+    # Set up again (the node lost its record): the data written since is kept, nothing copied.
+    for record in (stand.state_dir / "volumes").iterdir():
+        record.unlink()
+    assert executor.set_up("pvc-restored", restored.path, restored).ok
+    assert (Path(restored.path) / "data").read_text() == "the restore's own"
 
 
 def test_a_teardown_by_the_permit_removes_the_subvolume(stand: Stand) -> None:
