@@ -943,6 +943,7 @@ def test_a_claim_without_a_data_source_never_enters_the_clone_and_restore_rules(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """docs/CONTRACTS.md counts a plain claim's walk without clones.py and snapshot_sources.py."""
+
     def entered(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a claim without a data source entered place_source")
 
