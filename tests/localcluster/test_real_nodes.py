@@ -51,6 +51,9 @@ def test_a_killed_clusters_host_changes_are_undone_by_the_next_start(tmp_path: P
     containers do not. The next start with real nodes must clear all of it."""
     before = host_state()
     name = f"killed-{uuid.uuid4().hex[:6]}"
+    # A duration nobody else's sleep has: the container's process is told apart from any
+    # other `sleep` on the host by its whole command line.
+    sleeper = f"sleep {3_000_000 + uuid.uuid4().int % 1_000_000}"
     command = [sys.executable, "-m", "localcluster", "run", "--name", name]
     with (tmp_path / "harness.log").open("wb") as log:
         harness = subprocess.Popen(
@@ -68,7 +71,7 @@ def test_a_killed_clusters_host_changes_are_undone_by_the_next_start(tmp_path: P
         state = wait_for(ready, POD_TIMEOUT_SECONDS, "the killed-to-be cluster ready")
         admin = config.new_client_from_config(config_file=state.kubeconfig)  # type: ignore[no-untyped-call]
         api = client.CoreV1Api(admin)
-        manifest = pod("sleeper", "real-1", BUSYBOX_IMAGE, command=["sleep", "600"])
+        manifest = pod("sleeper", "real-1", BUSYBOX_IMAGE, command=sleeper.split())
         call_json(api.create_namespaced_pod, "default", manifest)
 
         def running() -> bool | None:
@@ -84,17 +87,18 @@ def test_a_killed_clusters_host_changes_are_undone_by_the_next_start(tmp_path: P
     left = host_state().differences(before)
     assert {"links", "cgroups", "sysctls"} <= set(left), left
     assert host_changes_record().exists()
+    assert sleeper in command_lines(), "the container outlives its killed harness"
     RealNodes.claim_host()
     assert host_state().differences(before) == {}
     assert not host_changes_record().exists()
-    assert not any("sleep 600" in cmdline for cmdline in command_lines())
+    assert sleeper not in command_lines()
 
 
 def command_lines() -> list[str]:
     lines = []
     for entry in Path("/proc").glob("[0-9]*"):
         with contextlib.suppress(OSError):
-            lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+            lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip())
     return lines
 
 
