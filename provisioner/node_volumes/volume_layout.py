@@ -99,9 +99,9 @@ def make_subvolume(base_path: str, path: str, source_fd: int | None = None) -> S
     """Makes the volume's directory as a subvolume (`subvolume`), or, for a clone or a restore
     whose source is a subvolume (`source_fd`, its top directory: a volume, or a read-only
     snapshot), as a writable snapshot of it (`snapshot`: instant, and the data is whole at
-    once). `existing`: something is at
-    the path already (an earlier attempt's, or anyone's: `prepare` decides whether it may be
-    used, and a clone then copies as before). Its parents must exist (`parents_step`)."""
+    once). `existing`: something is at the path already (an earlier attempt's, or anyone's:
+    `prepare` decides whether it may be used, and a clone or restore then copies as before).
+    Its parents must exist (`parents_step`)."""
     parent, name = open_parent(base_path, path)
     try:
         if source_fd is not None:

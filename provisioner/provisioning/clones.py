@@ -35,7 +35,6 @@ from provisioner.objects.records import (
     DataSource,
     NodeRecord,
     VolumeRecord,
-    quantity_to_bytes,
 )
 from provisioner.provisioning.annotations import PROVISIONED_BY
 from provisioner.provisioning.paths import is_deletable_path, is_strictly_inside
@@ -174,14 +173,15 @@ def place_clone(
     refusal = source_claim_refusal(claim, data_source, source_claim)
     if refusal is not None:
         return refusal
-    assert source_claim is not None and claim.requested_storage is not None
+    # The claim's size was accepted before its source is looked at (decide_claim_action).
+    assert source_claim is not None and claim.requested_bytes is not None
     volume = sources.volume(source_claim.volume_name)
     refusal = source_volume_refusal(
         source_claim,
         volume,
         provisioned_by=volume.annotations.get(PROVISIONED_BY) if volume else None,
         provisioner_name=provisioner_name,
-        requested_bytes=quantity_to_bytes(claim.requested_storage),
+        requested_bytes=claim.requested_bytes,
         source_bytes=volume_size_bytes(volume) if volume else 0,
     )
     if refusal is not None:

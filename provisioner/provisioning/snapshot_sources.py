@@ -214,7 +214,8 @@ def place_restore(
     bound = _snapshot_refusal(lookup.snapshot, named)
     if isinstance(bound, str):
         return bound
-    assert lookup.snapshot is not None and claim.requested_storage is not None
+    # The claim's size was accepted before its source is looked at (decide_claim_action).
+    assert lookup.snapshot is not None and claim.requested_bytes is not None
     content_name, snapshot_size = bound
     found = _content_refusal(
         lookup.content, content_name, snapshot=lookup.snapshot, driver=lookup.driver, nodes=nodes
@@ -226,7 +227,7 @@ def place_restore(
     size = (content.get("status") or {}).get("restoreSize")
     if not isinstance(size, int) or isinstance(size, bool):
         size = quantity_to_bytes(snapshot_size) if snapshot_size else setup.size_bytes
-    requested = quantity_to_bytes(claim.requested_storage)
+    requested = claim.requested_bytes
     if requested < size:
         return f"{named} needs {size} bytes to restore, more than this claim requests ({requested})"
     if setup.base_path not in rules.base_paths_on(node):
